@@ -1,0 +1,1 @@
+//! FUSE front end (to be written).

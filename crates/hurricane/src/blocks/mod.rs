@@ -1,0 +1,347 @@
+//! Physical-layer building blocks (HFS section 3.2).
+//!
+//! Every block type implements [`Block`]: read and write ranges of *file
+//! blocks* into caller buffers, truncate, persistent state, children. Per-device
+//! blocks (`extent`) own device space; composite blocks (`stripe`, `regions`,
+//! `replicate`, ...) only translate block numbers and forward to children, so
+//! they stack in any order. A file's layout is a tree of blocks ([`Layout`]).
+//!
+//! Adding a type: write one file beside the others exporting a
+//! `pub static TYPE: BlockType`, and list it in [`registry::TYPES`].
+
+pub mod registry;
+
+mod extent;
+mod inline;
+mod regions;
+mod replicate;
+mod stripe;
+
+use crate::codec::{Decoder, Encoder};
+use crate::error::{Error, Result};
+use crate::layout::{Spec, Value};
+use crate::pool::Storage;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use crate::device::BLOCK_SIZE;
+pub use registry::{lookup, BlockType, ParamKind, ParamSpec, TYPES};
+
+/// A change to the persistent state of one node of a layout tree. Blocks emit
+/// these through [`IoCtx::record`]; the file layer journals them, and replay
+/// feeds them back through [`Layout::apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapChange {
+    /// Node maps file blocks [fblk, fblk+len) to device blocks [pblk, pblk+len).
+    Map { node: u32, fblk: u64, pblk: u64, len: u64 },
+    /// Node dropped every mapping at or past file block `from`.
+    Truncate { node: u32, from: u64 },
+    /// Inline node now holds exactly `data`.
+    Inline { node: u32, data: Vec<u8> },
+}
+
+impl MapChange {
+    pub fn node(&self) -> u32 {
+        match self {
+            MapChange::Map { node, .. } | MapChange::Truncate { node, .. } | MapChange::Inline { node, .. } => *node,
+        }
+    }
+
+    pub fn encode(&self, e: &mut Encoder) {
+        match self {
+            MapChange::Map { node, fblk, pblk, len } => {
+                e.u8(1).u32(*node).u64(*fblk).u64(*pblk).u64(*len);
+            }
+            MapChange::Truncate { node, from } => {
+                e.u8(2).u32(*node).u64(*from);
+            }
+            MapChange::Inline { node, data } => {
+                e.u8(3).u32(*node).bytes(data);
+            }
+        }
+    }
+
+    pub fn decode(d: &mut Decoder) -> Result<Self> {
+        Ok(match d.u8()? {
+            1 => MapChange::Map { node: d.u32()?, fblk: d.u64()?, pblk: d.u64()?, len: d.u64()? },
+            2 => MapChange::Truncate { node: d.u32()?, from: d.u64()? },
+            3 => MapChange::Inline { node: d.u32()?, data: d.bytes()?.to_vec() },
+            t => return Err(d.err(format!("unknown map change tag {t}"))),
+        })
+    }
+}
+
+/// What a request carries down a composition.
+pub struct IoCtx<'a> {
+    pub storage: &'a Storage,
+    /// Journal batch the request belongs to: frees wait for it to commit.
+    pub epoch: u64,
+    /// Receives every persistent-state change the request makes.
+    pub sink: &'a (dyn Fn(MapChange) + Sync),
+}
+
+impl IoCtx<'_> {
+    pub fn record(&self, c: MapChange) {
+        (self.sink)(c)
+    }
+    /// Gives device blocks back once this request's batch has committed.
+    pub fn free(&self, dev: u32, start: u64, len: u64) {
+        if let Some(a) = self.storage.allocs.get(dev as usize) {
+            a.free_deferred(self.epoch, start, len);
+        }
+    }
+}
+
+/// Typed access to a node's validated parameters (defaults already applied).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Params(pub BTreeMap<String, Value>);
+
+impl Params {
+    pub fn num(&self, key: &str) -> Result<u64> {
+        match self.0.get(key) {
+            Some(Value::Num(n)) => Ok(*n),
+            Some(Value::Word(w)) => Err(Error::Layout(format!("parameter {key}={w}: expected a number"))),
+            None => Err(Error::Layout(format!("missing parameter {key}"))),
+        }
+    }
+    pub fn word(&self, key: &str) -> Result<&str> {
+        match self.0.get(key) {
+            Some(Value::Word(w)) => Ok(w),
+            Some(Value::Num(n)) => Err(Error::Layout(format!("parameter {key}={n}: expected a word"))),
+            None => Err(Error::Layout(format!("missing parameter {key}"))),
+        }
+    }
+}
+
+/// What a type's constructor receives.
+pub struct BuildArgs<'a> {
+    /// Preorder index of this node in its tree (the `node` of its MapChanges).
+    pub id: u32,
+    pub params: &'a Params,
+    pub device: Option<u32>,
+    pub children: Vec<Arc<dyn Block>>,
+    /// Persistent state when decoding from disk; None for a new, empty node.
+    pub state: Option<&'a [u8]>,
+}
+
+/// One node of a file's persistent structure.
+pub trait Block: Send + Sync {
+    fn id(&self) -> u32;
+    fn kind(&self) -> &'static BlockType;
+    /// Every parameter with its value (defaults included).
+    fn params(&self) -> Params;
+    fn device(&self) -> Option<u32> {
+        None
+    }
+    fn children(&self) -> &[Arc<dyn Block>] {
+        &[]
+    }
+    /// Reads `buf.len() / BLOCK_SIZE` file blocks starting at `fblk`.
+    /// Blocks never written read as zeros.
+    fn read(&self, io: &IoCtx, fblk: u64, buf: &mut [u8]) -> Result<()>;
+    /// Writes whole file blocks, allocating device space as needed.
+    fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()>;
+    /// Drops every file block at or past `nblocks`.
+    fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()>;
+    /// This node's own persistent state (children encode theirs).
+    fn encode_state(&self, _e: &mut Encoder) {}
+    /// Replays a change recorded by this node.
+    fn apply(&self, c: &MapChange) -> Result<()> {
+        Err(Error::corrupt("journal", format!("{} block cannot apply {:?}", self.kind().name, c)))
+    }
+    /// Device extents owned by this node itself: (device, start, len).
+    fn extents(&self, _f: &mut dyn FnMut(u32, u64, u64)) {}
+    /// The first file block at or after `fblk` that may hold data (SEEK_DATA).
+    fn next_data(&self, fblk: u64) -> Option<u64>;
+    /// Largest number of file blocks this node can hold.
+    fn capacity(&self) -> u64 {
+        u64::MAX
+    }
+}
+
+/// A file's layout: its tree of building blocks, with every node indexed by
+/// its preorder id so replayed changes go straight to their node.
+#[derive(Clone)]
+pub struct Layout {
+    root: Arc<dyn Block>,
+    nodes: Vec<Arc<dyn Block>>,
+}
+
+/// Bounds every composition is checked against (HFS 2.2: compositions may be
+/// untrusted, so they are validated before use).
+pub const MAX_DEPTH: usize = 16;
+pub const MAX_NODES: usize = 1024;
+pub const MAX_FANOUT: usize = 256;
+
+impl Layout {
+    /// Builds an empty tree from a resolved, validated spec.
+    pub fn build(spec: &Spec) -> Result<Layout> {
+        let mut next = 0u32;
+        let root = build_node(spec, &mut next, 0)?;
+        Ok(Self::index(root))
+    }
+
+    fn index(root: Arc<dyn Block>) -> Layout {
+        fn walk(b: &Arc<dyn Block>, out: &mut Vec<Arc<dyn Block>>) {
+            out.push(b.clone());
+            for c in b.children() {
+                walk(c, out);
+            }
+        }
+        let mut nodes = Vec::new();
+        walk(&root, &mut nodes);
+        Layout { root, nodes }
+    }
+
+    pub fn root(&self) -> &Arc<dyn Block> {
+        &self.root
+    }
+
+    pub fn nodes(&self) -> &[Arc<dyn Block>] {
+        &self.nodes
+    }
+
+    /// The canonical spec of this tree (structure and parameters, no state).
+    pub fn spec(&self) -> Spec {
+        fn walk(b: &Arc<dyn Block>) -> Spec {
+            let mut params: Vec<(String, Value)> = b.params().0.into_iter().collect();
+            params.retain(|(k, _)| k != "width");
+            Spec {
+                kind: b.kind().name.to_string(),
+                params,
+                children: b.children().iter().map(walk).collect(),
+                device: b.device(),
+            }
+        }
+        crate::layout::canonical(walk(&self.root))
+    }
+
+    pub fn apply(&self, c: &MapChange) -> Result<()> {
+        match self.nodes.get(c.node() as usize) {
+            Some(n) => n.apply(c),
+            None => Err(Error::corrupt("journal", format!("map change for node {} of a {}-node layout", c.node(), self.nodes.len()))),
+        }
+    }
+
+    /// Every device extent the file owns.
+    pub fn extents(&self, f: &mut dyn FnMut(u32, u64, u64)) {
+        for n in &self.nodes {
+            n.extents(f);
+        }
+    }
+
+    /// Preorder: kind, params, device, child count, state.
+    pub fn encode(&self, e: &mut Encoder) {
+        e.u32(self.nodes.len() as u32);
+        for n in &self.nodes {
+            e.str(n.kind().name);
+            let p = n.params();
+            e.u32(p.0.len() as u32);
+            for (k, v) in &p.0 {
+                e.str(k);
+                match v {
+                    Value::Num(x) => e.u8(0).u64(*x),
+                    Value::Word(w) => e.u8(1).str(w),
+                };
+            }
+            e.u32(n.device().unwrap_or(u32::MAX));
+            e.u32(n.children().len() as u32);
+            let mut st = Encoder::new();
+            n.encode_state(&mut st);
+            e.bytes(&st.buf);
+        }
+    }
+
+    pub fn decode(d: &mut Decoder) -> Result<Layout> {
+        let count = d.count(16)?;
+        if count == 0 || count > MAX_NODES {
+            return Err(d.err(format!("layout with {count} nodes")));
+        }
+        struct Raw<'a> {
+            kind: &'static BlockType,
+            params: Params,
+            device: Option<u32>,
+            nchildren: usize,
+            state: &'a [u8],
+        }
+        let mut raws = Vec::with_capacity(count);
+        for _ in 0..count {
+            let name = d.str()?;
+            let kind = lookup(name).ok_or_else(|| d.err(format!("unknown block type {name:?}")))?;
+            let np = d.count(6)?;
+            let mut params = Params::default();
+            for _ in 0..np {
+                let k = d.str()?.to_string();
+                let v = match d.u8()? {
+                    0 => Value::Num(d.u64()?),
+                    1 => Value::Word(d.str()?.to_string()),
+                    t => return Err(d.err(format!("bad parameter tag {t}"))),
+                };
+                params.0.insert(k, v);
+            }
+            let dev = d.u32()?;
+            let nchildren = d.count(16)?;
+            let state = d.bytes()?;
+            raws.push(Raw { kind, params, device: (dev != u32::MAX).then_some(dev), nchildren, state });
+        }
+        // Rebuild bottom-up from the preorder list.
+        fn take(raws: &[Raw], pos: &mut usize, depth: usize) -> Result<Arc<dyn Block>> {
+            if depth > MAX_DEPTH {
+                return Err(Error::corrupt("layout", "tree deeper than the limit"));
+            }
+            let id = *pos;
+            let r = raws.get(id).ok_or_else(|| Error::corrupt("layout", "children past the end of the node list"))?;
+            *pos += 1;
+            let mut children = Vec::with_capacity(r.nchildren.min(MAX_FANOUT));
+            for _ in 0..r.nchildren {
+                children.push(take(raws, pos, depth + 1)?);
+            }
+            (r.kind.build)(BuildArgs { id: id as u32, params: &r.params, device: r.device, children, state: Some(r.state) })
+        }
+        let mut pos = 0;
+        let root = take(&raws, &mut pos, 0)?;
+        if pos != raws.len() {
+            return Err(Error::corrupt("layout", format!("{} nodes not reachable from the root", raws.len() - pos)));
+        }
+        Ok(Self::index(root))
+    }
+}
+
+fn build_node(spec: &Spec, next: &mut u32, depth: usize) -> Result<Arc<dyn Block>> {
+    if depth > MAX_DEPTH {
+        return Err(Error::Layout(format!("deeper than {MAX_DEPTH} levels")));
+    }
+    let kind = lookup(&spec.kind).ok_or_else(|| Error::Layout(format!("unknown block type {:?}", spec.kind)))?;
+    let id = *next;
+    *next += 1;
+    if *next as usize > MAX_NODES {
+        return Err(Error::Layout(format!("more than {MAX_NODES} blocks in one layout")));
+    }
+    let params = registry::params_with_defaults(kind, &spec.params)?;
+    let mut children = Vec::with_capacity(spec.children.len());
+    for c in &spec.children {
+        children.push(build_node(c, next, depth + 1)?);
+    }
+    (kind.build)(BuildArgs { id, params: &params, device: spec.device, children, state: None })
+}
+
+/// Splits a run of file blocks [fblk, fblk+n) into pieces that each stay in
+/// one `unit`-sized chunk: yields (chunk index, offset in chunk, length).
+pub fn chunks(fblk: u64, n: u64, unit: u64) -> impl Iterator<Item = (u64, u64, u64)> {
+    let mut pos = fblk;
+    let end = fblk + n;
+    std::iter::from_fn(move || {
+        if pos >= end {
+            return None;
+        }
+        let idx = pos / unit;
+        let off = pos % unit;
+        let len = (unit - off).min(end - pos);
+        pos += len;
+        Some((idx, off, len))
+    })
+}
+
+pub(crate) fn nblocks(buf_len: usize) -> u64 {
+    (buf_len / BLOCK_SIZE) as u64
+}

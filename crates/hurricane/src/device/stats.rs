@@ -1,0 +1,64 @@
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Per-device counters. Each counter sits on its own cache line: every I/O
+/// thread updates them, and false sharing would serialise the devices.
+#[derive(Default)]
+pub struct DeviceStats {
+    reads: CachePadded<AtomicU64>,
+    writes: CachePadded<AtomicU64>,
+    read_bytes: CachePadded<AtomicU64>,
+    write_bytes: CachePadded<AtomicU64>,
+    flushes: CachePadded<AtomicU64>,
+    /// Requests in flight: the load that `least-loaded` policies compare.
+    in_flight: CachePadded<AtomicU64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub reads: u64,
+    pub writes: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub in_flight: u64,
+}
+
+pub struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+impl DeviceStats {
+    pub fn begin(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Relaxed);
+        InFlight(&self.in_flight)
+    }
+    pub fn read(&self, bytes: usize) {
+        self.reads.fetch_add(1, Relaxed);
+        self.read_bytes.fetch_add(bytes as u64, Relaxed);
+    }
+    pub fn write(&self, bytes: usize) {
+        self.writes.fetch_add(1, Relaxed);
+        self.write_bytes.fetch_add(bytes as u64, Relaxed);
+    }
+    pub fn flush(&self) {
+        self.flushes.fetch_add(1, Relaxed);
+    }
+    pub fn load(&self) -> u64 {
+        self.in_flight.load(Relaxed)
+    }
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            reads: self.reads.load(Relaxed),
+            writes: self.writes.load(Relaxed),
+            read_bytes: self.read_bytes.load(Relaxed),
+            write_bytes: self.write_bytes.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+        }
+    }
+}
