@@ -1,13 +1,38 @@
-//! Placeholder until the type is written.
-use super::{BlockType, BuildArgs, Block};
+//! `extent`: file blocks stored in contiguous runs on one device, each run at
+//! most `max` long. New space is asked for right after the file's preceding
+//! data, so a file written in order stays one run and reads back in one
+//! request.
+//!
+//! Concurrency: the map lock is held while runs are looked up, allocated or
+//! dropped, never during data I/O. A write maps its holes under the lock (so
+//! two writers never allocate one file block twice), writes the data unlocked,
+//! then publishes the new runs. Until then they are *pending*: reads see them
+//! as holes (never a previous owner's bytes), they are not persistent state,
+//! and if a truncate drops them meanwhile the writer, not the truncate, gives
+//! their space back.
+
+use super::stripe::{check_args, span};
+use super::{Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE};
+use crate::codec::{Decoder, Encoder};
+use crate::device::DeviceHandle;
 use crate::error::{Error, Result};
+use crate::layout::Value;
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub static TYPE: BlockType = BlockType {
     name: "extent",
-    doc: "",
-    params: &[],
-    per_device: false,
+    doc: "Contiguous runs on one device, each at most `max` bytes; appends stay contiguous.",
+    params: &[ParamSpec {
+        key: "max",
+        kind: ParamKind::Size,
+        default: Some("128M"),
+        min: BLOCK_SIZE as u64,
+        max: 1 << 40,
+        doc: "longest single extent",
+    }],
+    per_device: true,
     min_children: 0,
     max_children: 0,
     distinct_devices: false,
@@ -15,6 +40,374 @@ pub static TYPE: BlockType = BlockType {
     build,
 };
 
-fn build(_a: BuildArgs) -> Result<Arc<dyn Block>> {
-    Err(Error::Layout("not built".into()))
+/// (file block, device block, length) of one mapped piece.
+type Seg = (u64, u64, u64);
+
+struct Extent {
+    id: u32,
+    dev: u32,
+    /// Longest run, in blocks.
+    max: u64,
+    map: RwLock<Map>,
+}
+
+#[derive(Default)]
+struct Map {
+    /// file block -> (device block, length): disjoint runs, none longer than `max`.
+    runs: BTreeMap<u64, (u64, u64)>,
+    /// device block -> length: space mapped by writes still in progress.
+    /// Keyed by device block because only the writer that allocated it may
+    /// clear it, even if the file range is dropped and mapped again meanwhile.
+    pending: BTreeMap<u64, u64>,
+}
+
+fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
+    check_args(&TYPE, &a)?;
+    let max = a.params.num("max")? / BLOCK_SIZE as u64;
+    let dev = a.device.unwrap_or_default();
+    let mut map = Map::default();
+    if let Some(s) = a.state {
+        map.runs = decode_runs(s, max)?;
+    }
+    Ok(Arc::new(Extent { id: a.id, dev, max, map: RwLock::new(map) }))
+}
+
+/// Decodes `count, (fblk, pblk, len)*`, refusing empty, overflowing, too long
+/// or overlapping runs (in file or device blocks).
+fn decode_runs(s: &[u8], max: u64) -> Result<BTreeMap<u64, (u64, u64)>> {
+    let mut d = Decoder::new(s, "extent map");
+    let count = d.count(24)?;
+    let mut runs = BTreeMap::new();
+    let mut file_end = 0;
+    let mut phys = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (f, p, l) = (d.u64()?, d.u64()?, d.u64()?);
+        if l == 0 || l > max || f.checked_add(l).is_none() || p.checked_add(l).is_none() {
+            return Err(d.err(format!("bad run: file block {f}, device block {p}, {l} blocks (max {max})")));
+        }
+        if f < file_end {
+            return Err(d.err(format!("run at file block {f} overlaps or is out of order")));
+        }
+        file_end = f + l;
+        runs.insert(f, (p, l));
+        phys.push((p, l));
+    }
+    d.expect_end()?;
+    phys.sort_unstable();
+    if phys.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+        return Err(Error::corrupt("extent map", "two runs share device blocks"));
+    }
+    Ok(runs)
+}
+
+impl Map {
+    /// Mapped pieces of [f, end) in file order, adjacent ones joined when
+    /// they are contiguous on the device too (one request each).
+    fn segments(&self, f: u64, end: u64) -> Vec<Seg> {
+        let start = match self.runs.range(..=f).next_back() {
+            Some((&rf, &(_, rl))) if rf + rl > f => rf,
+            _ => f,
+        };
+        let mut out: Vec<Seg> = Vec::new();
+        for (&rf, &(rp, rl)) in self.runs.range(start..end) {
+            let s = rf.max(f);
+            let e = (rf + rl).min(end);
+            let p = rp + (s - rf);
+            match out.last_mut() {
+                Some(last) if last.0 + last.2 == s && last.1 + last.2 == p => last.2 += e - s,
+                _ => out.push((s, p, e - s)),
+            }
+        }
+        out
+    }
+
+    /// Mapped pieces of [f, end) minus space still pending: what reads see.
+    fn readable(&self, f: u64, end: u64) -> Vec<Seg> {
+        let segs = self.segments(f, end);
+        if self.pending.is_empty() {
+            return segs;
+        }
+        let mut out = Vec::with_capacity(segs.len());
+        for (sf, sp, sl) in segs {
+            for (p, l) in self.minus_pending(sp, sl) {
+                out.push((sf + (p - sp), p, l));
+            }
+        }
+        out
+    }
+
+    /// Parts of device range [p, p+l) not pending.
+    fn minus_pending(&self, p: u64, l: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut pos = p;
+        let end = p + l;
+        let first = match self.pending.range(..=p).next_back() {
+            Some((&s, &n)) if s + n > p => s,
+            _ => p,
+        };
+        for (&s, &n) in self.pending.range(first..end) {
+            if s > pos {
+                out.push((pos, s - pos));
+            }
+            pos = pos.max(s + n);
+        }
+        if pos < end {
+            out.push((pos, end - pos));
+        }
+        out
+    }
+
+    /// Unmapped sub-ranges of [f, end) as (start, len).
+    fn gaps(&self, f: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut pos = f;
+        for (s, _, l) in self.segments(f, end) {
+            if s > pos {
+                out.push((pos, s - pos));
+            }
+            pos = s + l;
+        }
+        if pos < end {
+            out.push((pos, end - pos));
+        }
+        out
+    }
+
+    /// The device block after the last mapped file block before `f`: where an
+    /// allocation for `f` should start to continue the file's data.
+    fn goal(&self, f: u64) -> Option<u64> {
+        self.runs.range(..f).next_back().map(|(_, &(p, l))| p + l)
+    }
+
+    /// Maps [f, f+len) (unmapped) to [p, p+len), joining runs on either side
+    /// that continue it on the device, then recutting to at most `max`.
+    fn insert(&mut self, f: u64, p: u64, len: u64, max: u64) {
+        let (mut f0, mut p0, mut l0) = (f, p, len);
+        if let Some((&rf, &(rp, rl))) = self.runs.range(..f).next_back() {
+            if rf + rl == f && rp + rl == p {
+                self.runs.remove(&rf);
+                (f0, p0, l0) = (rf, rp, rl + len);
+            }
+        }
+        if let Some(&(np, nl)) = self.runs.get(&(f + len)) {
+            if np == p + len {
+                self.runs.remove(&(f + len));
+                l0 += nl;
+            }
+        }
+        while l0 > 0 {
+            let k = l0.min(max);
+            self.runs.insert(f0, (p0, k));
+            (f0, p0, l0) = (f0 + k, p0 + k, l0 - k);
+        }
+    }
+
+    /// Unmaps [f, end); returns the device ranges that held it.
+    fn remove(&mut self, f: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut freed = Vec::new();
+        for (s, p, l) in self.segments(f, end) {
+            // Each segment may span several runs; cut at its ends, drop the middle.
+            self.split_at(s);
+            self.split_at(s + l);
+            let keys: Vec<u64> = self.runs.range(s..s + l).map(|(&k, _)| k).collect();
+            for k in keys {
+                self.runs.remove(&k);
+            }
+            freed.push((p, l));
+        }
+        freed
+    }
+
+    /// Makes `f` a run boundary.
+    fn split_at(&mut self, f: u64) {
+        if let Some((&rf, &(rp, rl))) = self.runs.range(..f).next_back() {
+            if rf + rl > f {
+                self.runs.insert(rf, (rp, f - rf));
+                self.runs.insert(f, (rp + (f - rf), rf + rl - f));
+            }
+        }
+    }
+
+    /// Parts of [f, f+l) still mapped to [p, p+l) (a truncate may have dropped
+    /// some since they were mapped).
+    fn still_mapped(&self, f: u64, p: u64, l: u64) -> Vec<Seg> {
+        self.segments(f, f + l).into_iter().filter(|&(sf, sp, _)| sp.checked_sub(sf - f) == Some(p)).collect()
+    }
+}
+
+impl Extent {
+    fn handle<'a>(&self, io: &'a IoCtx) -> Result<&'a DeviceHandle> {
+        io.storage.devs.get(self.dev as usize).ok_or_else(|| Error::Device(format!("extent@{}: no such device in the pool", self.dev)))
+    }
+
+    /// Maps every hole in [f, end) to new device space, marked pending.
+    /// Returns the new runs; on a full device maps nothing and frees all.
+    fn allocate(&self, m: &mut Map, io: &IoCtx, f: u64, end: u64) -> Result<Vec<Seg>> {
+        let gaps = m.gaps(f, end);
+        if gaps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let alloc = io.storage.allocs.get(self.dev as usize).ok_or_else(|| Error::Device(format!("extent@{}: no allocator", self.dev)))?;
+        let mut fresh: Vec<Seg> = Vec::new();
+        for (gf, gl) in gaps {
+            let mut pos = gf;
+            while pos < gf + gl {
+                let Some((p, got)) = alloc.alloc(m.goal(pos), (gf + gl - pos).min(self.max)) else {
+                    // Nothing was recorded yet, so the space goes straight back.
+                    for &(sf, sp, sl) in &fresh {
+                        m.remove(sf, sf + sl);
+                        m.pending.remove(&sp);
+                        alloc.free_now(sp, sl);
+                    }
+                    return Err(Error::NoSpace(self.handle(io).map(|h| h.dev.name().to_string()).unwrap_or_default()));
+                };
+                m.insert(pos, p, got, self.max);
+                m.pending.insert(p, got);
+                fresh.push((pos, p, got));
+                pos += got;
+            }
+        }
+        Ok(fresh)
+    }
+}
+
+impl Block for Extent {
+    fn id(&self) -> u32 {
+        self.id
+    }
+    fn kind(&self) -> &'static BlockType {
+        &TYPE
+    }
+    fn params(&self) -> Params {
+        let mut p = Params::default();
+        p.0.insert("max".into(), Value::Num(self.max * BLOCK_SIZE as u64));
+        p
+    }
+    fn device(&self) -> Option<u32> {
+        Some(self.dev)
+    }
+
+    fn read(&self, io: &IoCtx, fblk: u64, buf: &mut [u8]) -> Result<()> {
+        let n = span(fblk, buf.len())?;
+        let dev = self.handle(io)?;
+        let segs = self.map.read().readable(fblk, fblk + n);
+        let mut pos = 0; // bytes of buf done
+        for (f, p, l) in segs {
+            let start = (f - fblk) as usize * BLOCK_SIZE;
+            let len = l as usize * BLOCK_SIZE;
+            buf[pos..start].fill(0);
+            dev.read_blocks(p, &mut buf[start..start + len])?;
+            pos = start + len;
+        }
+        buf[pos..].fill(0);
+        Ok(())
+    }
+
+    fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
+        let n = span(fblk, buf.len())?;
+        let dev = self.handle(io)?;
+        let end = fblk + n;
+        let (segs, fresh) = {
+            let mut m = self.map.write();
+            let fresh = self.allocate(&mut m, io, fblk, end)?;
+            (m.segments(fblk, end), fresh)
+        };
+        let mut res = Ok(());
+        for &(f, p, l) in &segs {
+            let start = (f - fblk) as usize * BLOCK_SIZE;
+            res = dev.write_blocks(p, &buf[start..start + l as usize * BLOCK_SIZE]);
+            if res.is_err() {
+                break;
+            }
+        }
+        if fresh.is_empty() {
+            return res;
+        }
+        // Publish the new runs, or on failure give back their space (nothing
+        // was recorded, so it can be reused at once).
+        let alloc = &io.storage.allocs[self.dev as usize];
+        let mut m = self.map.write();
+        for &(f, p, l) in &fresh {
+            m.pending.remove(&p);
+            let live = m.still_mapped(f, p, l);
+            let mut pos = p;
+            for &(sf, sp, sl) in &live {
+                // Pieces a truncate dropped meanwhile are ours to free.
+                alloc.free_now(pos, sp - pos);
+                pos = sp + sl;
+                if res.is_ok() {
+                    io.record(MapChange::Map { node: self.id, fblk: sf, pblk: sp, len: sl });
+                } else {
+                    m.remove(sf, sf + sl);
+                    alloc.free_now(sp, sl);
+                }
+            }
+            alloc.free_now(pos, p + l - pos);
+        }
+        res
+    }
+
+    fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
+        let mut m = self.map.write();
+        let freed = m.remove(nblocks, u64::MAX);
+        if freed.is_empty() {
+            return Ok(());
+        }
+        for (p, l) in freed {
+            // Pending space is freed by the writer that allocated it.
+            for (p, l) in m.minus_pending(p, l) {
+                io.free(self.dev, p, l);
+            }
+        }
+        io.record(MapChange::Truncate { node: self.id, from: nblocks });
+        Ok(())
+    }
+
+    fn encode_state(&self, e: &mut Encoder) {
+        // Only published runs are persistent; pending ones are not recorded yet.
+        let m = self.map.read();
+        let mut runs = Vec::with_capacity(m.runs.len());
+        for (&f, &(p, l)) in &m.runs {
+            for (pp, pl) in m.minus_pending(p, l) {
+                runs.push((f + (pp - p), pp, pl));
+            }
+        }
+        e.u32(runs.len() as u32);
+        for (f, p, l) in runs {
+            e.u64(f).u64(p).u64(l);
+        }
+    }
+
+    fn apply(&self, c: &MapChange) -> Result<()> {
+        let mut m = self.map.write();
+        match *c {
+            MapChange::Map { fblk, pblk, len, .. } => {
+                if len == 0 || fblk.checked_add(len).is_none() || pblk.checked_add(len).is_none() {
+                    return Err(Error::corrupt("journal", format!("extent node {}: bad map of {len} blocks at {fblk} -> {pblk}", self.id)));
+                }
+                // Replacing whatever was there makes replay idempotent.
+                m.remove(fblk, fblk + len);
+                m.insert(fblk, pblk, len, self.max);
+            }
+            MapChange::Truncate { from, .. } => {
+                m.remove(from, u64::MAX);
+            }
+            ref other => return Err(Error::corrupt("journal", format!("extent block cannot apply {other:?}"))),
+        }
+        Ok(())
+    }
+
+    fn extents(&self, f: &mut dyn FnMut(u32, u64, u64)) {
+        for &(p, l) in self.map.read().runs.values() {
+            f(self.dev, p, l);
+        }
+    }
+
+    fn next_data(&self, fblk: u64) -> Option<u64> {
+        let m = self.map.read();
+        match m.runs.range(..=fblk).next_back() {
+            Some((&rf, &(_, rl))) if rf + rl > fblk => Some(fblk),
+            _ => m.runs.range(fblk..).next().map(|(&k, _)| k),
+        }
+    }
 }

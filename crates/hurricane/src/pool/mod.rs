@@ -1,11 +1,16 @@
-//! The pool: its devices, their allocators, superblocks, and how a pool is
-//! made (`mkfs`) and opened.
+//! The pool: its devices, their allocators and superblocks, how a pool
+//! directory names its devices, and the identity checks made on open.
 
 pub mod alloc;
+pub mod superblock;
 
 pub use alloc::Allocator;
+pub use superblock::{Superblock, FORMAT_VERSION, RESERVED_BLOCKS};
 
-use crate::device::DeviceHandle;
+use crate::device::{Device, DeviceHandle, FileDevice, BLOCK_SIZE};
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The devices of an open pool and their allocators, indexed by device number.
 /// Building blocks reach device space only through this.
@@ -18,4 +23,162 @@ impl Storage {
     pub fn device_count(&self) -> u32 {
         self.devs.len() as u32
     }
+
+    /// Makes every completed write on every device durable.
+    pub fn flush_all(&self) -> Result<()> {
+        // Devices are independent: flush them in parallel.
+        if self.devs.len() == 1 {
+            return self.devs[0].flush();
+        }
+        std::thread::scope(|s| {
+            let hs: Vec<_> = self.devs.iter().map(|d| s.spawn(move || d.flush())).collect();
+            hs.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
+        })
+    }
+
+    /// Writes the superblock to every device (slot `generation % 2`) and
+    /// flushes each.
+    pub fn write_superblocks(&self, sb: &Superblock) -> Result<()> {
+        for d in &self.devs {
+            let mut s = sb.clone();
+            s.dev_index = d.index;
+            s.dev_blocks = d.blocks();
+            let b = s.encode()?;
+            d.write_blocks(sb.generation % 2, &b)?;
+        }
+        self.flush_all()
+    }
+}
+
+/// The file in a pool directory that lists its devices, one path a line.
+pub const POOL_FILE: &str = "pool.conf";
+
+/// Device paths of a pool directory.
+pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+    let f = dir.join(POOL_FILE);
+    let text = std::fs::read_to_string(&f).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::NotFound(format!("{} (not a Hurricane pool directory: no {POOL_FILE})", dir.display()))
+        } else {
+            Error::io(f.display().to_string(), e)
+        }
+    })?;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let p = line.strip_prefix("device").map(|r| r.trim_start().trim_start_matches('=').trim()).unwrap_or(line);
+        let p = PathBuf::from(p);
+        out.push(if p.is_absolute() { p } else { dir.join(p) });
+    }
+    if out.is_empty() {
+        return Err(Error::Device(format!("{}: lists no devices", f.display())));
+    }
+    Ok(out)
+}
+
+/// Writes the pool directory's device list.
+pub fn write_pool_file(dir: &Path, paths: &[PathBuf]) -> Result<()> {
+    let mut s = String::from("# Hurricane pool: one device a line, in device order\n");
+    for p in paths {
+        let rel = p.strip_prefix(dir).unwrap_or(p);
+        s.push_str(&format!("device = {}\n", rel.display()));
+    }
+    let f = dir.join(POOL_FILE);
+    std::fs::write(&f, s).map_err(|e| Error::io(f.display().to_string(), e))
+}
+
+/// Opens the named device files, naming any that is missing.
+pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Device>>> {
+    paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if !p.exists() {
+                return Err(Error::Device(format!("device {i} ({}) is missing", p.display())));
+            }
+            Ok(Arc::new(FileDevice::open(p, writable)?) as Arc<dyn Device>)
+        })
+        .collect()
+}
+
+/// Reads and cross-checks the superblocks of `devs`; returns the newest
+/// valid superblock and the devices ordered by their index. Refuses foreign,
+/// duplicated, missing and newer-format devices, naming them.
+pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHandle>)> {
+    let mut found: Vec<(Superblock, Arc<dyn Device>)> = Vec::new();
+    for dev in devs {
+        if dev.size() < (RESERVED_BLOCKS * BLOCK_SIZE as u64) {
+            return Err(Error::Device(format!("{}: too small to be a Hurricane device ({} bytes)", dev.name(), dev.size())));
+        }
+        let mut best: Option<Superblock> = None;
+        let mut errs = Vec::new();
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        for slot in 0..RESERVED_BLOCKS {
+            dev.read_at(&mut buf, slot * BLOCK_SIZE as u64)?;
+            match Superblock::decode(&buf, dev.name()) {
+                Ok(Some(sb)) => {
+                    if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
+                        best = Some(sb);
+                    }
+                }
+                Ok(None) => {}
+                Err(e @ Error::Device(_)) => return Err(e),
+                Err(e) => errs.push(e.to_string()),
+            }
+        }
+        let sb = match best {
+            Some(sb) => sb,
+            None if errs.is_empty() => {
+                return Err(Error::Device(format!("{}: not a Hurricane device (no superblock)", dev.name())));
+            }
+            None => return Err(Error::Device(format!("{}: no valid superblock ({})", dev.name(), errs.join("; ")))),
+        };
+        let expect = sb.dev_blocks * BLOCK_SIZE as u64;
+        if dev.size() < expect {
+            return Err(Error::Device(format!(
+                "{}: truncated: {} bytes, its superblock says {} bytes",
+                dev.name(),
+                dev.size(),
+                expect
+            )));
+        }
+        found.push((sb, dev));
+    }
+    let first = found.first().ok_or_else(|| Error::Device("no devices given".into()))?.0.clone();
+    let count = first.dev_count as usize;
+    let mut slots: Vec<Option<(Superblock, Arc<dyn Device>)>> = (0..count).map(|_| None).collect();
+    for (sb, dev) in found {
+        if sb.pool_id != first.pool_id {
+            return Err(Error::Device(format!("{}: belongs to another pool", dev.name())));
+        }
+        if sb.dev_count as usize != count {
+            return Err(Error::Device(format!("{}: says the pool has {} devices, another says {count}", dev.name(), sb.dev_count)));
+        }
+        let i = sb.dev_index as usize;
+        if let Some((_, other)) = &slots[i] {
+            return Err(Error::Device(format!("{} and {} are both device {i} of the pool", other.name(), dev.name())));
+        }
+        slots[i] = Some((sb, dev));
+    }
+    let mut best = first;
+    let mut handles = Vec::with_capacity(count);
+    for (i, s) in slots.into_iter().enumerate() {
+        let (sb, dev) = s.ok_or_else(|| Error::Device(format!("device {i} of {count} is missing")))?;
+        if sb.generation > best.generation {
+            best = sb;
+        }
+        handles.push(DeviceHandle::new(i as u32, dev));
+    }
+    Ok((best, handles))
+}
+
+/// Random pool identity.
+pub fn new_pool_id() -> [u8; 16] {
+    use rand::RngCore;
+    let mut id = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut id);
+    id
 }

@@ -1,0 +1,670 @@
+//! Tests of the building blocks and their compositions, over memory devices.
+//! Layouts are built from hand-made `Spec`s so these tests do not depend on
+//! the textual parser.
+
+use super::*;
+use crate::device::{Device, DeviceHandle, MemDevice};
+use crate::layout::{Spec, Value};
+use crate::pool::{Allocator, Storage};
+use parking_lot::Mutex;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const BS: usize = BLOCK_SIZE;
+const KIB: u64 = 1024;
+
+// ---- Specs ----
+
+fn node(kind: &str, params: Vec<(&str, Value)>, children: Vec<Spec>, device: Option<u32>) -> Spec {
+    Spec { kind: kind.into(), params: params.into_iter().map(|(k, v)| (k.to_string(), v)).collect(), children, device }
+}
+fn ext(d: u32) -> Spec {
+    node("extent", vec![], vec![], Some(d))
+}
+fn ext_max(d: u32, max: u64) -> Spec {
+    node("extent", vec![("max", Value::Num(max))], vec![], Some(d))
+}
+fn stripe(unit: u64, kids: Vec<Spec>) -> Spec {
+    node("stripe", vec![("unit", Value::Num(unit))], kids, None)
+}
+fn regions(size: u64, kids: Vec<Spec>) -> Spec {
+    node("regions", vec![("size", Value::Num(size))], kids, None)
+}
+fn replicate(read: &str, kids: Vec<Spec>) -> Spec {
+    node("replicate", vec![("read", Value::Word(read.into()))], kids, None)
+}
+fn inline(max: u64) -> Spec {
+    node("inline", vec![("max", Value::Num(max))], vec![], None)
+}
+
+// ---- Environment: devices, allocators, a change log ----
+
+struct Env {
+    storage: Storage,
+    log: Mutex<Vec<MapChange>>,
+}
+
+/// First device block handed out (block 0 stands for a superblock).
+const FIRST: u64 = 1;
+
+impl Env {
+    fn new(ndev: u32, blocks: u64) -> Env {
+        let devs = (0..ndev).map(|i| Arc::new(MemDevice::new(format!("mem:{i}"), blocks * BS as u64)) as Arc<dyn Device>).collect();
+        Env::with(devs)
+    }
+    fn with(devs: Vec<Arc<dyn Device>>) -> Env {
+        let allocs = devs.iter().map(|d| Allocator::new(FIRST, d.size() / BS as u64)).collect();
+        let devs = devs.into_iter().enumerate().map(|(i, d)| DeviceHandle::new(i as u32, d)).collect();
+        Env { storage: Storage { devs, allocs }, log: Mutex::new(Vec::new()) }
+    }
+    fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
+        let sink = |c: MapChange| self.log.lock().push(c);
+        f(&IoCtx { storage: &self.storage, epoch: 1, sink: &sink })
+    }
+    fn write(&self, l: &Layout, fblk: u64, data: &[u8]) -> Result<()> {
+        self.io(|io| l.root().write(io, fblk, data))
+    }
+    fn read(&self, l: &Layout, fblk: u64, n: usize) -> Vec<u8> {
+        let mut buf = vec![0xAA; n * BS];
+        self.io(|io| l.root().read(io, fblk, &mut buf)).unwrap();
+        buf
+    }
+    fn truncate(&self, l: &Layout, n: u64) {
+        self.io(|io| l.root().truncate(io, n)).unwrap();
+    }
+    fn changes(&self) -> Vec<MapChange> {
+        self.log.lock().clone()
+    }
+    /// Every device block is either free or owned by exactly one extent of
+    /// `layouts`, once deferred frees are released.
+    fn check_accounting(&self, layouts: &[&Layout]) {
+        let mut owned: Vec<Vec<(u64, u64)>> = vec![Vec::new(); self.storage.devs.len()];
+        for l in layouts {
+            l.extents(&mut |d, p, n| owned[d as usize].push((p, n)));
+        }
+        for (d, a) in self.storage.allocs.iter().enumerate() {
+            a.release(u64::MAX);
+            let mut all = owned[d].clone();
+            all.extend(a.free_extents());
+            all.sort_unstable();
+            let mut pos = FIRST;
+            for (s, n) in all {
+                assert_eq!(s, pos, "device {d}: block {pos} leaked or claimed twice");
+                pos = s + n;
+            }
+            assert_eq!(pos, a.total_blocks(), "device {d}: blocks leaked at the end");
+        }
+    }
+}
+
+fn build(s: &Spec) -> Layout {
+    Layout::build(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
+}
+
+fn pattern(seed: u64, nblocks: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..nblocks * BS).map(|_| rng.gen()).collect()
+}
+
+fn encode(l: &Layout) -> Vec<u8> {
+    let mut e = crate::codec::Encoder::new();
+    l.encode(&mut e);
+    e.into_inner()
+}
+
+fn decode(b: &[u8]) -> Result<Layout> {
+    Layout::decode(&mut crate::codec::Decoder::new(b, "layout"))
+}
+
+// ---- Parameters and validation ----
+
+fn build_err(s: &Spec) -> String {
+    match Layout::build(s) {
+        Ok(_) => panic!("{s:?} was accepted"),
+        Err(Error::Layout(m)) => m,
+        Err(e) => panic!("{s:?}: wrong error {e}"),
+    }
+}
+
+#[test]
+fn bad_compositions_are_refused() {
+    assert!(build_err(&node("extent", vec![], vec![], None)).contains("needs a device"));
+    assert!(build_err(&node("extent", vec![], vec![ext(1)], Some(0))).contains("no children"));
+    assert!(build_err(&node("extent", vec![("max", Value::Num(100))], vec![], Some(0))).contains("max="));
+    assert!(build_err(&node("inline", vec![], vec![], Some(0))).contains("takes no device"));
+    assert!(build_err(&inline(8 * KIB)).contains("max=8K"));
+    assert!(build_err(&stripe(6 * KIB, vec![ext(0), ext(1)])).contains("multiple of 4K"));
+    assert!(build_err(&regions(10_000, vec![ext(0)])).contains("multiple of 4K"));
+    assert!(build_err(&stripe(64 * KIB, vec![])).contains("1 to 256 children"));
+    assert!(build_err(&node("stripe", vec![("width", Value::Num(3))], vec![ext(0), ext(1)], None)).contains("width=3 but 2"));
+    assert!(build_err(&node("stripe", vec![("unit", Value::Word("big".into()))], vec![ext(0)], None)).contains("unit="));
+    assert!(build_err(&node("stripe", vec![], vec![ext(0)], Some(2))).contains("takes no device"));
+    assert!(build_err(&replicate("fastest", vec![ext(0)])).contains("one of least-loaded"));
+    assert!(build_err(&replicate("primary", (0..17).map(ext).collect())).contains("1 to 16 children"));
+}
+
+#[test]
+fn params_include_defaults_and_width() {
+    let l = build(&node(
+        "replicate",
+        vec![],
+        vec![node("stripe", vec![], vec![ext(0), ext(1)], None), node("regions", vec![], vec![ext(2)], None)],
+        None,
+    ));
+    let p = |i: usize| l.nodes()[i].params().0;
+    assert_eq!(p(0).get("copies"), Some(&Value::Num(2)));
+    assert_eq!(p(0).get("read"), Some(&Value::Word("least-loaded".into())));
+    assert_eq!(p(1).get("unit"), Some(&Value::Num(1 << 20)));
+    assert_eq!(p(1).get("width"), Some(&Value::Num(2)));
+    assert_eq!(p(2).get("max"), Some(&Value::Num(128 << 20)));
+    assert_eq!(p(4).get("size"), Some(&Value::Num(16 << 20)));
+    assert_eq!(p(4).get("width"), Some(&Value::Num(1)));
+    let i = build(&node("inline", vec![], vec![], None));
+    assert_eq!(i.root().params().0.get("max"), Some(&Value::Num(2048)));
+    assert_eq!(i.root().capacity(), 1);
+    assert_eq!(build(&inline(0)).root().capacity(), 0);
+}
+
+// ---- Geometry ----
+
+#[test]
+fn stripe_places_units_round_robin() {
+    let env = Env::new(3, 256);
+    // unit = 2 blocks over 3 children.
+    let l = build(&stripe(8 * KIB, vec![ext(0), ext(1), ext(2)]));
+    let data = pattern(1, 14);
+    env.write(&l, 0, &data).unwrap();
+    let blk = |f: usize| &data[f * BS..(f + 1) * BS];
+    let child = |c: usize, cb: u64| {
+        let mut b = vec![0; BS];
+        env.io(|io| l.nodes()[c + 1].read(io, cb, &mut b)).unwrap();
+        b
+    };
+    // File block b: unit b/2 on child (b/2)%3 at ((b/2)/3)*2 + b%2.
+    for f in 0..14usize {
+        let u = f / 2;
+        assert_eq!(child(u % 3, ((u / 3) * 2 + f % 2) as u64), blk(f), "file block {f}");
+    }
+    // Truncate to 9 blocks: child 0 keeps units 0 and 3 (4 blocks), child 1
+    // unit 1 and half of unit 4 (3 blocks), child 2 unit 2 (2 blocks).
+    env.truncate(&l, 9);
+    let next = |c: usize, b: u64| l.nodes()[c + 1].next_data(b);
+    assert_eq!(next(0, 3), Some(3));
+    assert_eq!(next(0, 4), None);
+    assert_eq!(next(1, 2), Some(2));
+    assert_eq!(next(1, 3), None);
+    assert_eq!(next(2, 1), Some(1));
+    assert_eq!(next(2, 2), None);
+    assert_eq!(l.root().next_data(0), Some(0));
+    assert_eq!(l.root().next_data(9), None);
+    let mut want = data[..9 * BS].to_vec();
+    want.resize(14 * BS, 0);
+    assert_eq!(env.read(&l, 0, 14), want);
+}
+
+#[test]
+fn holes_read_as_zeros_and_next_data_skips_them() {
+    let env = Env::new(4, 512);
+    for s in [
+        stripe(8 * KIB, vec![ext(0), ext(1), ext(2)]),
+        regions(32 * KIB, vec![stripe(4 * KIB, vec![ext(0), ext(1)]), ext(2)]),
+        replicate("least-loaded", vec![ext(0), stripe(4 * KIB, vec![ext(1), ext(2)])]),
+    ] {
+        let l = build(&s);
+        assert_eq!(l.root().next_data(0), None);
+        let d = pattern(2, 1);
+        env.write(&l, 100, &d).unwrap();
+        assert_eq!(env.read(&l, 0, 100), vec![0; 100 * BS]);
+        assert_eq!(env.read(&l, 100, 1), d);
+        assert_eq!(l.root().next_data(0), Some(100));
+        assert_eq!(l.root().next_data(100), Some(100));
+        assert_eq!(l.root().next_data(101), None);
+        env.truncate(&l, 50);
+        assert_eq!(l.root().next_data(0), None);
+        assert_eq!(env.read(&l, 99, 3), vec![0; 3 * BS]);
+        env.truncate(&l, 0);
+    }
+    env.check_accounting(&[]);
+}
+
+#[test]
+fn sequential_appends_stay_contiguous() {
+    let env = Env::new(1, 256);
+    let l = build(&ext(0));
+    for b in 0..50 {
+        env.write(&l, b, &pattern(b, 1)).unwrap();
+    }
+    let mut runs = Vec::new();
+    l.extents(&mut |d, p, n| runs.push((d, p, n)));
+    assert_eq!(runs, vec![(0, FIRST, 50)]);
+    // With max = 16K the same file is four-block runs, still back to back.
+    let env = Env::new(1, 256);
+    let l = build(&ext_max(0, 16 * KIB));
+    for b in 0..10 {
+        env.write(&l, b, &pattern(b, 1)).unwrap();
+    }
+    let mut runs = Vec::new();
+    l.extents(&mut |_, p, n| runs.push((p, n)));
+    assert_eq!(runs, vec![(FIRST, 4), (FIRST + 4, 4), (FIRST + 8, 2)]);
+}
+
+#[test]
+fn large_requests_span_every_child() {
+    let env = Env::new(4, 2048);
+    for s in [
+        stripe(64 * KIB, vec![ext(0), ext(1), ext(2), ext(3)]),
+        stripe(4 * KIB, vec![ext(0), ext(1), ext(2), ext(3)]),
+        regions(256 * KIB, vec![ext(0), ext(1), ext(2), ext(3)]),
+        replicate("primary", vec![stripe(16 * KIB, vec![ext(0), ext(1)]), stripe(16 * KIB, vec![ext(2), ext(3)])]),
+    ] {
+        let l = build(&s);
+        // 3 MiB at an odd offset: many units, several turns of the children.
+        let data = pattern(3, 768);
+        env.write(&l, 7, &data).unwrap();
+        assert_eq!(env.read(&l, 7, 768), data);
+        let mut got = env.read(&l, 0, 800);
+        assert!(got[..7 * BS].iter().all(|&b| b == 0));
+        assert_eq!(&got[7 * BS..775 * BS], &data[..]);
+        got.truncate(0);
+        env.truncate(&l, 0);
+    }
+    env.check_accounting(&[]);
+}
+
+// ---- Random operations against a model ----
+
+/// Random writes, reads and truncates checked against a byte vector; then the
+/// persistent forms (encoded state, replayed changes) must read the same.
+fn exercise(s: &Spec, env: &Env, seed: u64, ops: usize) {
+    const MAXB: u64 = 300;
+    let l = build(s);
+    let mut model = vec![0u8; MAXB as usize * BS];
+    let mut rng = StdRng::seed_from_u64(seed);
+    env.log.lock().clear();
+    for i in 0..ops {
+        match rng.gen_range(0..10) {
+            0..=4 => {
+                let n = if rng.gen_bool(0.2) { rng.gen_range(1..=120) } else { rng.gen_range(1..=8) };
+                let f = rng.gen_range(0..=MAXB - n);
+                let d = pattern(seed * 1000 + i as u64, n as usize);
+                env.write(&l, f, &d).unwrap();
+                model[f as usize * BS..(f + n) as usize * BS].copy_from_slice(&d);
+            }
+            5..=7 => {
+                let n = rng.gen_range(1..=64);
+                let f = rng.gen_range(0..=MAXB - n);
+                let got = env.read(&l, f, n as usize);
+                assert!(got == model[f as usize * BS..(f + n) as usize * BS], "{s:?}: read {f}+{n} after {i} ops");
+            }
+            8 => {
+                let n = rng.gen_range(0..MAXB);
+                env.truncate(&l, n);
+                model[n as usize * BS..].fill(0);
+            }
+            _ => {
+                // next_data never skips a block that holds data.
+                let f = rng.gen_range(0..MAXB);
+                let first = (f..MAXB).find(|&b| model[b as usize * BS..(b + 1) as usize * BS].iter().any(|&x| x != 0));
+                if let Some(b) = first {
+                    let nd = l.root().next_data(f);
+                    assert!(nd.is_some_and(|x| x >= f && x <= b), "{s:?}: next_data({f}) = {nd:?}, data at {b}");
+                }
+            }
+        }
+    }
+    assert!(env.read(&l, 0, MAXB as usize) == model, "{s:?}: final contents");
+
+    // Encoded and decoded: same tree, same contents.
+    let bytes = encode(&l);
+    let d = decode(&bytes).unwrap();
+    assert_eq!(d.spec(), l.spec());
+    assert!(env.read(&d, 0, MAXB as usize) == model, "{s:?}: after decode");
+    assert_eq!(encode(&d), bytes);
+
+    // Replayed onto an empty tree: same contents, same persistent state.
+    let r = build(s);
+    for c in env.changes() {
+        r.apply(&c).unwrap();
+    }
+    assert!(env.read(&r, 0, MAXB as usize) == model, "{s:?}: after replay");
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    l.extents(&mut |d, p, n| a.push((d, p, n)));
+    r.extents(&mut |d, p, n| b.push((d, p, n)));
+    a.sort_unstable();
+    b.sort_unstable();
+    // Run boundaries may differ; the blocks covered may not.
+    let blocks = |v: &[(u32, u64, u64)]| v.iter().flat_map(|&(d, p, n)| (p..p + n).map(move |x| (d, x))).collect::<Vec<_>>();
+    assert_eq!(blocks(&a), blocks(&b));
+
+    env.check_accounting(&[&l]);
+    env.truncate(&l, 0);
+    env.check_accounting(&[]);
+}
+
+fn compositions() -> Vec<Spec> {
+    vec![
+        ext(0),
+        ext_max(1, 16 * KIB),
+        stripe(8 * KIB, vec![ext(0), ext(1), ext(2)]),
+        stripe(4 * KIB, vec![ext(0), ext_max(1, 4 * KIB)]),
+        regions(32 * KIB, vec![ext(0), ext(1), ext(2)]),
+        regions(64 * KIB, vec![stripe(8 * KIB, vec![ext(0), ext(1)]), stripe(4 * KIB, vec![ext(2), ext(3)])]),
+        replicate("least-loaded", vec![stripe(8 * KIB, vec![ext(0), ext(1)]), stripe(8 * KIB, vec![ext(2), ext(3)])]),
+        replicate("primary", vec![ext(0), ext(1), ext(2)]),
+        replicate("nearest", vec![ext_max(0, 8 * KIB), regions(16 * KIB, vec![ext(1), ext(2)])]),
+        stripe(8 * KIB, vec![replicate("least-loaded", vec![ext(0), ext(1)]), replicate("primary", vec![ext(2), ext(3)])]),
+    ]
+}
+
+#[test]
+fn random_operations_match_a_model() {
+    for (i, s) in compositions().iter().enumerate() {
+        let env = Env::new(4, 4096);
+        exercise(s, &env, i as u64 + 1, 400);
+    }
+}
+
+#[test]
+fn replay_twice_is_harmless() {
+    let env = Env::new(3, 1024);
+    let s = stripe(8 * KIB, vec![ext(0), ext(1), ext(2)]);
+    let l = build(&s);
+    env.write(&l, 3, &pattern(5, 40)).unwrap();
+    env.truncate(&l, 20);
+    env.write(&l, 30, &pattern(6, 10)).unwrap();
+    let r = build(&s);
+    for _ in 0..2 {
+        for c in env.changes() {
+            r.apply(&c).unwrap();
+        }
+    }
+    assert_eq!(env.read(&r, 0, 50), env.read(&l, 0, 50));
+}
+
+// ---- Concurrency ----
+
+#[test]
+fn concurrent_writers_and_readers() {
+    let env = Env::new(3, 4096);
+    let l = build(&stripe(8 * KIB, vec![ext(0), ext(1), ext(2)]));
+    const THREADS: u64 = 8;
+    const ROUNDS: u64 = 40;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (env, l) = (&env, &l);
+            s.spawn(move || {
+                // Interleaved one- and two-block writes: neighbours share units and runs.
+                for r in 0..ROUNDS {
+                    let f = r * THREADS * 2 + t * 2;
+                    env.write(l, f, &[t as u8 + 1; 2 * BS]).unwrap();
+                    let got = env.read(l, f, 2);
+                    assert!(got.iter().all(|&b| b == t as u8 + 1));
+                }
+            });
+        }
+    });
+    let all = env.read(&l, 0, (THREADS * ROUNDS * 2) as usize);
+    for (b, chunk) in all.chunks(BS).enumerate() {
+        let t = (b as u64 / 2) % THREADS;
+        assert!(chunk.iter().all(|&x| x == t as u8 + 1), "block {b}");
+    }
+    env.check_accounting(&[&l]);
+}
+
+#[test]
+fn truncates_racing_writes_leak_nothing() {
+    for s in [ext_max(0, 16 * KIB), stripe(8 * KIB, vec![ext(0), ext(1)])] {
+        let env = Env::new(2, 4096);
+        let l = build(&s);
+        std::thread::scope(|sc| {
+            for t in 0..4u64 {
+                let (env, l) = (&env, &l);
+                sc.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(t);
+                    for _ in 0..300 {
+                        if t == 0 {
+                            env.truncate(l, rng.gen_range(0..64));
+                        } else {
+                            let n = rng.gen_range(1..=8);
+                            env.write(l, rng.gen_range(0..64), &vec![t as u8; n * BS]).unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        // The recorded changes still describe exactly what is mapped.
+        let r = build(&s);
+        for c in env.changes() {
+            r.apply(&c).unwrap();
+        }
+        assert_eq!(env.read(&r, 0, 72), env.read(&l, 0, 72));
+        env.check_accounting(&[&l]);
+    }
+}
+
+// ---- Inline ----
+
+#[test]
+fn inline_keeps_small_data() {
+    let env = Env::new(1, 16);
+    let l = build(&inline(2 * KIB));
+    let mut blk = vec![0u8; BS];
+    blk[..100].copy_from_slice(&[7; 100]);
+    env.write(&l, 0, &blk).unwrap();
+    assert_eq!(env.read(&l, 0, 2), [blk.clone(), vec![0; BS]].concat());
+    assert_eq!(env.changes(), vec![MapChange::Inline { node: 0, data: vec![7; 100] }]);
+    assert_eq!(l.root().next_data(0), Some(0));
+    // Past `max`, and past block 0, only zeros fit.
+    let mut big = blk.clone();
+    big[2048] = 1;
+    assert!(matches!(env.write(&l, 0, &big), Err(Error::TooBig(_))));
+    assert!(matches!(env.write(&l, 1, &blk), Err(Error::TooBig(_))));
+    env.write(&l, 1, &[0; BS]).unwrap();
+    assert_eq!(env.read(&l, 0, 1), blk);
+    let mut none = 0;
+    l.extents(&mut |_, _, _| none += 1);
+    assert_eq!(none, 0);
+    // Persistent forms.
+    let d = decode(&encode(&l)).unwrap();
+    assert_eq!(env.read(&d, 0, 1), blk);
+    let r = build(&inline(2 * KIB));
+    for c in env.changes() {
+        r.apply(&c).unwrap();
+    }
+    assert_eq!(env.read(&r, 0, 1), blk);
+    env.truncate(&l, 0);
+    assert_eq!(env.read(&l, 0, 1), vec![0; BS]);
+    assert_eq!(l.root().next_data(0), None);
+    assert_eq!(env.changes().last(), Some(&MapChange::Inline { node: 0, data: vec![] }));
+    // Too much data in a change or in stored state is corruption.
+    assert!(r.apply(&MapChange::Inline { node: 0, data: vec![1; 3000] }).is_err());
+    assert!(r.apply(&MapChange::Truncate { node: 0, from: 0 }).is_err());
+    let mut e = crate::codec::Encoder::new();
+    e.bytes(&[1; 3000]);
+    let params = Params(BTreeMap::from([("max".into(), Value::Num(2048))]));
+    let args = |state| BuildArgs { id: 0, params: &params, device: None, children: vec![], state };
+    assert!(matches!((inline::TYPE.build)(args(Some(&e.buf))), Err(Error::Corrupt { .. })));
+    assert!(matches!((inline::TYPE.build)(args(Some(&[9, 0]))), Err(Error::Corrupt { .. })));
+}
+
+// ---- Failures ----
+
+#[test]
+fn full_device_is_no_space_and_frees_what_it_took() {
+    let env = Env::new(2, 32);
+    let l = build(&ext(0));
+    let before = env.storage.allocs[0].free_blocks();
+    match env.write(&l, 0, &pattern(1, 40)) {
+        Err(Error::NoSpace(name)) => assert_eq!(name, "mem:0"),
+        other => panic!("expected NoSpace, got {other:?}"),
+    }
+    assert_eq!(env.storage.allocs[0].free_blocks(), before);
+    assert!(env.changes().is_empty());
+    assert_eq!(env.read(&l, 0, 40), vec![0; 40 * BS]);
+    // What fits still fits.
+    let d = pattern(2, 31);
+    env.write(&l, 0, &d).unwrap();
+    assert_eq!(env.read(&l, 0, 31), d);
+    assert!(matches!(env.write(&l, 31, &d[..BS]), Err(Error::NoSpace(_))));
+    // A stripe fails the same way when one of its devices fills.
+    let s = build(&stripe(4 * KIB, vec![ext(1), ext(0)]));
+    assert!(matches!(env.write(&s, 0, &pattern(3, 8)), Err(Error::NoSpace(_))));
+    env.check_accounting(&[&l, &s]);
+}
+
+#[test]
+fn failed_data_write_maps_nothing() {
+    let mem = Arc::new(MemDevice::new("mem:0", 64 * BS as u64));
+    let env = Env::with(vec![mem.clone()]);
+    let l = build(&ext(0));
+    mem.fail_after_writes(0);
+    assert!(env.write(&l, 0, &pattern(1, 4)).is_err());
+    assert!(env.changes().is_empty());
+    assert_eq!(l.root().next_data(0), None);
+    env.check_accounting(&[&l]);
+    mem.fail_after_writes(-1);
+    env.write(&l, 0, &pattern(1, 4)).unwrap();
+    assert_eq!(env.read(&l, 0, 4), pattern(1, 4));
+}
+
+/// A device whose reads fail on demand (MemDevice only fails writes).
+struct FailRead {
+    inner: MemDevice,
+    fail: AtomicBool,
+}
+
+impl Device for FailRead {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(Error::Device("injected read failure".into()));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn replicated_reads_survive_a_failed_copy() {
+    let bad = Arc::new(FailRead { inner: MemDevice::new("bad", 256 * BS as u64), fail: AtomicBool::new(false) });
+    let good = Arc::new(MemDevice::new("good", 256 * BS as u64));
+    let env = Env::with(vec![bad.clone(), good, Arc::new(MemDevice::new("other", 256 * BS as u64))]);
+    for policy in ["primary", "least-loaded", "nearest"] {
+        let l = build(&replicate(policy, vec![ext(0), stripe(4 * KIB, vec![ext(1), ext(2)])]));
+        let d = pattern(4, 20);
+        env.write(&l, 0, &d).unwrap();
+        bad.fail.store(true, Ordering::SeqCst);
+        for _ in 0..4 {
+            assert_eq!(env.read(&l, 0, 20), d, "{policy}");
+        }
+        // With every copy failing, the read fails.
+        let one = build(&replicate(policy, vec![ext(0)]));
+        env.write(&one, 0, &d).unwrap();
+        let mut buf = vec![0; 20 * BS];
+        assert!(env.io(|io| one.root().read(io, 0, &mut buf)).is_err());
+        bad.fail.store(false, Ordering::SeqCst);
+        env.truncate(&l, 0);
+        env.truncate(&one, 0);
+    }
+}
+
+#[test]
+fn least_loaded_spreads_idle_reads() {
+    let env = Env::new(2, 64);
+    let l = build(&replicate("least-loaded", vec![ext(0), ext(1)]));
+    env.write(&l, 0, &pattern(1, 1)).unwrap();
+    let before: Vec<u64> = env.storage.devs.iter().map(|d| d.stats.snapshot().reads).collect();
+    for _ in 0..10 {
+        env.read(&l, 0, 1);
+    }
+    for (d, b) in env.storage.devs.iter().zip(before) {
+        assert_eq!(d.stats.snapshot().reads - b, 5, "ties are taken in turn");
+    }
+    // A failed write to one copy is reported.
+    let mem = Arc::new(MemDevice::new("w", 64 * BS as u64));
+    let env = Env::with(vec![Arc::new(MemDevice::new("ok", 64 * BS as u64)), mem.clone()]);
+    let l = build(&replicate("primary", vec![ext(0), ext(1)]));
+    mem.fail_after_writes(0);
+    assert!(env.write(&l, 0, &pattern(1, 1)).is_err());
+}
+
+// ---- Corrupt persistent state ----
+
+fn extent_state(runs: &[(u64, u64, u64)]) -> Vec<u8> {
+    let mut e = crate::codec::Encoder::new();
+    e.u32(runs.len() as u32);
+    for &(f, p, l) in runs {
+        e.u64(f).u64(p).u64(l);
+    }
+    e.into_inner()
+}
+
+#[test]
+fn corrupt_state_is_an_error() {
+    let params = Params(BTreeMap::from([("max".into(), Value::Num(64 * KIB))]));
+    let build_extent = |state: &[u8]| (extent::TYPE.build)(BuildArgs { id: 0, params: &params, device: Some(0), children: vec![], state: Some(state) });
+    assert!(build_extent(&extent_state(&[(0, 10, 4), (4, 20, 4)])).is_ok());
+    for bad in [
+        extent_state(&[(0, 10, 4), (3, 20, 4)]),        // file overlap
+        extent_state(&[(4, 10, 4), (0, 20, 4)]),        // out of order
+        extent_state(&[(0, 10, 4), (8, 12, 4)]),        // device overlap
+        extent_state(&[(0, 10, 0)]),                    // empty run
+        extent_state(&[(0, 10, 17)]),                   // longer than max
+        extent_state(&[(u64::MAX - 1, 10, 4)]),         // file overflow
+        extent_state(&[(0, u64::MAX - 1, 4)]),          // device overflow
+        vec![255, 255, 255, 255],                       // huge count
+        extent_state(&[(0, 10, 4)])[..20].to_vec(),     // truncated
+        [extent_state(&[(0, 10, 4)]), vec![0]].concat(), // trailing bytes
+    ] {
+        assert!(matches!(build_extent(&bad), Err(Error::Corrupt { .. })), "{bad:?}");
+    }
+    // Composite state must be empty.
+    let l = build(&stripe(4 * KIB, vec![ext(0)]));
+    let kids = l.root().children().to_vec();
+    let p = l.root().params();
+    let r = (stripe::TYPE.build)(BuildArgs { id: 0, params: &p, device: None, children: kids, state: Some(&[1]) });
+    assert!(matches!(r, Err(Error::Corrupt { .. })));
+    // Bad replayed changes.
+    let e = build(&ext(0));
+    assert!(e.apply(&MapChange::Map { node: 0, fblk: u64::MAX, pblk: 1, len: 2 }).is_err());
+    assert!(e.apply(&MapChange::Map { node: 0, fblk: 0, pblk: 1, len: 0 }).is_err());
+    assert!(e.apply(&MapChange::Inline { node: 0, data: vec![] }).is_err());
+    assert!(l.apply(&MapChange::Truncate { node: 0, from: 0 }).is_err());
+}
+
+#[test]
+fn mangled_layout_bytes_never_panic() {
+    let env = Env::new(4, 1024);
+    let l = build(&regions(32 * KIB, vec![stripe(8 * KIB, vec![ext(0), ext(1)]), replicate("primary", vec![ext(2), ext(3)])]));
+    env.write(&l, 0, &pattern(1, 200)).unwrap();
+    let bytes = encode(&l);
+    assert!(decode(&bytes).is_ok());
+    for n in 0..bytes.len() {
+        assert!(decode(&bytes[..n]).is_err(), "truncated at {n}");
+    }
+    let mut rng = StdRng::seed_from_u64(9);
+    for _ in 0..5000 {
+        let mut b = bytes.clone();
+        for _ in 0..rng.gen_range(1..4) {
+            let i = rng.gen_range(0..b.len());
+            b[i] = rng.gen();
+        }
+        // Ok or Err, never a panic; and whatever decodes must be usable.
+        if let Ok(d) = decode(&b) {
+            let mut buf = vec![0; 8 * BS];
+            let _ = env.io(|io| d.root().read(io, 0, &mut buf));
+            let _ = d.root().next_data(0);
+        }
+    }
+}

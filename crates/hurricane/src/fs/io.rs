@@ -1,0 +1,334 @@
+//! File data: read, write, truncate, preallocation and hole search.
+//!
+//! Requests are cut into whole file blocks for the layout tree; partial
+//! blocks at either end are read, merged and written back. Bytes past the end
+//! of a file inside its last block are kept zero, so extending a file never
+//! exposes old data.
+
+use super::{now, Fs};
+use crate::blocks::{IoCtx, Layout, MapChange, BLOCK_SIZE};
+use crate::codec::Encoder;
+use crate::error::{Error, Result};
+use crate::journal::{Ino, Op};
+use crate::layout;
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+const BS: u64 = BLOCK_SIZE as u64;
+
+/// The per-inode I/O lock, held shared or exclusive.
+enum IoGuard<'a> {
+    Shared(#[allow(dead_code)] parking_lot::RwLockReadGuard<'a, ()>),
+    Excl(#[allow(dead_code)] parking_lot::RwLockWriteGuard<'a, ()>),
+}
+/// Largest file: the block arithmetic stays far from overflow.
+pub const MAX_FILE_SIZE: u64 = 1 << 50;
+
+impl Fs {
+    fn file_layout(&self, ino: Ino) -> Result<(Arc<crate::namespace::Inode>, Arc<Layout>, u64)> {
+        let n = self.state().inode(ino)?;
+        let (lay, size) = {
+            let d = n.data.read();
+            match d.layout() {
+                Some(l) => (l.clone(), d.size),
+                None if d.is_dir() => return Err(Error::IsDir(format!("inode {ino}"))),
+                None => return Err(Error::Invalid(format!("inode {ino} is not a regular file"))),
+            }
+        };
+        Ok((n, lay, size))
+    }
+
+    /// Reads up to `buf.len()` bytes at `off`; returns the count (0 at EOF).
+    pub fn read(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let (node, _, _) = self.file_layout(ino)?;
+        let _io = node.io.read();
+        // Layout and size again under the I/O lock (a truncate may have run).
+        let (lay, size) = {
+            let d = node.data.read();
+            (d.layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
+        };
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(size - off) as usize;
+        let io = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink() };
+        read_range(&lay, &io, off, &mut buf[..n])?;
+        Ok(n)
+    }
+
+    /// Writes `data` at `off`; returns the count written.
+    pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        self.check_writable()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| Error::TooBig(format!("inode {ino}: write past {MAX_FILE_SIZE} bytes")))?;
+        for attempt in 0..2 {
+            let (node, _, _) = self.file_layout(ino)?;
+            let aligned = off % BS == 0 && data.len() as u64 % BS == 0;
+            // Whole-block writes run in parallel; partial blocks are
+            // read-modify-write and must not interleave.
+            let guard = if aligned { IoGuard::Shared(node.io.read()) } else { IoGuard::Excl(node.io.write()) };
+            let lay = node.data.read().layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?;
+            let g = self.inner.gate.enter();
+            let changes = Mutex::new(Vec::new());
+            let sink = |c: MapChange| changes.lock().push(c);
+            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+            let r = write_range(&lay, &io, off, data);
+            let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
+            let mut l = self.state().lock(&[ino]);
+            let d = l.get(ino)?;
+            let t = now();
+            match r {
+                Ok(()) => {
+                    if end > d.size {
+                        d.size = end;
+                        d.mtime = t;
+                        d.ctime = t;
+                        ops.push(Op::SetSize { ino, size: end, mtime: t });
+                    } else {
+                        d.mtime = t;
+                        d.ctime = t;
+                    }
+                    // Clear set-id bits on write, as the kernel does.
+                    if d.mode & (libc::S_ISUID | libc::S_ISGID) != 0 && d.mode & 0o010 != 0 {
+                        let mode = d.mode & 0o7777 & !(libc::S_ISUID | libc::S_ISGID);
+                        d.mode = (d.mode & !0o7777) | mode;
+                        ops.push(Op::SetAttr { ino, mode: Some(mode), uid: None, gid: None, atime: None, mtime: None, ctime: t });
+                    }
+                    let logged_size = ops.iter().any(|o| matches!(o, Op::SetSize { .. }));
+                    g.log(&ops);
+                    drop(l);
+                    drop(g);
+                    if !logged_size {
+                        self.mark_dirty(ino);
+                    }
+                    return Ok(data.len());
+                }
+                Err(e) => {
+                    // Whatever was allocated before the failure is still recorded.
+                    g.log(&ops);
+                    drop(l);
+                    drop(g);
+                    match e {
+                        Error::TooBig(_) if attempt == 0 && lay.root().kind().name == "inline" => {
+                            drop(guard);
+                            self.promote(ino)?;
+                            continue;
+                        }
+                        e => return Err(e),
+                    }
+                }
+            }
+        }
+        Err(Error::TooBig(format!("inode {ino}")))
+    }
+
+    /// A small file outgrew its inline layout: move its data to the pool's
+    /// default layout.
+    fn promote(&self, ino: Ino) -> Result<()> {
+        let node = self.state().inode(ino)?;
+        let _io = node.io.write();
+        let (old, size) = {
+            let d = node.data.read();
+            (d.layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
+        };
+        if old.root().kind().name != "inline" {
+            return Ok(());
+        }
+        let spec = layout::resolve(&layout::parse(self.default_layout())?, &self.pool_info())?;
+        let fresh = Arc::new(Layout::build(&spec)?);
+        let mut e = Encoder::new();
+        fresh.encode(&mut e);
+        let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink() };
+        let mut buf = vec![0u8; size.div_ceil(BS) as usize * BLOCK_SIZE];
+        old.root().read(&rio, 0, &mut buf)?;
+        let g = self.inner.gate.enter();
+        let changes = Mutex::new(Vec::new());
+        let sink = |c: MapChange| changes.lock().push(c);
+        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+        if !buf.is_empty() {
+            fresh.root().write(&io, 0, &buf)?;
+        }
+        let mut ops = vec![Op::SetLayout { ino, layout: e.into_inner() }];
+        ops.extend(changes.into_inner().into_iter().map(|change| Op::Map { ino, change }));
+        let mut l = self.state().lock(&[ino]);
+        l.get(ino)?.body = crate::namespace::Body::File(fresh);
+        g.log(&ops);
+        tracing::debug!("inode {ino}: inline data moved to the default layout");
+        Ok(())
+    }
+
+    /// Sets a file's size: frees blocks past it or leaves a hole before it.
+    pub fn truncate(&self, ino: Ino, size: u64) -> Result<()> {
+        self.check_writable()?;
+        if size > MAX_FILE_SIZE {
+            return Err(Error::TooBig(format!("inode {ino}: size {size}")));
+        }
+        let (node, _, _) = self.file_layout(ino)?;
+        let _io = node.io.write();
+        let (lay, old) = {
+            let d = node.data.read();
+            (d.layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
+        };
+        let g = self.inner.gate.enter();
+        let changes = Mutex::new(Vec::new());
+        let sink = |c: MapChange| changes.lock().push(c);
+        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+        if size < old {
+            let keep = size.div_ceil(BS);
+            lay.root().truncate(&io, keep)?;
+            // Zero the tail of a partial last block that holds data.
+            let tail = (size % BS) as usize;
+            if tail != 0 && lay.root().next_data(keep - 1) == Some(keep - 1) {
+                let mut b = vec![0u8; BLOCK_SIZE];
+                lay.root().read(&io, keep - 1, &mut b)?;
+                b[tail..].fill(0);
+                lay.root().write(&io, keep - 1, &b)?;
+            }
+        }
+        let t = now();
+        let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
+        ops.push(Op::SetSize { ino, size, mtime: t });
+        let mut l = self.state().lock(&[ino]);
+        let d = l.get(ino)?;
+        d.size = size;
+        d.mtime = t;
+        d.ctime = t;
+        g.log(&ops);
+        Ok(())
+    }
+
+    /// Allocates space for [off, off+len) (mode 0 may extend the size;
+    /// FALLOC_FL_KEEP_SIZE does not). Punching holes is refused.
+    pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: i32) -> Result<()> {
+        self.check_writable()?;
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(Error::NotSupported(format!("fallocate mode {mode:#x}")));
+        }
+        let end = off.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| Error::TooBig(format!("inode {ino}")))?;
+        let (node, lay, size) = self.file_layout(ino)?;
+        // Fill only the holes: existing data stays.
+        let first = off / BS;
+        let last = end.div_ceil(BS);
+        let mut b = first;
+        let zero = vec![0u8; BLOCK_SIZE * 64];
+        while b < last {
+            let data_at = lay.root().next_data(b);
+            if data_at == Some(b) {
+                b += 1;
+                continue;
+            }
+            let hole_end = data_at.unwrap_or(u64::MAX).min(last);
+            let n = (hole_end - b).min(64);
+            {
+                let _io = node.io.read();
+                let g = self.inner.gate.enter();
+                let changes = Mutex::new(Vec::new());
+                let sink = |c: MapChange| changes.lock().push(c);
+                let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+                let r = lay.root().write(&io, b, &zero[..n as usize * BLOCK_SIZE]);
+                let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
+                g.log(&ops);
+                r?;
+            }
+            b += n;
+        }
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > size {
+            let g = self.inner.gate.enter();
+            let mut l = self.state().lock(&[ino]);
+            let d = l.get(ino)?;
+            if end > d.size {
+                let t = now();
+                d.size = end;
+                d.mtime = t;
+                d.ctime = t;
+                g.log(&[Op::SetSize { ino, size: end, mtime: t }]);
+            }
+        }
+        Ok(())
+    }
+
+    /// SEEK_DATA (`data` = true) or SEEK_HOLE from `off`; None = ENXIO.
+    pub fn seek_data_hole(&self, ino: Ino, off: u64, data: bool) -> Result<Option<u64>> {
+        let (_, lay, size) = self.file_layout(ino)?;
+        if off >= size {
+            return Ok(None);
+        }
+        let mut b = off / BS;
+        if data {
+            return Ok(lay.root().next_data(b).map(|x| (x * BS).max(off)).filter(|&x| x < size));
+        }
+        // The next block with no data, or the end of the file.
+        let last = size.div_ceil(BS);
+        while b < last {
+            match lay.root().next_data(b) {
+                Some(x) if x == b => b += 1,
+                _ => return Ok(Some((b * BS).max(off).min(size))),
+            }
+        }
+        Ok(Some(size))
+    }
+}
+
+/// Reads bytes [off, off+buf.len()) through the layout: a partial head
+/// block, whole blocks straight into the caller's buffer, a partial tail.
+pub(crate) fn read_range(lay: &Layout, io: &IoCtx, off: u64, buf: &mut [u8]) -> Result<()> {
+    let root = lay.root();
+    let end = off + buf.len() as u64;
+    let mut pos = off;
+    let mut done = 0usize;
+    let mut tmp = vec![0u8; BLOCK_SIZE];
+    if pos % BS != 0 {
+        root.read(io, pos / BS, &mut tmp)?;
+        let h = (pos % BS) as usize;
+        let n = (BLOCK_SIZE - h).min(buf.len());
+        buf[..n].copy_from_slice(&tmp[h..h + n]);
+        pos += n as u64;
+        done += n;
+    }
+    let full = ((end - pos) / BS) as usize * BLOCK_SIZE;
+    if full > 0 {
+        root.read(io, pos / BS, &mut buf[done..done + full])?;
+        pos += full as u64;
+        done += full;
+    }
+    if pos < end {
+        root.read(io, pos / BS, &mut tmp)?;
+        let n = (end - pos) as usize;
+        buf[done..].copy_from_slice(&tmp[..n]);
+    }
+    Ok(())
+}
+
+/// Writes bytes at `off` through the layout; partial blocks at either end are
+/// read, merged and written back.
+pub(crate) fn write_range(lay: &Layout, io: &IoCtx, off: u64, data: &[u8]) -> Result<()> {
+    let root = lay.root();
+    let end = off + data.len() as u64;
+    let mut pos = off;
+    let mut done = 0usize;
+    let mut tmp = vec![0u8; BLOCK_SIZE];
+    if pos % BS != 0 || (end - pos) < BS {
+        root.read(io, pos / BS, &mut tmp)?;
+        let h = (pos % BS) as usize;
+        let n = (BLOCK_SIZE - h).min(data.len());
+        tmp[h..h + n].copy_from_slice(&data[..n]);
+        root.write(io, pos / BS, &tmp)?;
+        pos += n as u64;
+        done += n;
+    }
+    let full = ((end - pos) / BS) as usize * BLOCK_SIZE;
+    if full > 0 {
+        root.write(io, pos / BS, &data[done..done + full])?;
+        pos += full as u64;
+        done += full;
+    }
+    if pos < end {
+        root.read(io, pos / BS, &mut tmp)?;
+        let n = (end - pos) as usize;
+        tmp[..n].copy_from_slice(&data[done..]);
+        root.write(io, pos / BS, &tmp)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,592 @@
+//! The engine: an open pool with its namespace, journal and committer.
+//!
+//! [`Fs`] is cheap to clone and safe to share between threads. Its inode-level
+//! methods (in `ops.rs` and `io.rs`) are what the FUSE front end calls; the
+//! path-level API with [`File`] handles (in `path.rs`) is for programs that
+//! link the engine in-process.
+
+mod io;
+mod ops;
+mod path;
+
+pub use ops::{Attr, DirItem, RenameFlags, SetAttr, StatFs};
+pub use path::{File, OpenOptions};
+
+use crate::blocks::{IoCtx, Layout, MapChange};
+use crate::codec::{crc, Decoder, Encoder};
+use crate::device::{Device, StatsSnapshot, BLOCK_SIZE};
+use crate::error::{Error, Result};
+use crate::journal::{self, Batch, Cursor, Gate, Ino, Op, Region};
+use crate::layout::{self, PoolInfo};
+use crate::namespace::{inode::S_IFDIR, Body, Dir, InodeData, State, ROOT};
+use crate::pool::{self, Allocator, Storage, Superblock, FORMAT_VERSION, RESERVED_BLOCKS};
+use crossbeam_utils::CachePadded;
+use parking_lot::{Condvar, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options for making a pool.
+#[derive(Debug, Clone, Default)]
+pub struct FormatOptions {
+    /// Journal size in bytes (default: 1/32 of device 0, between 4 MiB and 256 MiB).
+    pub journal_size: Option<u64>,
+    /// Default layout for new files (default: stripe over every device).
+    pub default_layout: Option<String>,
+    /// Layout of the meta-file (default: replicated on devices 0 and 1).
+    pub meta_layout: Option<String>,
+}
+
+/// Options for opening a pool.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How often the committer writes the journal without being asked.
+    pub commit_interval: Duration,
+    pub read_only: bool,
+    /// Run the background committer (tests of crash states turn it off).
+    pub background_commit: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { commit_interval: Duration::from_secs(1), read_only: false, background_commit: true }
+    }
+}
+
+/// What opening found and did: for `fsck`, mount logs and tests.
+#[derive(Debug, Clone, Default)]
+pub struct OpenReport {
+    pub replayed_records: usize,
+    pub replayed_ops: usize,
+    pub replay_time: Duration,
+    pub was_clean: bool,
+    pub orphans_freed: usize,
+    /// Blocks claimed by more than one owner (fsck reports these).
+    pub double_claims: Vec<String>,
+}
+
+struct MetaState {
+    sb: Superblock,
+    cursor: Cursor,
+    meta: Layout,
+}
+
+pub(crate) struct Inner {
+    pub(crate) storage: Storage,
+    pub(crate) state: State,
+    pub(crate) gate: Gate,
+    meta: Mutex<MetaState>,
+    committed: Mutex<u64>,
+    committed_cv: Condvar,
+    salt: u64,
+    read_only: bool,
+    pub(crate) default_layout: String,
+    /// Inodes whose times changed since the last commit (sharded lists).
+    dirty: Box<[CachePadded<Mutex<Vec<Ino>>>]>,
+    /// Serialises cross-directory renames of directories, so two of them
+    /// cannot together move a directory under itself.
+    rename_lock: Mutex<()>,
+    shutdown: Mutex<bool>,
+    shutdown_cv: Condvar,
+    closed: AtomicBool,
+    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    report: Mutex<OpenReport>,
+    commits: AtomicU64,
+    checkpoints: AtomicU64,
+}
+
+/// An open pool. Clones share it.
+#[derive(Clone)]
+pub struct Fs {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+fn shards() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4
+}
+
+/// A sink for requests that record nothing (reads, meta-file writes).
+pub(crate) fn ignore(_: MapChange) {}
+
+impl Fs {
+    /// Makes a new pool on `devs` (erasing what they held).
+    pub fn format(devs: Vec<Arc<dyn Device>>, opts: &FormatOptions) -> Result<()> {
+        if devs.is_empty() {
+            return Err(Error::Device("a pool needs at least one device".into()));
+        }
+        let n = devs.len() as u32;
+        let handles: Vec<_> = devs.into_iter().enumerate().map(|(i, d)| crate::device::DeviceHandle::new(i as u32, d)).collect();
+        let dev0 = handles[0].blocks();
+        let jblocks = match opts.journal_size {
+            Some(b) => b / BLOCK_SIZE as u64,
+            None => (dev0 / 32).clamp(1024, 65536),
+        };
+        let min_blocks = RESERVED_BLOCKS + 64;
+        for h in &handles {
+            let need = if h.index == 0 { min_blocks + jblocks } else { min_blocks };
+            if h.blocks() < need {
+                return Err(Error::Device(format!(
+                    "{}: too small: {} KiB, needs at least {} KiB",
+                    h.dev.name(),
+                    h.blocks() * 4,
+                    need * 4
+                )));
+            }
+        }
+        if jblocks < 16 {
+            return Err(Error::Invalid(format!("journal of {jblocks} blocks is too small")));
+        }
+        let journal = Region { dev: 0, start: RESERVED_BLOCKS, blocks: jblocks };
+        let allocs = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
+        let storage = Storage { devs: handles, allocs };
+        storage.allocs[0].mark_used(journal.start, journal.blocks);
+        // Wipe both superblock slots and the journal head of a reused device.
+        let zero = vec![0u8; BLOCK_SIZE * RESERVED_BLOCKS as usize];
+        for d in &storage.devs {
+            d.write_blocks(0, &zero)?;
+        }
+        storage.devs[0].write_blocks(journal.start, &vec![0u8; BLOCK_SIZE * 4])?;
+
+        let default_layout = match &opts.default_layout {
+            Some(s) => s.clone(),
+            None => default_pool_layout(n),
+        };
+        let info = pool_info(&storage);
+        layout::resolve(&layout::parse(&default_layout)?, &info)?;
+        let meta_spec = match &opts.meta_layout {
+            Some(s) => s.clone(),
+            None if n >= 2 => "replicate(copies=2)[extent@0,extent@1]".into(),
+            None => "extent@0".into(),
+        };
+        let meta = Layout::build(&layout::resolve(&layout::parse(&meta_spec)?, &info)?)?;
+
+        let state = State::new(4);
+        let t = now();
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        state.insert(
+            ROOT,
+            InodeData {
+                mode: S_IFDIR | 0o755,
+                uid,
+                gid,
+                nlink: 2,
+                size: 0,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                btime: t,
+                rdev: 0,
+                xattrs: Default::default(),
+                body: Body::Dir(Dir::new(ROOT)),
+            },
+        );
+        let pool_id = pool::new_pool_id();
+        let sb = Superblock {
+            version: FORMAT_VERSION,
+            pool_id,
+            dev_index: 0,
+            dev_count: n,
+            block_size: BLOCK_SIZE as u32,
+            dev_blocks: 0,
+            generation: 0,
+            journal,
+            cursor: Cursor { tail: 0, head: 0, seq: 1 },
+            meta_layout: Vec::new(),
+            meta_len: 0,
+            meta_crc: 0,
+            clean: true,
+            default_layout,
+        };
+        let mut e = Encoder::new();
+        state.encode(&mut e);
+        let mut ms = MetaState { sb, cursor: Cursor { tail: 0, head: 0, seq: 1 }, meta };
+        write_checkpoint(&storage, &mut ms, &e.buf, true)?;
+        Ok(())
+    }
+
+    /// Opens a pool from its devices (in any order): checks their identity,
+    /// loads the last checkpoint and replays the journal after it.
+    pub fn open(devs: Vec<Arc<dyn Device>>, opts: Options) -> Result<Fs> {
+        let (sb, handles) = pool::identify(devs)?;
+        let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
+        let storage = Storage { devs: handles, allocs };
+        let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };
+        let j = sb.journal;
+        if j.dev as usize >= storage.devs.len() || j.start + j.blocks > storage.devs[j.dev as usize].blocks() {
+            return Err(Error::corrupt("superblock", "journal region outside its device"));
+        }
+        storage.allocs[j.dev as usize].mark_used(j.start, j.blocks);
+        let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta-file layout"))?;
+        let claim = |d: u32, s: u64, l: u64, what: &str, report: &mut OpenReport| {
+            let ok = storage.allocs.get(d as usize).is_some_and(|a| s + l <= a.total_blocks() && a.mark_used(s, l));
+            if !ok {
+                report.double_claims.push(format!("{what}: device {d} blocks {s}..{}", s + l));
+            }
+        };
+        meta.extents(&mut |d, s, l| claim(d, s, l, "meta-file", &mut report));
+
+        // The checkpoint, read through the meta-file's own building blocks.
+        let nblk = (sb.meta_len as usize).div_ceil(BLOCK_SIZE);
+        let mut buf = vec![0u8; nblk * BLOCK_SIZE];
+        let io = IoCtx { storage: &storage, epoch: 0, sink: &ignore };
+        meta.root().read(&io, 0, &mut buf)?;
+        buf.truncate(sb.meta_len as usize);
+        if crc(&buf) != sb.meta_crc {
+            return Err(Error::corrupt("meta-file checkpoint", "checksum mismatch"));
+        }
+        let state = State::new(shards());
+        state.decode(&buf)?;
+        drop(buf);
+
+        let salt = salt_of(&sb.pool_id);
+        let t0 = Instant::now();
+        let (records, cursor) = journal::replay(&storage, &j, salt, sb.cursor)?;
+        for rec in &records {
+            for group in journal::decode_payload(rec)? {
+                for op in &group {
+                    state.replay(op)?;
+                    report.replayed_ops += 1;
+                }
+            }
+        }
+        report.replayed_records = records.len();
+        report.replay_time = t0.elapsed();
+
+        // Allocation state is rebuilt from the tree.
+        for n in state.all() {
+            if let Some(l) = n.data.read().layout() {
+                let ino = n.ino;
+                l.extents(&mut |d, s, len| claim(d, s, len, &format!("inode {ino}"), &mut report));
+            }
+        }
+        if state.get(ROOT).is_none_or(|r| !r.data.read().is_dir()) {
+            return Err(Error::corrupt("meta-data", "root directory missing"));
+        }
+        let default_layout = sb.default_layout.clone();
+        let ms = MetaState { cursor: Cursor { tail: sb.cursor.tail, head: cursor.head, seq: cursor.seq }, sb, meta };
+        let inner = Arc::new(Inner {
+            storage,
+            state,
+            gate: Gate::new(shards()),
+            meta: Mutex::new(ms),
+            committed: Mutex::new(0),
+            committed_cv: Condvar::new(),
+            salt,
+            read_only: opts.read_only,
+            default_layout,
+            dirty: (0..shards()).map(|_| CachePadded::new(Mutex::new(Vec::new()))).collect(),
+            rename_lock: Mutex::new(()),
+            shutdown: Mutex::new(false),
+            shutdown_cv: Condvar::new(),
+            closed: AtomicBool::new(false),
+            committer: Mutex::new(None),
+            report: Mutex::new(report),
+            commits: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
+        });
+        let fs = Fs { inner };
+        if !opts.read_only {
+            // Inodes with no links are orphans of open-then-unlinked files.
+            let orphans: Vec<Ino> = fs.inner.state.all().iter().filter(|n| n.ino != ROOT && n.data.read().nlink == 0).map(|n| n.ino).collect();
+            for ino in &orphans {
+                fs.free_inode(*ino)?;
+            }
+            if !orphans.is_empty() {
+                tracing::info!("freed {} orphaned inodes", orphans.len());
+            }
+            let mut m = fs.inner.meta.lock();
+            m.sb.clean = false;
+            m.sb.generation += 1;
+            let sb = m.sb.clone();
+            fs.inner.storage.write_superblocks(&sb)?;
+            drop(m);
+            if opts.background_commit {
+                fs.start_committer(opts.commit_interval);
+            }
+            fs.set_orphans_freed(orphans.len());
+        }
+        Ok(fs)
+    }
+
+    fn set_orphans_freed(&self, n: usize) {
+        self.inner.report.lock().orphans_freed = n;
+    }
+
+    /// Makes a pool of `n` image files of `size` bytes in `dir`.
+    pub fn mkfs_dir(dir: &Path, n: u32, size: u64, opts: &FormatOptions) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
+        let paths: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("dev{i}.img"))).collect();
+        let mut devs: Vec<Arc<dyn Device>> = Vec::new();
+        for p in &paths {
+            devs.push(Arc::new(crate::device::FileDevice::create(p, size)?));
+        }
+        Fs::format(devs, opts)?;
+        pool::write_pool_file(dir, &paths)?;
+        Ok(paths)
+    }
+
+    /// Makes a pool on the given files or block devices; records them in `dir`.
+    pub fn mkfs_devices(dir: &Path, paths: &[PathBuf], size: Option<u64>, opts: &FormatOptions) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
+        let mut devs: Vec<Arc<dyn Device>> = Vec::new();
+        let mut abs = Vec::new();
+        for p in paths {
+            let dev = match size {
+                Some(s) if !p.exists() || std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false) => crate::device::FileDevice::create(p, s)?,
+                _ => crate::device::FileDevice::open(p, true)?,
+            };
+            devs.push(Arc::new(dev));
+            abs.push(std::fs::canonicalize(p).map_err(|e| Error::io(p.display().to_string(), e))?);
+        }
+        Fs::format(devs, opts)?;
+        pool::write_pool_file(dir, &abs)
+    }
+
+    /// Opens the pool described by a pool directory.
+    pub fn open_dir(dir: &Path, opts: Options) -> Result<Fs> {
+        let paths = pool::device_paths(dir)?;
+        let devs = pool::open_paths(&paths, !opts.read_only)?;
+        Fs::open(devs, opts)
+    }
+
+    pub fn report(&self) -> OpenReport {
+        self.inner.report.lock().clone()
+    }
+
+    pub fn storage(&self) -> &Storage {
+        &self.inner.storage
+    }
+
+    pub(crate) fn state(&self) -> &State {
+        &self.inner.state
+    }
+
+    /// Per-device I/O statistics.
+    pub fn device_stats(&self) -> Vec<(String, StatsSnapshot)> {
+        self.inner.storage.devs.iter().map(|d| (d.dev.name().to_string(), d.stats.snapshot())).collect()
+    }
+
+    /// (commits, checkpoints) since open.
+    pub fn commit_counts(&self) -> (u64, u64) {
+        (self.inner.commits.load(Ordering::Relaxed), self.inner.checkpoints.load(Ordering::Relaxed))
+    }
+
+    pub fn default_layout(&self) -> &str {
+        &self.inner.default_layout
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.inner.read_only || self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::ReadOnly("pool".into()));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn mark_dirty(&self, ino: Ino) {
+        if let Some(n) = self.inner.state.get(ino) {
+            if !n.dirty_times.swap(true, Ordering::AcqRel) {
+                let i = (ino as usize) % self.inner.dirty.len();
+                self.inner.dirty[i].lock().push(ino);
+            }
+        }
+    }
+
+    /// Makes everything done so far durable (group commit: concurrent
+    /// callers share one journal write).
+    pub fn sync(&self) -> Result<()> {
+        if self.inner.read_only {
+            return Ok(());
+        }
+        let target = self.inner.gate.current_epoch();
+        self.commit(target, false)
+    }
+
+    /// Writes a full checkpoint of the meta-data and empties the journal.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_writable()?;
+        let target = self.inner.gate.current_epoch();
+        self.commit(target, true)
+    }
+
+    fn commit(&self, target: u64, checkpoint: bool) -> Result<()> {
+        let inner = &*self.inner;
+        let mut m = inner.meta.lock();
+        if !checkpoint && *inner.committed.lock() >= target {
+            return Ok(());
+        }
+        let half = m.sb.journal.blocks / 2;
+        let want_ckpt = checkpoint || m.cursor.used(&m.sb.journal) > half;
+        let (mut batch, mut snap) = self.capture(want_ckpt);
+        if !want_ckpt && !journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) {
+            // Too big for the journal's free space: a checkpoint covers it.
+            let (b2, s2) = self.capture(true);
+            batch.epoch = b2.epoch;
+            snap = s2;
+        }
+        // Ordered mode: data first, then the meta-data that points at it.
+        inner.storage.flush_all()?;
+        if let Some(bytes) = snap {
+            write_checkpoint(&inner.storage, &mut m, &bytes, false)?;
+            inner.checkpoints.fetch_add(1, Ordering::Relaxed);
+        } else if !batch.is_empty() {
+            let payload = batch.encode();
+            let mut c = m.cursor;
+            journal::append(&inner.storage, &m.sb.journal, inner.salt, &mut c, &payload)?;
+            inner.storage.devs[m.sb.journal.dev as usize].flush()?;
+            m.cursor = c;
+        }
+        inner.commits.fetch_add(1, Ordering::Relaxed);
+        for a in &inner.storage.allocs {
+            a.release(batch.epoch);
+        }
+        let mut c = inner.committed.lock();
+        *c = (*c).max(batch.epoch);
+        inner.committed_cv.notify_all();
+        Ok(())
+    }
+
+    /// Takes the pending ops (and lazy time updates) out of the gate, with a
+    /// snapshot of the whole state when asked.
+    fn capture(&self, snapshot: bool) -> (Batch, Option<Vec<u8>>) {
+        let inner = &*self.inner;
+        inner.gate.capture(|batch| {
+            let mut times = Vec::new();
+            for d in inner.dirty.iter() {
+                for ino in std::mem::take(&mut *d.lock()) {
+                    if let Some(n) = inner.state.get(ino) {
+                        if n.dirty_times.swap(false, Ordering::AcqRel) {
+                            let g = n.data.read();
+                            times.push(Op::Times { ino, atime: g.atime, mtime: g.mtime, ctime: g.ctime });
+                        }
+                    }
+                }
+            }
+            if !times.is_empty() {
+                batch.push(&times);
+            }
+            snapshot.then(|| {
+                let mut e = Encoder::with_capacity(1 << 16);
+                inner.state.encode(&mut e);
+                e.into_inner()
+            })
+        })
+    }
+
+    fn start_committer(&self, every: Duration) {
+        let weak = Arc::downgrade(&self.inner);
+        let h = std::thread::Builder::new().name("hurricane-commit".into()).spawn(move || loop {
+            let Some(inner) = weak.upgrade() else { return };
+            {
+                let mut stop = inner.shutdown.lock();
+                if *stop {
+                    return;
+                }
+                inner.shutdown_cv.wait_for(&mut stop, every);
+                if *stop {
+                    return;
+                }
+            }
+            let fs = Fs { inner };
+            let target = fs.inner.gate.current_epoch();
+            if let Err(e) = fs.commit(target, false) {
+                tracing::error!("background commit failed: {e}");
+            }
+        });
+        match h {
+            Ok(h) => *self.inner.committer.lock() = Some(h),
+            Err(e) => tracing::error!("cannot start the committer thread: {e}; commits happen on sync only"),
+        }
+    }
+
+    /// Checkpoints, marks the pool clean and stops the committer. Further
+    /// changes are refused.
+    pub fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        *self.inner.shutdown.lock() = true;
+        self.inner.shutdown_cv.notify_all();
+        if let Some(h) = self.inner.committer.lock().take() {
+            let _ = h.join();
+        }
+        if self.inner.read_only {
+            return Ok(());
+        }
+        let target = self.inner.gate.current_epoch();
+        self.commit(target, true)?;
+        let mut m = self.inner.meta.lock();
+        m.sb.clean = true;
+        m.sb.generation += 1;
+        let sb = m.sb.clone();
+        self.inner.storage.write_superblocks(&sb)
+    }
+
+    /// Pool geometry for the layout resolver.
+    pub fn pool_info(&self) -> PoolInfo {
+        pool_info(&self.inner.storage)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        *self.shutdown.lock() = true;
+        self.shutdown_cv.notify_all();
+    }
+}
+
+fn pool_info(s: &Storage) -> PoolInfo {
+    PoolInfo { devices: s.device_count(), free_blocks: s.allocs.iter().map(|a| a.free_blocks()).collect() }
+}
+
+fn salt_of(id: &[u8; 16]) -> u64 {
+    u64::from_le_bytes(id[..8].try_into().unwrap_or_default()) ^ u64::from_le_bytes(id[8..].try_into().unwrap_or_default())
+}
+
+pub fn default_pool_layout(devices: u32) -> String {
+    if devices <= 1 {
+        "extent".into()
+    } else {
+        format!("stripe(unit=1M,width={devices})")
+    }
+}
+
+/// Writes a checkpoint into a freshly allocated meta-file (same layout as the
+/// current one), then switches the superblocks to it and frees the old one.
+/// The superblock write is the commit point: a crash before it leaves the
+/// old checkpoint and journal in force.
+fn write_checkpoint(storage: &Storage, m: &mut MetaState, bytes: &[u8], format: bool) -> Result<()> {
+    let spec = m.meta.spec();
+    let fresh = Layout::build(&spec)?;
+    let mut padded = bytes.to_vec();
+    padded.resize(bytes.len().div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE, 0);
+    let io = IoCtx { storage, epoch: 0, sink: &ignore };
+    if let Err(e) = fresh.root().write(&io, 0, &padded) {
+        fresh.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
+        return Err(e);
+    }
+    storage.flush_all()?;
+    let mut e = Encoder::new();
+    fresh.encode(&mut e);
+    let mut sb = m.sb.clone();
+    sb.generation += 1;
+    sb.meta_layout = e.into_inner();
+    sb.meta_len = bytes.len() as u64;
+    sb.meta_crc = crc(bytes);
+    sb.cursor = Cursor { tail: m.cursor.head, head: m.cursor.head, seq: m.cursor.seq };
+    storage.write_superblocks(&sb)?;
+    if !format {
+        m.meta.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
+    }
+    m.sb = sb;
+    m.meta = fresh;
+    m.cursor.tail = m.cursor.head;
+    Ok(())
+}

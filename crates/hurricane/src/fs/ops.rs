@@ -1,0 +1,861 @@
+//! Inode-level namespace operations: each validates under the locks of the
+//! inodes it touches, applies its ops to the state and logs them as one
+//! atomic group, all inside the journal gate.
+
+use super::{ignore, now, Fs};
+use crate::blocks::{IoCtx, Layout, MapChange};
+use crate::codec::Encoder;
+use crate::error::{Error, Result};
+use crate::journal::{Entered, Ino, NewInode, Op};
+use crate::layout;
+use crate::namespace::inode::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use crate::namespace::perm::{R, W, X};
+use crate::namespace::{Body, Creds, InodeData, Locked, ROOT};
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+
+pub const NAME_MAX: usize = 255;
+pub const LINK_MAX: u32 = 65000;
+pub const XATTR_NAME_MAX: usize = 255;
+pub const XATTR_SIZE_MAX: usize = 65536;
+/// All extended attributes of one inode together.
+pub const XATTR_TOTAL_MAX: usize = 1 << 20;
+pub const SYMLINK_MAX: usize = 4095;
+
+pub const LAYOUT_XATTR: &str = "user.hurricane.layout";
+pub const DIR_LAYOUT_XATTR: &str = "user.hurricane.dir_layout";
+
+/// File attributes, as `stat` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub size: u64,
+    /// 512-byte units allocated.
+    pub blocks: u64,
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    pub btime: i64,
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+}
+
+impl Attr {
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+    pub fn is_file(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.mode & S_IFMT == S_IFLNK
+    }
+}
+
+/// Changes for `setattr`; None leaves a field alone.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    /// Some(None) = now.
+    pub atime: Option<Option<i64>>,
+    pub mtime: Option<Option<i64>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct DirItem {
+    pub name: Vec<u8>,
+    pub ino: Ino,
+    pub kind: u32,
+    /// Offset to pass back to continue after this entry.
+    pub next: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+pub(crate) fn attr_of(ino: Ino, d: &InodeData) -> Attr {
+    let blocks = match &d.body {
+        Body::File(l) => {
+            let mut n = 0u64;
+            l.extents(&mut |_, _, len| n += len);
+            if n == 0 && d.size > 0 && l.root().kind().name == "inline" {
+                d.size.div_ceil(512)
+            } else {
+                n * 8
+            }
+        }
+        Body::Dir(_) => 8,
+        _ => 0,
+    };
+    Attr {
+        ino,
+        size: d.size,
+        blocks,
+        atime: d.atime,
+        mtime: d.mtime,
+        ctime: d.ctime,
+        btime: d.btime,
+        mode: d.mode,
+        nlink: d.nlink,
+        uid: d.uid,
+        gid: d.gid,
+        rdev: d.rdev,
+        blksize: crate::device::BLOCK_SIZE as u32,
+    }
+}
+
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    let shown = || String::from_utf8_lossy(name).into_owned();
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(Error::Invalid(format!("name {:?}", shown())));
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong(format!("{}...", String::from_utf8_lossy(&name[..32]))));
+    }
+    Ok(())
+}
+
+fn show(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+impl Fs {
+    pub fn getattr(&self, ino: Ino) -> Result<Attr> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        Ok(attr_of(ino, &d))
+    }
+
+    pub fn lookup(&self, cred: &Creds, parent: Ino, name: &[u8]) -> Result<Attr> {
+        let p = self.state().inode(parent)?;
+        let child = {
+            let d = p.data.read();
+            let dir = d.dir().ok_or_else(|| Error::NotDir(format!("inode {parent}")))?;
+            if !cred.allowed(&d, X) {
+                return Err(Error::Access(show(name)));
+            }
+            if name == b"." {
+                parent
+            } else if name == b".." {
+                dir.parent
+            } else {
+                if name.len() > NAME_MAX {
+                    return Err(Error::NameTooLong(show(&name[..32])));
+                }
+                dir.get(name).ok_or_else(|| Error::NotFound(show(name)))?.ino
+            }
+        };
+        self.getattr(child)
+    }
+
+    pub fn access(&self, cred: &Creds, ino: Ino, mask: u32) -> Result<()> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        if mask != 0 && !cred.allowed(&d, mask & 7) {
+            return Err(Error::Access(format!("inode {ino}")));
+        }
+        Ok(())
+    }
+
+    pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        match &d.body {
+            Body::Symlink(t) => Ok(t.clone()),
+            _ => Err(Error::Invalid(format!("inode {ino} is not a symbolic link"))),
+        }
+    }
+
+    /// Entries of a directory from `offset` (0 = start; "." and ".." come
+    /// first). `f` returns false to stop (buffer full).
+    pub fn readdir(&self, cred: &Creds, ino: Ino, offset: u64, mut f: impl FnMut(DirItem) -> bool) -> Result<()> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        let dir = d.dir().ok_or_else(|| Error::NotDir(format!("inode {ino}")))?;
+        if !cred.allowed(&d, R) {
+            return Err(Error::Access(format!("inode {ino}")));
+        }
+        if offset < 1 && !f(DirItem { name: b".".to_vec(), ino, kind: S_IFDIR, next: 1 }) {
+            return Ok(());
+        }
+        if offset < 2 && !f(DirItem { name: b"..".to_vec(), ino: dir.parent, kind: S_IFDIR, next: 2 }) {
+            return Ok(());
+        }
+        let from = offset.max(2) + 1;
+        for (&cookie, name) in dir.by_cookie.range(from..) {
+            if let Some(e) = dir.get(name) {
+                if !f(DirItem { name: name.clone(), ino: e.ino, kind: e.kind, next: cookie }) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let s = self.storage();
+        let blocks = s.allocs.iter().map(|a| a.total_blocks()).sum();
+        let bfree = s.allocs.iter().map(|a| a.free_blocks()).sum();
+        let files = self.state().count() as u64;
+        StatFs { blocks, bfree, files, ffree: u32::MAX as u64 - files.min(u32::MAX as u64), bsize: 4096, namelen: NAME_MAX as u32 }
+    }
+
+    /// The layout a new file in `parent` gets: explicit, else the nearest
+    /// directory default, else the pool default.
+    pub(crate) fn new_file_layout(&self, parent: Ino, explicit: Option<&str>) -> Result<Vec<u8>> {
+        let spec_text = match explicit {
+            Some(s) => s.to_string(),
+            None => {
+                let p = self.state().inode(parent)?;
+                let d = p.data.read();
+                match d.dir().map(|d| d.layout.clone()).filter(|l| !l.is_empty()) {
+                    Some(l) => l,
+                    None => self.default_layout().to_string(),
+                }
+            }
+        };
+        let spec = layout::resolve(&layout::parse(&spec_text)?, &self.pool_info())?;
+        let l = Layout::build(&spec)?;
+        let mut e = Encoder::new();
+        l.encode(&mut e);
+        Ok(e.into_inner())
+    }
+
+    /// Creates a node (file, directory, symlink, device, FIFO, socket) and
+    /// links it into `parent` as one atomic group.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(&self, cred: &Creds, parent: Ino, name: &[u8], mode: u32, rdev: u32, target: Option<&[u8]>, layout: Option<&str>) -> Result<Attr> {
+        self.check_writable()?;
+        check_name(name)?;
+        let kind = mode & S_IFMT;
+        let kind = if kind == 0 { S_IFREG } else { kind };
+        if let Some(t) = target {
+            if t.is_empty() || t.len() > SYMLINK_MAX {
+                return Err(Error::NameTooLong(format!("symlink target of {} bytes", t.len())));
+            }
+        }
+        let lay = if kind == S_IFREG { self.new_file_layout(parent, layout)? } else { Vec::new() };
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[parent]);
+        let (gid, mode, dir_layout) = {
+            let p = l.get(parent)?;
+            let d = p.dir().ok_or_else(|| Error::NotDir(format!("inode {parent}")))?;
+            if p.nlink == 0 {
+                return Err(Error::NotFound("directory was removed".into()));
+            }
+            if !cred.allowed(p, W | X) {
+                return Err(Error::Access(show(name)));
+            }
+            if d.get(name).is_some() {
+                return Err(Error::Exists(show(name)));
+            }
+            if kind == S_IFDIR && p.nlink >= LINK_MAX {
+                return Err(Error::TooManyLinks(format!("inode {parent}")));
+            }
+            let mut perm = mode & 0o7777;
+            // setgid directories pass their group down, and their setgid bit to subdirectories.
+            let gid = if p.mode & libc::S_ISGID != 0 {
+                if kind == S_IFDIR {
+                    perm |= libc::S_ISGID;
+                }
+                p.gid
+            } else {
+                cred.gid
+            };
+            if kind != S_IFDIR && perm & libc::S_ISGID != 0 && !cred.is_root() && !cred.in_group(gid) {
+                perm &= !libc::S_ISGID;
+            }
+            (gid, kind | perm, d.layout.clone())
+        };
+        let ino = self.state().alloc_ino();
+        let t = now();
+        let create = Op::Create(NewInode {
+            ino,
+            mode,
+            uid: cred.uid,
+            gid,
+            rdev,
+            time: t,
+            layout: lay,
+            target: target.map(|t| t.to_vec()).unwrap_or_default(),
+            parent,
+        });
+        let link = Op::Link { dir: parent, name: name.to_vec(), ino, time: t };
+        let mut ops = vec![create, link];
+        // New directories inherit their parent's default layout.
+        if kind == S_IFDIR && !dir_layout.is_empty() {
+            ops.push(Op::SetDirLayout { ino, spec: dir_layout });
+        }
+        self.state().apply(&ops[0], &mut l)?;
+        let mut l2 = self.state().lock(&[ino]);
+        l.absorb(&mut l2);
+        if kind == S_IFDIR {
+            l.get(ino)?.nlink = 1;
+        }
+        for op in &ops[1..] {
+            self.state().apply(op, &mut l)?;
+        }
+        g.log(&ops);
+        Ok(attr_of(ino, l.get(ino)?))
+    }
+
+    pub fn mkdir(&self, cred: &Creds, parent: Ino, name: &[u8], mode: u32) -> Result<Attr> {
+        self.mknod(cred, parent, name, S_IFDIR | (mode & 0o7777), 0, None, None)
+    }
+
+    pub fn symlink(&self, cred: &Creds, parent: Ino, name: &[u8], target: &[u8]) -> Result<Attr> {
+        self.mknod(cred, parent, name, S_IFLNK | 0o777, 0, Some(target), None)
+    }
+
+    /// Locks a directory and the inode one of its entries names, retrying
+    /// if the entry changes between the lookup and the locking.
+    fn lock_entry(&self, dir: Ino, name: &[u8], extra: &[Ino]) -> Result<(Locked, Ino)> {
+        loop {
+            let child = {
+                let p = self.state().inode(dir)?;
+                let d = p.data.read();
+                let dd = d.dir().ok_or_else(|| Error::NotDir(format!("inode {dir}")))?;
+                dd.get(name).ok_or_else(|| Error::NotFound(show(name)))?.ino
+            };
+            let mut inos = vec![dir, child];
+            inos.extend_from_slice(extra);
+            let mut l = self.state().lock(&inos);
+            let now_child = l.get(dir)?.dir().and_then(|d| d.get(name)).map(|e| e.ino);
+            if now_child == Some(child) {
+                return Ok((l, child));
+            }
+        }
+    }
+
+    pub fn unlink(&self, cred: &Creds, parent: Ino, name: &[u8]) -> Result<()> {
+        self.remove_entry(cred, parent, name, false)
+    }
+
+    pub fn rmdir(&self, cred: &Creds, parent: Ino, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return Err(Error::Invalid("rmdir of \".\"".into()));
+        }
+        if name == b".." {
+            return Err(Error::NotEmpty("..".into()));
+        }
+        self.remove_entry(cred, parent, name, true)
+    }
+
+    fn remove_entry(&self, cred: &Creds, parent: Ino, name: &[u8], dir: bool) -> Result<()> {
+        self.check_writable()?;
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong(show(&name[..32])));
+        }
+        let g = self.inner.gate.enter();
+        let (mut l, child) = self.lock_entry(parent, name, &[])?;
+        {
+            let c = l.get(child)?.clone_meta();
+            let p = l.get(parent)?;
+            if !cred.allowed(p, W | X) || !cred.may_delete(p, &c) {
+                return Err(Error::Access(show(name)));
+            }
+            match (dir, c.is_dir()) {
+                (true, false) => return Err(Error::NotDir(show(name))),
+                (false, true) => return Err(Error::IsDir(show(name))),
+                _ => {}
+            }
+        }
+        if dir && l.get(child)?.dir().is_some_and(|d| !d.entries.is_empty()) {
+            return Err(Error::NotEmpty(show(name)));
+        }
+        let op = Op::Unlink { dir: parent, name: name.to_vec(), time: now() };
+        self.state().apply(&op, &mut l)?;
+        let mut ops = vec![op];
+        self.reap(&g, &mut l, child, &mut ops)?;
+        g.log(&ops);
+        Ok(())
+    }
+
+    /// If `ino` has no links and no open handles, frees its space and the
+    /// inode, adding the ops to `ops`.
+    fn reap(&self, g: &Entered, l: &mut Locked, ino: Ino, ops: &mut Vec<Op>) -> Result<()> {
+        let node = self.state().inode(ino)?;
+        if l.get(ino)?.nlink > 0 || node.opens.load(Ordering::Acquire) > 0 {
+            return Ok(());
+        }
+        if let Some(lay) = l.get(ino)?.layout().cloned() {
+            let changes = Mutex::new(Vec::new());
+            let sink = |c: MapChange| changes.lock().push(c);
+            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+            lay.root().truncate(&io, 0)?;
+        }
+        let op = Op::Free { ino };
+        self.state().apply(&op, l)?;
+        ops.push(op);
+        Ok(())
+    }
+
+    /// Frees an inode with no links (orphans found at open, last close of
+    /// an unlinked file).
+    pub(crate) fn free_inode(&self, ino: Ino) -> Result<()> {
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let mut ops = Vec::new();
+        self.reap(&g, &mut l, ino, &mut ops)?;
+        g.log(&ops);
+        Ok(())
+    }
+
+    pub fn link(&self, cred: &Creds, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        self.check_writable()?;
+        check_name(newname)?;
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino, newparent]);
+        {
+            let c = l.get(ino)?;
+            if c.is_dir() {
+                return Err(Error::Perm("hard link to a directory".into()));
+            }
+            if c.nlink == 0 {
+                return Err(Error::NotFound(format!("inode {ino} was removed")));
+            }
+            if c.nlink >= LINK_MAX {
+                return Err(Error::TooManyLinks(show(newname)));
+            }
+            let p = l.get(newparent)?;
+            let d = p.dir().ok_or_else(|| Error::NotDir(format!("inode {newparent}")))?;
+            if !cred.allowed(p, W | X) {
+                return Err(Error::Access(show(newname)));
+            }
+            if d.get(newname).is_some() {
+                return Err(Error::Exists(show(newname)));
+            }
+        }
+        let op = Op::Link { dir: newparent, name: newname.to_vec(), ino, time: now() };
+        self.state().apply(&op, &mut l)?;
+        g.log(&[op]);
+        Ok(attr_of(ino, l.get(ino)?))
+    }
+
+    /// Whether `dir` is `anc` or lies beneath it.
+    fn is_under(&self, mut dir: Ino, anc: Ino) -> Result<bool> {
+        for _ in 0..100_000 {
+            if dir == anc {
+                return Ok(true);
+            }
+            if dir == ROOT {
+                return Ok(false);
+            }
+            let n = self.state().inode(dir)?;
+            dir = n.data.read().dir().map(|d| d.parent).unwrap_or(ROOT);
+        }
+        Err(Error::corrupt("namespace", "directory parent chain does not reach the root"))
+    }
+
+    pub fn rename(&self, cred: &Creds, sdir: Ino, sname: &[u8], ddir: Ino, dname: &[u8], flags: RenameFlags) -> Result<()> {
+        self.check_writable()?;
+        if sname == b"." || sname == b".." || dname == b"." || dname == b".." {
+            return Err(Error::Invalid("rename of \".\" or \"..\"".into()));
+        }
+        check_name(dname)?;
+        if sname.len() > NAME_MAX {
+            return Err(Error::NameTooLong(show(&sname[..32])));
+        }
+        if flags.exchange && flags.noreplace {
+            return Err(Error::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE".into()));
+        }
+        // Moves of directories between parents are serialised and checked
+        // for loops before any inode lock is taken.
+        let _rl = (sdir != ddir).then(|| self.inner.rename_lock.lock());
+        let g = self.inner.gate.enter();
+        loop {
+            let entry = |d: Ino, n: &[u8]| -> Result<Option<(Ino, u32)>> {
+                let p = self.state().inode(d)?;
+                let x = p.data.read();
+                let dd = x.dir().ok_or_else(|| Error::NotDir(format!("inode {d}")))?;
+                Ok(dd.get(n).map(|e| (e.ino, e.kind)))
+            };
+            let (src, skind) = entry(sdir, sname)?.ok_or_else(|| Error::NotFound(show(sname)))?;
+            let dst = entry(ddir, dname)?;
+            if sdir != ddir {
+                if skind == S_IFDIR && self.is_under(ddir, src)? {
+                    return Err(Error::Invalid(format!("cannot move {} beneath itself", show(sname))));
+                }
+                if flags.exchange {
+                    if let Some((d, S_IFDIR)) = dst {
+                        if self.is_under(sdir, d)? {
+                            return Err(Error::Invalid(format!("cannot move {} beneath itself", show(dname))));
+                        }
+                    }
+                }
+            }
+            let mut inos = vec![sdir, ddir, src];
+            if let Some((d, _)) = dst {
+                inos.push(d);
+            }
+            let mut l = self.state().lock(&inos);
+            // Re-check the entries under the locks.
+            let s_now = l.get(sdir)?.dir().and_then(|d| d.get(sname)).map(|e| e.ino);
+            let d_now = l.get(ddir)?.dir().and_then(|d| d.get(dname)).map(|e| e.ino);
+            if s_now != Some(src) || d_now != dst.map(|d| d.0) {
+                continue;
+            }
+            let sdata = l.get(src)?.clone_meta();
+            for (d, victim) in [(sdir, Some(&sdata)), (ddir, None)] {
+                let p = l.get(d)?;
+                if !cred.allowed(p, W | X) {
+                    return Err(Error::Access(show(if d == sdir { sname } else { dname })));
+                }
+                if let Some(v) = victim {
+                    if !cred.may_delete(p, v) {
+                        return Err(Error::Access(show(sname)));
+                    }
+                }
+            }
+            if let Some((d, dkind)) = dst {
+                if d == src {
+                    return Ok(());
+                }
+                if flags.noreplace {
+                    return Err(Error::Exists(show(dname)));
+                }
+                let ddata = l.get(d)?.clone_meta();
+                if !cred.may_delete(l.get(ddir)?, &ddata) {
+                    return Err(Error::Access(show(dname)));
+                }
+                if !flags.exchange {
+                    match (skind == S_IFDIR, dkind == S_IFDIR) {
+                        (true, false) => return Err(Error::NotDir(show(dname))),
+                        (false, true) => return Err(Error::IsDir(show(dname))),
+                        (true, true) if l.get(d)?.dir().is_some_and(|x| !x.entries.is_empty()) => {
+                            return Err(Error::NotEmpty(show(dname)));
+                        }
+                        _ => {}
+                    }
+                } else if dkind == S_IFDIR && sdir != ddir && !cred.allowed(&ddata, W) {
+                    return Err(Error::Access(show(dname)));
+                }
+            } else if flags.exchange {
+                return Err(Error::NotFound(show(dname)));
+            }
+            // A directory changing parents rewrites its "..": needs write on it.
+            if skind == S_IFDIR && sdir != ddir && !cred.allowed(&sdata, W) {
+                return Err(Error::Access(show(sname)));
+            }
+            let op = Op::Rename {
+                sdir,
+                sname: sname.to_vec(),
+                ddir,
+                dname: dname.to_vec(),
+                exchange: flags.exchange,
+                time: now(),
+            };
+            self.state().apply(&op, &mut l)?;
+            let mut ops = vec![op];
+            if let (Some((d, _)), false) = (dst, flags.exchange) {
+                self.reap(&g, &mut l, d, &mut ops)?;
+            }
+            g.log(&ops);
+            return Ok(());
+        }
+    }
+
+    pub fn setattr(&self, cred: &Creds, ino: Ino, s: &SetAttr) -> Result<Attr> {
+        self.check_writable()?;
+        if let Some(size) = s.size {
+            {
+                let n = self.state().inode(ino)?;
+                let d = n.data.read();
+                if d.is_dir() {
+                    return Err(Error::IsDir(format!("inode {ino}")));
+                }
+                if d.kind() != S_IFREG {
+                    return Err(Error::Invalid(format!("truncate of inode {ino}")));
+                }
+                if !cred.allowed(&d, W) {
+                    return Err(Error::Access(format!("inode {ino}")));
+                }
+            }
+            self.truncate(ino, size)?;
+        }
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let d = l.get(ino)?;
+        let owner = cred.is_root() || cred.uid == d.uid;
+        let mut mode = s.mode.map(|m| m & 0o7777);
+        let mut uid = None;
+        let mut gid = None;
+        if let Some(m) = mode {
+            if !owner {
+                return Err(Error::Perm(format!("chmod of inode {ino}")));
+            }
+            // Non-members cannot set setgid on files (it is silently dropped).
+            if !cred.is_root() && !d.is_dir() && !cred.in_group(d.gid) {
+                mode = Some(m & !libc::S_ISGID);
+            }
+        }
+        if let Some(u) = s.uid {
+            if u != d.uid && !cred.is_root() {
+                return Err(Error::Perm(format!("chown of inode {ino}")));
+            }
+            uid = Some(u);
+        }
+        if let Some(gr) = s.gid {
+            if gr != d.gid && !cred.is_root() && !(cred.uid == d.uid && cred.in_group(gr)) {
+                return Err(Error::Perm(format!("chgrp of inode {ino}")));
+            }
+            gid = Some(gr);
+        }
+        // chown of a non-directory clears set-id bits (unless root keeps them via chmod).
+        if (uid.is_some() || gid.is_some()) && !d.is_dir() && d.mode & (libc::S_ISUID | libc::S_ISGID) != 0 && mode.is_none() {
+            let mut m = d.mode & 0o7777 & !libc::S_ISUID;
+            if d.mode & 0o010 != 0 {
+                m &= !libc::S_ISGID;
+            }
+            mode = Some(m);
+        }
+        let t = now();
+        let times = |v: Option<Option<i64>>| -> Result<Option<i64>> {
+            match v {
+                None => Ok(None),
+                Some(None) => {
+                    if !owner && !cred.allowed(d, W) {
+                        return Err(Error::Access(format!("inode {ino}")));
+                    }
+                    Ok(Some(t))
+                }
+                Some(Some(x)) => {
+                    if !owner {
+                        return Err(Error::Perm(format!("utimes of inode {ino}")));
+                    }
+                    Ok(Some(x))
+                }
+            }
+        };
+        let atime = times(s.atime)?;
+        let mtime = times(s.mtime)?;
+        if mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some() {
+            let op = Op::SetAttr { ino, mode, uid, gid, atime, mtime, ctime: t };
+            self.state().apply(&op, &mut l)?;
+            g.log(&[op]);
+        }
+        Ok(attr_of(ino, l.get(ino)?))
+    }
+
+    pub fn getxattr(&self, cred: &Creds, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        if name == LAYOUT_XATTR.as_bytes() {
+            return Ok(self.layout_get(ino)?.into_bytes());
+        }
+        if name == DIR_LAYOUT_XATTR.as_bytes() {
+            let s = self.dir_layout_get(ino)?;
+            if s.is_empty() {
+                return Err(Error::NoAttr(DIR_LAYOUT_XATTR.into()));
+            }
+            return Ok(s.into_bytes());
+        }
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        xattr_perm(cred, &d, name, R)?;
+        d.xattrs.get(name).cloned().ok_or_else(|| Error::NoAttr(show(name)))
+    }
+
+    pub fn listxattr(&self, cred: &Creds, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        Ok(d.xattrs.keys().filter(|k| !k.starts_with(b"trusted.") || cred.is_root()).cloned().collect())
+    }
+
+    /// flags: XATTR_CREATE (1) / XATTR_REPLACE (2).
+    pub fn setxattr(&self, cred: &Creds, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        self.check_writable()?;
+        if name == LAYOUT_XATTR.as_bytes() {
+            let spec = std::str::from_utf8(value).map_err(|_| Error::Layout("layout spec is not UTF-8".into()))?;
+            return self.layout_set(cred, ino, spec.trim_end_matches(['\n', '\0']));
+        }
+        if name == DIR_LAYOUT_XATTR.as_bytes() {
+            let spec = std::str::from_utf8(value).map_err(|_| Error::Layout("layout spec is not UTF-8".into()))?;
+            return self.dir_layout_set(cred, ino, spec.trim_end_matches(['\n', '\0']));
+        }
+        if name.is_empty() || name.len() > XATTR_NAME_MAX {
+            return Err(if name.is_empty() { Error::Invalid("empty attribute name".into()) } else { Error::Range(format!("attribute name of {} bytes", name.len())) });
+        }
+        if value.len() > XATTR_SIZE_MAX {
+            return Err(Error::TooBig(format!("attribute value of {} bytes (limit {XATTR_SIZE_MAX})", value.len())));
+        }
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let d = l.get(ino)?;
+        xattr_perm(cred, d, name, W)?;
+        let exists = d.xattrs.contains_key(name);
+        if flags & 1 != 0 && exists {
+            return Err(Error::Exists(show(name)));
+        }
+        if flags & 2 != 0 && !exists {
+            return Err(Error::NoAttr(show(name)));
+        }
+        let total: usize = d.xattrs.iter().filter(|(k, _)| k.as_slice() != name).map(|(k, v)| k.len() + v.len()).sum();
+        if total + name.len() + value.len() > XATTR_TOTAL_MAX {
+            return Err(Error::NoSpace(format!("extended attributes of inode {ino} (limit {XATTR_TOTAL_MAX} bytes)")));
+        }
+        let op = Op::SetXattr { ino, name: name.to_vec(), value: value.to_vec(), time: now() };
+        self.state().apply(&op, &mut l)?;
+        g.log(&[op]);
+        Ok(())
+    }
+
+    pub fn removexattr(&self, cred: &Creds, ino: Ino, name: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if name == DIR_LAYOUT_XATTR.as_bytes() {
+            return self.dir_layout_set(cred, ino, "");
+        }
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let d = l.get(ino)?;
+        xattr_perm(cred, d, name, W)?;
+        if !d.xattrs.contains_key(name) {
+            return Err(Error::NoAttr(show(name)));
+        }
+        let op = Op::RemoveXattr { ino, name: name.to_vec(), time: now() };
+        self.state().apply(&op, &mut l)?;
+        g.log(&[op]);
+        Ok(())
+    }
+
+    /// The canonical layout of a file.
+    pub fn layout_get(&self, ino: Ino) -> Result<String> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        match &d.body {
+            Body::File(l) => Ok(l.spec().to_string()),
+            Body::Dir(dir) => Ok(if dir.layout.is_empty() { self.default_layout().to_string() } else { dir.layout.clone() }),
+            _ => Err(Error::NoAttr(format!("inode {ino} has no layout"))),
+        }
+    }
+
+    /// Gives an empty regular file a new layout (a directory: its default).
+    pub fn layout_set(&self, cred: &Creds, ino: Ino, spec: &str) -> Result<()> {
+        self.check_writable()?;
+        let node = self.state().inode(ino)?;
+        if node.data.read().is_dir() {
+            return self.dir_layout_set(cred, ino, spec);
+        }
+        let resolved = layout::resolve(&layout::parse(spec)?, &self.pool_info())?;
+        let lay = Layout::build(&resolved)?;
+        let mut e = Encoder::new();
+        lay.encode(&mut e);
+        let _io = node.io.write();
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let d = l.get(ino)?;
+        if d.kind() != S_IFREG {
+            return Err(Error::Invalid(format!("inode {ino} is not a regular file")));
+        }
+        if !(cred.is_root() || cred.uid == d.uid) {
+            return Err(Error::Perm(format!("layout of inode {ino}")));
+        }
+        let has_data = d.size > 0 || d.layout().is_some_and(|l| l.root().next_data(0).is_some());
+        if has_data {
+            tracing::warn!("layout of inode {ino} not changed: the file already holds data");
+            return Err(Error::Invalid(format!("inode {ino} already holds data: a layout can be set only on an empty file")));
+        }
+        let op = Op::SetLayout { ino, layout: e.into_inner() };
+        self.state().apply(&op, &mut l)?;
+        g.log(&[op]);
+        Ok(())
+    }
+
+    pub fn dir_layout_get(&self, ino: Ino) -> Result<String> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        d.dir().map(|d| d.layout.clone()).ok_or_else(|| Error::NotDir(format!("inode {ino}")))
+    }
+
+    /// Sets the default layout for files created under a directory; the
+    /// spec is checked against the pool now (an empty spec clears it).
+    pub fn dir_layout_set(&self, cred: &Creds, ino: Ino, spec: &str) -> Result<()> {
+        self.check_writable()?;
+        let canon = if spec.trim().is_empty() {
+            String::new()
+        } else {
+            let parsed = layout::parse(spec)?;
+            layout::resolve(&parsed, &self.pool_info())?;
+            layout::canonical(parsed).to_string()
+        };
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let d = l.get(ino)?;
+        if !d.is_dir() {
+            return Err(Error::NotDir(format!("inode {ino}")));
+        }
+        if !(cred.is_root() || cred.uid == d.uid) {
+            return Err(Error::Perm(format!("layout of inode {ino}")));
+        }
+        let op = Op::SetDirLayout { ino, spec: canon };
+        self.state().apply(&op, &mut l)?;
+        g.log(&[op]);
+        Ok(())
+    }
+
+    /// Counts an open handle: an unlinked inode stays until the last close.
+    pub fn open_inode(&self, ino: Ino) -> Result<()> {
+        let n = self.state().inode(ino)?;
+        n.opens.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    pub fn release_inode(&self, ino: Ino) -> Result<()> {
+        let Some(n) = self.state().get(ino) else { return Ok(()) };
+        let prev = n.opens.fetch_sub(1, Ordering::AcqRel);
+        if prev == 1 && n.data.read().nlink == 0 && self.check_writable().is_ok() {
+            self.free_inode(ino)?;
+        }
+        Ok(())
+    }
+
+    /// Makes one file durable: its data and every meta-data change so far.
+    pub fn fsync(&self, _ino: Ino) -> Result<()> {
+        self.sync()
+    }
+
+    pub(crate) fn no_sink() -> &'static (dyn Fn(MapChange) + Sync) {
+        &ignore
+    }
+}
+
+fn xattr_perm(cred: &Creds, d: &InodeData, name: &[u8], mask: u32) -> Result<()> {
+    if name.starts_with(b"user.") {
+        if !(d.kind() == S_IFREG || d.is_dir()) {
+            return Err(Error::Perm(format!("user attributes on a {}", if d.kind() == S_IFLNK { "symlink" } else { "special file" })));
+        }
+        if !cred.allowed(d, mask) {
+            return Err(Error::Access(show(name)));
+        }
+        Ok(())
+    } else if name.starts_with(b"trusted.") || name.starts_with(b"security.") {
+        if name.starts_with(b"trusted.") && !cred.is_root() {
+            return Err(Error::Perm(show(name)));
+        }
+        if mask == W && !(cred.is_root() || cred.uid == d.uid) {
+            return Err(Error::Perm(show(name)));
+        }
+        Ok(())
+    } else {
+        // system.* (POSIX ACLs) and unknown namespaces are not supported.
+        Err(Error::NotSupported(show(name)))
+    }
+}

@@ -1,0 +1,155 @@
+//! The per-device superblock. Blocks 0 and 1 of every device hold two slots;
+//! each write goes to slot `generation % 2`, so a torn write leaves the other
+//! slot intact. Every device carries the same pool-wide contents apart from
+//! its own index, and opening takes the valid copy with the highest generation.
+
+use crate::codec::{crc, Decoder, Encoder};
+use crate::device::BLOCK_SIZE;
+use crate::error::{Error, Result};
+use crate::journal::{Cursor, Region};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"HURRICAN");
+/// On-disk format version this build writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Blocks reserved at the start of every device (the two superblock slots).
+pub const RESERVED_BLOCKS: u64 = 2;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub version: u32,
+    pub pool_id: [u8; 16],
+    pub dev_index: u32,
+    pub dev_count: u32,
+    pub block_size: u32,
+    /// Size of this device in blocks.
+    pub dev_blocks: u64,
+    pub generation: u64,
+    pub journal: Region,
+    /// Where replay starts, and the sequence number it expects there.
+    pub cursor: Cursor,
+    /// The meta-file: an encoded layout tree (replicate over extents) whose
+    /// contents are the last checkpoint of the meta-data.
+    pub meta_layout: Vec<u8>,
+    pub meta_len: u64,
+    pub meta_crc: u32,
+    /// Set by a clean close; replay is skipped-cheap either way.
+    pub clean: bool,
+    /// Pool default layout spec for new files.
+    pub default_layout: String,
+}
+
+impl Superblock {
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let mut e = Encoder::with_capacity(BLOCK_SIZE);
+        e.u64(MAGIC).u32(self.version).raw(&self.pool_id);
+        e.u32(self.dev_index).u32(self.dev_count).u32(self.block_size).u64(self.dev_blocks);
+        e.u64(self.generation);
+        e.u32(self.journal.dev).u64(self.journal.start).u64(self.journal.blocks);
+        e.u64(self.cursor.tail).u64(self.cursor.seq);
+        e.bytes(&self.meta_layout).u64(self.meta_len).u32(self.meta_crc);
+        e.u8(self.clean as u8).str(&self.default_layout);
+        if e.len() + 4 > BLOCK_SIZE {
+            return Err(Error::NoSpace("superblock: meta-file layout too fragmented to record".into()));
+        }
+        let c = crc(&e.buf);
+        e.u32(c);
+        let mut b = e.into_inner();
+        b.resize(BLOCK_SIZE, 0);
+        Ok(b)
+    }
+
+    /// Decodes one slot. `Ok(None)` = not a Hurricane superblock at all.
+    pub fn decode(b: &[u8], device: &str) -> Result<Option<Superblock>> {
+        let mut d = Decoder::new(b, "superblock");
+        if d.u64()? != MAGIC {
+            return Ok(None);
+        }
+        let version = d.u32()?;
+        if version > FORMAT_VERSION {
+            return Err(Error::Device(format!(
+                "{device}: format version {version} is newer than this build supports ({FORMAT_VERSION})"
+            )));
+        }
+        let mut pool_id = [0u8; 16];
+        pool_id.copy_from_slice(d.take(16)?);
+        let dev_index = d.u32()?;
+        let dev_count = d.u32()?;
+        let block_size = d.u32()?;
+        let dev_blocks = d.u64()?;
+        let generation = d.u64()?;
+        let journal = Region { dev: d.u32()?, start: d.u64()?, blocks: d.u64()? };
+        let tail = d.u64()?;
+        let seq = d.u64()?;
+        let meta_layout = d.bytes()?.to_vec();
+        let meta_len = d.u64()?;
+        let meta_crc = d.u32()?;
+        let clean = d.u8()? != 0;
+        let default_layout = d.str()?.to_string();
+        let end = d.pos();
+        let stored = d.u32()?;
+        if crc(&b[..end]) != stored {
+            return Err(Error::corrupt(format!("superblock of {device}"), "checksum mismatch"));
+        }
+        if block_size as usize != BLOCK_SIZE {
+            return Err(Error::corrupt(format!("superblock of {device}"), format!("block size {block_size}")));
+        }
+        if dev_index >= dev_count || journal.blocks == 0 || tail >= journal.blocks {
+            return Err(Error::corrupt(format!("superblock of {device}"), "geometry out of range"));
+        }
+        Ok(Some(Superblock {
+            version,
+            pool_id,
+            dev_index,
+            dev_count,
+            block_size,
+            dev_blocks,
+            generation,
+            journal,
+            cursor: Cursor { tail, head: tail, seq },
+            meta_layout,
+            meta_len,
+            meta_crc,
+            clean,
+            default_layout,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        Superblock {
+            version: FORMAT_VERSION,
+            pool_id: [7; 16],
+            dev_index: 1,
+            dev_count: 3,
+            block_size: BLOCK_SIZE as u32,
+            dev_blocks: 1000,
+            generation: 5,
+            journal: Region { dev: 0, start: 2, blocks: 100 },
+            cursor: Cursor { tail: 3, head: 3, seq: 9 },
+            meta_layout: vec![1, 2, 3],
+            meta_len: 10,
+            meta_crc: 42,
+            clean: true,
+            default_layout: "stripe".into(),
+        }
+    }
+
+    #[test]
+    fn round_trip_and_checksum() {
+        let sb = sample();
+        let b = sb.encode().unwrap();
+        assert_eq!(Superblock::decode(&b, "d").unwrap(), Some(sb));
+        let mut bad = b.clone();
+        bad[30] ^= 1;
+        assert!(Superblock::decode(&bad, "d").is_err());
+        assert_eq!(Superblock::decode(&[0u8; BLOCK_SIZE], "d").unwrap(), None);
+        let mut newer = sample();
+        newer.version = FORMAT_VERSION + 1;
+        let msg = Superblock::decode(&newer.encode().unwrap(), "d").unwrap_err().to_string();
+        assert!(msg.contains("newer"), "{msg}");
+    }
+}
