@@ -4,7 +4,9 @@
 //! one meta-file block. Holds at most `max` bytes, all in file block 0.
 
 use super::stripe::{check_args, span};
-use super::{Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE};
+use super::{
+    Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE,
+};
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
 use crate::layout::Value;
@@ -53,7 +55,11 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
             trimmed(data).to_vec()
         }
     };
-    Ok(Arc::new(Inline { id: a.id, max, data: RwLock::new(data) }))
+    Ok(Arc::new(Inline {
+        id: a.id,
+        max,
+        data: RwLock::new(data),
+    }))
 }
 
 fn trimmed(b: &[u8]) -> &[u8] {
@@ -95,7 +101,11 @@ impl Block for Inline {
         span(fblk, buf.len())?;
         // Only zeros may lie past `max`: they are what a hole reads as, so
         // writing them changes nothing.
-        let limit = if fblk == 0 { self.max.min(buf.len()) } else { 0 };
+        let limit = if fblk == 0 {
+            self.max.min(buf.len())
+        } else {
+            0
+        };
         if buf[limit..].iter().any(|&b| b != 0) {
             return Err(self.too_big());
         }
@@ -109,7 +119,10 @@ impl Block for Inline {
             d.extend_from_slice(new);
             // Recorded under the lock so records reach the journal in the order
             // the changes were made.
-            io.record(MapChange::Inline { node: self.id, data: d.clone() });
+            io.record(MapChange::Inline {
+                node: self.id,
+                data: d.clone(),
+            });
         }
         Ok(())
     }
@@ -118,7 +131,10 @@ impl Block for Inline {
         let mut d = self.data.write();
         if nblocks == 0 && !d.is_empty() {
             d.clear();
-            io.record(MapChange::Inline { node: self.id, data: Vec::new() });
+            io.record(MapChange::Inline {
+                node: self.id,
+                data: Vec::new(),
+            });
         }
         Ok(())
     }
@@ -133,10 +149,19 @@ impl Block for Inline {
                 *self.data.write() = trimmed(data).to_vec();
                 Ok(())
             }
-            MapChange::Inline { data, .. } => {
-                Err(Error::corrupt("journal", format!("inline node {} given {} bytes, max {}", self.id, data.len(), self.max)))
-            }
-            other => Err(Error::corrupt("journal", format!("inline block cannot apply {other:?}"))),
+            MapChange::Inline { data, .. } => Err(Error::corrupt(
+                "journal",
+                format!(
+                    "inline node {} given {} bytes, max {}",
+                    self.id,
+                    data.len(),
+                    self.max
+                ),
+            )),
+            other => Err(Error::corrupt(
+                "journal",
+                format!("inline block cannot apply {other:?}"),
+            )),
         }
     }
 

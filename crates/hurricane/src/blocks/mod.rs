@@ -16,6 +16,8 @@ mod inline;
 mod regions;
 mod replicate;
 mod stripe;
+#[cfg(test)]
+mod tests;
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};

@@ -1,0 +1,66 @@
+#![allow(dead_code)]
+use hurricane::device::{CrashMode, Device, MemDevice};
+use hurricane::{FormatOptions, Fs, Options};
+use std::sync::Arc;
+
+pub const MB: u64 = 1 << 20;
+
+/// A pool of memory devices that can be "power cut" at any moment.
+pub struct MemPool {
+    pub devs: Vec<Arc<MemDevice>>,
+}
+
+impl MemPool {
+    pub fn new(n: usize, size: u64) -> Self {
+        Self::with(n, size, &FormatOptions::default())
+    }
+
+    pub fn with(n: usize, size: u64, opts: &FormatOptions) -> Self {
+        let devs: Vec<Arc<MemDevice>> = (0..n).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), size))).collect();
+        Fs::format(Self::dyn_devs(&devs), opts).expect("format");
+        MemPool { devs }
+    }
+
+    fn dyn_devs(devs: &[Arc<MemDevice>]) -> Vec<Arc<dyn Device>> {
+        devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect()
+    }
+
+    pub fn open(&self) -> hurricane::Result<Fs> {
+        Fs::open(Self::dyn_devs(&self.devs), quiet())
+    }
+
+    /// The pool as a power cut now would leave it.
+    pub fn crash(&self, mode: CrashMode) -> MemPool {
+        let devs = self
+            .devs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let mode = match mode {
+                    CrashMode::Random(s) => CrashMode::Random(s.wrapping_add(i as u64 * 7919)),
+                    m => m,
+                };
+                Arc::new(MemDevice::from_image(format!("mem{i}"), d.crash_image(mode)))
+            })
+            .collect();
+        MemPool { devs }
+    }
+}
+
+/// No background commits: tests decide exactly when things become durable.
+pub fn quiet() -> Options {
+    Options { background_commit: false, ..Options::default() }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}

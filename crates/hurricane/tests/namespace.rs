@@ -1,0 +1,279 @@
+//! Namespace semantics through the native API.
+
+mod common;
+use common::*;
+use hurricane::{Creds, Error, RenameFlags, SetAttr};
+
+fn errno(r: hurricane::Result<impl Sized>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.errno(),
+    }
+}
+
+#[test]
+fn create_lookup_readdir_and_names() {
+    let p = MemPool::new(2, 32 * MB);
+    let fs = p.open().unwrap();
+    fs.mkdir_all("/a/b/c", 0o755).unwrap();
+    fs.write_file("/a/b/c/f.txt", b"hello", None).unwrap();
+    assert_eq!(fs.read_file("/a/b/c/f.txt").unwrap(), b"hello");
+    let names: Vec<_> = fs.read_dir("/a/b").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec![b"c".to_vec()]);
+    assert_eq!(errno(fs.mkdir_path("/a", 0o755)), libc::EEXIST);
+    assert_eq!(errno(fs.stat("/nope")), libc::ENOENT);
+    assert_eq!(errno(fs.stat("/a/b/c/f.txt/x")), libc::ENOTDIR);
+    let long = format!("/{}", "x".repeat(256));
+    assert_eq!(errno(fs.write_file(&long, b"", None)), libc::ENAMETOOLONG);
+    let ok = format!("/{}", "y".repeat(255));
+    fs.write_file(&ok, b"z", None).unwrap();
+    // Directory link counts: 2 + subdirectories.
+    assert_eq!(fs.stat("/a").unwrap().nlink, 3);
+    assert_eq!(fs.stat("/a/b/c").unwrap().nlink, 2);
+    assert_eq!(errno(fs.remove("/a/b")), libc::ENOTEMPTY);
+    fs.remove("/a/b/c/f.txt").unwrap();
+    fs.remove("/a/b/c").unwrap();
+    assert_eq!(fs.stat("/a/b").unwrap().nlink, 2);
+}
+
+#[test]
+fn rename_cases() {
+    let p = MemPool::new(1, 32 * MB);
+    let fs = p.open().unwrap();
+    let root = Creds::root();
+    fs.mkdir_all("/d1/sub", 0o755).unwrap();
+    fs.mkdir_all("/d2", 0o755).unwrap();
+    fs.write_file("/d1/a", b"A", None).unwrap();
+    fs.write_file("/d2/b", b"B", None).unwrap();
+    // Over an existing file, across directories: atomic replace.
+    fs.rename_path("/d1/a", "/d2/b").unwrap();
+    assert_eq!(fs.read_file("/d2/b").unwrap(), b"A");
+    assert_eq!(errno(fs.stat("/d1/a")), libc::ENOENT);
+    // A directory may not move beneath itself.
+    assert_eq!(errno(fs.rename_path("/d1", "/d1/sub/x")), libc::EINVAL);
+    // Directory across parents fixes link counts and "..".
+    fs.rename_path("/d1/sub", "/d2/sub").unwrap();
+    assert_eq!(fs.stat("/d1").unwrap().nlink, 2);
+    assert_eq!(fs.stat("/d2").unwrap().nlink, 3);
+    let sub = fs.resolve("/d2/sub").unwrap();
+    let d2 = fs.resolve("/d2").unwrap();
+    assert_eq!(fs.lookup(&root, sub, b"..").unwrap().ino, d2);
+    // File over directory and directory over file are refused.
+    fs.write_file("/d2/f", b"f", None).unwrap();
+    assert_eq!(errno(fs.rename_path("/d2/f", "/d2/sub")), libc::EISDIR);
+    assert_eq!(errno(fs.rename_path("/d2/sub", "/d2/f")), libc::ENOTDIR);
+    // Directory over an empty directory replaces it; over a non-empty one fails.
+    fs.mkdir_path("/d1/empty", 0o755).unwrap();
+    fs.rename_path("/d2/sub", "/d1/empty").unwrap();
+    fs.write_file("/d1/empty/in", b"", None).unwrap();
+    fs.mkdir_path("/d2/other", 0o755).unwrap();
+    assert_eq!(errno(fs.rename_path("/d2/other", "/d1/empty")), libc::ENOTEMPTY);
+    // NOREPLACE and EXCHANGE.
+    let (d1, d2) = (fs.resolve("/d1").unwrap(), fs.resolve("/d2").unwrap());
+    fs.write_file("/d1/x", b"X", None).unwrap();
+    fs.write_file("/d2/y", b"Y", None).unwrap();
+    let nr = RenameFlags { noreplace: true, exchange: false };
+    assert_eq!(errno(fs.rename(&root, d1, b"x", d2, b"y", nr)), libc::EEXIST);
+    let ex = RenameFlags { noreplace: false, exchange: true };
+    fs.rename(&root, d1, b"x", d2, b"y", ex).unwrap();
+    assert_eq!(fs.read_file("/d1/x").unwrap(), b"Y");
+    assert_eq!(fs.read_file("/d2/y").unwrap(), b"X");
+    assert_eq!(errno(fs.rename(&root, d1, b"x", d2, b"missing", ex)), libc::ENOENT);
+    // Rename onto another link of the same file does nothing.
+    fs.hard_link("/d1/x", "/d1/x2").unwrap();
+    fs.rename_path("/d1/x", "/d1/x2").unwrap();
+    assert_eq!(fs.read_file("/d1/x").unwrap(), b"Y");
+    assert_eq!(fs.stat("/d1/x").unwrap().nlink, 2);
+}
+
+#[test]
+fn hard_links_symlinks_and_open_unlinked_files() {
+    let p = MemPool::new(2, 32 * MB);
+    let fs = p.open().unwrap();
+    fs.write_file("/f", &pattern(1, 100_000), None).unwrap();
+    fs.hard_link("/f", "/g").unwrap();
+    assert_eq!(fs.stat("/f").unwrap().nlink, 2);
+    assert_eq!(fs.stat("/f").unwrap().ino, fs.stat("/g").unwrap().ino);
+    fs.mkdir_path("/d", 0o755).unwrap();
+    assert_eq!(errno(fs.hard_link("/d", "/d2")), libc::EPERM);
+    fs.remove("/f").unwrap();
+    assert_eq!(fs.read_file("/g").unwrap(), pattern(1, 100_000));
+    assert_eq!(fs.stat("/g").unwrap().nlink, 1);
+
+    fs.symlink_path("/g", "/s").unwrap();
+    assert_eq!(fs.read_file("/s").unwrap(), pattern(1, 100_000));
+    assert!(fs.lstat("/s").unwrap().is_symlink());
+    fs.symlink_path("/loop2", "/loop1").unwrap();
+    fs.symlink_path("/loop1", "/loop2").unwrap();
+    assert_eq!(errno(fs.stat("/loop1")), libc::ELOOP);
+
+    // An unlinked file stays readable while open, and its space returns on close.
+    let free0 = fs.statfs().bfree;
+    let f = fs.open_file("/g").unwrap();
+    fs.remove("/g").unwrap();
+    assert_eq!(errno(fs.stat("/g")), libc::ENOENT);
+    let mut buf = vec![0u8; 100_000];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 100_000);
+    assert_eq!(buf, pattern(1, 100_000));
+    drop(f);
+    fs.sync().unwrap();
+    assert!(fs.statfs().bfree > free0, "space of the unlinked file came back");
+}
+
+#[test]
+fn permissions_sticky_and_setgid() {
+    let p = MemPool::new(1, 32 * MB);
+    let fs = p.open().unwrap();
+    let root = Creds::root();
+    let alice = Creds::user(1000, 1000);
+    let bob = Creds::user(1001, 1001);
+    let top = fs.mkdir(&root, 1, b"tmp", 0o1777).unwrap().ino;
+    let priv_ = fs.mkdir(&root, 1, b"private", 0o700).unwrap().ino;
+    assert_eq!(errno(fs.lookup(&alice, priv_, b"x")), libc::EACCES);
+    assert_eq!(errno(fs.mknod(&alice, priv_, b"x", libc::S_IFREG | 0o644, 0, None, None)), libc::EACCES);
+    let a = fs.mknod(&alice, top, b"a", libc::S_IFREG | 0o644, 0, None, None).unwrap();
+    assert_eq!(a.uid, 1000);
+    // Sticky: bob cannot remove or rename alice's file.
+    assert_eq!(errno(fs.unlink(&bob, top, b"a")), libc::EACCES);
+    assert_eq!(errno(fs.rename(&bob, top, b"a", top, b"b", RenameFlags::default())), libc::EACCES);
+    fs.unlink(&alice, top, b"a").unwrap();
+    // chmod/chown rules.
+    let f = fs.mknod(&alice, top, b"f", libc::S_IFREG | 0o644, 0, None, None).unwrap().ino;
+    assert_eq!(errno(fs.setattr(&bob, f, &SetAttr { mode: Some(0o777), ..Default::default() })), libc::EPERM);
+    assert_eq!(errno(fs.setattr(&alice, f, &SetAttr { uid: Some(0), ..Default::default() })), libc::EPERM);
+    fs.setattr(&alice, f, &SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
+    assert_eq!(errno(fs.access(&bob, f, 4)), libc::EACCES);
+    // Supplementary groups count.
+    fs.setattr(&root, f, &SetAttr { gid: Some(50), mode: Some(0o640), ..Default::default() }).unwrap();
+    let carol = Creds { uid: 1002, gid: 1002, groups: vec![50] };
+    fs.access(&carol, f, 4).unwrap();
+    // setgid directories hand down their group.
+    let sg = fs.mkdir(&root, 1, b"sg", 0o2777).unwrap().ino;
+    fs.setattr(&root, sg, &SetAttr { gid: Some(77), ..Default::default() }).unwrap();
+    let inner = fs.mkdir(&alice, sg, b"inner", 0o755).unwrap();
+    assert_eq!(inner.gid, 77);
+    assert_ne!(inner.mode & libc::S_ISGID, 0);
+    let file = fs.mknod(&alice, sg, b"file", libc::S_IFREG | 0o644, 0, None, None).unwrap();
+    assert_eq!(file.gid, 77);
+}
+
+#[test]
+fn sparse_truncate_xattrs_and_times() {
+    let p = MemPool::new(3, 32 * MB);
+    let fs = p.open().unwrap();
+    let root = Creds::root();
+    let mut f = fs.create("/sparse", Some("stripe(unit=64K,width=3)")).unwrap();
+    f.write_all_at(b"tail", 10 * MB).unwrap();
+    let a = f.metadata().unwrap();
+    assert_eq!(a.size, 10 * MB + 4);
+    assert!(a.blocks <= 16, "a hole costs nothing: {} blocks", a.blocks);
+    let mut buf = vec![1u8; 8192];
+    f.read_at(&mut buf, 5 * MB).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    assert_eq!(fs.seek_data_hole(f.ino(), 0, true).unwrap(), Some(10 * MB));
+    assert_eq!(fs.seek_data_hole(f.ino(), 0, false).unwrap(), Some(0));
+    // Shrink to mid-block, grow again: the cut bytes read as zeros.
+    f.write_all_at(&[9u8; 10000], 0).unwrap();
+    f.set_len(5000).unwrap();
+    f.set_len(20000).unwrap();
+    let mut b2 = vec![7u8; 20000];
+    f.read_at(&mut b2, 0).unwrap();
+    assert!(b2[..5000].iter().all(|&b| b == 9));
+    assert!(b2[5000..].iter().all(|&b| b == 0));
+    // Extended attributes.
+    let ino = f.ino();
+    fs.setxattr(&root, ino, b"user.k", b"v", 0).unwrap();
+    assert_eq!(fs.getxattr(&root, ino, b"user.k").unwrap(), b"v");
+    assert_eq!(errno(fs.setxattr(&root, ino, b"user.k", b"w", 1)), libc::EEXIST);
+    assert_eq!(errno(fs.setxattr(&root, ino, b"user.none", b"w", 2)), libc::ENODATA);
+    assert_eq!(errno(fs.setxattr(&root, ino, b"user.big", &vec![0u8; 70_000], 0)), libc::EFBIG);
+    assert_eq!(fs.listxattr(&root, ino).unwrap(), vec![b"user.k".to_vec()]);
+    fs.removexattr(&root, ino, b"user.k").unwrap();
+    assert_eq!(errno(fs.getxattr(&root, ino, b"user.k")), libc::ENODATA);
+    // Explicit times.
+    let a = fs.setattr(&root, ino, &SetAttr { mtime: Some(Some(1_000_000_000)), ..Default::default() }).unwrap();
+    assert_eq!(a.mtime, 1_000_000_000);
+}
+
+#[test]
+fn layouts_are_per_file_and_inherited() {
+    let p = MemPool::new(4, 32 * MB);
+    let fs = p.open().unwrap();
+    let root = Creds::root();
+    fs.mkdir_path("/striped", 0o755).unwrap();
+    let d = fs.resolve("/striped").unwrap();
+    fs.dir_layout_set(&root, d, "stripe(unit=64K,width=2)").unwrap();
+    fs.write_file("/striped/f", &pattern(3, 300_000), None).unwrap();
+    let l = fs.layout_of("/striped/f").unwrap();
+    assert!(l.starts_with("stripe(unit=64K)[extent@"), "{l}");
+    // Subdirectories inherit the default too.
+    fs.mkdir_path("/striped/sub", 0o755).unwrap();
+    fs.write_file("/striped/sub/g", b"x", None).unwrap();
+    assert!(fs.layout_of("/striped/sub/g").unwrap().starts_with("stripe(unit=64K)"));
+    // A file with data refuses a new layout; an empty one takes it.
+    assert_eq!(errno(fs.set_layout("/striped/f", "extent@0")), libc::EINVAL);
+    fs.write_file("/e", b"", None).unwrap();
+    fs.set_layout("/e", "replicate[stripe(width=2),stripe(width=2)]").unwrap();
+    let canon = fs.layout_of("/e").unwrap();
+    fs.write_file("/e2", b"", None).unwrap();
+    fs.set_layout("/e2", &canon).unwrap();
+    assert_eq!(fs.layout_of("/e2").unwrap(), canon);
+    // Bad specs are refused with a message naming the problem.
+    match fs.set_layout("/e2", "strpe[extent@0]") {
+        Err(Error::Layout(m)) => assert!(m.contains("strpe"), "{m}"),
+        other => panic!("expected a layout error, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(errno(fs.set_layout("/e2", "extent@9")), libc::EINVAL);
+    // Inline files move to the pool default when they outgrow it.
+    fs.write_file("/small", b"", Some("inline")).unwrap();
+    fs.write_file("/small", b"tiny", None).unwrap();
+    let mut f = fs.create("/grow", Some("inline")).unwrap();
+    f.write_all_at(b"abc", 0).unwrap();
+    assert_eq!(f.layout().unwrap(), "inline");
+    f.write_all_at(&pattern(5, 50_000), 3).unwrap();
+    assert_ne!(f.layout().unwrap(), "inline");
+    let mut want = b"abc".to_vec();
+    want.extend(pattern(5, 50_000));
+    assert_eq!(fs.read_file("/grow").unwrap(), want);
+}
+
+#[test]
+fn many_threads_create_and_write() {
+    let p = MemPool::new(4, 64 * MB);
+    let fs = p.open().unwrap();
+    let shared = fs.create("/shared", None).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let fs = fs.clone();
+            s.spawn(move || {
+                let dir = format!("/t{t}");
+                fs.mkdir_path(&dir, 0o755).unwrap();
+                for i in 0..50u64 {
+                    fs.write_file(&format!("{dir}/f{i}"), &pattern(t * 1000 + i, 3000 + i as usize * 7), None).unwrap();
+                }
+            });
+        }
+        // One shared file written in disjoint whole-block ranges by 4 threads.
+        let shared = &shared;
+        for t in 0..4u64 {
+            s.spawn(move || {
+                for k in 0..16u64 {
+                    shared.write_at(&pattern(t * 100 + k, 65536), (k * 4 + t) * 65536).unwrap();
+                }
+            });
+        }
+    });
+    fs.sync().unwrap();
+    for t in 0..8u64 {
+        for i in 0..50u64 {
+            assert_eq!(fs.read_file(&format!("/t{t}/f{i}")).unwrap(), pattern(t * 1000 + i, 3000 + i as usize * 7));
+        }
+    }
+    let data = fs.read_file("/shared").unwrap();
+    for t in 0..4u64 {
+        for k in 0..16u64 {
+            let o = ((k * 4 + t) * 65536) as usize;
+            assert_eq!(&data[o..o + 65536], &pattern(t * 100 + k, 65536)[..]);
+        }
+    }
+}
