@@ -1,0 +1,109 @@
+//! Core engine benchmarks through the native API, with a POSIX peer mode that
+//! does the same through the kernel (run it on ext4 over a loop device).
+//!
+//! ```text
+//! core_bench seq  POOL_DIR SIZE_MIB [LAYOUT]   sequential 1 MiB write (+fsync), then read
+//! core_bench meta POOL_DIR COUNT               create COUNT empty files, then stat each
+//! core_bench posix-meta DIR COUNT              the same with std::fs on a mounted file system
+//! ```
+//! Prints one JSON object per measurement.
+
+use hurricane::{Fs, Options};
+use std::path::Path;
+use std::time::Instant;
+
+fn drop_caches() {
+    // Reads must come from the disk, not the host page cache.
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3\n");
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("core_bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: core_bench seq POOL SIZE_MIB [LAYOUT] | meta POOL COUNT | posix-meta DIR COUNT";
+    let mode = args.get(1).ok_or(usage)?;
+    let target = Path::new(args.get(2).ok_or(usage)?);
+    let n: u64 = args.get(3).ok_or(usage)?.parse()?;
+    match mode.as_str() {
+        "seq" => {
+            let fs = Fs::open_dir(target, Options::default())?;
+            let layout = args.get(4).map(String::as_str);
+            let chunk = vec![0x5Au8; 1 << 20];
+            let mut f = fs.create("/seq.bin", layout)?;
+            let t = Instant::now();
+            for i in 0..n {
+                f.write_all_at(&chunk, i << 20)?;
+            }
+            f.sync_all()?;
+            let w = t.elapsed().as_secs_f64();
+            drop(f);
+            fs.close()?;
+            drop(fs);
+            drop_caches();
+            let fs = Fs::open_dir(target, Options::default())?;
+            let f = fs.open_file("/seq.bin")?;
+            let mut buf = vec![0u8; 1 << 20];
+            let t = Instant::now();
+            for i in 0..n {
+                f.read_at(&mut buf, i << 20)?;
+            }
+            let r = t.elapsed().as_secs_f64();
+            println!(
+                "{{\"bench\":\"seq\",\"mib\":{n},\"layout\":{:?},\"write_mibs\":{:.1},\"read_mibs\":{:.1}}}",
+                fs.layout_of("/seq.bin")?,
+                n as f64 / w,
+                n as f64 / r
+            );
+            drop(f);
+            fs.remove("/seq.bin")?;
+            fs.close()?;
+        }
+        "meta" => {
+            let fs = Fs::open_dir(target, Options::default())?;
+            fs.mkdir_all("/m", 0o755)?;
+            let root = hurricane::Creds::root();
+            let dir = fs.resolve("/m")?;
+            let t = Instant::now();
+            for i in 0..n {
+                fs.mknod(&root, dir, format!("f{i}").as_bytes(), libc_reg(), 0, None, None)?;
+            }
+            fs.sync()?;
+            let c = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            for i in 0..n {
+                fs.lookup(&root, dir, format!("f{i}").as_bytes())?;
+            }
+            let s = t.elapsed().as_secs_f64();
+            println!("{{\"bench\":\"meta\",\"files\":{n},\"create_per_s\":{:.0},\"stat_per_s\":{:.0}}}", n as f64 / c, n as f64 / s);
+            fs.close()?;
+        }
+        "posix-meta" => {
+            let dir = target.join("m");
+            std::fs::create_dir_all(&dir)?;
+            let t = Instant::now();
+            for i in 0..n {
+                std::fs::File::create(dir.join(format!("f{i}")))?;
+            }
+            std::process::Command::new("sync").status()?;
+            let c = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            for i in 0..n {
+                std::fs::metadata(dir.join(format!("f{i}")))?;
+            }
+            let s = t.elapsed().as_secs_f64();
+            println!("{{\"bench\":\"posix-meta\",\"files\":{n},\"create_per_s\":{:.0},\"stat_per_s\":{:.0}}}", n as f64 / c, n as f64 / s);
+        }
+        _ => return Err(usage.into()),
+    }
+    Ok(())
+}
+
+fn libc_reg() -> u32 {
+    0o100644
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building and testing Hurricane needs on a fresh Debian
+# machine: FUSE 3 for mounting, and the tools the tests run on the mount.
+set -euo pipefail
+need=()
+command -v fusermount3 >/dev/null || need+=(fuse3)
+command -v fio >/dev/null || need+=(fio)
+command -v sqlite3 >/dev/null || need+=(sqlite3)
+command -v rsync >/dev/null || need+=(rsync)
+command -v git >/dev/null || need+=(git)
+command -v setfattr >/dev/null || need+=(attr)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: please install: ${need[*]}" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "setup: cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
+# mount -t fuse.hurricane and /etc/fstab find the helper by this name.
+if [ "$(id -u)" -eq 0 ] && [ -n "${HURRICANE_BIN:-}" ]; then
+    ln -sf "$HURRICANE_BIN" /sbin/mount.fuse.hurricane
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs every check: formatting, lints, and the whole test suite (unit,
+# property, crash, FUSE-mount and CLI tests).
+set -euo pipefail
+cd "$(dirname "$0")"
+bash scripts/setup.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
+if [ -x fuzz/run-ci.sh ]; then bash fuzz/run-ci.sh; fi
