@@ -309,9 +309,6 @@ impl Fs {
         self.state().apply(&ops[0], &mut l)?;
         let mut l2 = self.state().lock(&[ino]);
         l.absorb(&mut l2);
-        if kind == S_IFDIR {
-            l.get(ino)?.nlink = 1;
-        }
         for op in &ops[1..] {
             self.state().apply(op, &mut l)?;
         }

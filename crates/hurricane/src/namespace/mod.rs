@@ -160,7 +160,8 @@ impl State {
                     mode: n.mode,
                     uid: n.uid,
                     gid: n.gid,
-                    nlink: 0,
+                    // A directory's own "." is its first link; entries add the rest.
+                    nlink: u32::from(n.mode & S_IFMT == S_IFDIR),
                     size,
                     atime: t,
                     mtime: t,
