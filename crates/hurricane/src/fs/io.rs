@@ -124,6 +124,19 @@ impl Fs {
         Err(Error::TooBig(format!("inode {ino}")))
     }
 
+    /// Makes sure a file's layout can hold `end` bytes: an inline file that
+    /// would outgrow its block moves to the default layout first.
+    fn ensure_capacity(&self, ino: Ino, end: u64) -> Result<()> {
+        let (_, lay, _) = self.file_layout(ino)?;
+        if end.div_ceil(BS) <= lay.root().capacity() {
+            return Ok(());
+        }
+        if lay.root().kind().name == "inline" {
+            return self.promote(ino);
+        }
+        Err(Error::TooBig(format!("inode {ino}: {end} bytes exceed what its layout can hold")))
+    }
+
     /// A small file outgrew its inline layout: move its data to the pool's
     /// default layout.
     fn promote(&self, ino: Ino) -> Result<()> {
@@ -165,6 +178,7 @@ impl Fs {
         if size > MAX_FILE_SIZE {
             return Err(Error::TooBig(format!("inode {ino}: size {size}")));
         }
+        self.ensure_capacity(ino, size)?;
         let (node, _, _) = self.file_layout(ino)?;
         let _io = node.io.write();
         let (lay, old) = {
@@ -207,6 +221,7 @@ impl Fs {
             return Err(Error::NotSupported(format!("fallocate mode {mode:#x}")));
         }
         let end = off.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| Error::TooBig(format!("inode {ino}")))?;
+        self.ensure_capacity(ino, end)?;
         let (node, lay, size) = self.file_layout(ino)?;
         // Fill only the holes: existing data stays.
         let first = off / BS;
