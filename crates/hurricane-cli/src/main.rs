@@ -1,1 +1,136 @@
-fn main() {}
+//! `hurricane`: make, check, mount and use Hurricane pools.
+//!
+//! Every command that works on a pool takes the pool directory first, opens
+//! the pool, does its work and closes it cleanly. Failures print one line,
+//! `hurricane: <message>`, and exit 1 (2 for usage errors).
+//! Invoked as `mount.fuse.hurricane`, the binary is mount(8)'s helper.
+
+mod df;
+mod files;
+mod fsck_cmd;
+mod layout_cmd;
+mod mkfs;
+mod mount;
+mod util;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+use util::{CliResult, Fail};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hurricane",
+    version,
+    about = "Hurricane file system: pools of devices whose files are compositions of building blocks"
+)]
+#[command(after_help = "Layout specs: name[(k=v,...)][[child,...]][@dev], e.g. extent@0, stripe(unit=64K,width=3), \
+regions(size=16M,width=4), replicate(copies=2)[stripe(width=2),stripe(width=2)], inline.\n\
+Logging: RUST_LOG=info (default warn) on stderr.")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Make a pool: N image files in POOL_DIR, or the given devices.
+    Mkfs(mkfs::MkfsArgs),
+    /// Check a pool's consistency (exit 0 when consistent); --repair fixes it.
+    Fsck(fsck_cmd::FsckArgs),
+    /// Mount a pool with FUSE.
+    Mount(mount::MountArgs),
+    /// Unmount a mounted pool.
+    Umount(mount::UmountArgs),
+    /// Statistics of a mounted pool.
+    Stats(mount::StatsArgs),
+    /// List a directory of a pool.
+    Ls(files::LsArgs),
+    /// Make a directory in a pool.
+    Mkdir(files::MkdirArgs),
+    /// Copy a local file (or directory, with -r) into a pool.
+    Put(files::PutArgs),
+    /// Copy a file (or directory, with -r) out of a pool.
+    Get(files::GetArgs),
+    /// Write files of a pool to standard output.
+    Cat(files::CatArgs),
+    /// Remove files (or directories, with -r) from a pool.
+    Rm(files::RmArgs),
+    /// Rename or move a file or directory within a pool.
+    Mv(files::MvArgs),
+    /// Show attributes and layout of files in a pool.
+    Stat(files::StatArgs),
+    /// Show or set file layouts and directory default layouts.
+    #[command(subcommand)]
+    Layout(layout_cmd::LayoutCmd),
+    /// Space and I/O per device of a pool.
+    #[command(disable_help_flag = true)]
+    Df(df::DfArgs),
+}
+
+fn run(cmd: &Cmd) -> CliResult {
+    match cmd {
+        Cmd::Mkfs(a) => mkfs::run(a),
+        Cmd::Fsck(a) => fsck_cmd::run(a),
+        Cmd::Mount(a) => Ok(mount::mount(a)?),
+        Cmd::Umount(a) => Ok(mount::umount(a)?),
+        Cmd::Stats(a) => Ok(mount::stats(a)?),
+        Cmd::Ls(a) => files::ls(a),
+        Cmd::Mkdir(a) => files::mkdir(a),
+        Cmd::Put(a) => files::put(a),
+        Cmd::Get(a) => files::get(a),
+        Cmd::Cat(a) => files::cat(a),
+        Cmd::Rm(a) => files::rm(a),
+        Cmd::Mv(a) => files::mv(a),
+        Cmd::Stat(a) => files::stat(a),
+        Cmd::Layout(c) => layout_cmd::run(c),
+        Cmd::Df(a) => df::run(a),
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+/// One line and a distinct status even for a bug: never a backtrace.
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into());
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("hurricane: internal error: {msg}{at}");
+    }));
+}
+
+fn finish(r: CliResult) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail { msg, code }) => {
+            if !msg.is_empty() {
+                eprintln!("hurricane: {msg}");
+            }
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    quiet_panics();
+    init_logging();
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let argv0 = args.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
+    if argv0 == "mount.fuse.hurricane" {
+        return finish(mount::mount_helper_main(args.get(1..).unwrap_or(&[])).map_err(Fail::new));
+    }
+    let cli = Cli::parse();
+    match std::panic::catch_unwind(|| run(&cli.cmd)) {
+        Ok(r) => finish(r),
+        Err(_) => ExitCode::from(101),
+    }
+}

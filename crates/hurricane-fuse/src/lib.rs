@@ -1,1 +1,23 @@
-//! FUSE front end (to be written).
+//! FUSE front end for a Hurricane pool: every program can use the pool
+//! through an ordinary mount.
+//!
+//! - [`HurricaneFuse`] implements fuser's `Filesystem` over the engine.
+//! - [`serve`] mounts a pool and serves it in the calling process until
+//!   it is unmounted or gets SIGTERM/SIGINT (then flushes and unmounts).
+//! - [`mountinfo`] finds mounts, unmounts them and reads their statistics,
+//!   for the `hurricane mount|umount|stats` commands.
+//!
+//! Layouts are reachable through extended attributes:
+//! `user.hurricane.layout` on a file, `user.hurricane.dir_layout` on a
+//! directory, and `user.hurricane.stats` on the root gives the statistics.
+
+mod filesystem;
+pub mod locks;
+pub mod mountinfo;
+mod options;
+mod serve;
+pub mod stats;
+
+pub use filesystem::{HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR};
+pub use options::MountOptions;
+pub use serve::serve;

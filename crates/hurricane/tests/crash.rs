@@ -185,7 +185,8 @@ impl Workload {
 fn check_clean(fs: &Fs, what: &str) {
     let r = fs.report();
     assert!(r.double_claims.is_empty(), "{what}: blocks claimed twice: {:?}", r.double_claims);
-    // FSCK_HOOK
+    let report = hurricane::fsck::check(fs, false, &mut |_, _, _| {}).expect("fsck runs");
+    assert!(report.is_clean(), "{what}: fsck: {:?}", report.problems);
 }
 
 #[test]

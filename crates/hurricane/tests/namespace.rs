@@ -133,9 +133,9 @@ fn permissions_sticky_and_setgid() {
     assert_eq!(errno(fs.mknod(&alice, priv_, b"x", libc::S_IFREG | 0o644, 0, None, None)), libc::EACCES);
     let a = fs.mknod(&alice, top, b"a", libc::S_IFREG | 0o644, 0, None, None).unwrap();
     assert_eq!(a.uid, 1000);
-    // Sticky: bob cannot remove or rename alice's file.
-    assert_eq!(errno(fs.unlink(&bob, top, b"a")), libc::EACCES);
-    assert_eq!(errno(fs.rename(&bob, top, b"a", top, b"b", RenameFlags::default())), libc::EACCES);
+    // Sticky: bob cannot remove or rename alice's file (EPERM, as on Linux).
+    assert_eq!(errno(fs.unlink(&bob, top, b"a")), libc::EPERM);
+    assert_eq!(errno(fs.rename(&bob, top, b"a", top, b"b", RenameFlags::default())), libc::EPERM);
     fs.unlink(&alice, top, b"a").unwrap();
     // chmod/chown rules.
     let f = fs.mknod(&alice, top, b"f", libc::S_IFREG | 0o644, 0, None, None).unwrap().ino;

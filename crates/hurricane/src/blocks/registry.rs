@@ -113,7 +113,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
 
 pub fn format_size(n: u64) -> String {
     for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if n != 0 && n % (1u64 << shift) == 0 {
+        if n != 0 && n.is_multiple_of(1u64 << shift) {
             return format!("{}{}", n >> shift, suffix);
         }
     }

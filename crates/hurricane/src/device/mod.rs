@@ -7,10 +7,12 @@
 mod file;
 mod mem;
 mod stats;
+pub mod sim;
 
 pub use file::FileDevice;
 pub use mem::{CrashMode, MemDevice, MemDeviceState};
 pub use stats::{DeviceStats, StatsSnapshot};
+pub use sim::{SimDevice, SimParams};
 
 use crate::error::Result;
 use std::sync::Arc;

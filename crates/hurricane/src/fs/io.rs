@@ -7,6 +7,7 @@
 
 use super::{now, Fs};
 use crate::blocks::{IoCtx, Layout, MapChange, BLOCK_SIZE};
+use crate::cache::{BlockCache, Claim, Lookup};
 use crate::codec::Encoder;
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
@@ -23,6 +24,41 @@ enum IoGuard<'a> {
 }
 /// Largest file: the block arithmetic stays far from overflow.
 pub const MAX_FILE_SIZE: u64 = 1 << 50;
+/// Longest run of blocks read from a layout in one request through the cache.
+const MAX_RUN: u64 = 1024;
+/// Times a reader waits for a block another thread is loading before it
+/// reads the block itself.
+const MAX_WAITS: u32 = 16;
+
+/// Blocks [start, start+n) claimed in the cache: filled together, or given
+/// up when dropped unfilled (an error or a panic), so no reader waits on
+/// them forever.
+struct Claims<'a> {
+    cache: &'a BlockCache,
+    ino: Ino,
+    start: u64,
+    n: u64,
+    filled: bool,
+}
+
+impl Claims<'_> {
+    fn fill(mut self, data: &[u8]) {
+        for (i, block) in data.chunks(BLOCK_SIZE).take(self.n as usize).enumerate() {
+            self.cache.fill(self.ino, self.start + i as u64, block);
+        }
+        self.filled = true;
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        if !self.filled {
+            for b in self.start..self.start + self.n {
+                self.cache.abort(self.ino, b);
+            }
+        }
+    }
+}
 
 impl Fs {
     fn file_layout(&self, ino: Ino) -> Result<(Arc<crate::namespace::Inode>, Arc<Layout>, u64)> {
@@ -52,8 +88,149 @@ impl Fs {
         }
         let n = (buf.len() as u64).min(size - off) as usize;
         let io = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink() };
-        read_range(&lay, &io, off, &mut buf[..n])?;
+        self.read_cached(ino, &lay, &io, off, &mut buf[..n])?;
         Ok(n)
+    }
+
+    /// Reads bytes through the block cache: cached blocks are copied, blocks
+    /// being loaded (by a prefetch or another reader) are waited for, and
+    /// each run of missing blocks is read from the layout in one request and
+    /// kept.
+    fn read_cached(&self, ino: Ino, lay: &Layout, io: &IoCtx, off: u64, buf: &mut [u8]) -> Result<()> {
+        let cache = &self.inner.cache;
+        if !cache.enabled() {
+            return read_range(lay, io, off, buf);
+        }
+        let end = off + buf.len() as u64;
+        let last = end.div_ceil(BS);
+        // The part of `buf` that block `b` covers, and where it starts in the block.
+        let piece = |b: u64| {
+            let (bs, be) = (b * BS, b * BS + BS);
+            let (s, e) = (bs.max(off), be.min(end));
+            ((s - off) as usize, (e - off) as usize, (s - bs) as usize)
+        };
+        let mut b = off / BS;
+        let mut waits = 0;
+        while b < last {
+            let (s, e, from) = piece(b);
+            match cache.get(ino, b, from, &mut buf[s..e]) {
+                Lookup::Hit => {
+                    b += 1;
+                    waits = 0;
+                    continue;
+                }
+                // Someone is reading it: wait rather than read it twice.
+                Lookup::Loading if waits < MAX_WAITS => {
+                    cache.wait(ino, b);
+                    waits += 1;
+                    continue;
+                }
+                Lookup::Loading | Lookup::Miss => {}
+            }
+            match cache.claim(ino, b, false) {
+                Claim::Claimed => {}
+                // It appeared meanwhile: look again.
+                Claim::Present if waits < MAX_WAITS => {
+                    waits += 1;
+                    continue;
+                }
+                // No room: read this block alone, uncached.
+                _ => {
+                    read_range(lay, io, b * BS + from as u64, &mut buf[s..e])?;
+                    b += 1;
+                    continue;
+                }
+            }
+            let mut n = 1;
+            while b + n < last && n < MAX_RUN && cache.claim(ino, b + n, false) == Claim::Claimed {
+                n += 1;
+            }
+            let claims = Claims { cache, ino, start: b, n, filled: false };
+            let run = n as usize * BLOCK_SIZE;
+            if from == 0 && (b + n) * BS <= end {
+                // Whole blocks inside the caller's buffer: read straight into it.
+                let dst = &mut buf[s..s + run];
+                lay.root().read(io, b, dst)?;
+                claims.fill(dst);
+            } else {
+                let mut tmp = vec![0u8; run];
+                lay.root().read(io, b, &mut tmp)?;
+                claims.fill(&tmp);
+                for i in 0..n {
+                    let (s, e, from) = piece(b + i);
+                    let at = i as usize * BLOCK_SIZE + from;
+                    buf[s..e].copy_from_slice(&tmp[at..at + (e - s)]);
+                }
+            }
+            b += n;
+            waits = 0;
+        }
+        Ok(())
+    }
+
+    /// Starts reading blocks [fblk, fblk+n) of a file into the cache in the
+    /// background (HFS: an asynchronous prefetch request). Blocks past the
+    /// end of the file, cached or already loading are skipped, and so are
+    /// blocks for which the cache has no room that is not in use. Returns
+    /// the number of blocks requested from the devices.
+    pub fn prefetch(&self, ino: Ino, fblk: u64, n: u64) -> Result<u64> {
+        let cache = &self.inner.cache;
+        if !cache.enabled() || n == 0 {
+            return Ok(0);
+        }
+        let (_, _, size) = self.file_layout(ino)?;
+        let end = fblk.saturating_add(n).min(size.div_ceil(BS));
+        let mut total = 0;
+        let mut run: Option<u64> = None;
+        for b in fblk..end {
+            let claimed = cache.claim(ino, b, true) == Claim::Claimed;
+            if let Some(start) = run {
+                if !claimed || b - start == MAX_RUN {
+                    total += self.submit_prefetch(ino, start, b - start);
+                    run = None;
+                }
+            }
+            if claimed && run.is_none() {
+                run = Some(b);
+            }
+        }
+        if let Some(start) = run {
+            total += self.submit_prefetch(ino, start, end - start);
+        }
+        Ok(total)
+    }
+
+    /// Hands claimed blocks to an I/O thread; gives them up if none takes them.
+    fn submit_prefetch(&self, ino: Ino, start: u64, n: u64) -> u64 {
+        let weak = Arc::downgrade(&self.inner);
+        let job = Box::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                Fs { inner }.run_prefetch(ino, start, n);
+            }
+        });
+        match self.inner.io_pool.submit(job) {
+            Ok(()) => n,
+            Err(_) => {
+                for b in start..start + n {
+                    self.inner.cache.abort(ino, b);
+                }
+                0
+            }
+        }
+    }
+
+    /// On an I/O thread: reads claimed blocks and publishes them. Takes no
+    /// inode lock: a truncate or write meanwhile marks them stale.
+    fn run_prefetch(&self, ino: Ino, start: u64, n: u64) {
+        let cache = &self.inner.cache;
+        let claims = Claims { cache, ino, start, n, filled: false };
+        let Some(lay) = self.state().get(ino).and_then(|node| node.data.read().layout().cloned()) else { return };
+        let mut tmp = vec![0u8; n as usize * BLOCK_SIZE];
+        let io = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink() };
+        match lay.root().read(&io, start, &mut tmp) {
+            Ok(()) => claims.fill(&tmp),
+            Err(e) => tracing::debug!("prefetch of inode {ino} blocks {start}+{n}: {e}"),
+        }
     }
 
     /// Writes `data` at `off`; returns the count written.
@@ -65,7 +242,7 @@ impl Fs {
         let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| Error::TooBig(format!("inode {ino}: write past {MAX_FILE_SIZE} bytes")))?;
         for attempt in 0..2 {
             let (node, _, _) = self.file_layout(ino)?;
-            let aligned = off % BS == 0 && data.len() as u64 % BS == 0;
+            let aligned = off.is_multiple_of(BS) && (data.len() as u64).is_multiple_of(BS);
             // Whole-block writes run in parallel; partial blocks are
             // read-modify-write and must not interleave.
             let guard = if aligned { IoGuard::Shared(node.io.read()) } else { IoGuard::Excl(node.io.write()) };
@@ -75,6 +252,8 @@ impl Fs {
             let sink = |c: MapChange| changes.lock().push(c);
             let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
             let r = write_range(&lay, &io, off, data);
+            // Written through: cached copies (and loads racing the write) go.
+            self.inner.cache.invalidate(ino, off / BS, end.div_ceil(BS) - off / BS);
             let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
             let mut l = self.state().lock(&[ino]);
             let d = l.get(ino)?;
@@ -201,6 +380,8 @@ impl Fs {
                 lay.root().write(&io, keep - 1, &b)?;
             }
         }
+        // The last block may have been zeroed past the new end.
+        self.inner.cache.invalidate_from(ino, size.min(old) / BS);
         let t = now();
         let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
         ops.push(Op::SetSize { ino, size, mtime: t });
@@ -243,6 +424,7 @@ impl Fs {
                 let sink = |c: MapChange| changes.lock().push(c);
                 let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
                 let r = lay.root().write(&io, b, &zero[..n as usize * BLOCK_SIZE]);
+                self.inner.cache.invalidate(ino, b, n);
                 let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
                 g.log(&ops);
                 r?;
@@ -294,7 +476,7 @@ pub(crate) fn read_range(lay: &Layout, io: &IoCtx, off: u64, buf: &mut [u8]) -> 
     let mut pos = off;
     let mut done = 0usize;
     let mut tmp = vec![0u8; BLOCK_SIZE];
-    if pos % BS != 0 {
+    if !pos.is_multiple_of(BS) {
         root.read(io, pos / BS, &mut tmp)?;
         let h = (pos % BS) as usize;
         let n = (BLOCK_SIZE - h).min(buf.len());
@@ -324,7 +506,7 @@ pub(crate) fn write_range(lay: &Layout, io: &IoCtx, off: u64, data: &[u8]) -> Re
     let mut pos = off;
     let mut done = 0usize;
     let mut tmp = vec![0u8; BLOCK_SIZE];
-    if pos % BS != 0 || (end - pos) < BS {
+    if !pos.is_multiple_of(BS) || (end - pos) < BS {
         root.read(io, pos / BS, &mut tmp)?;
         let h = (pos % BS) as usize;
         let n = (BLOCK_SIZE - h).min(data.len());

@@ -46,11 +46,21 @@ pub struct Options {
     pub read_only: bool,
     /// Run the background committer (tests of crash states turn it off).
     pub background_commit: bool,
+    /// Memory bound of the file-data block cache in bytes (0: no cache).
+    pub cache_bytes: u64,
+    /// Threads that run prefetch requests (0: four per device, 4 to 64).
+    pub io_threads: usize,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { commit_interval: Duration::from_secs(1), read_only: false, background_commit: true }
+        Options {
+            commit_interval: Duration::from_secs(1),
+            read_only: false,
+            background_commit: true,
+            cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
+            io_threads: 0,
+        }
     }
 }
 
@@ -94,6 +104,10 @@ pub(crate) struct Inner {
     report: Mutex<OpenReport>,
     commits: AtomicU64,
     checkpoints: AtomicU64,
+    /// File-data blocks (see `cache`).
+    pub(crate) cache: crate::cache::BlockCache,
+    /// Threads running prefetch requests into `cache`.
+    pub(crate) io_pool: crate::cache::IoPool,
 }
 
 /// An open pool. Clones share it.
@@ -271,6 +285,7 @@ impl Fs {
             return Err(Error::corrupt("meta-data", "root directory missing"));
         }
         let default_layout = sb.default_layout.clone();
+        let storage_devices = storage.devs.len();
         let ms = MetaState { cursor: Cursor { tail: sb.cursor.tail, head: cursor.head, seq: cursor.seq }, sb, meta };
         let inner = Arc::new(Inner {
             storage,
@@ -291,6 +306,11 @@ impl Fs {
             report: Mutex::new(report),
             commits: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
+            cache: crate::cache::BlockCache::new(opts.cache_bytes),
+            io_pool: crate::cache::IoPool::new(match opts.io_threads {
+                0 => (4 * storage_devices).clamp(4, 64),
+                n => n,
+            }),
         });
         let fs = Fs { inner };
         if !opts.read_only {
@@ -354,6 +374,11 @@ impl Fs {
     pub fn open_dir(dir: &Path, opts: Options) -> Result<Fs> {
         let paths = pool::device_paths(dir)?;
         let devs = pool::open_paths(&paths, !opts.read_only)?;
+        // A pool made with `--sim` keeps its disk model in pool.conf.
+        let devs = match pool::sim_params(dir)? {
+            Some(p) => crate::device::SimDevice::wrap_all(devs, &p),
+            None => devs,
+        };
         Fs::open(devs, opts)
     }
 
@@ -367,6 +392,16 @@ impl Fs {
 
     pub(crate) fn state(&self) -> &State {
         &self.inner.state
+    }
+
+    /// Hit rates and occupancy of the file-data block cache.
+    pub fn cache_stats(&self) -> crate::cache::CacheStats {
+        self.inner.cache.stats()
+    }
+
+    /// Empties the data cache (benchmarks start each run cold).
+    pub fn drop_caches(&self) {
+        self.inner.cache.clear()
     }
 
     /// Per-device I/O statistics.

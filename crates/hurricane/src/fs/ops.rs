@@ -368,8 +368,12 @@ impl Fs {
         {
             let c = l.get(child)?.clone_meta();
             let p = l.get(parent)?;
-            if !cred.allowed(p, W | X) || !cred.may_delete(p, &c) {
+            if !cred.allowed(p, W | X) {
                 return Err(Error::Access(show(name)));
+            }
+            // A sticky directory refuses with EPERM, as Linux does.
+            if !cred.may_delete(p, &c) {
+                return Err(Error::Perm(show(name)));
             }
             match (dir, c.is_dir()) {
                 (true, false) => return Err(Error::NotDir(show(name))),
@@ -520,7 +524,7 @@ impl Fs {
                 }
                 if let Some(v) = victim {
                     if !cred.may_delete(p, v) {
-                        return Err(Error::Access(show(sname)));
+                        return Err(Error::Perm(show(sname)));
                     }
                 }
             }
@@ -533,7 +537,7 @@ impl Fs {
                 }
                 let ddata = l.get(d)?.clone_meta();
                 if !cred.may_delete(l.get(ddir)?, &ddata) {
-                    return Err(Error::Access(show(dname)));
+                    return Err(Error::Perm(show(dname)));
                 }
                 if !flags.exchange {
                     match (skind == S_IFDIR, dkind == S_IFDIR) {
@@ -680,6 +684,8 @@ impl Fs {
     /// flags: XATTR_CREATE (1) / XATTR_REPLACE (2).
     pub fn setxattr(&self, cred: &Creds, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         self.check_writable()?;
+        // user.hurricane.open must be a valid open spec; it is kept canonical.
+        let value = &crate::open::check_xattr(name, value)?[..];
         if name == LAYOUT_XATTR.as_bytes() {
             let spec = std::str::from_utf8(value).map_err(|_| Error::Layout("layout spec is not UTF-8".into()))?;
             return self.layout_set(cred, ino, spec.trim_end_matches(['\n', '\0']));

@@ -66,7 +66,7 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
+        if line.is_empty() || line.starts_with('#') || sim_line(line).is_some() {
             continue;
         }
         let p = line.strip_prefix("device").map(|r| r.trim_start().trim_start_matches('=').trim()).unwrap_or(line);
@@ -77,6 +77,38 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
         return Err(Error::Device(format!("{}: lists no devices", f.display())));
     }
     Ok(out)
+}
+
+/// The value of a `sim = SPEC` line.
+fn sim_line(line: &str) -> Option<&str> {
+    line.strip_prefix("sim")?.trim_start().strip_prefix('=').map(str::trim)
+}
+
+/// The disk simulator a pool directory asks for (`sim = hdd...` in
+/// pool.conf, written by `mkfs --sim`): `Fs::open_dir` wraps every device
+/// in a [`crate::device::SimDevice`] with it.
+pub fn sim_params(dir: &Path) -> Result<Option<crate::device::SimParams>> {
+    let f = dir.join(POOL_FILE);
+    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let mut found = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(spec) = sim_line(line) {
+            found = crate::device::SimParams::parse(spec).map_err(|e| Error::Invalid(format!("{}: {e}", f.display())))?;
+        }
+    }
+    Ok(found)
+}
+
+/// Records (or with `None` removes) the disk simulator of a pool directory.
+pub fn set_sim(dir: &Path, p: Option<&crate::device::SimParams>) -> Result<()> {
+    let f = dir.join(POOL_FILE);
+    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    const NOTE: &str = "# timing of a simulated disk on every device (see device::sim)";
+    let mut out: String = text.lines().filter(|l| sim_line(l.trim()).is_none() && l.trim() != NOTE).map(|l| format!("{l}\n")).collect();
+    if let Some(p) = p {
+        out.push_str(&format!("{NOTE}\nsim = {p}\n"));
+    }
+    std::fs::write(&f, out).map_err(|e| Error::io(f.display().to_string(), e))
 }
 
 /// Writes the pool directory's device list.
@@ -97,7 +129,7 @@ pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Devic
         .enumerate()
         .map(|(i, p)| {
             if !p.exists() {
-                return Err(Error::Device(format!("device {i} ({}) is missing", p.display())));
+                return Err(Error::Device(format!("{i} ({}) is missing", p.display())));
             }
             Ok(Arc::new(FileDevice::open(p, writable)?) as Arc<dyn Device>)
         })
@@ -166,7 +198,7 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
     let mut best = first;
     let mut handles = Vec::with_capacity(count);
     for (i, s) in slots.into_iter().enumerate() {
-        let (sb, dev) = s.ok_or_else(|| Error::Device(format!("device {i} of {count} is missing")))?;
+        let (sb, dev) = s.ok_or_else(|| Error::Device(format!("{i} of {count} is missing")))?;
         if sb.generation > best.generation {
             best = sb;
         }

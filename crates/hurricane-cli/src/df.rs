@@ -1,0 +1,94 @@
+//! `hurricane df`: space and I/O per device, and totals.
+
+use crate::util::{human, CliResult, Pool};
+use clap::Args;
+use hurricane::device::BLOCK_SIZE;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct DfArgs {
+    pub pool: PathBuf,
+    /// Sizes in KiB, MiB, GiB instead of bytes.
+    #[arg(short = 'h', long = "human-readable")]
+    pub human: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+}
+
+pub fn run(a: &DfArgs) -> CliResult {
+    Pool::run(&a.pool, false, |fs| {
+        let st = fs.storage();
+        let stats = fs.device_stats();
+        let size = |b: u64| if a.human { human(b) } else { b.to_string() };
+        let mut rows = vec![[
+            "dev".to_string(),
+            "path".into(),
+            "size".into(),
+            "used".into(),
+            "free".into(),
+            "use%".into(),
+            "reads".into(),
+            "writes".into(),
+        ]];
+        let (mut tt, mut tf, mut tr, mut tw) = (0u64, 0u64, 0u64, 0u64);
+        for (i, al) in st.allocs.iter().enumerate() {
+            let total = al.total_blocks() * BLOCK_SIZE as u64;
+            let free = al.free_blocks() * BLOCK_SIZE as u64;
+            let (name, s) = stats.get(i).cloned().unwrap_or_default();
+            tt += total;
+            tf += free;
+            tr += s.reads;
+            tw += s.writes;
+            rows.push([
+                i.to_string(),
+                name,
+                size(total),
+                size(total - free),
+                size(free),
+                pct(total - free, total),
+                s.reads.to_string(),
+                s.writes.to_string(),
+            ]);
+        }
+        rows.push([
+            "all".into(),
+            format!("{} devices", st.allocs.len()),
+            size(tt),
+            size(tt - tf),
+            size(tf),
+            pct(tt - tf, tt),
+            tr.to_string(),
+            tw.to_string(),
+        ]);
+        let widths: Vec<usize> = (0..8).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+        let mut o = std::io::stdout().lock();
+        for r in &rows {
+            // Path left-aligned, numbers right-aligned.
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                let w = widths[c];
+                if c == 1 {
+                    line.push_str(&format!("{cell:<w$}  "));
+                } else {
+                    line.push_str(&format!("{cell:>w$}  "));
+                }
+            }
+            writeln!(o, "{}", line.trim_end())?;
+        }
+        let sf = fs.statfs();
+        let default = fs.default_layout();
+        let canon = hurricane::layout::parse(default).map(|s| hurricane::layout::canonical(s).to_string());
+        writeln!(o, "inodes: {}   default layout: {}", sf.files, canon.as_deref().unwrap_or(default))?;
+        Ok(())
+    })
+}
+
+fn pct(used: u64, total: u64) -> String {
+    if total == 0 {
+        "-".into()
+    } else {
+        format!("{}%", (used as f64 * 100.0 / total as f64).ceil() as u64)
+    }
+}

@@ -1,0 +1,171 @@
+//! `hurricane layout get|set`: on a pool directory through the engine, or on
+//! a mounted path through the `user.hurricane.*` extended attributes.
+
+use crate::files::abs;
+use crate::util::{CliResult, Fail, Pool};
+use clap::{Args, Subcommand};
+use hurricane::{Error, OpenOptions};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The attributes a mount exposes layouts through (BRIEF: the contract).
+pub const LAYOUT_XATTR: &str = "user.hurricane.layout";
+pub const DIR_LAYOUT_XATTR: &str = "user.hurricane.dir_layout";
+
+#[derive(Subcommand, Debug)]
+pub enum LayoutCmd {
+    /// Print a file's layout (a directory: the default for new files).
+    /// `layout get POOL_DIR PATH`, or `layout get MOUNTED_PATH`.
+    Get(GetArgs),
+    /// Give an empty (or new) file a layout, or a directory a default.
+    /// `layout set POOL_DIR PATH SPEC`, or `layout set MOUNTED_PATH SPEC`.
+    Set(SetArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    /// POOL_DIR PATH, or a path on a mounted pool.
+    #[arg(num_args = 1..=2, required = true, value_names = ["POOL_DIR|MOUNTED_PATH", "PATH"])]
+    pub args: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct SetArgs {
+    /// POOL_DIR PATH SPEC, or MOUNTED_PATH SPEC.
+    #[arg(num_args = 2..=3, required = true, value_names = ["POOL_DIR|MOUNTED_PATH", "PATH", "SPEC"])]
+    pub args: Vec<String>,
+}
+
+pub fn run(c: &LayoutCmd) -> CliResult {
+    match c {
+        LayoutCmd::Get(a) => match a.args.as_slice() {
+            [pool, path] => get_pool(pool, &path.to_string_lossy()),
+            [mounted] => get_mounted(mounted),
+            _ => Err(Fail::code(2, "layout get takes POOL_DIR PATH, or MOUNTED_PATH")),
+        },
+        LayoutCmd::Set(a) => match a.args.as_slice() {
+            [pool, path, spec] => set_pool(Path::new(pool), path, spec),
+            [mounted, spec] => set_mounted(Path::new(mounted), spec),
+            _ => Err(Fail::code(2, "layout set takes POOL_DIR PATH SPEC, or MOUNTED_PATH SPEC")),
+        },
+    }
+}
+
+fn get_pool(pool: &Path, path: &str) -> CliResult {
+    Pool::run(pool, false, |fs| {
+        println!("{}", fs.layout_of(&abs(path))?);
+        Ok(())
+    })
+}
+
+/// Sets the layout of an empty file or the default of a directory; a
+/// missing file is created empty with the layout (like `lfs setstripe`).
+fn set_pool(pool: &Path, path: &str, spec: &str) -> CliResult {
+    // Syntax and types first: the message points at the column.
+    hurricane::layout::parse(spec)?;
+    Pool::run(pool, true, |fs| {
+        let path = abs(path);
+        match fs.stat(&path) {
+            Ok(a) if a.is_dir() => fs.set_layout(&path, spec)?,
+            Ok(a) if a.is_file() => {
+                if a.size > 0 {
+                    return Err(Fail::new(format!(
+                        "{path}: already holds data: a layout can be set only on an empty file"
+                    )));
+                }
+                fs.set_layout(&path, spec)?;
+            }
+            Ok(_) => return Err(Error::Invalid(format!("{path}: not a regular file or directory")).into()),
+            Err(Error::NotFound(_)) => {
+                let f = OpenOptions::new().write(true).create_new(true).layout(spec).open(fs, &path)?;
+                crate::util::chown_to_user(fs, f.ino())?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        println!("{}", fs.layout_of(&path)?);
+        Ok(())
+    })
+}
+
+fn cpath(p: &Path) -> CliResult<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| Fail::new(format!("{}: path contains a NUL byte", p.display())))
+}
+
+fn is_dir(p: &Path) -> CliResult<bool> {
+    std::fs::metadata(p).map(|m| m.is_dir()).map_err(|e| Fail::new(format!("{}: {e}", p.display())))
+}
+
+fn get_mounted(p: &Path) -> CliResult {
+    let dir = is_dir(p)?;
+    let name = if dir { DIR_LAYOUT_XATTR } else { LAYOUT_XATTR };
+    let (cp, cn) = (cpath(p)?, CString::new(name).map_err(|_| Fail::new("bad attribute name"))?);
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+        let n = unsafe { libc::getxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            let s = String::from_utf8_lossy(&buf);
+            println!("{}", s.trim_end_matches(['\0', '\n']));
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+            Some(libc::ENODATA) if dir => {
+                eprintln!("hurricane: {}: no default layout of its own (new files get the pool's)", p.display());
+                return Ok(());
+            }
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) => {
+                return Err(Fail::new(format!(
+                    "{}: no Hurricane layout (is it on a mounted Hurricane pool?)",
+                    p.display()
+                )))
+            }
+            _ => return Err(Fail::new(format!("{}: {e}", p.display()))),
+        }
+    }
+}
+
+fn set_mounted(p: &Path, spec: &str) -> CliResult {
+    // The mount can only answer EINVAL: check what can be checked here.
+    hurricane::layout::parse(spec)?;
+    let meta = std::fs::metadata(p).map_err(|e| Fail::new(format!("{}: {e}", p.display())))?;
+    let name = if meta.is_dir() { DIR_LAYOUT_XATTR } else { LAYOUT_XATTR };
+    if meta.is_file() && meta.len() > 0 {
+        return Err(Fail::new(format!(
+            "{}: already holds data: a layout can be set only on an empty file",
+            p.display()
+        )));
+    }
+    let (cp, cn) = (cpath(p)?, CString::new(name).map_err(|_| Fail::new("bad attribute name"))?);
+    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
+    let rc = unsafe { libc::setxattr(cp.as_ptr(), cn.as_ptr(), spec.as_ptr().cast(), spec.len(), 0) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        let why = match e.raw_os_error() {
+            Some(libc::EINVAL) => why_refused(p, spec).unwrap_or_else(|| {
+                format!("the pool refused layout {spec:?} (device numbers, widths or sizes do not fit this pool)")
+            }),
+            Some(libc::ENOTSUP) => "not on a mounted Hurricane pool".to_string(),
+            _ => e.to_string(),
+        };
+        return Err(Fail::new(format!("{}: {why}", p.display())));
+    }
+    get_mounted(p)
+}
+
+/// The mount answers only EINVAL: find its pool (the FUSE mount's source)
+/// and resolve the spec against that pool's device count for the reason.
+fn why_refused(p: &Path, spec: &str) -> Option<String> {
+    let path = std::fs::canonicalize(p).ok()?;
+    let m = hurricane_fuse::mountinfo::mounts()
+        .into_iter()
+        .filter(|m| m.is_fuse() && path.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len())?;
+    let n = hurricane::pool::device_paths(Path::new(&m.source)).ok()?.len();
+    let info = hurricane::layout::PoolInfo::new(vec![u64::MAX / 2; n]);
+    let parsed = hurricane::layout::parse(spec).ok()?;
+    hurricane::layout::resolve(&parsed, &info).err().map(|e| e.to_string())
+}

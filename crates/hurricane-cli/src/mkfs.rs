@@ -1,0 +1,138 @@
+//! `hurricane mkfs`: make a pool of image files or given devices.
+
+use crate::util::{human, parse_size, spinner, CliResult, Fail};
+use clap::Args;
+use hurricane::{layout, pool, FormatOptions, Fs};
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+pub struct MkfsArgs {
+    /// Pool directory (created if missing); it records the pool's devices.
+    pub pool: PathBuf,
+    /// Number of image files (dev0.img, dev1.img, ...) to make in POOL_DIR.
+    #[arg(short = 'n', long, conflicts_with = "device")]
+    pub devices: Option<u32>,
+    /// Size of each device (K, M, G, T suffixes); with --device, missing
+    /// files are created at this size.
+    #[arg(short = 's', long, value_parser = parse_size)]
+    pub device_size: Option<u64>,
+    /// A file or block device to use (repeat for each device, in order).
+    #[arg(short = 'd', long = "device", value_name = "PATH")]
+    pub device: Vec<PathBuf>,
+    /// Pool default layout for new files (default: stripe over every device).
+    #[arg(short = 'l', long, value_name = "SPEC")]
+    pub layout: Option<String>,
+    /// Journal size (default: 1/32 of device 0, between 4 MiB and 256 MiB).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub journal_size: Option<u64>,
+    /// Layout of the meta-file (default: replicated on devices 0 and 1).
+    #[arg(long, value_name = "SPEC")]
+    pub meta_layout: Option<String>,
+    /// Simulate a disk's timing on every device when the pool is opened
+    /// (`hdd`, or `hdd:rpm=5400,seek_full_ms=20,...`; `none` for real timing).
+    #[arg(long, value_name = "MODEL")]
+    pub sim: Option<String>,
+    /// Overwrite a pool that POOL_DIR already holds.
+    #[arg(short = 'f', long)]
+    pub force: bool,
+}
+
+pub fn run(a: &MkfsArgs) -> CliResult {
+    let conf = a.pool.join(pool::POOL_FILE);
+    if conf.exists() && !a.force {
+        return Err(Fail::new(format!(
+            "{}: already holds a pool ({}); use --force to overwrite it",
+            a.pool.display(),
+            pool::POOL_FILE
+        )));
+    }
+    // Specs are checked before anything is written.
+    for spec in [&a.layout, &a.meta_layout].into_iter().flatten() {
+        layout::parse(spec)?;
+    }
+    let sim = match &a.sim {
+        Some(spec) => hurricane::device::SimParams::parse(spec)?,
+        None => None,
+    };
+    let opts = FormatOptions {
+        journal_size: a.journal_size,
+        default_layout: a.layout.clone(),
+        meta_layout: a.meta_layout.clone(),
+    };
+    let pb = spinner("formatting");
+    let made: Vec<PathBuf> = match (a.devices, a.device.is_empty()) {
+        (Some(n), true) => {
+            let size = a.device_size.ok_or_else(|| Fail::code(2, "--devices needs --device-size"))?;
+            if n == 0 {
+                return Err(Fail::code(2, "--devices must be at least 1"));
+            }
+            let paths: Vec<PathBuf> = (0..n).map(|i| a.pool.join(format!("dev{i}.img"))).collect();
+            let fresh: Vec<PathBuf> = paths.iter().filter(|p| !p.exists()).cloned().collect();
+            match Fs::mkfs_dir(&a.pool, n, size, &opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    // Leave no half-made images behind.
+                    for p in fresh {
+                        let _ = std::fs::remove_file(p);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        (None, false) => {
+            let fresh: Vec<PathBuf> = a.device.iter().filter(|p| !p.exists()).cloned().collect();
+            if let Err(e) = Fs::mkfs_devices(&a.pool, &a.device, a.device_size, &opts) {
+                for p in fresh {
+                    let _ = std::fs::remove_file(p);
+                }
+                return Err(e.into());
+            }
+            pool::device_paths(&a.pool)?
+        }
+        _ => return Err(Fail::code(2, "give --devices N --device-size SIZE, or --device PATH (repeated)")),
+    };
+    pb.finish_and_clear();
+    if a.sim.is_some() {
+        pool::set_sim(&a.pool, sim.as_ref())?;
+    }
+    println!("{}", summary(&a.pool, &made)?);
+    if let Some(p) = &sim {
+        println!("Every device is timed as a simulated disk: {p}.");
+    }
+    Ok(())
+}
+
+/// One paragraph on what was made, read back from the new superblocks.
+fn summary(dir: &Path, paths: &[PathBuf]) -> CliResult<String> {
+    let devs = pool::open_paths(paths, false)?;
+    let sizes: Vec<u64> = devs.iter().map(|d| d.size()).collect();
+    let (sb, _) = pool::identify(devs)?;
+    let n = paths.len();
+    let names: Vec<String> = paths.iter().map(|p| p.strip_prefix(dir).unwrap_or(p).display().to_string()).collect();
+    let total: u64 = sizes.iter().sum();
+    let first = sizes.first().copied().unwrap_or(0);
+    let size_text = if sizes.iter().all(|s| *s == first) {
+        format!("{} each, {} in all", human(first), human(total))
+    } else {
+        format!("{} in all ({})", human(total), sizes.iter().map(|s| human(*s)).collect::<Vec<_>>().join(", "))
+    };
+    let default = layout::parse(&sb.default_layout)
+        .map(|s| layout::canonical(s).to_string())
+        .unwrap_or(sb.default_layout.clone());
+    let meta =
+        hurricane::blocks::Layout::decode(&mut hurricane::codec::Decoder::new(&sb.meta_layout, "meta-file layout"))
+            .map(|l| l.spec().to_string())
+            .unwrap_or_else(|e| format!("unreadable ({e})"));
+    Ok(format!(
+        "Made a Hurricane pool in {}: {n} device{} ({}), {size_text}. The journal takes {} on device {}; the meta-data is stored as {meta}. \
+         New files get the layout {default} unless a directory or the file says otherwise. \
+         Use it with `hurricane put {} LOCAL PATH`, or mount it with `hurricane mount {} MOUNTPOINT`.",
+        dir.display(),
+        if n == 1 { "" } else { "s" },
+        names.join(", "),
+        human(sb.journal.blocks * 4096),
+        sb.journal.dev,
+        dir.display(),
+        dir.display(),
+    ))
+}

@@ -1,0 +1,284 @@
+//! `hurricane mount | umount | stats` and the `mount.fuse.hurricane`
+//! helper of mount(8).
+//!
+//! A background mount re-runs this program as `hurricane mount -f` in a
+//! new session, with its output in a log file, and returns once the new
+//! mount shows in /proc/self/mountinfo and answers a stat.
+
+use hurricane_fuse::mountinfo::{absolute, fuse_mounts_at, read_stats, unmount_and_wait};
+use hurricane_fuse::MountOptions;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a background mount may take to answer (opening a pool
+/// replays its journal, which takes seconds at most).
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `umount` waits for the server to flush and exit.
+const UMOUNT_TIMEOUT: Duration = Duration::from_secs(120);
+const LOG_NAME: &str = "hurricane-mount.log";
+
+#[derive(clap::Args, Debug)]
+pub struct MountArgs {
+    /// Pool directory.
+    pub pool: PathBuf,
+    /// Where to mount it.
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground (serve until unmounted or signalled).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Mount options, comma-separated, repeatable: allow_other, allow_root,
+    /// ro, rw, nodev, nosuid, noexec, noatime, sync, dirsync, auto_unmount,
+    /// fsname=NAME, subtype=NAME, threads=N, attr_timeout=SECS,
+    /// commit_interval=SECS, cache=SIZE, log=FILE, engine_permissions (the kernel's
+    /// default_permissions checks are on unless this is given).
+    #[arg(short = 'o')]
+    pub options: Vec<String>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct UmountArgs {
+    /// Mount point of a Hurricane pool.
+    pub mountpoint: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    /// Mount point of a Hurricane pool.
+    pub mountpoint: PathBuf,
+    /// Print the raw JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn mount(args: &MountArgs) -> Result<(), String> {
+    let opts = MountOptions::parse(&args.options)?;
+    if args.foreground {
+        return hurricane_fuse::serve(&args.pool, &args.mountpoint, &opts);
+    }
+    let pool = args.pool.canonicalize().map_err(|e| format!("{}: {e}", args.pool.display()))?;
+    let mnt = args.mountpoint.canonicalize().map_err(|e| format!("{}: {e}", args.mountpoint.display()))?;
+    if !mnt.is_dir() {
+        return Err(format!("{}: not a directory", mnt.display()));
+    }
+    let log_path = opts.log.clone().unwrap_or_else(|| pool.join(LOG_NAME));
+    let (log, log_start) = open_log(&log_path);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg("-f").arg(&pool).arg(&mnt);
+    for o in &args.options {
+        cmd.arg("-o").arg(o);
+    }
+    if std::env::var_os("RUST_LOG").is_none() {
+        // Mount and unmount events, without fuser's chatter about requests
+        // it does not know (terminal ioctls and the like).
+        cmd.env("RUST_LOG", "info,fuser=error");
+    }
+    cmd.env("NO_COLOR", "1");
+    let (out, err) = match &log {
+        Some(f) => match (f.try_clone(), f.try_clone()) {
+            (Ok(a), Ok(b)) => (Stdio::from(a), Stdio::from(b)),
+            _ => (Stdio::null(), Stdio::null()),
+        },
+        None => (Stdio::null(), Stdio::null()),
+    };
+    // The server must outlive this command and its terminal: its own
+    // session, no controlling terminal, and no hold on our working directory.
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err).current_dir("/");
+    // SAFETY: setsid is async-signal-safe and touches no memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let before: Vec<u64> = fuse_mounts_at(&mnt).iter().map(|m| m.id).collect();
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the mount server: {e}"))?;
+    let deadline = Instant::now() + MOUNT_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let tail = log_tail(&log_path, log_start);
+            return Err(format!(
+                "mount of {} on {} failed ({status}){}",
+                pool.display(),
+                mnt.display(),
+                if tail.is_empty() { String::new() } else { format!(":\n{tail}") }
+            ));
+        }
+        if fuse_mounts_at(&mnt).iter().any(|m| !before.contains(&m.id)) && std::fs::metadata(&mnt).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let tail = log_tail(&log_path, log_start);
+            return Err(format!(
+                "mount of {} on {} did not answer within {MOUNT_TIMEOUT:?}; server stopped{}",
+                pool.display(),
+                mnt.display(),
+                if tail.is_empty() { String::new() } else { format!(":\n{tail}") }
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Opens the background server's log for appending; returns where this
+/// mount's part of it starts.
+fn open_log(path: &Path) -> (Option<File>, u64) {
+    match OpenOptions::new().create(true).append(true).open(path) {
+        Ok(f) => {
+            let start = f.metadata().map(|m| m.len()).unwrap_or(0);
+            (Some(f), start)
+        }
+        Err(e) => {
+            eprintln!("hurricane: {}: {e}; the mount server will not log", path.display());
+            (None, 0)
+        }
+    }
+}
+
+/// The last lines the server logged since `start`.
+fn log_tail(path: &Path, start: u64) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = File::open(path) {
+        if f.seek(SeekFrom::Start(start)).is_ok() {
+            let _ = f.take(64 << 10).read_to_string(&mut s);
+        }
+    }
+    let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+pub fn umount(args: &UmountArgs) -> Result<(), String> {
+    unmount_and_wait(&args.mountpoint, UMOUNT_TIMEOUT)
+}
+
+fn human(n: u64) -> String {
+    const U: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+pub fn stats(args: &StatsArgs) -> Result<(), String> {
+    let mnt = absolute(&args.mountpoint);
+    let v = read_stats(&mnt)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    let u = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+    let s = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("?").to_string();
+    println!(
+        "{} on {}  (pid {}, up {:.1} s, {} threads)",
+        s(&v, "pool"),
+        s(&v, "mountpoint"),
+        u(&v, "pid"),
+        v.get("uptime_s").and_then(|x| x.as_f64()).unwrap_or(0.0),
+        u(&v, "threads")
+    );
+    if let Some(sp) = v.get("space") {
+        let bs = u(sp, "block_size");
+        println!(
+            "space: {} free of {}, {} inodes",
+            human(u(sp, "free_blocks") * bs),
+            human(u(sp, "blocks") * bs),
+            u(sp, "inodes")
+        );
+    }
+    println!("\n{:<24} {:>10} {:>11} {:>10} {:>11} {:>8}", "device", "reads", "read", "writes", "written", "flushes");
+    for d in v.get("devices").and_then(|d| d.as_array()).into_iter().flatten() {
+        let name = s(d, "name");
+        let name = if name.len() > 24 { format!("...{}", &name[name.len() - 21..]) } else { name };
+        println!(
+            "{:<24} {:>10} {:>11} {:>10} {:>11} {:>8}",
+            name,
+            u(d, "reads"),
+            human(u(d, "read_bytes")),
+            u(d, "writes"),
+            human(u(d, "write_bytes")),
+            u(d, "flushes")
+        );
+    }
+    if let Some(j) = v.get("journal") {
+        println!("\njournal: {} commits, {} checkpoints", u(j, "commits"), u(j, "checkpoints"));
+    }
+    if let Some(c) = v.get("cache").filter(|c| !c.is_null()) {
+        let looked = u(c, "hits") + u(c, "waits") + u(c, "misses");
+        println!(
+            "cache: {:.1}% hits of {} block lookups; {} of {} in use; {} prefetched ({} used), {} evictions",
+            c.get("hit_rate").and_then(|x| x.as_f64()).unwrap_or(0.0) * 100.0,
+            looked,
+            human(u(c, "bytes")),
+            human(u(c, "capacity")),
+            u(c, "prefetched"),
+            u(c, "prefetch_used"),
+            u(c, "evictions")
+        );
+    }
+    println!(
+        "\n{:<16} {:>12} {:>8} {:>11} {:>11} {:>12}",
+        "request", "count", "errors", "avg us", "max us", "total ms"
+    );
+    if let Some(ops) = v.get("ops").and_then(|o| o.as_object()) {
+        for (name, o) in ops {
+            if u(o, "count") == 0 {
+                continue;
+            }
+            println!(
+                "{:<16} {:>12} {:>8} {:>11.1} {:>11.1} {:>12.1}",
+                name,
+                u(o, "count"),
+                u(o, "errors"),
+                u(o, "avg_ns") as f64 / 1e3,
+                u(o, "max_ns") as f64 / 1e3,
+                u(o, "total_ns") as f64 / 1e6
+            );
+        }
+    }
+    Ok(())
+}
+
+/// mount(8) runs `mount.fuse.hurricane POOL MOUNTPOINT [-sfnv] [-N NS]
+/// [-o OPTIONS] [-t TYPE]`; mounts in the background like `hurricane mount`.
+pub fn mount_helper_main(args: &[String]) -> Result<(), String> {
+    let mut pos = Vec::new();
+    let mut options = Vec::new();
+    let mut fake = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => options.push(it.next().ok_or("-o needs a value")?.clone()),
+            "-t" | "-N" => {
+                it.next().ok_or_else(|| format!("{a} needs a value"))?;
+            }
+            s if s.starts_with("-o") && s.len() > 2 => options.push(s[2..].to_string()),
+            s if s.starts_with('-') && s.len() > 1 => {
+                // -f (fake: do everything but mount), -s (sloppy), -n (no mtab), -v (verbose).
+                fake |= s.contains('f');
+            }
+            _ => pos.push(a.clone()),
+        }
+    }
+    let [pool, mountpoint] = <[String; 2]>::try_from(pos).map_err(|p| {
+        format!("usage: mount.fuse.hurricane POOL_DIR MOUNTPOINT [-o OPTIONS] (got {} operands)", p.len())
+    })?;
+    // Options mount(8) adds for its own bookkeeping are dropped by the parser.
+    MountOptions::parse(&options)?;
+    if fake {
+        return Ok(());
+    }
+    mount(&MountArgs { pool: PathBuf::from(pool), mountpoint: PathBuf::from(mountpoint), foreground: false, options })
+}

@@ -1,0 +1,544 @@
+//! End-to-end tests of the `hurricane` command on pools of image files.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_hurricane");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_with(args: &[&str], stdin: Option<&[u8]>) -> Run {
+    let mut c = Command::new(BIN);
+    c.args(args).env_remove("RUST_LOG").env("RUST_BACKTRACE", "1");
+    c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn hurricane");
+    if let Some(data) = stdin {
+        child.stdin.take().expect("stdin").write_all(data).expect("write stdin");
+    }
+    let Output { status, stdout, stderr } = child.wait_with_output().expect("wait");
+    let r = Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    };
+    // Whatever happens, never a panic or a backtrace.
+    assert!(
+        !r.stderr.contains("panicked") && !r.stderr.contains("stack backtrace") && !r.stderr.contains("internal error"),
+        "{args:?}: {}",
+        r.stderr
+    );
+    r
+}
+
+fn run(args: &[&str]) -> Run {
+    run_with(args, None)
+}
+
+/// Runs and expects success.
+fn ok(args: &[&str]) -> String {
+    let r = run(args);
+    assert_eq!(r.code, 0, "{args:?} failed: {}{}", r.stdout, r.stderr);
+    r.stdout
+}
+
+/// Runs and expects a failure with `code`; returns stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let r = run(args);
+    assert_eq!(r.code, code, "{args:?}: expected exit {code}, got {}: {}{}", r.code, r.stdout, r.stderr);
+    r.stderr
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// Deterministic bytes that differ at every offset class.
+fn data(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+struct Pool {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    work: PathBuf,
+}
+
+impl Pool {
+    fn new(devices: u32, size: &str) -> Pool {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("pool");
+        let work = tmp.path().join("work");
+        std::fs::create_dir(&work).expect("work dir");
+        let out = ok(&["mkfs", s(&dir), "--devices", &devices.to_string(), "--device-size", size]);
+        assert!(out.contains(&format!("{devices} device")), "{out}");
+        Pool { _tmp: tmp, dir, work }
+    }
+    fn p(&self) -> &str {
+        s(&self.dir)
+    }
+    fn local(&self, name: &str, bytes: &[u8]) -> String {
+        let p = self.work.join(name);
+        std::fs::write(&p, bytes).expect("write local file");
+        p.to_str().expect("utf-8").to_string()
+    }
+    fn get(&self, path: &str) -> Vec<u8> {
+        let dest = self.work.join(format!("got-{}", path.replace('/', "_")));
+        ok(&["get", self.p(), path, s(&dest)]);
+        std::fs::read(&dest).expect("read back")
+    }
+    fn dev(&self, i: u32) -> PathBuf {
+        self.dir.join(format!("dev{i}.img"))
+    }
+    fn fsck_clean(&self) {
+        let out = ok(&["fsck", self.p()]);
+        assert!(out.contains("consistent"), "{out}");
+    }
+}
+
+#[test]
+fn put_get_round_trip_with_layouts() {
+    let pool = Pool::new(4, "64M");
+    let cases: [(&str, usize, &str); 6] = [
+        ("extent@0", 1_000_003, "extent@0"),
+        ("stripe(unit=64K,width=3)", 3_333_333, "stripe(unit=64K)["),
+        ("regions(size=1M,width=3)", 2_500_000, "regions(size=1M)["),
+        ("replicate(copies=2)[stripe(width=2),stripe(width=2)]", 1_234_567, "replicate["),
+        ("inline", 100, "inline"),
+        ("stripe(unit=4K,width=4)", 0, "stripe(unit=4K)["),
+    ];
+    for (i, (spec, size, shown)) in cases.iter().enumerate() {
+        let bytes = data(*size, i as u64);
+        let local = pool.local(&format!("in{i}"), &bytes);
+        let path = format!("/f{i}");
+        ok(&["put", pool.p(), &local, &path, "--layout", spec]);
+        assert_eq!(pool.get(&path), bytes, "{spec}");
+        let got = ok(&["layout", "get", pool.p(), &path]);
+        assert!(got.trim().starts_with(shown), "{spec}: layout get said {got}");
+        let st = ok(&["stat", pool.p(), &path]);
+        assert!(st.contains(&format!("Size: {size}")), "{st}");
+        assert!(st.contains(&format!("Layout: {}", got.trim())), "{st}");
+    }
+    // Overwriting keeps the file's layout unless told otherwise.
+    let again = data(200_000, 99);
+    ok(&["put", pool.p(), &pool.local("again", &again), "/f1"]);
+    assert_eq!(pool.get("/f1"), again);
+    assert!(ok(&["layout", "get", pool.p(), "/f1"]).starts_with("stripe(unit=64K)["));
+    // Standard input in, standard output out.
+    let r = run_with(&["put", pool.p(), "-", "/from-stdin"], Some(b"piped bytes\n"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(ok(&["cat", pool.p(), "/from-stdin"]), "piped bytes\n");
+    assert_eq!(ok(&["get", pool.p(), "/from-stdin", "-"]), "piped bytes\n");
+    pool.fsck_clean();
+}
+
+#[test]
+fn layout_get_prints_a_form_that_set_accepts() {
+    let pool = Pool::new(4, "32M");
+    for (i, spec) in [
+        "stripe(unit=64K,width=3)",
+        "regions(size=1M,width=2)",
+        "replicate(copies=2)[stripe(width=2),stripe(width=2)]",
+        "extent@3",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let a = format!("/a{i}");
+        let b = format!("/b{i}");
+        ok(&["put", pool.p(), &pool.local("x", b"x"), &a, "--layout", spec]);
+        let canon = ok(&["layout", "get", pool.p(), &a]).trim().to_string();
+        // On a new (empty) file: set creates it with that layout.
+        let set = ok(&["layout", "set", pool.p(), &b, &canon]);
+        assert_eq!(set.trim(), canon);
+        assert_eq!(ok(&["layout", "get", pool.p(), &b]).trim(), canon);
+        // And on an existing empty file.
+        ok(&["put", pool.p(), &pool.local("empty", b""), "/empty"]);
+        ok(&["layout", "set", pool.p(), "/empty", &canon]);
+        assert_eq!(ok(&["layout", "get", pool.p(), "/empty"]).trim(), canon);
+        ok(&["rm", pool.p(), "/empty"]);
+        // Writing through it works.
+        ok(&["put", pool.p(), &pool.local("y", &data(300_000, 7)), &b]);
+        assert_eq!(pool.get(&b), data(300_000, 7));
+    }
+    // A file that holds data keeps its layout.
+    let e = fails(&["layout", "set", pool.p(), "/a0", "extent@0"], 1);
+    assert!(e.contains("already holds data"), "{e}");
+    pool.fsck_clean();
+}
+
+#[test]
+fn directory_default_layout_is_inherited() {
+    let pool = Pool::new(4, "32M");
+    ok(&["mkdir", pool.p(), "/dd"]);
+    let set = ok(&["layout", "set", pool.p(), "/dd", "regions(size=1M,width=3)"]);
+    assert!(set.contains("regions(size=1M"), "{set}");
+    let bytes = data(2_200_000, 3);
+    ok(&["put", pool.p(), &pool.local("in", &bytes), "/dd/"]);
+    let l = ok(&["layout", "get", pool.p(), "/dd/in"]);
+    assert!(l.starts_with("regions(size=1M)["), "{l}");
+    assert_eq!(l.matches("extent@").count(), 3, "{l}");
+    assert_eq!(pool.get("/dd/in"), bytes);
+    // New subdirectories take the default too, and an explicit layout wins.
+    ok(&["mkdir", pool.p(), "/dd/sub"]);
+    ok(&["put", pool.p(), &pool.local("in2", b"hello"), "/dd/sub/h"]);
+    assert!(ok(&["layout", "get", pool.p(), "/dd/sub/h"]).starts_with("regions(size=1M)["));
+    ok(&["put", pool.p(), &pool.local("in3", b"hello"), "/dd/i", "--layout", "inline"]);
+    assert_eq!(ok(&["layout", "get", pool.p(), "/dd/i"]).trim(), "inline");
+    let st = ok(&["stat", pool.p(), "/dd"]);
+    assert!(st.contains("Layout: regions(size=1M,width=3) (default for new files)"), "{st}");
+    pool.fsck_clean();
+}
+
+#[test]
+fn namespace_commands() {
+    let pool = Pool::new(2, "32M");
+    ok(&["mkdir", pool.p(), "/a/b/c", "-p"]);
+    ok(&["mkdir", pool.p(), "/a/b/c", "-p"]);
+    let e = fails(&["mkdir", pool.p(), "/a"], 1);
+    assert!(e.contains("exists"), "{e}");
+    let e = fails(&["mkdir", pool.p(), "/x/y"], 1);
+    assert!(e.contains("no such file"), "{e}");
+    ok(&["put", pool.p(), &pool.local("one", b"one\n"), "/a/one"]);
+    ok(&["put", pool.p(), &pool.local("two", &data(70_000, 2)), "/a/b/two"]);
+    let ls = ok(&["ls", pool.p(), "/a"]);
+    assert_eq!(ls, "b/\none\n");
+    let ll = ok(&["ls", pool.p(), "/a", "-l"]);
+    assert!(ll.lines().any(|l| l.starts_with("drwxr-xr-x") && l.contains(" b")), "{ll}");
+    assert!(ll.lines().any(|l| l.starts_with("-rw-") && l.contains(" 4 ") && l.contains("one")), "{ll}");
+    assert_eq!(ok(&["ls", pool.p()]), "a/\n");
+    assert_eq!(ok(&["cat", pool.p(), "/a/one", "/a/one"]), "one\none\n");
+    let st = ok(&["stat", pool.p(), "/a/b"]);
+    assert!(st.contains("Type: directory") && st.contains("Links: 3"), "{st}");
+    // mv: rename, and into an existing directory.
+    ok(&["mv", pool.p(), "/a/one", "/a/uno"]);
+    ok(&["mv", pool.p(), "/a/uno", "/a/b/c"]);
+    assert_eq!(ok(&["cat", pool.p(), "/a/b/c/uno"]), "one\n");
+    let e = fails(&["mv", pool.p(), "/a", "/a/b/c/inside"], 1);
+    assert!(e.contains("beneath itself") || e.contains("invalid"), "{e}");
+    // rm: files, refusing directories without -r, recursive.
+    let e = fails(&["rm", pool.p(), "/a/b"], 1);
+    assert!(e.contains("is a directory"), "{e}");
+    ok(&["rm", pool.p(), "/a/b/two"]);
+    ok(&["rm", pool.p(), "-r", "/a"]);
+    assert_eq!(ok(&["ls", pool.p()]), "");
+    let e = fails(&["cat", pool.p(), "/a/one"], 1);
+    assert!(e.starts_with("hurricane: ") && e.contains("/a/one") && e.lines().count() == 1, "{e}");
+    ok(&["rm", pool.p(), "-f", "/nothing"]);
+    pool.fsck_clean();
+}
+
+#[test]
+fn recursive_put_and_get() {
+    let pool = Pool::new(3, "32M");
+    let src = pool.work.join("tree");
+    std::fs::create_dir_all(src.join("x/y")).expect("mkdir");
+    std::fs::write(src.join("top"), data(10_000, 1)).expect("write");
+    std::fs::write(src.join("x/mid"), data(1_500_000, 2)).expect("write");
+    std::fs::write(src.join("x/y/deep"), b"deep").expect("write");
+    std::os::unix::fs::symlink("../top", src.join("x/link")).expect("symlink");
+    let e = fails(&["put", pool.p(), s(&src), "/t"], 1);
+    assert!(e.contains("use -r"), "{e}");
+    ok(&["put", pool.p(), "-r", s(&src), "/t"]);
+    assert_eq!(ok(&["ls", pool.p(), "/t/x"]), "link\nmid\ny/\n");
+    let back = pool.work.join("back");
+    ok(&["get", pool.p(), "-r", "/t", s(&back)]);
+    assert_eq!(std::fs::read(back.join("x/mid")).expect("read"), data(1_500_000, 2));
+    assert_eq!(std::fs::read(back.join("x/y/deep")).expect("read"), b"deep");
+    assert_eq!(std::fs::read_link(back.join("x/link")).expect("link"), PathBuf::from("../top"));
+    pool.fsck_clean();
+}
+
+#[test]
+fn df_reports_every_device_and_totals() {
+    let pool = Pool::new(3, "32M");
+    ok(&["put", pool.p(), &pool.local("f", &data(3_000_000, 5)), "/f", "--layout", "extent@2"]);
+    let df = ok(&["df", pool.p()]);
+    let lines: Vec<&str> = df.lines().collect();
+    assert!(lines[0].contains("size") && lines[0].contains("use%") && lines[0].contains("reads"), "{df}");
+    for i in 0..3 {
+        assert!(lines.iter().any(|l| l.contains(&format!("dev{i}.img"))), "{df}");
+    }
+    let total = lines.iter().find(|l| l.trim_start().starts_with("all")).expect("totals row");
+    assert!(total.contains(&(3 * 32 * 1024 * 1024u64).to_string()), "{total}");
+    // Device 2 holds the 3 MB file.
+    let d2: Vec<&str> = lines.iter().find(|l| l.contains("dev2.img")).expect("dev2").split_whitespace().collect();
+    let used: u64 = d2[3].parse().expect("used bytes");
+    assert!(used >= 3_000_000, "{df}");
+    let h = ok(&["df", "-h", pool.p()]);
+    assert!(h.contains("MiB"), "{h}");
+    assert!(ok(&["df", "--help"]).contains("human"));
+}
+
+#[test]
+fn bad_layout_specs_are_refused_clearly() {
+    let pool = Pool::new(3, "32M");
+    let f = pool.local("f", b"data");
+    for (spec, says) in [
+        ("stripe(unit=64K,width=3", "column"),
+        ("bogus", "unknown block type"),
+        ("stripe(unit=64K,width=9)", "9 distinct devices"),
+        ("extent@7", "device 7"),
+        ("stripe(unit=abc,width=2)", "unit"),
+    ] {
+        let e = fails(&["put", pool.p(), &f, "/f", "--layout", spec], 1);
+        assert!(e.starts_with("hurricane: ") && e.contains(says), "{spec}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        let e = fails(&["layout", "set", pool.p(), "/", spec], 1);
+        assert!(e.contains(says), "{spec}: {e}");
+    }
+    // Nothing was left behind.
+    assert_eq!(ok(&["ls", pool.p()]), "");
+    let e =
+        fails(&["mkfs", s(&pool.work.join("p2")), "--devices", "2", "--device-size", "16M", "--layout", "stripe(("], 1);
+    assert!(e.contains("layout"), "{e}");
+    pool.fsck_clean();
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    fails(&["frobnicate"], 2);
+    fails(&["put"], 2);
+    fails(&["mkfs", "/tmp/x", "--devices", "2", "--device-size", "12Q"], 2);
+    fails(&["mkfs", "/tmp/x", "--devices", "2", "--device", "/tmp/y"], 2);
+    fails(&["layout", "set", "onlyone"], 2);
+}
+
+#[test]
+fn fsck_is_clean_on_fresh_and_used_pools() {
+    let pool = Pool::new(3, "32M");
+    pool.fsck_clean();
+    for i in 0..20 {
+        ok(&["put", pool.p(), &pool.local("f", &data(i * 37_000, i as u64)), &format!("/f{i}")]);
+    }
+    ok(&["mkdir", pool.p(), "-p", "/d/e/f"]);
+    ok(&["mv", pool.p(), "/f3", "/d/e/f/g"]);
+    ok(&["rm", pool.p(), "/f4", "/f5"]);
+    let out = ok(&["fsck", pool.p()]);
+    assert!(out.contains("consistent") && out.contains("18 files"), "{out}");
+}
+
+#[test]
+fn corrupt_superblocks() {
+    let pool = Pool::new(3, "32M");
+    let bytes = data(500_000, 11);
+    ok(&["put", pool.p(), &pool.local("f", &bytes), "/f"]);
+    // One slot on one device: the other copies still open the pool.
+    overwrite(&pool.dev(0), 0, 4096);
+    assert_eq!(pool.get("/f"), bytes);
+    pool.fsck_clean();
+    // Every copy on every device: refused, naming a device.
+    for i in 0..3 {
+        overwrite(&pool.dev(i), 0, 8192);
+    }
+    let e = fails(&["ls", pool.p()], 1);
+    assert!(e.contains("dev0.img") && e.contains("superblock"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    let e = fails(&["fsck", pool.p()], 1);
+    assert!(e.contains("dev0.img"), "{e}");
+}
+
+fn overwrite(p: &Path, off: u64, len: usize) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(p).expect("open image");
+    f.write_all_at(&data(len, off + 1), off).expect("overwrite");
+}
+
+#[test]
+fn truncated_and_missing_devices_are_named() {
+    let pool = Pool::new(3, "32M");
+    ok(&["put", pool.p(), &pool.local("f", b"x"), "/f"]);
+    let img = pool.dev(1);
+    let f = std::fs::OpenOptions::new().write(true).open(&img).expect("open");
+    f.set_len(16 << 20).expect("truncate");
+    drop(f);
+    let e = fails(&["cat", pool.p(), "/f"], 1);
+    assert!(e.contains("dev1.img") && e.contains("truncated"), "{e}");
+    let e = fails(&["fsck", pool.p()], 1);
+    assert!(e.contains("dev1.img"), "{e}");
+
+    let pool = Pool::new(3, "32M");
+    ok(&["put", pool.p(), &pool.local("f", b"x"), "/f"]);
+    std::fs::remove_file(pool.dev(2)).expect("remove");
+    let e = fails(&["ls", pool.p()], 1);
+    assert!(e.contains("dev2.img") && e.contains("missing"), "{e}");
+    let e = fails(&["put", pool.p(), &pool.local("g", b"y"), "/g"], 1);
+    assert!(e.contains("dev2.img"), "{e}");
+}
+
+#[test]
+fn full_pool_keeps_what_was_there() {
+    let pool = Pool::new(3, "16M");
+    let keep = data(2_000_000, 21);
+    ok(&["put", pool.p(), &pool.local("keep", &keep), "/keep"]);
+    ok(&["put", pool.p(), &pool.local("small", b"small"), "/small", "--layout", "inline"]);
+    let big = pool.local("big", &data(60 << 20, 22));
+    let e = fails(&["put", pool.p(), &big, "/big"], 1);
+    assert!(e.contains("no space"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert_eq!(ok(&["ls", pool.p()]), "keep\nsmall\n");
+    assert_eq!(pool.get("/keep"), keep);
+    assert_eq!(pool.get("/small"), b"small");
+    pool.fsck_clean();
+    // The space came back: a file that fits still goes in.
+    let fits = data(8 << 20, 23);
+    ok(&["put", pool.p(), &pool.local("fits", &fits), "/fits"]);
+    assert_eq!(pool.get("/fits"), fits);
+    pool.fsck_clean();
+}
+
+#[test]
+fn fsck_repairs_damage_and_a_second_run_is_clean() {
+    use hurricane::fsck::{inject, Damage};
+    let pool = Pool::new(3, "32M");
+    ok(&["mkdir", pool.p(), "-p", "/a/b"]);
+    let bytes = data(400_000, 31);
+    ok(&["put", pool.p(), &pool.local("f", &bytes), "/a/b/f"]);
+    ok(&["put", pool.p(), &pool.local("g", b"gee"), "/a/g"]);
+    {
+        let fs = hurricane::Fs::open_dir(&pool.dir, hurricane::Options::default()).expect("open");
+        inject(&fs, &Damage::DropEntry { path: "/a/b".into() }).expect("drop entry");
+        inject(&fs, &Damage::SetNlink { path: "/a/g".into(), nlink: 5 }).expect("nlink");
+        inject(&fs, &Damage::Dangling { dir: "/a".into(), name: "ghost".into() }).expect("dangling");
+        fs.close().expect("close");
+    }
+    let r = run(&["fsck", pool.p()]);
+    assert_eq!(r.code, 4, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("not reachable"), "{}", r.stdout);
+    assert!(r.stdout.contains("/a/g: link count is 5, should be 1"), "{}", r.stdout);
+    assert!(r.stdout.contains("/a/ghost"), "{}", r.stdout);
+    assert!(r.stderr.contains("--repair"), "{}", r.stderr);
+    let r = run(&["fsck", pool.p(), "--repair"]);
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("repaired: ") && r.stdout.contains("lost+found"), "{}", r.stdout);
+    assert!(!r.stdout.contains("not repaired"), "{}", r.stdout);
+    pool.fsck_clean();
+    let lf = ok(&["ls", pool.p(), "/lost+found"]);
+    let name = lf.lines().next().expect("one entry").trim_end_matches('/').to_string();
+    assert_eq!(pool.get(&format!("/lost+found/{name}/f")), bytes);
+    assert_eq!(ok(&["cat", pool.p(), "/a/g"]), "gee");
+    assert!(ok(&["stat", pool.p(), "/a/g"]).contains("Links: 1"));
+}
+
+#[test]
+fn mkfs_on_given_devices() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pool = tmp.path().join("pool");
+    let d0 = tmp.path().join("disk-a");
+    let d1 = tmp.path().join("disk-b");
+    let out = ok(&[
+        "mkfs",
+        s(&pool),
+        "--device",
+        s(&d0),
+        "--device",
+        s(&d1),
+        "--device-size",
+        "24M",
+        "--layout",
+        "extent@1",
+        "--journal-size",
+        "4M",
+    ]);
+    assert!(
+        out.contains("2 devices") && out.contains("disk-a") && out.contains("extent@1") && out.contains("4.0 MiB"),
+        "{out}"
+    );
+    assert_eq!(std::fs::metadata(&d1).expect("made").len(), 24 << 20);
+    let e = fails(&["mkfs", s(&pool), "--device", s(&d0)], 1);
+    assert!(e.contains("--force"), "{e}");
+    ok(&["put", s(&pool), s(&d0.with_file_name("pool/pool.conf")), "/conf"]);
+    assert_eq!(ok(&["layout", "get", s(&pool), "/conf"]).trim(), "extent@1");
+    // A simulated disk model is recorded with the pool and kept by reopening.
+    let p3 = tmp.path().join("p3");
+    let out = ok(&["mkfs", s(&p3), "--devices", "1", "--device-size", "16M", "--sim", "hdd:rpm=5400"]);
+    assert!(out.contains("simulated disk"), "{out}");
+    assert!(std::fs::read_to_string(p3.join("pool.conf")).expect("conf").contains("sim = hdd"));
+    ok(&["put", s(&p3), s(&d0.with_file_name("pool/pool.conf")), "/c"]);
+    let e = fails(&["mkfs", s(&tmp.path().join("p4")), "--devices", "1", "--device-size", "16M", "--sim", "ssd"], 1);
+    assert!(e.contains("ssd"), "{e}");
+    let e = fails(&["mkfs", s(&tmp.path().join("p2")), "--device", s(&tmp.path().join("nothing"))], 1);
+    assert!(e.contains("nothing"), "{e}");
+}
+
+#[test]
+fn a_pool_in_use_is_refused() {
+    let pool = Pool::new(2, "16M");
+    // What a mount holds while it serves the pool.
+    let lock = std::fs::File::open(&pool.dir).expect("open");
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock on an open descriptor.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    let e = fails(&["ls", pool.p()], 1);
+    assert!(e.contains("in use"), "{e}");
+    drop(lock);
+    ok(&["ls", pool.p()]);
+}
+
+/// Unmounts on drop, so a failing test leaves no mount behind.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new(BIN).arg("umount").arg(&self.0).output();
+        let _ = Command::new("fusermount3").arg("-uz").arg(&self.0).output();
+    }
+}
+
+#[test]
+fn layout_on_a_mounted_pool_through_xattrs() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: no /dev/fuse");
+        return;
+    }
+    let pool = Pool::new(3, "32M");
+    let mnt = pool.work.join("mnt");
+    std::fs::create_dir(&mnt).expect("mountpoint");
+    let r = run(&["mount", pool.p(), s(&mnt)]);
+    if r.code != 0 {
+        eprintln!("skipped: cannot mount here: {}", r.stderr);
+        return;
+    }
+    let _m = Mounted(mnt.clone());
+    std::fs::File::create(mnt.join("e")).expect("create");
+    let e = s(&mnt).to_string() + "/e";
+    assert!(ok(&["layout", "get", &e]).starts_with("stripe"));
+    assert_eq!(
+        ok(&["layout", "set", &e, "stripe(unit=64K,width=2)"]).trim().split('[').next(),
+        Some("stripe(unit=64K)")
+    );
+    let err = fails(&["layout", "set", &e, "stripe(unit=64K,width=9)"], 1);
+    assert!(err.contains("9 distinct devices"), "{err}");
+    let err = fails(&["layout", "set", &e, "stripe((("], 1);
+    assert!(err.contains("column"), "{err}");
+    let d = mnt.join("d");
+    std::fs::create_dir(&d).expect("mkdir");
+    let r = run(&["layout", "get", s(&d)]);
+    assert_eq!(r.code, 0);
+    assert!(r.stderr.contains("no default layout"), "{}", r.stderr);
+    ok(&["layout", "set", s(&d), "extent@1"]);
+    assert_eq!(ok(&["layout", "get", s(&d)]).trim(), "extent@1");
+    std::fs::write(d.join("x"), b"hi").expect("write");
+    assert_eq!(ok(&["layout", "get", &(s(&d).to_string() + "/x")]).trim(), "extent@1");
+    let err = fails(&["layout", "set", &(s(&d).to_string() + "/x"), "extent@0"], 1);
+    assert!(err.contains("already holds data"), "{err}");
+    // The mount holds the pool: pool commands wait their turn.
+    let err = fails(&["ls", pool.p()], 1);
+    assert!(err.contains("in use"), "{err}");
+    ok(&["umount", s(&mnt)]);
+    assert_eq!(ok(&["layout", "get", pool.p(), "/d/x"]).trim(), "extent@1");
+    pool.fsck_clean();
+}

@@ -1,0 +1,645 @@
+//! POSIX conformance of a mounted pool, as root: every operation the FUSE
+//! front end serves, with the error codes programs rely on.
+
+mod fuse_util;
+
+use fuse_util::*;
+use std::ffi::CString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::time::Duration;
+
+use libc::{EACCES, EEXIST, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENODATA, ENOENT, ENOTDIR, ENOTEMPTY, ENXIO, EOPNOTSUPP, EPERM, ERANGE, EXDEV};
+
+fn renameat2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
+    let (a, b) = (cpath(from), cpath(to));
+    // SAFETY: valid C strings; AT_FDCWD with absolute paths.
+    let r = unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+    check(r as i32).map(|_| ())
+}
+
+fn setxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> std::io::Result<()> {
+    let (p, n) = (cpath(p), CString::new(name).unwrap());
+    // SAFETY: valid pointers and lengths.
+    check(unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) }).map(|_| ())
+}
+
+/// getxattr with a buffer of `size` bytes (0 = size probe).
+fn getxattr(p: &Path, name: &str, size: usize) -> std::io::Result<Vec<u8>> {
+    let (p, n) = (cpath(p), CString::new(name).unwrap());
+    let mut buf = vec![0u8; size];
+    // SAFETY: the buffer holds `size` bytes.
+    let r = check_ssize(unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) })?;
+    if size == 0 {
+        return Ok(vec![0; r]);
+    }
+    buf.truncate(r);
+    Ok(buf)
+}
+
+fn listxattr(p: &Path, size: usize) -> std::io::Result<Vec<u8>> {
+    let p = cpath(p);
+    let mut buf = vec![0u8; size];
+    // SAFETY: the buffer holds `size` bytes.
+    let r = check_ssize(unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), size) })?;
+    if size == 0 {
+        return Ok(vec![0; r]);
+    }
+    buf.truncate(r);
+    Ok(buf)
+}
+
+fn removexattr(p: &Path, name: &str) -> std::io::Result<()> {
+    let (p, n) = (cpath(p), CString::new(name).unwrap());
+    // SAFETY: valid C strings.
+    check(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }).map(|_| ())
+}
+
+fn access(p: &Path, mode: i32) -> std::io::Result<()> {
+    let p = cpath(p);
+    // SAFETY: valid C string.
+    check(unsafe { libc::access(p.as_ptr(), mode) }).map(|_| ())
+}
+
+fn lseek(f: &File, off: i64, whence: i32) -> std::io::Result<i64> {
+    // SAFETY: a valid descriptor.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn utimens(p: &Path, times: [libc::timespec; 2], flags: i32) -> std::io::Result<()> {
+    let p = cpath(p);
+    // SAFETY: valid C string and a two-element array.
+    check(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), flags) }).map(|_| ())
+}
+
+fn ts(sec: i64, nsec: i64) -> libc::timespec {
+    libc::timespec { tv_sec: sec, tv_nsec: nsec }
+}
+
+fn mknod(p: &Path, mode: u32, dev: u64) -> std::io::Result<()> {
+    let p = cpath(p);
+    // SAFETY: valid C string.
+    check(unsafe { libc::mknod(p.as_ptr(), mode, dev) }).map(|_| ())
+}
+
+fn fallocate(f: &File, mode: i32, off: i64, len: i64) -> std::io::Result<()> {
+    // SAFETY: a valid descriptor.
+    check(unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) }).map(|_| ())
+}
+
+#[test]
+fn names_lookup_and_directories() {
+    require_fuse!();
+    let pool = Pool::new(3, "256M");
+    let m = pool.mount(&[]);
+    let p = |r: &str| m.path(r);
+
+    fs::create_dir(p("d")).unwrap();
+    assert_eq!(errno(fs::create_dir(p("d"))), EEXIST);
+    assert_eq!(errno(fs::create_dir(p("nope/sub"))), ENOENT);
+    assert_eq!(errno(fs::metadata(p("missing"))), ENOENT);
+    fs::write(p("file"), b"x").unwrap();
+    assert_eq!(errno(fs::metadata(p("file/x"))), ENOTDIR);
+    assert_eq!(errno(fs::create_dir(p("file/x"))), ENOTDIR);
+    let long = "n".repeat(256);
+    assert_eq!(errno(fs::metadata(p(&long))), ENAMETOOLONG);
+    assert_eq!(errno(File::create(p(&long))), ENAMETOOLONG);
+    assert_eq!(errno(fs::create_dir(p(&long))), ENAMETOOLONG);
+    let max = "m".repeat(255);
+    fs::write(p(&max), b"255").unwrap();
+    assert_eq!(fs::read(p(&max)).unwrap(), b"255");
+
+    // Modes (umask 022) and directory link counts.
+    fs::create_dir(p("d/sub")).unwrap();
+    let md = fs::metadata(p("d")).unwrap();
+    assert!(md.is_dir());
+    assert_eq!(md.mode() & 0o7777, 0o755);
+    assert_eq!(md.nlink(), 3, "a directory with one subdirectory");
+    fs::DirBuilder::new().mode(0o700).create(p("d/private")).unwrap();
+    assert_eq!(fs::metadata(p("d/private")).unwrap().mode() & 0o7777, 0o700);
+
+    // rmdir and unlink errors.
+    assert_eq!(errno(fs::remove_dir(p("d"))), ENOTEMPTY);
+    assert_eq!(errno(fs::remove_dir(p("file"))), ENOTDIR);
+    assert_eq!(errno(fs::remove_dir(p("missing"))), ENOENT);
+    assert_eq!(errno(fs::remove_dir(p("d/sub/."))), EINVAL);
+    assert_eq!(errno(fs::remove_file(p("d"))), EISDIR);
+    assert_eq!(errno(fs::remove_file(p("missing"))), ENOENT);
+    fs::remove_dir(p("d/sub")).unwrap();
+    fs::remove_dir(p("d/private")).unwrap();
+    fs::remove_dir(p("d")).unwrap();
+    assert_eq!(errno(fs::metadata(p("d"))), ENOENT);
+
+    // readdir of a large directory: every name once, "." and "..".
+    fs::create_dir(p("big")).unwrap();
+    let mut want: Vec<String> = (0..1500).map(|i| format!("entry-{i:05}-{}", "x".repeat(i % 40))).collect();
+    for n in &want {
+        File::create(p(&format!("big/{n}"))).unwrap();
+    }
+    let mut got: Vec<String> = fs::read_dir(p("big")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    let ls = ok("ls", &["-a", s(&p("big"))]);
+    assert!(ls.lines().any(|l| l == ".") && ls.lines().any(|l| l == ".."));
+    // Entries seen through readdirplus carry their attributes.
+    let out = ok("ls", &["-l", s(&p("big"))]);
+    assert_eq!(out.lines().filter(|l| l.starts_with("-rw-r--r--")).count(), 1500);
+    assert_eq!(errno(fs::read_dir(p("file"))), ENOTDIR);
+
+    // Symlinks: readlink, loops, O_NOFOLLOW.
+    std::os::unix::fs::symlink("file", p("ln")).unwrap();
+    assert_eq!(fs::read_link(p("ln")).unwrap(), Path::new("file"));
+    assert!(fs::symlink_metadata(p("ln")).unwrap().file_type().is_symlink());
+    assert_eq!(fs::read(p("ln")).unwrap(), b"x");
+    assert_eq!(errno(fs::read_link(p("file"))), EINVAL);
+    assert_eq!(errno(std::os::unix::fs::symlink("x", p("ln"))), EEXIST);
+    std::os::unix::fs::symlink("loop2", p("loop1")).unwrap();
+    std::os::unix::fs::symlink("loop1", p("loop2")).unwrap();
+    assert_eq!(errno(fs::metadata(p("loop1"))), ELOOP);
+    assert_eq!(errno(OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(p("ln"))), ELOOP);
+    std::os::unix::fs::symlink("/nonexistent/target", p("dangling")).unwrap();
+    assert_eq!(errno(fs::metadata(p("dangling"))), ENOENT);
+
+    // Special files.
+    mknod(&p("fifo"), libc::S_IFIFO | 0o644, 0).unwrap();
+    assert!(fs::symlink_metadata(p("fifo")).unwrap().file_type().is_fifo());
+    mknod(&p("null"), libc::S_IFCHR | 0o666, libc::makedev(1, 3)).unwrap();
+    let md = fs::symlink_metadata(p("null")).unwrap();
+    assert!(md.file_type().is_char_device());
+    assert_eq!(md.rdev(), libc::makedev(1, 3));
+    assert_eq!(errno(mknod(&p("fifo"), libc::S_IFIFO | 0o644, 0)), EEXIST);
+
+    // statfs.
+    let c = cpath(&m.mnt);
+    // SAFETY: valid path and output struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::statvfs(c.as_ptr(), &mut st) }).unwrap();
+    assert_eq!(st.f_bsize, 4096);
+    assert_eq!(st.f_namemax, 255);
+    assert!(st.f_blocks >= 3 * 256 * 256 - 1024 && st.f_bfree > 0 && st.f_bfree < st.f_blocks, "{} {}", st.f_blocks, st.f_bfree);
+
+    // A rename out of the mount is the kernel's EXDEV.
+    assert_eq!(errno(fs::rename(p("file"), pool.tmp.path().join("outside"))), EXDEV);
+    drop(m);
+}
+
+#[test]
+fn file_data_attributes_and_links() {
+    require_fuse!();
+    let pool = Pool::new(3, "256M");
+    let m = pool.mount(&[]);
+    let p = |r: &str| m.path(r);
+
+    // create / O_EXCL / open errors.
+    let mut f = File::create(p("a")).unwrap();
+    assert_eq!(errno(OpenOptions::new().write(true).create_new(true).open(p("a"))), EEXIST);
+    assert_eq!(errno(File::open(p("missing"))), ENOENT);
+    fs::create_dir(p("dir")).unwrap();
+    assert_eq!(errno(OpenOptions::new().write(true).open(p("dir"))), EISDIR);
+
+    // write / read, unaligned, large, sparse.
+    let big = data(5_000_123, 1);
+    f.write_all(&big).unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(fs::read(p("a")).unwrap(), big);
+    f.write_all_at(b"PATCH", 4095).unwrap();
+    let mut buf = [0u8; 7];
+    File::open(p("a")).unwrap().read_exact_at(&mut buf, 4094).unwrap();
+    assert_eq!(&buf, &[big[4094], b'P', b'A', b'T', b'C', b'H', big[4100]]);
+    let sp = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(p("sparse")).unwrap();
+    sp.write_all_at(b"tail", 10 << 20).unwrap();
+    assert_eq!(sp.metadata().unwrap().len(), (10 << 20) + 4);
+    let mut mid = vec![1u8; 8192];
+    sp.read_exact_at(&mut mid, 5 << 20).unwrap();
+    assert!(mid.iter().all(|&b| b == 0), "a hole reads as zeros");
+    assert!(sp.metadata().unwrap().blocks() < 1024, "a sparse file allocates little: {} blocks", sp.metadata().unwrap().blocks());
+
+    // O_APPEND: two descriptors both write at the end.
+    fs::write(p("log"), b"0123").unwrap();
+    let mut a1 = OpenOptions::new().append(true).open(p("log")).unwrap();
+    let mut a2 = OpenOptions::new().append(true).open(p("log")).unwrap();
+    a1.write_all(b"aa").unwrap();
+    a2.write_all(b"bbb").unwrap();
+    a1.write_all(b"c").unwrap();
+    assert_eq!(fs::read(p("log")).unwrap(), b"0123aabbbc");
+    // Appends from many threads lose nothing.
+    let hs: Vec<_> = (0..4)
+        .map(|t| {
+            let path = p("log");
+            std::thread::spawn(move || {
+                let mut f = OpenOptions::new().append(true).open(path).unwrap();
+                for _ in 0..100 {
+                    f.write_all(&[b'A' + t as u8; 10]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let log = fs::read(p("log")).unwrap();
+    assert_eq!(log.len(), 10 + 4000);
+    for chunk in log[10..].chunks(10) {
+        assert!(chunk.iter().all(|&c| c == chunk[0]), "an append was split: {chunk:?}");
+    }
+
+    // O_TRUNC and truncate both ways.
+    fs::write(p("t"), b"hello world").unwrap();
+    drop(OpenOptions::new().write(true).truncate(true).open(p("t")).unwrap());
+    assert_eq!(fs::metadata(p("t")).unwrap().len(), 0);
+    let t = OpenOptions::new().read(true).write(true).open(p("t")).unwrap();
+    t.write_all_at(&[9u8; 10000], 0).unwrap();
+    t.set_len(5000).unwrap();
+    t.set_len(12000).unwrap();
+    let got = fs::read(p("t")).unwrap();
+    assert_eq!(got.len(), 12000);
+    assert!(got[..5000].iter().all(|&b| b == 9) && got[5000..].iter().all(|&b| b == 0), "truncate then extend shows zeros");
+    let c = cpath(&p("dir"));
+    // SAFETY: valid C string.
+    assert_eq!(errno(check(unsafe { libc::truncate(c.as_ptr(), 0) })), EISDIR);
+
+    // chmod, chown, utimens (explicit, UTIME_NOW, UTIME_OMIT).
+    fs::set_permissions(p("t"), fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(fs::metadata(p("t")).unwrap().mode() & 0o7777, 0o640);
+    std::os::unix::fs::chown(p("t"), Some(1234), Some(5678)).unwrap();
+    let md = fs::metadata(p("t")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    utimens(&p("t"), [ts(1_000_000_000, 123_456_789), ts(1_500_000_000, 987_654_321)], 0).unwrap();
+    let md = fs::metadata(p("t")).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()), (1_000_000_000, 123_456_789, 1_500_000_000, 987_654_321));
+    utimens(&p("t"), [ts(0, libc::UTIME_OMIT), ts(0, libc::UTIME_NOW)], 0).unwrap();
+    let md = fs::metadata(p("t")).unwrap();
+    assert_eq!(md.atime(), 1_000_000_000, "UTIME_OMIT keeps atime");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    assert!((md.mtime() - now).abs() < 30, "UTIME_NOW sets mtime to now");
+    // A symlink's own times.
+    std::os::unix::fs::symlink("t", p("tl")).unwrap();
+    utimens(&p("tl"), [ts(7, 0), ts(8, 0)], libc::AT_SYMLINK_NOFOLLOW).unwrap();
+    assert_eq!(fs::symlink_metadata(p("tl")).unwrap().mtime(), 8);
+    // mtime and ctime move on write.
+    let before = fs::metadata(p("a")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    OpenOptions::new().write(true).open(p("a")).unwrap().write_all_at(b"z", 0).unwrap();
+    let after = fs::metadata(p("a")).unwrap();
+    assert!((after.mtime(), after.mtime_nsec()) > (before.mtime(), before.mtime_nsec()));
+
+    // Hard links.
+    fs::hard_link(p("a"), p("a2")).unwrap();
+    assert_eq!(fs::metadata(p("a")).unwrap().nlink(), 2);
+    assert_eq!(fs::metadata(p("a")).unwrap().ino(), fs::metadata(p("a2")).unwrap().ino());
+    assert_eq!(errno(fs::hard_link(p("a"), p("t"))), EEXIST);
+    assert_eq!(errno(fs::hard_link(p("dir"), p("dir2"))), EPERM);
+    assert_eq!(errno(fs::hard_link(p("missing"), p("x"))), ENOENT);
+    fs::remove_file(p("a")).unwrap();
+    assert_eq!(fs::metadata(p("a2")).unwrap().nlink(), 1);
+    assert_eq!(fs::read(p("a2")).unwrap().len(), big.len());
+
+    // An unlinked file lives while open (and only while open).
+    drop(f);
+    let mut keep = OpenOptions::new().read(true).write(true).open(p("a2")).unwrap();
+    fs::remove_file(p("a2")).unwrap();
+    assert_eq!(errno(fs::metadata(p("a2"))), ENOENT);
+    assert_eq!(keep.metadata().unwrap().nlink(), 0);
+    keep.write_all_at(b"still here", 0).unwrap();
+    let mut head = [0u8; 10];
+    keep.seek(SeekFrom::Start(0)).unwrap();
+    keep.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"still here");
+    let files_before = statvfs_files(&m.mnt);
+    drop(keep);
+    // Its space and inode go with the last close.
+    let mut freed = false;
+    for _ in 0..100 {
+        if statvfs_files(&m.mnt) < files_before {
+            freed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(freed, "the inode of an unlinked file was not freed at its last close");
+
+    // fsync, fdatasync, fsync of a directory, syncfs.
+    let f = File::create(p("s")).unwrap();
+    f.sync_all().unwrap();
+    f.sync_data().unwrap();
+    File::open(p("dir")).unwrap().sync_all().unwrap();
+    // SAFETY: a valid descriptor.
+    check(unsafe { libc::syncfs(f.as_raw_fd()) }).unwrap();
+
+    // access(2): root may do anything but execute a file nobody may.
+    fs::write(p("plain"), b"").unwrap();
+    access(&p("plain"), libc::R_OK | libc::W_OK).unwrap();
+    assert_eq!(errno(access(&p("plain"), libc::X_OK)), EACCES);
+    fs::set_permissions(p("plain"), fs::Permissions::from_mode(0o744)).unwrap();
+    access(&p("plain"), libc::X_OK).unwrap();
+    assert_eq!(errno(access(&p("missing"), libc::F_OK)), ENOENT);
+    drop(m);
+}
+
+fn statvfs_files(mnt: &Path) -> u64 {
+    let c = cpath(mnt);
+    // SAFETY: valid path and output struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::statvfs(c.as_ptr(), &mut st) }).unwrap();
+    st.f_files.saturating_sub(st.f_ffree)
+}
+
+#[test]
+fn rename_variants() {
+    require_fuse!();
+    let pool = Pool::new(2, "128M");
+    let m = pool.mount(&[]);
+    let p = |r: &str| m.path(r);
+    fs::write(p("a"), b"A").unwrap();
+    fs::write(p("b"), b"B").unwrap();
+    fs::create_dir_all(p("d1/inner")).unwrap();
+    fs::create_dir(p("d2")).unwrap();
+    fs::create_dir(p("empty")).unwrap();
+
+    fs::rename(p("a"), p("a1")).unwrap();
+    assert_eq!(errno(fs::metadata(p("a"))), ENOENT);
+    // Replace an existing file atomically.
+    fs::rename(p("a1"), p("b")).unwrap();
+    assert_eq!(fs::read(p("b")).unwrap(), b"A");
+    fs::write(p("c"), b"C").unwrap();
+    assert_eq!(errno(renameat2(&p("c"), &p("b"), libc::RENAME_NOREPLACE)), EEXIST);
+    renameat2(&p("c"), &p("c2"), libc::RENAME_NOREPLACE).unwrap();
+    // Exchange two files, and a file with a directory.
+    renameat2(&p("b"), &p("c2"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!((fs::read(p("b")).unwrap(), fs::read(p("c2")).unwrap()), (b"C".to_vec(), b"A".to_vec()));
+    renameat2(&p("b"), &p("d2"), libc::RENAME_EXCHANGE).unwrap();
+    assert!(fs::metadata(p("b")).unwrap().is_dir() && fs::metadata(p("d2")).unwrap().is_file());
+    renameat2(&p("b"), &p("d2"), libc::RENAME_EXCHANGE).unwrap();
+    assert_eq!(errno(renameat2(&p("b"), &p("nothing"), libc::RENAME_EXCHANGE)), ENOENT);
+    assert_eq!(errno(renameat2(&p("b"), &p("c2"), libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE)), EINVAL);
+    // Directory rules.
+    assert_eq!(errno(fs::rename(p("d2"), p("d1"))), ENOTEMPTY);
+    assert_eq!(errno(fs::rename(p("d2"), p("b"))), ENOTDIR);
+    assert_eq!(errno(fs::rename(p("b"), p("d2"))), EISDIR);
+    assert_eq!(errno(fs::rename(p("d1"), p("d1/inner/x"))), EINVAL);
+    assert_eq!(errno(fs::rename(p("missing"), p("x"))), ENOENT);
+    fs::rename(p("d2"), p("empty")).unwrap();
+    // Moving a directory between parents fixes the link counts.
+    fs::rename(p("empty"), p("d1/moved")).unwrap();
+    assert_eq!(fs::metadata(p("d1")).unwrap().nlink(), 4);
+    assert_eq!(fs::metadata(p("d1/moved/..")).unwrap().ino(), fs::metadata(p("d1")).unwrap().ino());
+    // Renaming onto a hard link of itself does nothing.
+    fs::hard_link(p("b"), p("b-link")).unwrap();
+    fs::rename(p("b"), p("b-link")).unwrap();
+    assert!(fs::metadata(p("b")).is_ok() && fs::metadata(p("b-link")).is_ok());
+    let long = "r".repeat(256);
+    assert_eq!(errno(fs::rename(p("b"), p(&long))), ENAMETOOLONG);
+    drop(m);
+}
+
+#[test]
+fn xattrs_and_layouts() {
+    require_fuse!();
+    let pool = Pool::new(3, "256M");
+    let m = pool.mount(&[]);
+    let p = |r: &str| m.path(r);
+    fs::write(p("f"), b"data").unwrap();
+
+    setxattr(&p("f"), "user.color", b"blue", 0).unwrap();
+    assert_eq!(getxattr(&p("f"), "user.color", 64).unwrap(), b"blue");
+    assert_eq!(getxattr(&p("f"), "user.color", 0).unwrap().len(), 4, "size probe");
+    assert_eq!(errno(getxattr(&p("f"), "user.color", 2)), ERANGE);
+    assert_eq!(errno(getxattr(&p("f"), "user.none", 64)), ENODATA);
+    assert_eq!(errno(setxattr(&p("f"), "user.color", b"red", libc::XATTR_CREATE)), EEXIST);
+    assert_eq!(errno(setxattr(&p("f"), "user.other", b"x", libc::XATTR_REPLACE)), ENODATA);
+    setxattr(&p("f"), "user.color", b"red", libc::XATTR_REPLACE).unwrap();
+    setxattr(&p("f"), "user.empty", b"", 0).unwrap();
+    assert_eq!(getxattr(&p("f"), "user.empty", 16).unwrap(), b"");
+    let names = listxattr(&p("f"), 1024).unwrap();
+    assert_eq!(names, b"user.color\0user.empty\0".to_vec(), "sorted names; no virtual attributes listed");
+    assert_eq!(listxattr(&p("f"), 0).unwrap().len(), names.len());
+    assert_eq!(errno(listxattr(&p("f"), 3)), ERANGE);
+    removexattr(&p("f"), "user.empty").unwrap();
+    assert_eq!(errno(removexattr(&p("f"), "user.empty")), ENODATA);
+    setxattr(&p("f"), "trusted.t", b"root only", 0).unwrap();
+    assert_eq!(getxattr(&p("f"), "trusted.t", 64).unwrap(), b"root only");
+    assert_eq!(errno(setxattr(&p("f"), "system.bogus", b"x", 0)), EOPNOTSUPP);
+    std::os::unix::fs::symlink("f", p("ln")).unwrap();
+    let ln = cpath(&p("ln"));
+    let (n, v) = (CString::new("user.x").unwrap(), b"1");
+    // SAFETY: valid pointers.
+    assert_eq!(errno(check(unsafe { libc::lsetxattr(ln.as_ptr(), n.as_ptr(), v.as_ptr().cast(), 1, 0) })), EPERM);
+    let big = vec![7u8; 65536];
+    setxattr(&p("f"), "user.big", &big, 0).unwrap();
+    assert_eq!(getxattr(&p("f"), "user.big", 70000).unwrap(), big);
+
+    // Layouts: read on any file, set on an empty file only.
+    let lay = String::from_utf8(getxattr(&p("f"), "user.hurricane.layout", 4096).unwrap()).unwrap();
+    assert!(lay.starts_with("stripe"), "default layout: {lay}");
+    assert_eq!(errno(setxattr(&p("f"), "user.hurricane.layout", b"extent@1", 0)), EINVAL);
+    File::create(p("e")).unwrap();
+    setxattr(&p("e"), "user.hurricane.layout", b"extent@1", 0).unwrap();
+    assert_eq!(getxattr(&p("e"), "user.hurricane.layout", 4096).unwrap(), b"extent@1");
+    fs::write(p("e"), data(300_000, 3)).unwrap();
+    assert_eq!(fs::read(p("e")).unwrap(), data(300_000, 3));
+    assert_eq!(errno(setxattr(&p("e"), "user.hurricane.layout", b"extent@0", 0)), EINVAL);
+    File::create(p("e2")).unwrap();
+    assert_eq!(errno(setxattr(&p("e2"), "user.hurricane.layout", b"stripe(unit=64K,width=9)", 0)), EINVAL);
+    assert_eq!(errno(setxattr(&p("e2"), "user.hurricane.layout", b"nonsense((", 0)), EINVAL);
+    assert_eq!(errno(setxattr(&p("e2"), "user.hurricane.layout", b"extent@7", 0)), EINVAL);
+
+    // Directory defaults are inherited by new files and subdirectories.
+    fs::create_dir(p("striped")).unwrap();
+    assert_eq!(errno(getxattr(&p("striped"), "user.hurricane.dir_layout", 4096)), ENODATA);
+    setxattr(&p("striped"), "user.hurricane.dir_layout", b"stripe(unit=64K,width=2)", 0).unwrap();
+    assert_eq!(getxattr(&p("striped"), "user.hurricane.dir_layout", 4096).unwrap(), b"stripe(unit=64K,width=2)");
+    fs::write(p("striped/new"), data(200_000, 4)).unwrap();
+    let l = String::from_utf8(getxattr(&p("striped/new"), "user.hurricane.layout", 4096).unwrap()).unwrap();
+    assert!(l.starts_with("stripe(unit=64K)[") && l.matches("extent").count() == 2, "{l}");
+    fs::create_dir(p("striped/sub")).unwrap();
+    fs::write(p("striped/sub/deep"), b"x").unwrap();
+    let l = String::from_utf8(getxattr(&p("striped/sub/deep"), "user.hurricane.layout", 4096).unwrap()).unwrap();
+    assert!(l.starts_with("stripe(unit=64K)["), "{l}");
+    assert_eq!(errno(setxattr(&p("striped"), "user.hurricane.dir_layout", b"stripe(width=", 0)), EINVAL);
+    assert_eq!(errno(setxattr(&p("f"), "user.hurricane.dir_layout", b"extent", 0)), ENOTDIR);
+    removexattr(&p("striped"), "user.hurricane.dir_layout").unwrap();
+    assert_eq!(errno(getxattr(&p("striped"), "user.hurricane.dir_layout", 4096)), ENODATA);
+    assert!(pool.log().contains("nonsense(("), "a refused layout is logged with its spec:\n{}", pool.log());
+
+    // Statistics on the root.
+    let st = getxattr(&m.mnt, "user.hurricane.stats", 1 << 20).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&st).unwrap();
+    assert!(v["ops"]["setxattr"]["count"].as_u64().unwrap() > 10);
+    assert_eq!(v["devices"].as_array().unwrap().len(), 3);
+    assert_eq!(errno(getxattr(&p("f"), "user.hurricane.stats", 4096)), ENODATA);
+    assert_eq!(errno(setxattr(&m.mnt, "user.hurricane.stats", b"x", 0)), EPERM);
+    let table = hurricane(&["stats", s(&m.mnt)]);
+    assert!(table.contains("setxattr") && table.contains("dev0.img") && table.contains("journal"), "{table}");
+    drop(m);
+}
+
+#[test]
+fn fallocate_seek_copy_and_locks() {
+    require_fuse!();
+    let pool = Pool::new(3, "256M");
+    let m = pool.mount(&[]);
+    let p = |r: &str| m.path(r);
+
+    let f = OpenOptions::new().read(true).write(true).create(true).open(p("fa")).unwrap();
+    fallocate(&f, 0, 0, 1 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 1 << 20);
+    assert!(f.metadata().unwrap().blocks() >= 2048);
+    fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 1 << 20, "KEEP_SIZE keeps the size");
+    assert_eq!(errno(fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 4096)), EOPNOTSUPP);
+    assert_eq!(errno(fallocate(&f, 0, 0, 0)), EINVAL);
+
+    // SEEK_DATA / SEEK_HOLE: data at [0, 4K) and [3M, 3M+4K), size 5M.
+    let h = File::create(p("holes")).unwrap();
+    h.write_all_at(&[1u8; 4096], 0).unwrap();
+    h.write_all_at(&[2u8; 4096], 3 << 20).unwrap();
+    h.set_len(5 << 20).unwrap();
+    let h = File::open(p("holes")).unwrap();
+    assert_eq!(lseek(&h, 0, libc::SEEK_DATA).unwrap(), 0);
+    let hole = lseek(&h, 0, libc::SEEK_HOLE).unwrap();
+    assert!(hole >= 4096 && hole <= 3 << 20, "first hole at {hole}");
+    let d = lseek(&h, hole, libc::SEEK_DATA).unwrap();
+    assert!(d > hole && d <= 3 << 20, "next data at {d}");
+    let h2 = lseek(&h, 3 << 20, libc::SEEK_HOLE).unwrap();
+    assert!(h2 >= (3 << 20) + 4096 && h2 <= 5 << 20, "{h2}");
+    assert_eq!(errno(lseek(&h, (4 << 20) + 10, libc::SEEK_DATA)), ENXIO, "no data after the last block");
+    assert_eq!(lseek(&h, (4 << 20) + 10, libc::SEEK_HOLE).unwrap(), (4 << 20) + 10);
+    assert_eq!(errno(lseek(&h, 5 << 20, libc::SEEK_HOLE)), ENXIO, "at end of file");
+    // cp recreates the holes.
+    ok("cp", &["--sparse=always", s(&p("holes")), s(&p("holes.cp"))]);
+    assert_eq!(fs::read(p("holes")).unwrap(), fs::read(p("holes.cp")).unwrap());
+
+    // copy_file_range within the mount.
+    let src_data = data(3_000_001, 9);
+    fs::write(p("src"), &src_data).unwrap();
+    let src = File::open(p("src")).unwrap();
+    let dst = OpenOptions::new().write(true).create(true).open(p("dst")).unwrap();
+    let mut off_in: i64 = 1;
+    let mut off_out: i64 = 10;
+    let mut left = src_data.len() - 1;
+    while left > 0 {
+        // SAFETY: valid descriptors and offset pointers.
+        let n = check_ssize(unsafe { libc::copy_file_range(src.as_raw_fd(), &mut off_in, dst.as_raw_fd(), &mut off_out, left, 0) }).unwrap();
+        assert!(n > 0);
+        left -= n;
+    }
+    let got = fs::read(p("dst")).unwrap();
+    assert_eq!(got.len(), 10 + src_data.len() - 1);
+    assert!(got[..10].iter().all(|&b| b == 0));
+    assert_eq!(&got[10..], &src_data[1..]);
+
+    // POSIX record locks between processes: a Python child holds a write
+    // lock on [0, 100) until told to go.
+    let lockf = p("locked");
+    fs::write(&lockf, vec![0u8; 200]).unwrap();
+    let script = r#"
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 100, 0)
+print("locked", flush=True)
+sys.stdin.readline()
+os.close(fd)
+"#;
+    let mut child = std::process::Command::new("python3").args(["-c", script, s(&lockf)]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "locked");
+    let me = OpenOptions::new().read(true).write(true).open(&lockf).unwrap();
+    let mut fl = flock_struct(libc::F_WRLCK, 50, 10);
+    // SAFETY: valid descriptor and struct.
+    check(unsafe { libc::fcntl(me.as_raw_fd(), libc::F_GETLK, &mut fl) }).unwrap();
+    assert_eq!(fl.l_type as i32, libc::F_WRLCK);
+    assert_eq!(fl.l_pid as u32, child.id(), "F_GETLK names the holder");
+    let mut fl = flock_struct(libc::F_WRLCK, 50, 10);
+    // SAFETY: as above.
+    let e = errno(check(unsafe { libc::fcntl(me.as_raw_fd(), libc::F_SETLK, &mut fl) }));
+    assert!(e == libc::EAGAIN || e == libc::EACCES, "{e}");
+    let mut free = flock_struct(libc::F_WRLCK, 100, 100);
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(me.as_raw_fd(), libc::F_SETLK, &mut free) }).unwrap();
+    let mut test = flock_struct(libc::F_RDLCK, 150, 10);
+    // SAFETY: as above; our own lock does not block us.
+    check(unsafe { libc::fcntl(me.as_raw_fd(), libc::F_GETLK, &mut test) }).unwrap();
+    assert_eq!(test.l_type as i32, libc::F_UNLCK);
+    // F_SETLKW waits until the child lets go.
+    let t0 = std::time::Instant::now();
+    let waiter = {
+        let path = lockf.clone();
+        std::thread::spawn(move || {
+            let f = OpenOptions::new().read(true).write(true).open(path).unwrap();
+            let mut fl = flock_struct(libc::F_WRLCK, 0, 100);
+            // SAFETY: valid descriptor and struct.
+            check(unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLKW, &mut fl) }).unwrap();
+            std::time::Instant::now()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    let granted = waiter.join().unwrap();
+    assert!(granted.duration_since(t0) >= Duration::from_millis(250), "F_SETLKW did not wait");
+
+    // flock (kept by the kernel): two open files exclude each other.
+    let f1 = File::open(&lockf).unwrap();
+    let f2 = File::open(&lockf).unwrap();
+    // SAFETY: valid descriptors.
+    check(unsafe { libc::flock(f1.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }).unwrap();
+    assert_eq!(errno(check(unsafe { libc::flock(f2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) })), libc::EWOULDBLOCK);
+    drop(f1);
+    check(unsafe { libc::flock(f2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }).unwrap();
+    drop(m);
+}
+
+fn flock_struct(typ: i32, start: i64, len: i64) -> libc::flock {
+    // SAFETY: plain data; every field set below or zero.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    fl
+}
+
+#[test]
+fn read_only_mount_and_helper() {
+    require_fuse!();
+    let pool = Pool::new(2, "64M");
+    {
+        let m = pool.mount(&[]);
+        fs::write(m.path("kept"), b"kept").unwrap();
+        m.unmount();
+    }
+    let m = pool.mount(&["ro"]);
+    assert_eq!(fs::read(m.path("kept")).unwrap(), b"kept");
+    assert_eq!(errno(File::create(m.path("new"))), libc::EROFS);
+    assert_eq!(errno(fs::remove_file(m.path("kept"))), libc::EROFS);
+    m.unmount();
+    pool.fsck_clean();
+
+    // mount(8) runs mount.fuse.hurricane POOL MOUNTPOINT -o OPTIONS.
+    let helper = pool.tmp.path().join("mount.fuse.hurricane");
+    std::os::unix::fs::symlink(BIN, &helper).unwrap();
+    let out = cmd(s(&helper), &[s(&pool.dir), s(&pool.mnt), "-o", "rw,noatime,defaults,x-systemd.automount"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = Mounted::attach(&pool.mnt);
+    assert_eq!(fs::read(m.path("kept")).unwrap(), b"kept");
+    m.unmount();
+    let bad = cmd(s(&helper), &[s(&pool.dir), s(&pool.mnt), "-o", "bogus_option"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("bogus_option"));
+    assert!(!is_fuse_mount(&pool.mnt));
+
+    // Errors are reported, not hung on.
+    let out = cmd(BIN, &["mount", s(&pool.tmp.path().join("nopool")), s(&pool.mnt)]);
+    assert!(!out.status.success());
+    let out = cmd(BIN, &["umount", s(&pool.mnt)]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no FUSE"));
+}

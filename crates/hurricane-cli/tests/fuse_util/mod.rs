@@ -1,0 +1,279 @@
+//! Shared helpers of the FUSE integration tests: pools in temporary
+//! directories, mounts that clean up after themselves even when a test
+//! fails, libc wrappers and deterministic data.
+#![allow(dead_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_hurricane");
+
+/// Why FUSE tests cannot run here, if they cannot.
+pub fn skip_reason() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    if !have("fusermount3") {
+        return Some("fusermount3 is not installed (package fuse3)".into());
+    }
+    None
+}
+
+/// Returns early from a test, saying why, when FUSE is not available.
+#[macro_export]
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = fuse_util::skip_reason() {
+            eprintln!("SKIPPED {}: {why}", module_path!());
+            return;
+        }
+    };
+}
+
+pub fn have(cmd: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// Runs a command; returns its output (panics only if it cannot start).
+pub fn cmd(prog: &str, args: &[&str]) -> Output {
+    Command::new(prog).args(args).stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("cannot run {prog}: {e}"))
+}
+
+/// Runs a command and expects success; returns stdout.
+pub fn ok(prog: &str, args: &[&str]) -> String {
+    let o = cmd(prog, args);
+    assert!(o.status.success(), "{prog} {args:?} failed ({}):\n{}{}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs `hurricane ARGS`, expects success; returns stdout.
+pub fn hurricane(args: &[&str]) -> String {
+    ok(BIN, args)
+}
+
+/// Deterministic bytes (xorshift) that differ at every offset.
+pub fn data(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("no NUL in path")
+}
+
+/// Turns a libc return value into a Result.
+pub fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+pub fn check_ssize(r: isize) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// The errno of a call expected to fail.
+#[track_caller]
+pub fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
+    match r {
+        Ok(v) => panic!("expected an error, got Ok({v:?})"),
+        Err(e) => e.raw_os_error().unwrap_or_else(|| panic!("not an OS error: {e}")),
+    }
+}
+
+/// A pool of image files in a temporary directory, with a mount point.
+pub struct Pool {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub mnt: PathBuf,
+}
+
+impl Pool {
+    pub fn new(devices: u32, size: &str) -> Pool {
+        // Every test sets the same umask, so tests in parallel threads agree.
+        // SAFETY: umask has no preconditions.
+        unsafe { libc::umask(0o022) };
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("pool");
+        let mnt = tmp.path().join("mnt");
+        std::fs::create_dir(&mnt).expect("mount point");
+        hurricane(&["mkfs", s(&dir), "--devices", &devices.to_string(), "--device-size", size]);
+        // Unprivileged test users must reach the mount point.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755));
+        Pool { tmp, dir, mnt }
+    }
+
+    pub fn mount(&self, opts: &[&str]) -> Mounted {
+        Mounted::new(&self.dir, &self.mnt, opts)
+    }
+
+    pub fn fsck_clean(&self) {
+        let out = hurricane(&["fsck", s(&self.dir)]);
+        assert!(out.contains("consistent"), "{out}");
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hurricane-mount.log")).unwrap_or_default()
+    }
+}
+
+/// A mounted pool. Dropping it unmounts (lazily if a failed test left
+/// files open) and makes sure the server is gone.
+pub struct Mounted {
+    pub mnt: PathBuf,
+    pub pid: u32,
+    done: bool,
+}
+
+pub fn server_pid(mnt: &Path) -> u32 {
+    let json = ok(BIN, &["stats", "--json", s(mnt)]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("stats JSON");
+    v["pid"].as_u64().expect("pid in stats") as u32
+}
+
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
+    let end = Instant::now() + timeout;
+    while alive(pid) {
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+pub fn is_fuse_mount(mnt: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = s(mnt).replace(' ', "\\040");
+    text.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let fstype = f.iter().position(|x| *x == "-").and_then(|i| f.get(i + 1)).copied().unwrap_or("");
+        f.get(4) == Some(&want.as_str()) && fstype.starts_with("fuse")
+    })
+}
+
+impl Mounted {
+    pub fn new(pool: &Path, mnt: &Path, opts: &[&str]) -> Mounted {
+        let mut args = vec!["mount", s(pool), s(mnt)];
+        for o in opts {
+            args.push("-o");
+            args.push(o);
+        }
+        hurricane(&args);
+        assert!(is_fuse_mount(mnt), "{} is not a FUSE mount after `hurricane mount`", mnt.display());
+        let pid = server_pid(mnt);
+        Mounted { mnt: mnt.to_path_buf(), pid, done: false }
+    }
+
+    /// Takes charge of a mount made some other way (mount(8) helper).
+    pub fn attach(mnt: &Path) -> Mounted {
+        assert!(is_fuse_mount(mnt), "{} is not a FUSE mount", mnt.display());
+        Mounted { mnt: mnt.to_path_buf(), pid: server_pid(mnt), done: false }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// Clean unmount through `hurricane umount` (waits for the server).
+    pub fn unmount(mut self) {
+        hurricane(&["umount", s(&self.mnt)]);
+        assert!(!is_fuse_mount(&self.mnt));
+        assert!(!alive(self.pid), "server {} still running after umount", self.pid);
+        self.done = true;
+    }
+
+    /// Simulated crash: SIGKILL the server, then detach the dead mount.
+    pub fn kill9(mut self) {
+        // SAFETY: signalling a process we started.
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        assert!(wait_gone(self.pid, Duration::from_secs(10)), "server survived SIGKILL");
+        let _ = cmd("fusermount3", &["-u", "-z", s(&self.mnt)]);
+        assert!(!is_fuse_mount(&self.mnt));
+        self.done = true;
+    }
+
+    /// Marks the mount as handled elsewhere (the test unmounted it).
+    pub fn forget(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if is_fuse_mount(&self.mnt) {
+            let _ = cmd("fusermount3", &["-u", "-z", s(&self.mnt)]);
+        }
+        if !wait_gone(self.pid, Duration::from_secs(10)) {
+            // SAFETY: signalling the server this test started.
+            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+            wait_gone(self.pid, Duration::from_secs(5));
+        }
+    }
+}
+
+/// A Python interpreter every user may run (a per-user shim such as
+/// pyenv's is not readable by others).
+pub fn python_bin() -> &'static str {
+    ["/usr/bin/python3", "/usr/local/bin/python3"].into_iter().find(|p| Path::new(p).exists()).unwrap_or("python3")
+}
+
+/// Runs a Python script (from `-c`), optionally as another user through
+/// setpriv; returns (success, stdout+stderr).
+pub fn python(script: &str, args: &[&str], as_user: Option<(u32, u32, &[u32])>) -> (bool, String) {
+    let py = python_bin();
+    let mut c = match as_user {
+        Some((uid, gid, groups)) => {
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={uid}")).arg(format!("--regid={gid}"));
+            if groups.is_empty() {
+                c.arg("--clear-groups");
+            } else {
+                c.arg(format!("--groups={}", groups.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")));
+            }
+            c.arg(py);
+            c
+        }
+        None => Command::new(py),
+    };
+    c.arg("-c").arg(script).args(args).stdin(Stdio::null());
+    let o = c.output().expect("run python3");
+    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}

@@ -1,0 +1,924 @@
+//! The fuser `Filesystem` over a Hurricane engine.
+//!
+//! Every request runs on the thread that read it from the kernel (fuser
+//! runs several such threads, each with its own cloned /dev/fuse
+//! descriptor); nothing here takes a lock shared by all requests. The only
+//! request that can wait for long, a blocking POSIX lock, moves to a
+//! thread of its own so it never holds a serving thread.
+//!
+//! File handles carry no state on our side: the handle number records the
+//! open flags, and the engine counts opens per inode so an unlinked file
+//! lives until its last release.
+
+use crate::locks::{LockTable, F_UNLCK};
+use crate::stats::{Op, Stats};
+use crossbeam_utils::CachePadded;
+use fuser::{
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use hurricane::{Attr, Creds, Fs, SetAttr};
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Virtual attribute of the root directory: the mount's statistics as JSON.
+pub const STATS_XATTR: &str = "user.hurricane.stats";
+/// A file's layout (the engine serves it; named here for the log).
+pub const LAYOUT_XATTR: &str = "user.hurricane.layout";
+/// A directory's default layout for new files.
+pub const DIR_LAYOUT_XATTR: &str = "user.hurricane.dir_layout";
+
+/// Largest write request we ask the kernel for (it may cap it lower).
+pub const MAX_WRITE: u32 = 1 << 20;
+/// Readahead we ask for; the kernel caps it at its own offer, which the
+/// mount then raises through sysfs (see `serve`).
+pub const MAX_READAHEAD: u32 = 1 << 20;
+/// Largest copy one copy_file_range request does (callers loop on short counts).
+const MAX_COPY: u64 = 64 << 20;
+
+const ROOT: u64 = 1;
+const GEN: Generation = Generation(0);
+/// Marks a handle number as ours; the low bits keep the open flags.
+const FH_MARK: u64 = 1 << 40;
+const FH_FLAGS: i32 = libc::O_ACCMODE | libc::O_APPEND;
+
+const R: u32 = 4;
+const W: u32 = 2;
+
+thread_local! {
+    /// Read buffer of the serving thread, reused so large reads neither
+    /// allocate nor zero memory each time.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Static facts about the mount for the stats report.
+#[derive(Debug, Clone, Default)]
+pub struct MountInfo {
+    pub pool: String,
+    pub mountpoint: String,
+    pub threads: usize,
+}
+
+pub struct HurricaneFuse {
+    fs: Fs,
+    /// How long the kernel may cache attributes.
+    ttl: Duration,
+    /// How long the kernel may cache names.
+    entry_ttl: Duration,
+    stats: Arc<Stats>,
+    locks: Arc<LockTable>,
+    /// Serialises O_APPEND writes per inode (striped), so two appenders
+    /// cannot both write at the same end of file.
+    append: Box<[CachePadded<Mutex<()>>]>,
+    info: MountInfo,
+    started: Instant,
+    /// What the kernel agreed to at init (for the stats report).
+    negotiated: Vec<String>,
+}
+
+fn errno(e: hurricane::Error) -> Errno {
+    let n = e.errno();
+    if n == libc::EIO {
+        tracing::warn!("I/O error: {e}");
+    }
+    Errno::from_i32(n)
+}
+
+fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_nanos(ns.unsigned_abs())).unwrap_or(UNIX_EPOCH)
+    }
+}
+
+fn nanos(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,
+        Err(e) => -(e.duration().as_nanos().min(i64::MAX as u128) as i64),
+    }
+}
+
+fn kind(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        libc::S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.btime),
+        kind: kind(a.mode),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn when(t: Option<TimeOrNow>) -> Option<Option<i64>> {
+    t.map(|t| match t {
+        TimeOrNow::Now => None,
+        TimeOrNow::SpecificTime(s) => Some(nanos(s)),
+    })
+}
+
+/// Supplementary groups of the calling thread, from /proc.
+fn groups_of(pid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return Vec::new() };
+    s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect()).unwrap_or_default()
+}
+
+fn creds(req: &Request) -> Creds {
+    Creds { uid: req.uid(), gid: req.gid(), groups: Vec::new() }
+}
+
+fn fh_of(flags: i32) -> FileHandle {
+    FileHandle(FH_MARK | (flags & FH_FLAGS) as u32 as u64)
+}
+
+fn fh_writable(fh: FileHandle) -> bool {
+    fh.0 & FH_MARK != 0 && (fh.0 as i32 & libc::O_ACCMODE) != libc::O_RDONLY
+}
+
+/// Permission bits an open with these flags needs.
+fn open_mask(flags: i32) -> u32 {
+    let m = match flags & libc::O_ACCMODE {
+        libc::O_WRONLY => W,
+        libc::O_RDWR => R | W,
+        _ => R,
+    };
+    if flags & libc::O_TRUNC != 0 {
+        m | W
+    } else {
+        m
+    }
+}
+
+impl HurricaneFuse {
+    pub fn new(fs: Fs, ttl: Duration, entry_ttl: Duration, info: MountInfo) -> Self {
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
+        HurricaneFuse {
+            fs,
+            ttl,
+            entry_ttl,
+            stats: Arc::new(Stats::new()),
+            locks: Arc::new(LockTable::new()),
+            append: (0..n).map(|_| CachePadded::new(Mutex::new(()))).collect(),
+            info,
+            started: Instant::now(),
+            negotiated: Vec::new(),
+        }
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    pub fn locks(&self) -> Arc<LockTable> {
+        self.locks.clone()
+    }
+
+    /// Runs `f` with the caller's uid and gid; if that is refused, once
+    /// more with its supplementary groups (read only when needed).
+    fn as_user<T>(&self, req: &Request, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
+        let mut c = creds(req);
+        match f(&c) {
+            Err(e) if c.uid != 0 && matches!(e.errno(), libc::EACCES | libc::EPERM) => {
+                let groups = groups_of(req.pid());
+                if groups.iter().all(|&g| g == c.gid) {
+                    return Err(errno(e));
+                }
+                c.groups = groups;
+                f(&c).map_err(errno)
+            }
+            r => r.map_err(errno),
+        }
+    }
+
+    /// Like `as_user`, with the groups loaded first: for operations whose
+    /// outcome depends on group membership without failing (a setgid bit
+    /// silently dropped for non-members).
+    fn as_user_with_groups<T>(&self, req: &Request, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
+        let mut c = creds(req);
+        if c.uid != 0 {
+            c.groups = groups_of(req.pid());
+        }
+        f(&c).map_err(errno)
+    }
+
+    fn done<T>(&self, op: Op, t0: Instant, r: &Result<T, Errno>) {
+        self.stats.record(op, t0, r.is_err());
+    }
+
+    fn entry(&self, reply: ReplyEntry, op: Op, t0: Instant, r: Result<Attr, Errno>) {
+        self.done(op, t0, &r);
+        match r {
+            Ok(a) => reply.entry_with_ttls(&self.ttl, &self.entry_ttl, &file_attr(&a), GEN),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn empty(&self, reply: ReplyEmpty, op: Op, t0: Instant, r: Result<(), Errno>) {
+        self.done(op, t0, &r);
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn xattr_reply(&self, reply: ReplyXattr, op: Op, t0: Instant, size: u32, r: Result<Vec<u8>, Errno>) {
+        let r = r.and_then(|v| if size != 0 && v.len() > size as usize { Err(Errno::ERANGE) } else { Ok(v) });
+        self.done(op, t0, &r);
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len().min(u32::MAX as usize) as u32),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Clears set-user-id (and group-executable set-group-id) after a
+    /// change of size by an unprivileged caller, as the kernel would
+    /// (the mount asks for FUSE_HANDLE_KILLPRIV).
+    fn kill_priv(&self, req: &Request, ino: u64) {
+        if req.uid() == 0 {
+            return;
+        }
+        if let Ok(a) = self.fs.getattr(ino) {
+            let m = a.mode & 0o7777;
+            let mut n = m & !libc::S_ISUID;
+            if m & 0o010 != 0 {
+                n &= !libc::S_ISGID;
+            }
+            if n != m {
+                let s = SetAttr { mode: Some(n), ..Default::default() };
+                if let Err(e) = self.fs.setattr(&Creds::root(), ino, &s) {
+                    tracing::warn!("inode {ino}: clearing set-id bits: {e}");
+                }
+            }
+        }
+    }
+
+    /// The statistics report (JSON) served as `user.hurricane.stats`.
+    pub fn stats_json(&self) -> Vec<u8> {
+        use serde_json::{json, Map, Value};
+        let devices: Vec<Value> = self
+            .fs
+            .device_stats()
+            .into_iter()
+            .map(|(name, s)| {
+                json!({"name": name, "reads": s.reads, "read_bytes": s.read_bytes, "writes": s.writes,
+                       "write_bytes": s.write_bytes, "flushes": s.flushes, "in_flight": s.in_flight})
+            })
+            .collect();
+        let mut ops = Map::new();
+        for &op in Op::ALL {
+            let t = self.stats.totals(op);
+            let avg = t.total_ns.checked_div(t.count).unwrap_or(0);
+            ops.insert(op.name().into(), json!({"count": t.count, "errors": t.errors, "total_ns": t.total_ns, "avg_ns": avg, "max_ns": t.max_ns}));
+        }
+        let (commits, checkpoints) = self.fs.commit_counts();
+        let st = self.fs.statfs();
+        let report = self.fs.report();
+        let cache = self.fs.cache_stats();
+        let v = json!({
+            "pool": self.info.pool,
+            "mountpoint": self.info.mountpoint,
+            "pid": std::process::id(),
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "threads": self.info.threads,
+            "kernel_features": self.negotiated,
+            "space": {"block_size": st.bsize, "blocks": st.blocks, "free_blocks": st.bfree, "inodes": st.files},
+            "devices": devices,
+            "journal": {"commits": commits, "checkpoints": checkpoints,
+                        "replayed_ops_at_mount": report.replayed_ops, "was_clean_at_mount": report.was_clean},
+            "cache": {"capacity": cache.capacity, "bytes": cache.bytes, "blocks": cache.blocks, "hits": cache.hits,
+                      "misses": cache.misses, "waits": cache.waits, "hit_rate": cache.hit_rate(),
+                      "prefetched": cache.prefetched, "prefetch_used": cache.prefetch_used,
+                      "evictions": cache.evictions, "invalidations": cache.invalidations},
+            "ops": ops,
+        });
+        serde_json::to_vec_pretty(&v).unwrap_or_default()
+    }
+}
+
+impl Filesystem for HurricaneFuse {
+    fn init(&mut self, _req: &Request, cfg: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = cfg.set_max_write(MAX_WRITE) {
+            let _ = cfg.set_max_write(max);
+        }
+        if let Err(max) = cfg.set_max_readahead(MAX_READAHEAD) {
+            let _ = cfg.set_max_readahead(max);
+        }
+        let _ = cfg.set_max_background(64);
+        let _ = cfg.set_congestion_threshold(48);
+        // Flock locks stay with the kernel: fuser does not pass the
+        // FUSE_LK_FLOCK flag, so they could not be told from POSIX locks,
+        // and the kernel's local flock is exact for a single-host mount.
+        // Writeback caching stays off: with it the kernel holds writes and
+        // file times in its page cache and sends them later (times as a
+        // setattr under whatever credentials flush them), and resolves
+        // O_APPEND against its own idea of the size. Every write reaching
+        // the engine when the program makes it is what fsync, O_APPEND and
+        // the crash guarantees are built on.
+        let wanted = [
+            ("posix_locks", InitFlags::FUSE_POSIX_LOCKS),
+            ("atomic_o_trunc", InitFlags::FUSE_ATOMIC_O_TRUNC),
+            ("readdirplus", InitFlags::FUSE_DO_READDIRPLUS),
+            ("readdirplus_auto", InitFlags::FUSE_READDIRPLUS_AUTO),
+            ("parallel_dirops", InitFlags::FUSE_PARALLEL_DIROPS),
+            ("async_dio", InitFlags::FUSE_ASYNC_DIO),
+            ("handle_killpriv", InitFlags::FUSE_HANDLE_KILLPRIV),
+            ("cache_symlinks", InitFlags::FUSE_CACHE_SYMLINKS),
+            ("async_read", InitFlags::FUSE_ASYNC_READ),
+            ("big_writes", InitFlags::FUSE_BIG_WRITES),
+            ("max_pages", InitFlags::FUSE_MAX_PAGES),
+        ];
+        for (name, f) in wanted {
+            match cfg.add_capabilities(f) {
+                Ok(()) => self.negotiated.push(name.to_string()),
+                Err(_) => tracing::info!("kernel lacks FUSE capability {name}"),
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.close() {
+            tracing::error!("closing the pool: {e}");
+        }
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.lookup(c, parent.0, name.as_bytes()));
+        if r == Err(Errno::ENOENT) {
+            // A negative entry: the kernel remembers the name is absent
+            // (every creation goes through it, so it cannot go stale).
+            self.stats.record(Op::Lookup, t0, false);
+            let mut a = file_attr(&Attr { ino: 0, size: 0, blocks: 0, atime: 0, mtime: 0, ctime: 0, btime: 0, mode: 0, nlink: 0, uid: 0, gid: 0, rdev: 0, blksize: 4096 });
+            a.ino = INodeNo(0);
+            reply.entry_with_ttls(&self.ttl, &self.entry_ttl, &a, GEN);
+            return;
+        }
+        self.entry(reply, Op::Lookup, t0, r);
+    }
+
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
+        // The engine keeps every inode until it is unlinked and closed,
+        // so the kernel's lookup counts need no tracking.
+        self.stats.record(Op::Forget, Instant::now(), false);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let t0 = Instant::now();
+        let r = self.fs.getattr(ino.0).map_err(errno);
+        self.done(Op::Getattr, t0, &r);
+        match r {
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let t0 = Instant::now();
+        let ino = ino.0;
+        let r = (|| {
+            let mut s = SetAttr { mode, uid, gid, size: None, atime: when(atime), mtime: when(mtime) };
+            if let Some(sz) = size {
+                // ftruncate on a descriptor open for writing needs no
+                // permission check now (it was checked at open).
+                if fh.is_some_and(fh_writable) {
+                    self.fs.truncate(ino, sz).map_err(errno)?;
+                } else {
+                    s.size = Some(sz);
+                }
+            }
+            let needs_groups = mode.is_some_and(|m| m & libc::S_ISGID != 0) || gid.is_some();
+            let a = if needs_groups { self.as_user_with_groups(req, |c| self.fs.setattr(c, ino, &s))? } else { self.as_user(req, |c| self.fs.setattr(c, ino, &s))? };
+            if size.is_some() && a.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+                self.kill_priv(req, ino);
+                return self.fs.getattr(ino).map_err(errno);
+            }
+            Ok(a)
+        })();
+        self.done(Op::Setattr, t0, &r);
+        match r {
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let t0 = Instant::now();
+        let r = self.fs.readlink(ino.0).map_err(errno);
+        self.done(Op::Readlink, t0, &r);
+        match r {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
+        let t0 = Instant::now();
+        let f = |c: &Creds| self.fs.mknod(c, parent.0, name.as_bytes(), mode, rdev, None, None);
+        let r = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, f) } else { self.as_user(req, f) };
+        self.entry(reply, Op::Mknod, t0, r);
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.mkdir(c, parent.0, name.as_bytes(), mode));
+        self.entry(reply, Op::Mkdir, t0, r);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.unlink(c, parent.0, name.as_bytes()));
+        self.empty(reply, Op::Unlink, t0, r);
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.rmdir(c, parent.0, name.as_bytes()));
+        self.empty(reply, Op::Rmdir, t0, r);
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.symlink(c, parent.0, link_name.as_bytes(), target.as_os_str().as_bytes()));
+        self.entry(reply, Op::Symlink, t0, r);
+    }
+
+    fn rename(&self, req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+        let r = if !known.contains(flags) {
+            // RENAME_WHITEOUT is for overlay file systems.
+            Err(Errno::EINVAL)
+        } else {
+            let f = hurricane::RenameFlags { noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE), exchange: flags.contains(RenameFlags::RENAME_EXCHANGE) };
+            self.as_user(req, |c| self.fs.rename(c, parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), f))
+        };
+        self.empty(reply, Op::Rename, t0, r);
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.link(c, ino.0, newparent.0, newname.as_bytes()));
+        self.entry(reply, Op::Link, t0, r);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let t0 = Instant::now();
+        let ino = ino.0;
+        let f = flags.0;
+        let r = (|| {
+            let a = self.fs.getattr(ino).map_err(errno)?;
+            if a.is_dir() && f & libc::O_ACCMODE != libc::O_RDONLY {
+                return Err(Errno::EISDIR);
+            }
+            self.as_user(req, |c| self.fs.access(c, ino, open_mask(f)))?;
+            if f & libc::O_NOATIME != 0 && req.uid() != 0 && req.uid() != a.uid {
+                return Err(Errno::EPERM);
+            }
+            if f & libc::O_TRUNC != 0 && a.is_file() {
+                self.fs.truncate(ino, 0).map_err(errno)?;
+                if a.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+                    self.kill_priv(req, ino);
+                }
+            }
+            self.fs.open_inode(ino).map_err(errno)?;
+            Ok(fh_of(f))
+        })();
+        self.done(Op::Open, t0, &r);
+        match r {
+            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock_owner: Option<LockOwner>, reply: ReplyData) {
+        let t0 = Instant::now();
+        READ_BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            let want = size as usize;
+            if buf.len() < want {
+                buf.resize(want, 0);
+            }
+            let r = self.fs.read(ino.0, offset, &mut buf[..want]).map_err(errno);
+            self.done(Op::Read, t0, &r);
+            match r {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(e),
+            }
+            // Do not keep a large buffer on every thread forever.
+            if buf.len() > 4 * MAX_WRITE as usize {
+                *buf = Vec::new();
+            }
+        });
+    }
+
+    fn write(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], write_flags: WriteFlags, flags: OpenFlags, _lock_owner: Option<LockOwner>, reply: ReplyWrite) {
+        let t0 = Instant::now();
+        let ino = ino.0;
+        // The flags are the descriptor's current ones (fcntl F_SETFL may
+        // have changed O_APPEND since open). Appends write at our own end
+        // of file under the inode's append lock.
+        let append = flags.0 & libc::O_APPEND != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let r = if append {
+            let _g = self.append[(ino as usize) % self.append.len()].lock();
+            self.fs.getattr(ino).and_then(|a| self.fs.write(ino, a.size, data))
+        } else {
+            self.fs.write(ino, offset, data)
+        }
+        .map_err(errno);
+        // The engine clears set-id bits of group-executable files on every
+        // write; an unprivileged writer also clears a plain set-user-id bit.
+        if r.is_ok() && req.uid() != 0 && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
+            self.kill_priv(req, ino);
+        }
+        self.done(Op::Write, t0, &r);
+        match r {
+            Ok(n) => reply.written(n.min(u32::MAX as usize) as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        // close() drops the POSIX locks of the closing process.
+        self.locks.release_owner(ino.0, lock_owner.0);
+        self.empty(reply, Op::Flush, t0, Ok(()));
+    }
+
+    fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, lock_owner: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        if let Some(o) = lock_owner {
+            self.locks.release_owner(ino.0, o.0);
+        }
+        let r = self.fs.release_inode(ino.0).map_err(errno);
+        self.empty(reply, Op::Release, t0, r);
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let r = self.fs.fsync(ino.0).map_err(errno);
+        self.empty(reply, Op::Fsync, t0, r);
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let t0 = Instant::now();
+        let r = (|| {
+            let a = self.fs.getattr(ino.0).map_err(errno)?;
+            if !a.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            // Reading the entries is checked here, once, like open(2).
+            self.as_user(req, |c| self.fs.access(c, ino.0, R))?;
+            Ok(fh_of(flags.0))
+        })();
+        self.done(Op::Opendir, t0, &r);
+        match r {
+            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let t0 = Instant::now();
+        // Entries are collected first and sent after the directory's lock
+        // is released; the reply buffer takes what fits.
+        let mut items = Vec::new();
+        let r = self
+            .fs
+            .readdir(&Creds::root(), ino.0, offset, |it| {
+                items.push(it);
+                items.len() < 512
+            })
+            .map_err(errno);
+        self.done(Op::Readdir, t0, &r);
+        match r {
+            Ok(()) => {
+                for it in items {
+                    if reply.add(INodeNo(it.ino), it.next, kind(it.kind), OsStr::from_bytes(&it.name)) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let t0 = Instant::now();
+        let mut items = Vec::new();
+        let r = self
+            .fs
+            .readdir(&Creds::root(), ino.0, offset, |it| {
+                items.push(it);
+                items.len() < 256
+            })
+            .map_err(errno);
+        self.done(Op::Readdirplus, t0, &r);
+        match r {
+            Ok(()) => {
+                for it in items {
+                    // An entry removed since the listing is skipped.
+                    let Ok(a) = self.fs.getattr(it.ino) else { continue };
+                    if reply.add(INodeNo(it.ino), it.next, OsStr::from_bytes(&it.name), &self.entry_ttl, &file_attr(&a), GEN) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.empty(reply, Op::Releasedir, Instant::now(), Ok(()));
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let r = self.fs.sync().map_err(errno);
+        self.empty(reply, Op::Fsyncdir, t0, r);
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let t0 = Instant::now();
+        let s = self.fs.statfs();
+        self.stats.record(Op::Statfs, t0, false);
+        // The engine counts inodes in use; statfs wants the total.
+        reply.statfs(s.blocks, s.bfree, s.bfree, s.files.saturating_add(s.ffree), s.ffree, s.bsize, s.namelen, s.bsize);
+    }
+
+    fn setxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let n = name.as_bytes();
+        let r = if ino.0 == ROOT && n == STATS_XATTR.as_bytes() {
+            Err(Errno::EPERM)
+        } else {
+            self.as_user(req, |c| self.fs.setxattr(c, ino.0, n, value, flags))
+        };
+        if let Err(e) = r {
+            if n == LAYOUT_XATTR.as_bytes() || n == DIR_LAYOUT_XATTR.as_bytes() {
+                // Say why a layout was refused: the caller only sees an errno.
+                let why = match std::str::from_utf8(value) {
+                    Ok(spec) => self.layout_problem(ino.0, n, spec.trim_end_matches(['\n', '\0'])),
+                    Err(_) => "the value is not UTF-8".to_string(),
+                };
+                tracing::warn!("{} on inode {}: {} (errno {}): {why}", String::from_utf8_lossy(n), ino.0, String::from_utf8_lossy(value).trim_end_matches(['\n', '\0']), e.code());
+            }
+        }
+        self.empty(reply, Op::Setxattr, t0, r);
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let t0 = Instant::now();
+        let n = name.as_bytes();
+        let r = if ino.0 == ROOT && n == STATS_XATTR.as_bytes() {
+            let mut v = self.stats_json();
+            if size == 0 {
+                // The counters grow between a size probe and the read:
+                // leave room so the read that follows fits.
+                v.resize(v.len() + 4096, b' ');
+            }
+            Ok(v)
+        } else {
+            self.as_user(req, |c| self.fs.getxattr(c, ino.0, n))
+        };
+        self.xattr_reply(reply, Op::Getxattr, t0, size, r);
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.listxattr(c, ino.0)).map(|names| {
+            let mut out = Vec::new();
+            for n in names {
+                out.extend_from_slice(&n);
+                out.push(0);
+            }
+            out
+        });
+        self.xattr_reply(reply, Op::Listxattr, t0, size, r);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.removexattr(c, ino.0, name.as_bytes()));
+        self.empty(reply, Op::Removexattr, t0, r);
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let r = self.as_user(req, |c| self.fs.access(c, ino.0, mask.bits() as u32 & 7));
+        self.empty(reply, Op::Access, t0, r);
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+        let t0 = Instant::now();
+        let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
+        let r = (|| {
+            let mk = |c: &Creds| self.fs.mknod(c, parent.0, name.as_bytes(), mode, 0, None, None);
+            let made = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) };
+            let a = match made {
+                Ok(a) => a,
+                // Lost a race with another creator: open what is there,
+                // unless the caller asked for exclusive creation.
+                Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
+                    let a = self.as_user(req, |c| self.fs.lookup(c, parent.0, name.as_bytes()))?;
+                    if a.is_dir() {
+                        return Err(Errno::EISDIR);
+                    }
+                    self.as_user(req, |c| self.fs.access(c, a.ino, open_mask(flags)))?;
+                    if flags & libc::O_TRUNC != 0 && a.is_file() {
+                        self.fs.truncate(a.ino, 0).map_err(errno)?;
+                    }
+                    self.fs.getattr(a.ino).map_err(errno)?
+                }
+                Err(e) => return Err(e),
+            };
+            self.fs.open_inode(a.ino).map_err(errno)?;
+            Ok(a)
+        })();
+        self.done(Op::Create, t0, &r);
+        match r {
+            Ok(a) => reply.created(&self.entry_ttl, &file_attr(&a), GEN, fh_of(flags), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getlk(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, start: u64, end: u64, typ: i32, pid: u32, reply: ReplyLock) {
+        let t0 = Instant::now();
+        let found = self.locks.test(ino.0, lock_owner.0, start, end, typ);
+        self.stats.record(Op::Getlk, t0, false);
+        match found {
+            Some(l) => reply.locked(l.start, l.end, l.typ, l.pid),
+            None => reply.locked(start, end, F_UNLCK, pid),
+        }
+    }
+
+    fn setlk(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, start: u64, end: u64, typ: i32, pid: u32, sleep: bool, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let (ino, owner) = (ino.0, lock_owner.0);
+        let r = self.locks.set(ino, owner, pid, start, end, typ, false);
+        if r != Err(libc::EAGAIN) || !sleep {
+            return self.empty(reply, Op::Setlk, t0, r.map_err(Errno::from_i32));
+        }
+        // F_SETLKW that must wait: wait on a thread of its own.
+        let (locks, stats) = (self.locks.clone(), self.stats.clone());
+        let spawned = std::thread::Builder::new().name("hurricane-lockwait".into()).spawn(move || {
+            let r = locks.set(ino, owner, pid, start, end, typ, true).map_err(Errno::from_i32);
+            stats.record(Op::Setlk, t0, r.is_err());
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a lock-wait thread: {e}");
+        }
+    }
+
+    fn ioctl(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: fuser::IoctlFlags, _cmd: u32, _in_data: &[u8], _out_size: u32, reply: fuser::ReplyIoctl) {
+        // Programs probe files with terminal ioctls (isatty); none apply.
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let r = self.fs.fallocate(ino.0, offset, length, mode).map_err(errno);
+        self.empty(reply, Op::Fallocate, t0, r);
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let t0 = Instant::now();
+        let r = match whence {
+            libc::SEEK_DATA | libc::SEEK_HOLE if offset < 0 => Err(Errno::ENXIO),
+            libc::SEEK_DATA | libc::SEEK_HOLE => match self.fs.seek_data_hole(ino.0, offset as u64, whence == libc::SEEK_DATA) {
+                Ok(Some(x)) => Ok(x.min(i64::MAX as u64) as i64),
+                Ok(None) => Err(Errno::ENXIO),
+                Err(e) => Err(errno(e)),
+            },
+            // The kernel resolves SEEK_SET/CUR/END itself.
+            _ => Err(Errno::EINVAL),
+        };
+        self.done(Op::Lseek, t0, &r);
+        match r {
+            Ok(x) => reply.offset(x),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let t0 = Instant::now();
+        let r = if !flags.is_empty() {
+            Err(Errno::EINVAL)
+        } else {
+            let len = len.min(MAX_COPY);
+            let mut buf = vec![0u8; len.min(MAX_WRITE as u64) as usize];
+            let mut done = 0u64;
+            let mut res = Ok(());
+            while done < len {
+                let want = (len - done).min(buf.len() as u64) as usize;
+                let n = match self.fs.read(ino_in.0, offset_in + done, &mut buf[..want]) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) => {
+                        res = Err(e);
+                        break;
+                    }
+                };
+                if let Err(e) = self.fs.write(ino_out.0, offset_out + done, &buf[..n]) {
+                    res = Err(e);
+                    break;
+                }
+                done += n as u64;
+            }
+            // A partial copy reports what was copied; an error only if nothing was.
+            match res {
+                Err(e) if done == 0 => Err(errno(e)),
+                _ => Ok(done),
+            }
+        };
+        self.done(Op::CopyFileRange, t0, &r);
+        match r {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+impl HurricaneFuse {
+    /// A readable reason a layout xattr was refused, for the log.
+    fn layout_problem(&self, ino: u64, name: &[u8], spec: &str) -> String {
+        match hurricane::layout::parse(spec) {
+            Err(e) => return e.to_string(),
+            Ok(parsed) => {
+                if let Err(e) = hurricane::layout::resolve(&parsed, &self.fs.pool_info()) {
+                    return e.to_string();
+                }
+            }
+        }
+        match self.fs.getattr(ino) {
+            Ok(a) if name == LAYOUT_XATTR.as_bytes() && a.is_file() && a.size > 0 => "the file already holds data: a layout can be set only on an empty file".into(),
+            Ok(a) if name == DIR_LAYOUT_XATTR.as_bytes() && !a.is_dir() => "not a directory".into(),
+            Ok(_) => "refused by the engine (permissions or file type)".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Finding, unmounting and querying mounts: /proc/self/mountinfo parsing,
+//! fusermount3 calls, and the statistics xattr.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// One line of /proc/self/mountinfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    pub id: u64,
+    pub major: u32,
+    pub minor: u32,
+    pub mount_point: PathBuf,
+    pub fstype: String,
+    pub source: String,
+}
+
+impl MountEntry {
+    pub fn is_fuse(&self) -> bool {
+        self.fstype == "fuse" || self.fstype.starts_with("fuse.")
+    }
+}
+
+/// Undoes the octal escapes (\040 for a space) of mountinfo fields.
+fn unescape(s: &str) -> OsString {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    OsString::from_vec(out)
+}
+
+/// Parses mountinfo text; malformed lines are skipped.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else { continue };
+        if f.len() < 5 || sep < 6 || f.len() < sep + 3 {
+            continue;
+        }
+        let Ok(id) = f[0].parse() else { continue };
+        let Some((maj, min)) = f[2].split_once(':') else { continue };
+        let (Ok(major), Ok(minor)) = (maj.parse(), min.parse()) else { continue };
+        out.push(MountEntry {
+            id,
+            major,
+            minor,
+            mount_point: PathBuf::from(unescape(f[4])),
+            fstype: f[sep + 1].to_string(),
+            source: unescape(f[sep + 2]).to_string_lossy().into_owned(),
+        });
+    }
+    out
+}
+
+pub fn mounts() -> Vec<MountEntry> {
+    std::fs::read_to_string("/proc/self/mountinfo").map(|t| parse_mountinfo(&t)).unwrap_or_default()
+}
+
+/// FUSE mounts at `mnt` (an absolute path), oldest first.
+pub fn fuse_mounts_at(mnt: &Path) -> Vec<MountEntry> {
+    mounts().into_iter().filter(|m| m.is_fuse() && m.mount_point == mnt).collect()
+}
+
+/// An absolute form of `p` that does not touch the file itself: a dead
+/// FUSE mount point cannot be stat'ed, so canonicalize only its parent.
+pub fn absolute(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => parent.canonicalize().map(|d| d.join(name)).unwrap_or(abs),
+        _ => abs,
+    }
+}
+
+fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{}: path contains a NUL byte", p.display()))
+}
+
+/// Reads an extended attribute of `path` whole (probing its size first).
+pub fn get_xattr(path: &Path, name: &str) -> Result<Vec<u8>, std::io::Error> {
+    let p = cstr(path).map_err(std::io::Error::other)?;
+    let n = CString::new(name).map_err(std::io::Error::other)?;
+    let mut size = 0usize;
+    for _ in 0..8 {
+        // SAFETY: valid C strings; the buffer is `size` bytes long.
+        let mut buf = vec![0u8; size];
+        let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ERANGE) {
+                size = (size * 2).max(4096);
+                continue;
+            }
+            return Err(e);
+        }
+        if size == 0 {
+            size = r as usize + 1;
+            continue;
+        }
+        buf.truncate(r as usize);
+        return Ok(buf);
+    }
+    Err(std::io::Error::from_raw_os_error(libc::ERANGE))
+}
+
+/// The statistics JSON of a mounted pool.
+pub fn read_stats(mnt: &Path) -> Result<serde_json::Value, String> {
+    let raw = get_xattr(mnt, crate::STATS_XATTR).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => format!("{}: not the root of a Hurricane mount", mnt.display()),
+        _ => format!("{}: reading {}: {e}", mnt.display(), crate::STATS_XATTR),
+    })?;
+    serde_json::from_slice(&raw).map_err(|e| format!("{}: statistics are not valid JSON: {e}", mnt.display()))
+}
+
+/// Whether process `pid` still runs (a zombie counts as gone).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(s) => s.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+fn run(cmd: &str, args: &[&OsStr]) -> Result<(), String> {
+    match Command::new(cmd).args(args).output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!("{cmd}: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => Err(format!("{cmd}: {e}")),
+    }
+}
+
+/// Unmounts the FUSE mount at `mnt`: `fusermount3 -u`, else `umount`
+/// (`lazy`: detach now, finish when the last user leaves).
+pub fn unmount(mnt: &Path, lazy: bool) -> Result<(), String> {
+    let m = mnt.as_os_str();
+    let mut errs = Vec::new();
+    let fm: Vec<&OsStr> = if lazy { vec![OsStr::new("-u"), OsStr::new("-z"), m] } else { vec![OsStr::new("-u"), m] };
+    for cmd in ["fusermount3", "fusermount"] {
+        match run(cmd, &fm) {
+            Ok(()) => return Ok(()),
+            Err(e) => errs.push(e),
+        }
+    }
+    let um: Vec<&OsStr> = if lazy { vec![OsStr::new("-l"), m] } else { vec![m] };
+    match run("umount", &um) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            errs.push(e);
+            Err(errs.join("; "))
+        }
+    }
+}
+
+/// Unmounts `mnt` and waits (up to `timeout`) until the serving process
+/// has exited, so the pool is closed and clean when this returns.
+pub fn unmount_and_wait(mnt: &Path, timeout: Duration) -> Result<(), String> {
+    let mnt = absolute(mnt);
+    let before = fuse_mounts_at(&mnt);
+    let Some(top) = before.last().cloned() else {
+        return Err(format!("{}: no FUSE file system is mounted there", mnt.display()));
+    };
+    // The serving process names itself in the statistics (a dead mount
+    // cannot answer: then there is nothing to wait for).
+    let pid = read_stats(&mnt).ok().and_then(|v| v.get("pid").and_then(|p| p.as_u64())).map(|p| p as u32);
+    unmount(&mnt, false).map_err(|e| format!("{}: cannot unmount: {e}", mnt.display()))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mounted = fuse_mounts_at(&mnt).iter().any(|m| m.id == top.id);
+        let alive = pid.is_some_and(process_alive);
+        if !mounted && !alive {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(match pid {
+                Some(p) if alive => format!("{}: unmounted, but the server (pid {p}) is still flushing after {timeout:?}", mnt.display()),
+                _ => format!("{}: still mounted after {timeout:?}", mnt.display()),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mountinfo_lines() {
+        let text = "22 1 0:21 / /proc rw,nosuid shared:5 - proc proc rw\n\
+                    95 22 0:52 / /tmp/a\\040b rw,nosuid,nodev,relatime shared:50 - fuse.hurricane /pool\\040x rw,user_id=0,group_id=0\n\
+                    garbage line\n\
+                    96 22 0:53 / /mnt rw - fuse /p rw\n";
+        let m = parse_mountinfo(text);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[1].mount_point, PathBuf::from("/tmp/a b"));
+        assert_eq!(m[1].source, "/pool x");
+        assert_eq!((m[1].major, m[1].minor), (0, 52));
+        assert!(m[1].is_fuse() && m[2].is_fuse() && !m[0].is_fuse());
+    }
+
+    #[test]
+    fn self_is_alive() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(u32::MAX));
+    }
+}

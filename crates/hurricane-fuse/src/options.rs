@@ -1,0 +1,243 @@
+//! Mount options: the `-o` list of `hurricane mount`, `mount -t
+//! fuse.hurricane` and /etc/fstab, turned into a fuser configuration.
+
+use fuser::{Config, MountOption, SessionACL};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What the `-o` options ask for.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    pub allow_other: bool,
+    pub allow_root: bool,
+    /// Leave permission checks to the engine alone (no kernel
+    /// `default_permissions`); names are then not cached, so the engine
+    /// sees every lookup and checks every directory searched.
+    pub engine_permissions: bool,
+    pub read_only: bool,
+    pub auto_unmount: bool,
+    /// Kernel mount flags passed through (nodev, noexec, noatime, ...).
+    pub flags: Vec<MountOption>,
+    pub fsname: Option<String>,
+    pub subtype: String,
+    /// Threads reading requests from the kernel (default: one per core, 4..32).
+    pub threads: Option<usize>,
+    /// How long the kernel may cache attributes and names.
+    pub attr_timeout: Duration,
+    /// Log file of a background mount (default: POOL/hurricane-mount.log).
+    pub log: Option<PathBuf>,
+    /// How often the engine commits its journal without an fsync.
+    pub commit_interval: Option<Duration>,
+    /// Memory bound of the engine's block cache in bytes (0: none).
+    pub cache_bytes: Option<u64>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            allow_other: false,
+            allow_root: false,
+            engine_permissions: false,
+            read_only: false,
+            auto_unmount: false,
+            flags: Vec::new(),
+            fsname: None,
+            subtype: "hurricane".into(),
+            threads: None,
+            attr_timeout: Duration::from_secs(1),
+            log: None,
+            commit_interval: None,
+            cache_bytes: None,
+        }
+    }
+}
+
+/// Options mount(8) adds or that only concern fstab processing: accepted
+/// and ignored.
+fn ignored(key: &str) -> bool {
+    matches!(key, "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "owner" | "group" | "nofail" | "_netdev" | "relatime" | "strictatime" | "nodiratime" | "lazytime" | "nolazytime" | "comment" | "helper")
+        || key.starts_with("x-")
+}
+
+fn parse_secs(key: &str, v: &str) -> Result<Duration, String> {
+    let s: f64 = v.parse().map_err(|_| format!("mount option {key}={v}: not a number of seconds"))?;
+    if !(0.0..=86400.0).contains(&s) {
+        return Err(format!("mount option {key}={v}: out of range (0 to 86400 seconds)"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// A byte count with an optional K, M, G or T suffix (powers of 1024).
+fn parse_size(key: &str, v: &str) -> Result<u64, String> {
+    let bad = || format!("mount option {key}={v}: not a size (like 512M or 2G)");
+    let (num, shift) = match v.as_bytes().last().map(|c| c.to_ascii_uppercase()) {
+        Some(b'K') => (&v[..v.len() - 1], 10),
+        Some(b'M') => (&v[..v.len() - 1], 20),
+        Some(b'G') => (&v[..v.len() - 1], 30),
+        Some(b'T') => (&v[..v.len() - 1], 40),
+        _ => (v, 0),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+impl MountOptions {
+    /// Parses option lists such as `["allow_other,ro", "threads=8"]`.
+    pub fn parse<S: AsRef<str>>(lists: &[S]) -> Result<MountOptions, String> {
+        let mut o = MountOptions::default();
+        for list in lists {
+            for item in list.as_ref().split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let (key, val) = match item.split_once('=') {
+                    Some((k, v)) => (k, Some(v)),
+                    None => (item, None),
+                };
+                let need = || val.filter(|v| !v.is_empty()).ok_or_else(|| format!("mount option {key} needs a value ({key}=...)"));
+                let flag = |f: MountOption| -> Result<MountOption, String> {
+                    if val.is_some() {
+                        return Err(format!("mount option {key} takes no value"));
+                    }
+                    Ok(f)
+                };
+                match key {
+                    "allow_other" => o.allow_other = true,
+                    "allow_root" => o.allow_root = true,
+                    // The default: the kernel checks too (see engine_permissions).
+                    "default_permissions" => o.engine_permissions = false,
+                    "engine_permissions" => o.engine_permissions = true,
+                    "ro" => o.read_only = true,
+                    "rw" => o.read_only = false,
+                    "auto_unmount" => o.auto_unmount = true,
+                    "dev" => o.flags.push(flag(MountOption::Dev)?),
+                    "nodev" => o.flags.push(flag(MountOption::NoDev)?),
+                    "suid" => o.flags.push(flag(MountOption::Suid)?),
+                    "nosuid" => o.flags.push(flag(MountOption::NoSuid)?),
+                    "exec" => o.flags.push(flag(MountOption::Exec)?),
+                    "noexec" => o.flags.push(flag(MountOption::NoExec)?),
+                    "atime" => o.flags.push(flag(MountOption::Atime)?),
+                    "noatime" => o.flags.push(flag(MountOption::NoAtime)?),
+                    "sync" => o.flags.push(flag(MountOption::Sync)?),
+                    "async" => o.flags.push(flag(MountOption::Async)?),
+                    "dirsync" => o.flags.push(flag(MountOption::DirSync)?),
+                    "fsname" => o.fsname = Some(need()?.to_string()),
+                    "subtype" => o.subtype = need()?.to_string(),
+                    "threads" => {
+                        let v = need()?;
+                        let n: usize = v.parse().map_err(|_| format!("mount option threads={v}: not a number"))?;
+                        if !(1..=256).contains(&n) {
+                            return Err(format!("mount option threads={v}: must be between 1 and 256"));
+                        }
+                        o.threads = Some(n);
+                    }
+                    "attr_timeout" | "entry_timeout" => o.attr_timeout = parse_secs(key, need()?)?,
+                    "commit_interval" => {
+                        let d = parse_secs(key, need()?)?;
+                        if d.is_zero() {
+                            return Err("mount option commit_interval must be above 0".into());
+                        }
+                        o.commit_interval = Some(d);
+                    }
+                    "cache" => o.cache_bytes = Some(parse_size(key, need()?)?),
+                    "log" => o.log = Some(PathBuf::from(need()?)),
+                    k if ignored(k) => {}
+                    _ => return Err(format!("unknown mount option {item:?}")),
+                }
+            }
+        }
+        // Later flags win over earlier contrary ones (fstab "defaults,noexec").
+        let mut seen: Vec<MountOption> = Vec::new();
+        for f in o.flags.iter().rev() {
+            let clash = |a: &MountOption, b: &MountOption| {
+                use MountOption::*;
+                matches!((a, b), (Dev, NoDev) | (NoDev, Dev) | (Suid, NoSuid) | (NoSuid, Suid) | (Exec, NoExec) | (NoExec, Exec) | (Atime, NoAtime) | (NoAtime, Atime) | (Sync, Async) | (Async, Sync))
+            };
+            if !seen.iter().any(|s| s == f || clash(s, f)) {
+                seen.push(f.clone());
+            }
+        }
+        seen.reverse();
+        o.flags = seen;
+        if o.auto_unmount && !(o.allow_other || o.allow_root) {
+            return Err("auto_unmount needs allow_other or allow_root".into());
+        }
+        Ok(o)
+    }
+
+    /// How long the kernel may cache a name (0 when the engine alone
+    /// checks permissions: every path step must reach it).
+    pub fn entry_timeout(&self) -> Duration {
+        if self.engine_permissions {
+            Duration::ZERO
+        } else {
+            self.attr_timeout
+        }
+    }
+
+    pub fn thread_count(&self) -> usize {
+        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 32))
+    }
+
+    /// The fuser session configuration for a pool at `pool_name`.
+    pub fn fuser_config(&self, pool_name: &str) -> Config {
+        let mut mo = vec![MountOption::FSName(self.fsname.clone().unwrap_or_else(|| pool_name.to_string())), MountOption::Subtype(self.subtype.clone())];
+        // Without the kernel's checks, a name the kernel has cached would
+        // let anyone through a directory it was looked up in; so they stay
+        // on unless the engine sees every lookup (engine_permissions).
+        if !self.engine_permissions {
+            mo.push(MountOption::DefaultPermissions);
+        }
+        if self.auto_unmount {
+            mo.push(MountOption::AutoUnmount);
+        }
+        mo.push(if self.read_only { MountOption::RO } else { MountOption::RW });
+        mo.extend(self.flags.iter().cloned());
+        let mut c = Config::default();
+        c.mount_options = mo;
+        c.acl = if self.allow_other {
+            SessionACL::All
+        } else if self.allow_root {
+            SessionACL::RootAndOwner
+        } else {
+            SessionACL::Owner
+        };
+        c.n_threads = Some(self.thread_count());
+        c.clone_fd = true;
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lists() {
+        let o = MountOptions::parse(&["allow_other,ro", "default_permissions,threads=3", "noexec,exec,x-systemd.automount,defaults"]).unwrap();
+        assert!(o.allow_other && o.read_only && !o.engine_permissions);
+        assert_eq!(o.threads, Some(3));
+        assert_eq!(o.flags, vec![MountOption::Exec]);
+        let c = o.fuser_config("/pool");
+        assert_eq!(c.acl, SessionACL::All);
+        assert!(c.mount_options.contains(&MountOption::RO));
+        assert!(c.mount_options.contains(&MountOption::FSName("/pool".into())));
+        assert_eq!(c.n_threads, Some(3));
+        assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        let e = MountOptions::parse(&["engine_permissions"]).unwrap();
+        assert!(!e.fuser_config("/p").mount_options.contains(&MountOption::DefaultPermissions));
+        assert_eq!(e.entry_timeout(), Duration::ZERO);
+    }
+
+    #[test]
+    fn rejects_bad_options() {
+        assert!(MountOptions::parse(&["bogus"]).unwrap_err().contains("bogus"));
+        assert!(MountOptions::parse(&["threads=0"]).is_err());
+        assert!(MountOptions::parse(&["threads="]).is_err());
+        assert!(MountOptions::parse(&["attr_timeout=-1"]).is_err());
+        assert!(MountOptions::parse(&["auto_unmount"]).is_err());
+        assert!(MountOptions::parse(&["noexec=1"]).is_err());
+        assert!(MountOptions::parse::<&str>(&[]).is_ok());
+        assert_eq!(MountOptions::parse(&["cache=64M"]).unwrap().cache_bytes, Some(64 << 20));
+        assert_eq!(MountOptions::parse(&["cache=0"]).unwrap().cache_bytes, Some(0));
+        assert!(MountOptions::parse(&["cache=lots"]).is_err());
+        assert!(MountOptions::parse(&["cache=99999999999T"]).is_err());
+    }
+}

@@ -1,0 +1,158 @@
+//! Serving a pool in the foreground: open, mount, answer requests until
+//! unmounted, close. SIGTERM, SIGINT and SIGHUP flush and unmount; a
+//! second one aborts the connection.
+
+use crate::filesystem::{HurricaneFuse, MountInfo};
+use crate::mountinfo::{fuse_mounts_at, unmount};
+use crate::options::MountOptions;
+use hurricane::{Fs, Options};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset initialises the set before sigaddset uses it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in SIGNALS {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Blocks the shutdown signals in this thread and every thread it starts
+/// from now on, so only the watcher thread (sigwait) receives them.
+fn block_signals() {
+    let set = signal_set();
+    // SAFETY: a valid, initialised signal set.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+fn wait_signal() -> libc::c_int {
+    let set = signal_set();
+    let mut sig: libc::c_int = 0;
+    // SAFETY: valid set and output pointer; sigwait only fails for bad sets.
+    unsafe {
+        libc::sigwait(&set, &mut sig);
+    }
+    sig
+}
+
+/// Takes an exclusive lock on the pool directory for as long as the
+/// returned file lives: two servers on one pool would corrupt it.
+fn lock_pool(pool: &Path) -> Result<std::fs::File, String> {
+    let f = std::fs::File::open(pool).map_err(|e| format!("{}: {e}", pool.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            format!("{}: the pool is in use by another Hurricane process", pool.display())
+        } else {
+            format!("{}: cannot lock the pool: {e}", pool.display())
+        });
+    }
+    Ok(f)
+}
+
+/// The kernel offers FUSE mounts only its default readahead (128 KiB);
+/// large sequential reads want more, and root may raise it per mount.
+fn raise_readahead(mnt: &Path) {
+    let Some(m) = fuse_mounts_at(mnt).pop() else { return };
+    let p = PathBuf::from(format!("/sys/class/bdi/{}:{}/read_ahead_kb", m.major, m.minor));
+    let want = crate::MAX_READAHEAD / 1024;
+    let cur: u32 = std::fs::read_to_string(&p).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    if cur < want {
+        match std::fs::write(&p, want.to_string()) {
+            Ok(()) => tracing::debug!("readahead raised to {want} KiB"),
+            Err(e) => tracing::debug!("readahead stays at {cur} KiB ({}: {e})", p.display()),
+        }
+    }
+}
+
+/// Aborts the FUSE connection of the mount at `mnt` (the kernel fails
+/// every pending and later request; the session then ends).
+fn abort_connection(mnt: &Path) {
+    if let Some(m) = fuse_mounts_at(mnt).pop() {
+        let p = format!("/sys/fs/fuse/connections/{}/abort", m.minor);
+        if let Err(e) = std::fs::write(&p, "1") {
+            tracing::warn!("{p}: {e}");
+        }
+    }
+}
+
+/// Mounts the pool at `pool_dir` on `mountpoint` and serves it until it is
+/// unmounted; then closes the pool (checkpoint, clean flag).
+pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(), String> {
+    block_signals();
+    let pool = pool_dir.canonicalize().map_err(|e| format!("{}: {e}", pool_dir.display()))?;
+    let mnt = mountpoint.canonicalize().map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    if !mnt.is_dir() {
+        return Err(format!("{}: not a directory", mnt.display()));
+    }
+    let _lock = lock_pool(&pool)?;
+    let mut opts = Options { read_only: o.read_only, ..Options::default() };
+    if let Some(d) = o.commit_interval {
+        opts.commit_interval = d;
+    }
+    if let Some(b) = o.cache_bytes {
+        opts.cache_bytes = b;
+    }
+    let fs = Fs::open_dir(&pool, opts).map_err(|e| format!("{}: {e}", pool.display()))?;
+    let rep = fs.report();
+    tracing::info!(
+        "pool {} opened: {} ({} journal ops replayed in {:?}, {} orphans freed)",
+        pool.display(),
+        if rep.was_clean { "clean" } else { "recovered" },
+        rep.replayed_ops,
+        rep.replay_time,
+        rep.orphans_freed
+    );
+    let pool_name = pool.to_string_lossy().into_owned();
+    let info = MountInfo { pool: pool_name.clone(), mountpoint: mnt.to_string_lossy().into_owned(), threads: o.thread_count() };
+    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.entry_timeout(), info);
+    let config = o.fuser_config(&pool_name);
+    let mut session = match fuser::Session::new(fuse, &mnt, &config) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = fs.close();
+            return Err(format!("cannot mount on {}: {e}", mnt.display()));
+        }
+    };
+    tracing::info!("mounted {} on {} ({} threads)", pool.display(), mnt.display(), o.thread_count());
+    raise_readahead(&mnt);
+
+    let mut unmounter = session.unmount_callable();
+    let (wfs, wmnt) = (fs.clone(), mnt.clone());
+    let watcher = std::thread::Builder::new().name("hurricane-signals".into()).spawn(move || {
+        let sig = wait_signal();
+        tracing::info!("signal {sig}: flushing and unmounting {}", wmnt.display());
+        if let Err(e) = wfs.sync() {
+            tracing::error!("flush on signal: {e}");
+        }
+        if let Err(e) = unmounter.unmount() {
+            // Busy (open files, a shell inside): detach now; the session
+            // ends when the last user leaves, with everything flushed above.
+            tracing::warn!("unmount of {}: {e}; detaching lazily", wmnt.display());
+            if let Err(e) = unmount(&wmnt, true) {
+                tracing::error!("lazy unmount of {}: {e}", wmnt.display());
+            }
+        }
+        let sig = wait_signal();
+        tracing::warn!("signal {sig} again: aborting the connection of {}", wmnt.display());
+        abort_connection(&wmnt);
+    });
+    if let Err(e) = watcher {
+        tracing::warn!("cannot watch for signals: {e}");
+    }
+
+    let run = session.run();
+    tracing::info!("{} unmounted; closing the pool", mnt.display());
+    let closed = fs.close();
+    run.map_err(|e| format!("serving {}: {e}", mnt.display()))?;
+    closed.map_err(|e| format!("closing {}: {e}", pool.display()))
+}

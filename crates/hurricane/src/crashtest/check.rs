@@ -1,0 +1,213 @@
+//! The checker: cuts the recorded log, builds crash states at each cut,
+//! opens each with `Fs::open` (no manual repair), runs fsck, and compares
+//! what it finds with the states the workload may legally leave there.
+
+use super::image::{Durable, Mode};
+use super::model::{content_diffs, describe_diff, observe, same_meta, subtree, Tree};
+use super::record::Event;
+use super::workloads::{SyncRec, ThreadHist};
+use super::Violation;
+use crate::device::Device;
+use crate::{fsck, Fs, Options};
+use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+/// Everything a recorded workload left for the checker.
+pub(crate) struct Recorded {
+    pub workload: String,
+    pub seed: u64,
+    pub base: Vec<Arc<Vec<u8>>>,
+    pub events: Vec<Event>,
+    pub threads: Vec<ThreadHist>,
+    pub syncs: Vec<SyncRec>,
+}
+
+/// What checking one cut found.
+#[derive(Default)]
+pub(crate) struct CutResult {
+    pub states: usize,
+    /// States that showed a sync that had not returned at the cut.
+    pub newer: usize,
+    pub violations: Vec<Violation>,
+}
+
+/// Picks `n` cut positions: about half right after flushes (every flush
+/// when there are few), the rest at random points between flushes. A cut
+/// `p` keeps the first `p` events.
+pub(crate) fn choose_cuts(events: &[Event], n: usize, seed: u64) -> Vec<usize> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xC0FF_EE00);
+    let flushes: Vec<usize> = events.iter().enumerate().filter(|(_, e)| matches!(e, Event::Flush { .. })).map(|(i, _)| i + 1).collect();
+    let fset: HashSet<usize> = flushes.iter().copied().collect();
+    let mut others: Vec<usize> = (0..=events.len()).filter(|p| !fset.contains(p)).collect();
+    others.shuffle(&mut rng);
+    let want_f = (n / 2).max(n.saturating_sub(others.len())).min(flushes.len());
+    let mut cuts: BTreeSet<usize> = BTreeSet::new();
+    for k in 0..want_f {
+        cuts.insert(flushes[k * flushes.len() / want_f]);
+    }
+    for p in others {
+        if cuts.len() >= n {
+            break;
+        }
+        cuts.insert(p);
+    }
+    cuts.into_iter().collect()
+}
+
+/// Where a cut lies, in words.
+pub(crate) fn describe_cut(events: &[Event], p: usize) -> String {
+    if p == 0 {
+        return "before the first write".into();
+    }
+    match &events[p - 1] {
+        Event::Flush { dev } => format!("right after event {} (flush of device {dev})", p - 1),
+        Event::Write { dev, off, data } => {
+            let since = events[..p].iter().rev().take_while(|e| !matches!(e, Event::Flush { dev: d } if d == dev)).count();
+            format!("after event {} (write of {} bytes at {off:#x} to device {dev}; {since} writes since its last flush)", p - 1, data.len())
+        }
+    }
+}
+
+fn modes(rng: &mut StdRng, pieces: &[super::image::Piece], long: bool) -> Vec<Mode> {
+    let n = pieces.len();
+    let mut v = vec![Mode::Drop];
+    if n == 0 {
+        return v;
+    }
+    let mut devs: Vec<u32> = pieces.iter().map(|p| p.dev).collect();
+    devs.sort_unstable();
+    devs.dedup();
+    v.push(Mode::Keep);
+    v.push(Mode::Prefix(rng.gen_range(0..n)));
+    v.push(Mode::Random { seed: rng.gen(), pct: 50 });
+    if long {
+        v.push(Mode::Prefix(rng.gen_range(0..n)));
+        v.push(Mode::Suffix(rng.gen_range(1..=n)));
+        for d in &devs {
+            v.push(Mode::Device(*d));
+        }
+        for pct in [20, 50, 80] {
+            v.push(Mode::Random { seed: rng.gen(), pct });
+        }
+    } else if devs.len() > 1 && rng.gen_bool(0.5) {
+        v.push(Mode::Device(devs[rng.gen_range(0..devs.len())]));
+    } else {
+        v.push(Mode::Suffix(rng.gen_range(1..=n)));
+    }
+    v
+}
+
+/// Checks every crash state of the cuts given to one worker (ascending).
+pub(crate) fn check_cuts(rec: &Recorded, cuts: &[usize], long: bool, seed: u64) -> CutResult {
+    let mut out = CutResult::default();
+    let mut durable = Durable::new(rec.base.clone());
+    for &p in cuts {
+        durable.advance(&rec.events, p);
+        let pieces = durable.pieces(&rec.events);
+        let mut rng = StdRng::seed_from_u64(seed ^ (p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut seen: HashSet<Vec<bool>> = HashSet::new();
+        for mode in modes(&mut rng, &pieces, long) {
+            let keep = mode.keep(&pieces);
+            if !seen.insert(keep.clone()) {
+                continue;
+            }
+            out.states += 1;
+            let devs = durable.devices(&rec.events, &pieces, &keep);
+            match check_state(rec, p, devs) {
+                Ok(newer) => out.newer += newer as usize,
+                Err(detail) => out.violations.push(Violation {
+                    workload: rec.workload.clone(),
+                    seed: rec.seed,
+                    cut: p,
+                    cut_desc: describe_cut(&rec.events, p),
+                    mode: format!("{mode} (kept {} of {} unflushed block writes)", keep.iter().filter(|k| **k).count(), keep.len()),
+                    detail,
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// Thread `t`'s legal states at cut `p`: the lowest (what the last sync
+/// completed before the cut guarantees) and every state a sync that had
+/// started by then may have captured.
+fn candidates(t: &ThreadHist, syncs: &[SyncRec], p: usize) -> (usize, Vec<usize>) {
+    // Operations ended before a sync started are in it; operations started
+    // after it ended are not.
+    let lo = |s: &SyncRec| t.ops.partition_point(|o| o.end.tick < s.start.tick);
+    let hi = |s: &SyncRec| t.ops.partition_point(|o| o.start.tick < s.end.tick);
+    let floor = syncs.iter().filter(|s| s.end.pos <= p).map(lo).max().unwrap_or(0);
+    let mut c: BTreeSet<usize> = BTreeSet::new();
+    for s in syncs.iter().filter(|s| s.end.pos <= p || s.start.pos < p) {
+        for i in lo(s).max(floor)..=hi(s) {
+            c.insert(i);
+        }
+    }
+    c.insert(floor);
+    (floor, c.into_iter().rev().collect())
+}
+
+/// Files whose data operations after state `i` may have changed by cut `p`.
+fn touched(t: &ThreadHist, i: usize, p: usize) -> HashSet<u64> {
+    t.ops.iter().skip(i).filter(|o| o.start.pos < p).flat_map(|o| o.mods.iter().copied()).collect()
+}
+
+/// Opens one crash state and checks it; Ok(true) when it showed a state
+/// newer than the last completed sync.
+fn check_state(rec: &Recorded, p: usize, devs: Vec<Arc<dyn Device>>) -> Result<bool, String> {
+    let fs = Fs::open(devs, Options { background_commit: false, ..Options::default() }).map_err(|e| format!("open failed: {e}"))?;
+    let r = fs.report();
+    if !r.double_claims.is_empty() {
+        return Err(format!("blocks claimed twice: {:?}", r.double_claims));
+    }
+    let got = observe(&fs).map_err(|e| format!("reading the tree failed: {e}"))?;
+    let f = fsck::check(&fs, false, &mut |_, _, _| {}).map_err(|e| format!("fsck failed to run: {e}"))?;
+    if !f.is_clean() {
+        return Err(format!("fsck: {}", f.remaining.join("; ")));
+    }
+    let mut newer = false;
+    for t in &rec.threads {
+        let sub = subtree(&got, &t.prefix);
+        newer |= check_thread(t, &rec.syncs, p, &sub)?;
+    }
+    // With per-thread directories, nothing may lie outside them.
+    if rec.threads.iter().all(|t| !t.prefix.is_empty()) {
+        for path in got.keys() {
+            let inside = rec.threads.iter().any(|t| *path == t.prefix || path.starts_with(&format!("{}/", t.prefix)));
+            if !inside {
+                return Err(format!("unexpected {path} outside every thread's directory"));
+            }
+        }
+    }
+    Ok(newer)
+}
+
+fn check_thread(t: &ThreadHist, syncs: &[SyncRec], p: usize, got: &Tree) -> Result<bool, String> {
+    let (floor, cands) = candidates(t, syncs, p);
+    let mut content_fail = None;
+    for &i in &cands {
+        let want = &t.states[i];
+        if !same_meta(got, want) {
+            continue;
+        }
+        let diffs = content_diffs(got, want, &touched(t, i, p));
+        if diffs.is_empty() {
+            return Ok(i > floor);
+        }
+        content_fail.get_or_insert((i, diffs));
+    }
+    let who = if t.prefix.is_empty() { String::new() } else { format!("{}: ", t.prefix) };
+    if let Some((i, diffs)) = content_fail {
+        return Err(format!(
+            "{who}namespace is the state after operation {i}, but files not written since then differ: {}",
+            diffs.iter().take(4).cloned().collect::<Vec<_>>().join("; ")
+        ));
+    }
+    Err(format!(
+        "{who}namespace matches no legal state (operations {floor}..={}); against the last synced state (after operation {floor}): {}",
+        cands.first().copied().unwrap_or(floor),
+        describe_diff(got, &t.states[floor])
+    ))
+}

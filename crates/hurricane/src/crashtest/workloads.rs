@@ -1,0 +1,831 @@
+//! The workloads the crash harness records. Each runs operations on the
+//! pool and mirrors them in a [`Model`]; after every operation the model's
+//! tree is kept, with the log positions the operation started and ended at
+//! and the files whose data it changed in place, so the checker can tell
+//! which states a crash at any point may legally show.
+
+use super::model::{MFile, Model, Node, Tree};
+use super::record::{Mark, Recorder};
+use crate::error::{Error, Result};
+use crate::namespace::Creds;
+use crate::{Fs, OpenOptions, RenameFlags, SetAttr};
+use parking_lot::Mutex;
+use rand::{rngs::StdRng, seq::SliceRandom, Rng};
+use std::sync::Arc;
+
+/// Name and one-line description of every workload (`crashtest --list`).
+pub(crate) const WORKLOADS: &[(&str, &str)] = &[
+    ("posix", "POSIX mix: create, write, overwrite, truncate, rename, unlink, mkdir, rmdir, link, symlink, chmod, xattrs, mixed layouts"),
+    ("renames", "rename storm: files and directories renamed across directories, over existing targets, and exchanged"),
+    ("appends", "appends to log files, each followed by fsync most of the time"),
+    ("extent", "create, overwrite, append, truncate and remove files with the extent layout"),
+    ("stripe", "the same on stripe(unit=16K,width=3)"),
+    ("regions", "the same on regions(size=32K,width=3)"),
+    ("replicate", "the same on replicate(copies=2) and replicate(copies=3)"),
+    ("inline", "the same on inline files, some outgrowing inline and moving to the default layout"),
+    ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes)"),
+    ("concurrent", "4 threads, each working on its own directory and syncing on its own"),
+];
+
+/// One operation of one thread, as the checker needs it.
+pub(crate) struct OpRec {
+    pub start: Mark,
+    pub end: Mark,
+    /// Files whose data this operation changed (in place or by size).
+    pub mods: Vec<u64>,
+}
+
+/// One workload thread: its subtree and its history.
+pub(crate) struct ThreadHist {
+    /// The thread's directory ("" = the whole pool).
+    pub prefix: String,
+    /// `states[i]` = the thread's tree after its first `i` operations.
+    pub states: Vec<Arc<Tree>>,
+    pub ops: Vec<OpRec>,
+}
+
+/// A completed `sync` (or `fsync`, which is the same in this engine).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SyncRec {
+    pub start: Mark,
+    pub end: Mark,
+}
+
+/// How big a workload is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Size {
+    pub ops: usize,
+}
+
+/// Runs one thread's operations against the pool and the model.
+pub(crate) struct Driver<'a> {
+    pub fs: &'a Fs,
+    rec: &'a Recorder,
+    syncs: &'a Mutex<Vec<SyncRec>>,
+    pub rng: StdRng,
+    pub m: Model,
+    pub hist: ThreadHist,
+    id_base: u64,
+    next: u64,
+    start: Option<Mark>,
+    mods: Vec<u64>,
+    /// Open handles of unlinked files.
+    held: Vec<crate::File>,
+    /// Print each operation (HURRICANE_CRASHTEST_TRACE=1).
+    trace: bool,
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn parent(path: &str) -> &str {
+    path.rfind('/').map(|i| &path[..i]).unwrap_or("")
+}
+
+impl<'a> Driver<'a> {
+    pub fn new(fs: &'a Fs, rec: &'a Recorder, syncs: &'a Mutex<Vec<SyncRec>>, rng: StdRng, thread: u64, prefix: String, m: Model) -> Self {
+        let t = Arc::new(m.tree());
+        Driver {
+            fs,
+            rec,
+            syncs,
+            rng,
+            m,
+            hist: ThreadHist { prefix, states: vec![t], ops: Vec::new() },
+            id_base: thread << 40,
+            next: 0,
+            start: None,
+            mods: Vec::new(),
+            held: Vec::new(),
+            trace: std::env::var_os("HURRICANE_CRASHTEST_TRACE").is_some(),
+        }
+    }
+
+    fn fresh(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    fn begin(&mut self) {
+        self.start = Some(self.rec.mark());
+    }
+
+    fn end(&mut self) {
+        let end = self.rec.mark();
+        let start = self.start.take().unwrap_or(end);
+        self.hist.ops.push(OpRec { start, end, mods: std::mem::take(&mut self.mods) });
+        self.hist.states.push(Arc::new(self.m.tree()));
+    }
+
+    /// Runs one operation: `f` does it on the pool and in the model.
+    fn op(&mut self, what: String, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        self.begin();
+        let r = f(self);
+        self.end();
+        let i = self.hist.ops.len();
+        if self.trace {
+            let o = &self.hist.ops[i - 1];
+            eprintln!("{}op {i}: {what} [events {}..{}]", self.hist.prefix, o.start.pos, o.end.pos);
+        }
+        r.map_err(|e| Error::Invalid(format!("workload operation {i} ({what}) failed: {e}")))
+    }
+
+    pub fn sync(&mut self) -> Result<()> {
+        let start = self.rec.mark();
+        self.fs.sync()?;
+        let end = self.rec.mark();
+        if self.trace {
+            eprintln!("{}sync after op {} [events {}..{}]", self.hist.prefix, self.hist.ops.len(), start.pos, end.pos);
+        }
+        self.syncs.lock().push(SyncRec { start, end });
+        Ok(())
+    }
+
+    /// The layout the live pool gives `path` now (a file's, or a
+    /// directory's default for new files): what must survive a crash.
+    fn live_layout(&self, path: &str) -> Result<String> {
+        let ino = self.fs.resolve(path)?;
+        if self.fs.getattr(ino)?.is_dir() {
+            self.fs.dir_layout_get(ino)
+        } else {
+            self.fs.layout_get(ino)
+        }
+    }
+
+    /// Re-reads a file's layout into the model (creation, inline promotion).
+    fn refresh_layout(&mut self, path: &str) -> Result<()> {
+        let l = self.live_layout(path)?;
+        if let Some((_, f)) = self.m.file(path) {
+            f.layout = l;
+        }
+        Ok(())
+    }
+
+    fn name(&mut self, tag: &str) -> String {
+        let n = self.fresh();
+        format!("{tag}{n}")
+    }
+
+    /// A random existing directory of this thread (its prefix included).
+    pub fn dir(&mut self) -> String {
+        let mut v: Vec<String> = self.m.paths.iter().filter(|(_, n)| matches!(n, Node::Dir { .. })).map(|(p, _)| p.clone()).collect();
+        v.push(self.hist.prefix.clone());
+        v.choose(&mut self.rng).cloned().unwrap_or_default()
+    }
+
+    pub fn pick(&mut self, f: impl Fn(&Node) -> bool) -> Option<String> {
+        let v: Vec<&String> = self.m.paths.iter().filter(|(_, n)| f(n)).map(|(p, _)| p).collect();
+        v.choose(&mut self.rng).map(|s| s.to_string())
+    }
+
+    pub fn pick_file(&mut self) -> Option<String> {
+        self.pick(|n| matches!(n, Node::File(_)))
+    }
+
+    fn data(&mut self, len: usize) -> Vec<u8> {
+        let seed = self.id_base + self.fresh();
+        pattern(seed, len)
+    }
+
+    /// Creates (or replaces) a file with contents, in one call to the native
+    /// API (several journal groups: create, then write).
+    pub fn create_file(&mut self, layout: Option<&str>, len: usize) -> Result<String> {
+        let dir = self.dir();
+        let path = format!("{dir}/{}", self.name("f"));
+        let data = self.data(len);
+        self.op(format!("create_file {path} {len} bytes {layout:?}"), |d| {
+            d.fs.write_file(&path, &data, layout)?;
+            let id = d.id_base + d.fresh();
+            d.m.files.insert(id, MFile::new(data, d.live_layout(&path)?));
+            d.m.paths.insert(path.clone(), Node::File(id));
+            Ok(())
+        })?;
+        Ok(path)
+    }
+
+    /// Creates an empty file: one journal group.
+    pub fn create_empty(&mut self, layout: Option<&str>) -> Result<String> {
+        let dir = self.dir();
+        let path = format!("{dir}/{}", self.name("e"));
+        self.op(format!("create {path} {layout:?}"), |d| {
+            drop(d.fs.create(&path, layout)?);
+            let id = d.id_base + d.fresh();
+            d.m.files.insert(id, MFile::new(Vec::new(), d.live_layout(&path)?));
+            d.m.paths.insert(path.clone(), Node::File(id));
+            Ok(())
+        })?;
+        Ok(path)
+    }
+
+    /// One positioned write (one journal group).
+    pub fn write_at(&mut self, path: &str, off: usize, len: usize) -> Result<()> {
+        let data = self.data(len);
+        self.op(format!("write {path} at {off}, {len} bytes"), |d| {
+            let f = d.fs.open_with(path, OpenOptions::new().write(true))?;
+            let n = f.write_at(&data, off as u64)?;
+            if n != data.len() {
+                return Err(Error::Invalid(format!("short write {n} of {}", data.len())));
+            }
+            if let Some((id, mf)) = d.m.file(path) {
+                mf.write(off, &data);
+                d.mods.push(id);
+            }
+            d.refresh_layout(path)
+        })
+    }
+
+    /// Appends through an O_APPEND handle; with `fsync`, syncs it.
+    pub fn append(&mut self, path: &str, len: usize, fsync: bool) -> Result<()> {
+        let data = self.data(len);
+        self.op(format!("append {path} {len} bytes"), |d| {
+            use std::io::Write;
+            let mut f = d.fs.open_with(path, OpenOptions::new().append(true))?;
+            f.write_all(&data).map_err(Error::RawIo)?;
+            if let Some((id, mf)) = d.m.file(path) {
+                let off = mf.data.len();
+                mf.write(off, &data);
+                d.mods.push(id);
+            }
+            d.refresh_layout(path)
+        })?;
+        if fsync {
+            // fsync of the handle: the same as a sync of the pool here.
+            let start = self.rec.mark();
+            self.fs.open_file(path)?.sync_all()?;
+            let end = self.rec.mark();
+            self.syncs.lock().push(SyncRec { start, end });
+        }
+        Ok(())
+    }
+
+    pub fn truncate(&mut self, path: &str, len: usize) -> Result<()> {
+        self.op(format!("truncate {path} to {len}"), |d| {
+            d.fs.open_with(path, OpenOptions::new().write(true))?.set_len(len as u64)?;
+            if let Some((id, mf)) = d.m.file(path) {
+                mf.truncate(len);
+                d.mods.push(id);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
+        self.op(format!("rename {from} {to}"), |d| {
+            d.fs.rename_path(from, to)?;
+            d.m.rename(from, to);
+            Ok(())
+        })
+    }
+
+    pub fn exchange(&mut self, a: &str, b: &str) -> Result<()> {
+        self.op(format!("exchange {a} {b}"), |d| {
+            let (pa, pb) = (parent(a), parent(b));
+            let ia = d.fs.resolve(if pa.is_empty() { "/" } else { pa })?;
+            let ib = d.fs.resolve(if pb.is_empty() { "/" } else { pb })?;
+            let na = &a[pa.len() + 1..];
+            let nb = &b[pb.len() + 1..];
+            d.fs.rename(&Creds::root(), ia, na.as_bytes(), ib, nb.as_bytes(), RenameFlags { exchange: true, noreplace: false })?;
+            d.m.exchange(a, b);
+            Ok(())
+        })
+    }
+
+    pub fn remove(&mut self, path: &str) -> Result<()> {
+        self.op(format!("remove {path}"), |d| {
+            d.fs.remove(path)?;
+            d.m.remove(path);
+            Ok(())
+        })
+    }
+
+    pub fn mkdir(&mut self) -> Result<String> {
+        let dir = self.dir();
+        let path = format!("{dir}/{}", self.name("d"));
+        self.op(format!("mkdir {path}"), |d| {
+            d.fs.mkdir_path(&path, 0o755)?;
+            let layout = d.live_layout(&path)?;
+            d.m.paths.insert(path.clone(), Node::Dir { perm: 0o755, layout });
+            Ok(())
+        })?;
+        Ok(path)
+    }
+
+    pub fn link(&mut self, existing: &str) -> Result<()> {
+        let dir = self.dir();
+        let path = format!("{dir}/{}", self.name("h"));
+        self.op(format!("link {existing} {path}"), |d| {
+            d.fs.hard_link(existing, &path)?;
+            if let Some(n) = d.m.paths.get(existing).cloned() {
+                d.m.paths.insert(path.clone(), n);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn symlink(&mut self) -> Result<()> {
+        let dir = self.dir();
+        let path = format!("{dir}/{}", self.name("s"));
+        let target = format!("target-{}", self.fresh());
+        self.op(format!("symlink {path}"), |d| {
+            d.fs.symlink_path(&target, &path)?;
+            d.m.paths.insert(path.clone(), Node::Symlink(target.into_bytes()));
+            Ok(())
+        })
+    }
+
+    pub fn chmod(&mut self, path: &str, perm: u32) -> Result<()> {
+        self.op(format!("chmod {path} {perm:o}"), |d| {
+            d.fs.set_attr_path(path, &SetAttr { mode: Some(perm), ..Default::default() })?;
+            match d.m.paths.get_mut(path) {
+                Some(Node::Dir { perm: p, .. }) => *p = perm,
+                Some(Node::File(id)) => {
+                    let id = *id;
+                    if let Some(f) = d.m.files.get_mut(&id) {
+                        f.perm = perm;
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+    }
+
+    pub fn setxattr(&mut self, path: &str, name: &str, len: usize) -> Result<()> {
+        let value = self.data(len);
+        self.op(format!("setxattr {path} {name} {len} bytes"), |d| {
+            let ino = d.fs.resolve(path)?;
+            d.fs.setxattr(&Creds::root(), ino, name.as_bytes(), &value, 0)?;
+            if let Some((_, f)) = d.m.file(path) {
+                f.xattrs.insert(name.as_bytes().to_vec(), value);
+            }
+            Ok(())
+        })
+    }
+
+    pub fn removexattr(&mut self, path: &str, name: &[u8]) -> Result<()> {
+        self.op(format!("removexattr {path}"), |d| {
+            let ino = d.fs.resolve(path)?;
+            d.fs.removexattr(&Creds::root(), ino, name)?;
+            if let Some((_, f)) = d.m.file(path) {
+                f.xattrs.remove(name);
+            }
+            Ok(())
+        })
+    }
+
+    /// Gives an empty file a layout (`user.hurricane.layout`).
+    pub fn set_layout(&mut self, path: &str, spec: &str) -> Result<()> {
+        self.op(format!("set_layout {path} {spec}"), |d| {
+            d.fs.set_layout(path, spec)?;
+            d.refresh_layout(path)
+        })
+    }
+
+    /// Sets a directory's default layout (`user.hurricane.dir_layout`).
+    pub fn dir_layout(&mut self, path: &str, spec: &str) -> Result<()> {
+        self.op(format!("dir_layout {path} {spec}"), |d| {
+            let ino = d.fs.resolve(path)?;
+            d.fs.dir_layout_set(&Creds::root(), ino, spec)?;
+            let l = d.live_layout(path)?;
+            if let Some(Node::Dir { layout, .. }) = d.m.paths.get_mut(path) {
+                *layout = l;
+            }
+            Ok(())
+        })
+    }
+
+    /// Opens a file, unlinks it and writes through the still-open handle,
+    /// which is kept until `drop_held`: a crash meanwhile leaves an orphan
+    /// inode that recovery must free.
+    pub fn unlink_open(&mut self, path: &str) -> Result<()> {
+        let data = self.data(5000);
+        self.op(format!("unlink_open {path}"), |d| {
+            let f = d.fs.open_with(path, OpenOptions::new().read(true).write(true))?;
+            let id = d.m.file(path).map(|(id, _)| id);
+            d.fs.remove(path)?;
+            d.m.remove(path);
+            f.write_at(&data, 0)?;
+            if let Some(id) = id {
+                // In place: a crash state from before the unlink may show it.
+                d.mods.push(id);
+                // Other hard links still show the file and what was written.
+                if let Some(mf) = d.m.files.get_mut(&id) {
+                    mf.write(0, &data);
+                }
+            }
+            d.held.push(f);
+            Ok(())
+        })
+    }
+
+    /// Closes the handles `unlink_open` kept (freeing orphans).
+    pub fn drop_held(&mut self) -> Result<()> {
+        self.op(format!("close {} unlinked files", self.held.len()), |d| {
+            d.held.clear();
+            Ok(())
+        })
+    }
+
+    /// Empty directories of this thread.
+    fn empty_dirs(&self) -> Vec<String> {
+        self.m
+            .paths
+            .iter()
+            .filter(|(p, n)| matches!(n, Node::Dir { .. }) && self.m.under(p).is_empty())
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// A rename target for `from` that POSIX allows: a new name, or an
+    /// existing one of a compatible type not beneath `from`.
+    fn rename_target(&mut self, from: &str) -> Option<String> {
+        let from_dir = self.m.is_dir(from);
+        if self.rng.gen_bool(0.6) {
+            let mut d = self.dir();
+            for _ in 0..8 {
+                if !(d == from || d.starts_with(&format!("{from}/"))) {
+                    break;
+                }
+                d = self.dir();
+            }
+            if d == from || d.starts_with(&format!("{from}/")) {
+                return None;
+            }
+            return Some(format!("{d}/{}", self.name("r")));
+        }
+        let empties = self.empty_dirs();
+        let cands: Vec<String> = self
+            .m
+            .paths
+            .iter()
+            .filter(|(p, n)| {
+                *p != from
+                    && !p.starts_with(&format!("{from}/"))
+                    && !from.starts_with(&format!("{p}/"))
+                    && if from_dir { matches!(n, Node::Dir { .. }) && empties.contains(p) } else { !matches!(n, Node::Dir { .. }) }
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        cands.choose(&mut self.rng).cloned()
+    }
+}
+
+// ---------------------------------------------------------------- workloads
+
+const MIX_LAYOUTS: &[&str] = &[
+    "extent",
+    "extent@1",
+    "stripe(unit=16K,width=3)",
+    "regions(size=32K,width=2)",
+    "replicate[extent,extent]",
+    "inline",
+    "replicate[stripe(unit=8K,width=2),extent@2]",
+];
+
+/// The POSIX mix.
+pub(crate) fn posix(d: &mut Driver, size: Size) -> Result<()> {
+    for _ in 0..size.ops {
+        let r = d.rng.gen_range(0..100);
+        match r {
+            0..=17 => {
+                let lay = *MIX_LAYOUTS.choose(&mut d.rng).unwrap_or(&"extent");
+                let len = if lay == "inline" { d.rng.gen_range(0..2048) } else { d.rng.gen_range(0..40_000) };
+                d.create_file(Some(lay), len)?;
+            }
+            18..=33 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..cur + 3000);
+                    let len = d.rng.gen_range(1..20_000);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            34..=40 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let len = d.rng.gen_range(0..cur + 6000);
+                    d.truncate(&p, len)?;
+                }
+            }
+            41..=50 => {
+                if let Some(p) = d.pick(|_| true) {
+                    if let Some(to) = d.rename_target(&p) {
+                        d.rename(&p, &to)?;
+                    }
+                }
+            }
+            51..=57 => {
+                if let Some(p) = d.pick(|n| !matches!(n, Node::Dir { .. })) {
+                    d.remove(&p)?;
+                }
+            }
+            58..=65 => {
+                d.mkdir()?;
+            }
+            66..=69 => {
+                let e = d.empty_dirs();
+                if let Some(p) = e.choose(&mut d.rng).cloned() {
+                    d.remove(&p)?;
+                }
+            }
+            70..=74 => {
+                if let Some(p) = d.pick_file() {
+                    d.link(&p)?;
+                }
+            }
+            75..=78 => d.symlink()?,
+            79..=82 => {
+                if let Some(p) = d.pick(|n| !matches!(n, Node::Symlink(_))) {
+                    let perm = *[0o600u32, 0o644, 0o700, 0o755, 0o640].choose(&mut d.rng).unwrap_or(&0o644);
+                    d.chmod(&p, perm)?;
+                }
+            }
+            83..=86 => {
+                if let Some(p) = d.pick_file() {
+                    let name = format!("user.k{}", d.rng.gen_range(0..4));
+                    let len = d.rng.gen_range(0..300);
+                    d.setxattr(&p, &name, len)?;
+                }
+            }
+            87..=88 => {
+                if let Some(p) = d.pick_file() {
+                    let names: Vec<Vec<u8>> = d.m.file(&p).map(|(_, f)| f.xattrs.keys().cloned().collect()).unwrap_or_default();
+                    if let Some(n) = names.choose(&mut d.rng).cloned() {
+                        d.removexattr(&p, &n)?;
+                    }
+                }
+            }
+            89..=90 => {
+                // A synced then overwritten file: old data must not leak.
+                if let Some(p) = d.pick_file() {
+                    d.create_over(&p)?;
+                }
+            }
+            91 => {
+                // An xattr too big for the small journal: the commit becomes a checkpoint.
+                if let Some(p) = d.pick_file() {
+                    let len = d.rng.gen_range(20_000..65_536);
+                    d.setxattr(&p, "user.big", len)?;
+                }
+            }
+            92..=93 => {
+                if let Some(p) = d.pick_file() {
+                    d.unlink_open(&p)?;
+                }
+            }
+            94 => {
+                if !d.held.is_empty() {
+                    d.drop_held()?;
+                }
+            }
+            95..=96 => {
+                let p = d.create_empty(None)?;
+                let spec = *MIX_LAYOUTS.choose(&mut d.rng).unwrap_or(&"extent");
+                d.set_layout(&p, spec)?;
+                let len = d.rng.gen_range(0..9000);
+                d.write_at(&p, 0, len)?;
+            }
+            97..=98 => {
+                let dir = d.dir();
+                if !dir.is_empty() {
+                    let spec = *MIX_LAYOUTS.choose(&mut d.rng).unwrap_or(&"extent");
+                    d.dir_layout(&dir, spec)?;
+                }
+            }
+            _ => {}
+        }
+        if d.rng.gen_bool(0.2) {
+            d.sync()?;
+        }
+    }
+    if !d.held.is_empty() {
+        d.drop_held()?;
+    }
+    d.sync()
+}
+
+impl Driver<'_> {
+    /// O_TRUNC re-creation of an existing file with new contents.
+    fn create_over(&mut self, path: &str) -> Result<()> {
+        let len = self.rng.gen_range(0..30_000);
+        let data = self.data(len);
+        self.op(format!("rewrite {path} {len} bytes"), |d| {
+            d.fs.write_file(path, &data, None)?;
+            if let Some((id, f)) = d.m.file(path) {
+                f.set(data);
+                d.mods.push(id);
+            }
+            d.refresh_layout(path)
+        })
+    }
+}
+
+/// Rename storm: a fixed population renamed over and over.
+pub(crate) fn renames(d: &mut Driver, size: Size) -> Result<()> {
+    for _ in 0..3 {
+        d.mkdir()?;
+    }
+    for _ in 0..12 {
+        let len = d.rng.gen_range(0..12_000);
+        d.create_file(Some("extent"), len)?;
+    }
+    for _ in 0..2 {
+        d.mkdir()?;
+    }
+    d.sync()?;
+    for _ in 0..size.ops {
+        match d.rng.gen_range(0..10) {
+            0..=5 => {
+                if let Some(p) = d.pick(|_| true) {
+                    if let Some(to) = d.rename_target(&p) {
+                        d.rename(&p, &to)?;
+                    }
+                }
+            }
+            6..=7 => {
+                let a = d.pick(|_| true);
+                let b = d.pick(|_| true);
+                if let (Some(a), Some(b)) = (a, b) {
+                    let nested = a == b || a.starts_with(&format!("{b}/")) || b.starts_with(&format!("{a}/"));
+                    if !nested {
+                        d.exchange(&a, &b)?;
+                    }
+                }
+            }
+            8 => {
+                if d.m.paths.len() < 40 {
+                    let len = d.rng.gen_range(0..8_000);
+                    d.create_file(Some("extent"), len)?;
+                }
+            }
+            _ => {
+                if let Some(p) = d.pick_file() {
+                    d.link(&p)?;
+                }
+            }
+        }
+        if d.rng.gen_bool(0.25) {
+            d.sync()?;
+        }
+    }
+    d.sync()
+}
+
+/// Appends with fsync.
+pub(crate) fn appends(d: &mut Driver, size: Size) -> Result<()> {
+    let mut logs = Vec::new();
+    for _ in 0..3 {
+        logs.push(d.create_empty(Some("extent"))?);
+    }
+    logs.push(d.create_empty(Some("stripe(unit=8K,width=3)"))?);
+    d.sync()?;
+    for i in 0..size.ops {
+        let p = logs.choose(&mut d.rng).cloned().unwrap_or_default();
+        let len = if d.rng.gen_bool(0.7) { d.rng.gen_range(1..600) } else { d.rng.gen_range(600..20_000) };
+        let fsync = d.rng.gen_bool(0.8);
+        d.append(&p, len, fsync)?;
+        if i % 25 == 24 {
+            // Rotate: the oldest log is removed, a new one started.
+            let old = logs.remove(0);
+            d.remove(&old)?;
+            logs.push(d.create_empty(Some("extent"))?);
+        }
+    }
+    d.sync()
+}
+
+/// File operations on one family of layouts.
+pub(crate) fn layouts(d: &mut Driver, size: Size, specs: &[&str], max_len: usize) -> Result<()> {
+    for _ in 0..size.ops {
+        let spec = *specs.choose(&mut d.rng).unwrap_or(&"extent");
+        match d.rng.gen_range(0..100) {
+            0..=24 => {
+                let len = d.rng.gen_range(0..max_len);
+                d.create_file(Some(spec), len)?;
+            }
+            25..=49 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..cur + 1);
+                    let len = d.rng.gen_range(1..max_len / 2 + 2);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            50..=64 => {
+                if let Some(p) = d.pick_file() {
+                    let len = d.rng.gen_range(1..max_len / 4 + 2);
+                    d.append(&p, len, false)?;
+                }
+            }
+            65..=76 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let len = d.rng.gen_range(0..cur + max_len / 4 + 1);
+                    d.truncate(&p, len)?;
+                }
+            }
+            77..=86 => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+            87..=92 => {
+                if let Some(p) = d.pick_file() {
+                    let to = format!("/{}", d.name("m"));
+                    d.rename(&p, &to)?;
+                }
+            }
+            _ => {
+                if let Some(p) = d.pick_file() {
+                    d.create_over(&p)?;
+                }
+            }
+        }
+        if d.rng.gen_bool(0.3) {
+            d.sync()?;
+        }
+    }
+    d.sync()
+}
+
+/// The per-layout workloads: (name, specs, largest file).
+pub(crate) fn layout_family(name: &str) -> Option<(&'static [&'static str], usize)> {
+    Some(match name {
+        "extent" => (&["extent", "extent@0", "extent@2"], 90_000),
+        "stripe" => (&["stripe(unit=16K,width=3)", "stripe(unit=4K,width=2)"], 90_000),
+        "regions" => (&["regions(size=32K,width=3)", "regions(size=8K,width=2)"], 90_000),
+        "replicate" => (&["replicate(copies=2)[extent@0,extent@2]", "replicate(copies=3)"], 60_000),
+        "inline" => (&["inline", "inline(max=4K)"], 3_000),
+        "nested" => (
+            &[
+                "replicate[stripe(unit=8K,width=2),extent@2]",
+                "stripe(unit=8K)[replicate[extent@0,extent@1],replicate[extent@1,extent@2]]",
+                "regions(size=16K)[stripe(unit=4K,width=2),extent@2]",
+            ],
+            60_000,
+        ),
+        _ => return None,
+    })
+}
+
+/// One thread of the concurrent workload: only atomic (single journal
+/// group) operations, in its own directory, syncing on its own.
+pub(crate) fn concurrent_thread(d: &mut Driver, size: Size) -> Result<()> {
+    for _ in 0..size.ops {
+        match d.rng.gen_range(0..100) {
+            0..=19 => {
+                let lay = *["extent", "stripe(unit=8K,width=3)", "replicate[extent@0,extent@1]"].choose(&mut d.rng).unwrap_or(&"extent");
+                d.create_empty(Some(lay))?;
+            }
+            20..=54 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..cur + 1);
+                    let len = d.rng.gen_range(1..20_000);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            55..=64 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let len = d.rng.gen_range(0..cur + 1);
+                    d.truncate(&p, len)?;
+                }
+            }
+            65..=74 => {
+                if let Some(p) = d.pick(|n| !matches!(n, Node::Dir { .. })) {
+                    if let Some(to) = d.rename_target(&p) {
+                        d.rename(&p, &to)?;
+                    }
+                }
+            }
+            75..=82 => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+            83..=89 => {
+                d.mkdir()?;
+            }
+            _ => {
+                if let Some(p) = d.pick_file() {
+                    let name = format!("user.t{}", d.rng.gen_range(0..3));
+                    d.setxattr(&p, &name, 40)?;
+                }
+            }
+        }
+        if d.rng.gen_bool(0.15) {
+            d.sync()?;
+        }
+    }
+    d.sync()
+}
