@@ -16,8 +16,11 @@ use hurricane::namespace::{Body, Dir, InodeData, State};
 use hurricane::pool::{Allocator, Storage, Superblock};
 use std::sync::Arc;
 
+/// A target's body.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name of its binary and corpus directory.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("superblock", superblock),
     ("journal_payload", journal_payload),
     ("journal_replay", journal_replay),
@@ -113,7 +116,10 @@ pub fn journal_replay(data: &[u8]) {
         corrupt.push((off as usize % BLOCK_SIZE, blk as u64 % JBLOCKS, x));
     }
     let dev = Arc::new(MemDevice::new("fuzz", JBLOCKS * BLOCK_SIZE as u64));
-    let storage = Storage { devs: vec![DeviceHandle::new(0, dev.clone() as Arc<dyn Device>)], allocs: vec![Allocator::new(0, JBLOCKS)] };
+    let storage = Storage {
+        devs: vec![DeviceHandle::new(0, dev.clone() as Arc<dyn Device>)],
+        allocs: vec![Allocator::new(0, JBLOCKS)],
+    };
     let region = Region { dev: 0, start: 0, blocks: JBLOCKS };
     let salt = 0x5eed;
     let start = Cursor { tail: 3, head: 3, seq: 7 };
@@ -157,7 +163,8 @@ pub fn layout_decode(data: &[u8]) {
     l.extents(&mut |_, _, len| n = n.saturating_add(len));
     // Reading through a decoded tree stays within the devices it names.
     let dev = Arc::new(MemDevice::new("fuzz", 64 * BLOCK_SIZE as u64));
-    let storage = Storage { devs: vec![DeviceHandle::new(0, dev as Arc<dyn Device>)], allocs: vec![Allocator::new(0, 64)] };
+    let storage =
+        Storage { devs: vec![DeviceHandle::new(0, dev as Arc<dyn Device>)], allocs: vec![Allocator::new(0, 64)] };
     let sink = |_: MapChange| {};
     let io = IoCtx { storage: &storage, epoch: 0, sink: &sink };
     let mut buf = vec![0u8; 2 * BLOCK_SIZE];
@@ -197,12 +204,14 @@ pub fn layout_spec(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let Ok(spec) = layout::parse(text) else { return };
     let printed = spec.to_string();
-    let again = layout::parse(&printed).unwrap_or_else(|e| panic!("{text:?} printed as {printed:?}, which does not parse: {e}"));
+    let again = layout::parse(&printed)
+        .unwrap_or_else(|e| panic!("{text:?} printed as {printed:?}, which does not parse: {e}"));
     assert_eq!(layout::canonical(again), layout::canonical(spec.clone()), "{text:?} printed as {printed:?}");
     let pool = PoolInfo::new(vec![1 << 20, 1 << 20, 1 << 20]);
     let Ok(r) = layout::resolve(&spec, &pool) else { return };
     let shown = r.to_string();
-    let r2 = layout::parse(&shown).unwrap_or_else(|e| panic!("resolved {text:?} printed as {shown:?}, which does not parse: {e}"));
+    let r2 = layout::parse(&shown)
+        .unwrap_or_else(|e| panic!("resolved {text:?} printed as {shown:?}, which does not parse: {e}"));
     assert_eq!(r2, r, "resolved {text:?} printed as {shown:?}");
     if let Ok(l) = Layout::build(&r) {
         assert_eq!(l.spec(), r, "built tree of {text:?} prints back as {}", l.spec());

@@ -5,6 +5,7 @@
 //! `hurricane: <message>`, and exit 1 (2 for usage errors).
 //! Invoked as `mount.fuse.hurricane`, the binary is mount(8)'s helper.
 
+mod crashtest_cmd;
 mod df;
 mod files;
 mod fsck_cmd;
@@ -65,6 +66,8 @@ enum Cmd {
     /// Space and I/O per device of a pool.
     #[command(disable_help_flag = true)]
     Df(df::DfArgs),
+    /// Power-cut testing: cut a recorded workload at many crash points and check each pool.
+    Crashtest(crashtest_cmd::CrashtestArgs),
 }
 
 fn run(cmd: &Cmd) -> CliResult {
@@ -84,6 +87,7 @@ fn run(cmd: &Cmd) -> CliResult {
         Cmd::Stat(a) => files::stat(a),
         Cmd::Layout(c) => layout_cmd::run(c),
         Cmd::Df(a) => df::run(a),
+        Cmd::Crashtest(a) => crashtest_cmd::run(a),
     }
 }
 

@@ -20,6 +20,7 @@ const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long `umount` waits for the server to flush and exit.
 const UMOUNT_TIMEOUT: Duration = Duration::from_secs(120);
 const LOG_NAME: &str = "hurricane-mount.log";
+const LOG_LIMIT: u64 = 8 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct MountArgs {
@@ -60,9 +61,14 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
         return hurricane_fuse::serve(&args.pool, &args.mountpoint, &opts);
     }
     let pool = args.pool.canonicalize().map_err(|e| format!("{}: {e}", args.pool.display()))?;
-    let mnt = args.mountpoint.canonicalize().map_err(|e| format!("{}: {e}", args.mountpoint.display()))?;
-    if !mnt.is_dir() {
-        return Err(format!("{}: not a directory", mnt.display()));
+    let mnt = absolute(&args.mountpoint);
+    match std::fs::metadata(&mnt) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(format!("{}: {}", mnt.display(), hurricane_fuse::DEAD_MOUNT_HINT));
+        }
+        Err(e) => return Err(format!("{}: {e}", mnt.display())),
+        Ok(m) if !m.is_dir() => return Err(format!("{}: not a directory", mnt.display())),
+        Ok(_) => {}
     }
     let log_path = opts.log.clone().unwrap_or_else(|| pool.join(LOG_NAME));
     let (log, log_start) = open_log(&log_path);
@@ -129,6 +135,10 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
 /// Opens the background server's log for appending; returns where this
 /// mount's part of it starts.
 fn open_log(path: &Path) -> (Option<File>, u64) {
+    // Keep one previous log when it grows large.
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > LOG_LIMIT) {
+        let _ = std::fs::rename(path, path.with_extension("log.old"));
+    }
     match OpenOptions::new().create(true).append(true).open(path) {
         Ok(f) => {
             let start = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -201,7 +211,12 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
     println!("\n{:<24} {:>10} {:>11} {:>10} {:>11} {:>8}", "device", "reads", "read", "writes", "written", "flushes");
     for d in v.get("devices").and_then(|d| d.as_array()).into_iter().flatten() {
         let name = s(d, "name");
-        let name = if name.len() > 24 { format!("...{}", &name[name.len() - 21..]) } else { name };
+        let chars: Vec<char> = name.chars().collect();
+        let name = if chars.len() > 24 {
+            format!("...{}", chars[chars.len() - 21..].iter().collect::<String>())
+        } else {
+            name
+        };
         println!(
             "{:<24} {:>10} {:>11} {:>10} {:>11} {:>8}",
             name,

@@ -183,7 +183,8 @@ fn busy_directory_and_readers_during_writes() {
     for r in readers {
         assert!(r.join().expect("a reader failed") > 0);
     }
-    let mut names: Vec<String> = fs::read_dir(&*dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<String> =
+        fs::read_dir(&*dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
     let mut want = Vec::new();
     for t in 0..6 {

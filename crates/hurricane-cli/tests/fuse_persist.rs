@@ -107,7 +107,12 @@ fn kill_9_keeps_every_fsynced_file() {
     let pool = Pool::new(3, "256M");
     let m = pool.mount(&["commit_interval=0.2"]);
     fs::create_dir(m.path("w")).unwrap();
-    let mut writer = Command::new(python_bin()).args(["-c", WRITER, s(&m.path("w"))]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut writer = Command::new(python_bin())
+        .args(["-c", WRITER, s(&m.path("w"))])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let out = writer.stdout.take().unwrap();
     let lines = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect::<Vec<String>>());
     std::thread::sleep(Duration::from_millis(1500));
@@ -146,7 +151,13 @@ fn kill_9_keeps_every_fsynced_file() {
 }
 
 fn spawn_foreground(pool: &Pool) -> std::process::Child {
-    let child = Command::new(BIN).args(["mount", "-f", s(&pool.dir), s(&pool.mnt)]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let child = Command::new(BIN)
+        .args(["mount", "-f", s(&pool.dir), s(&pool.mnt)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let end = Instant::now() + Duration::from_secs(20);
     while !is_fuse_mount(&pool.mnt) {
         assert!(Instant::now() < end, "foreground mount did not appear");
@@ -232,5 +243,18 @@ fn one_server_per_pool() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("in use"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!is_fuse_mount(&other));
+    // `hurricane umount` also clears a mount whose server died.
+    // SAFETY: signalling the server this test started.
+    unsafe { libc::kill(m.pid as i32, libc::SIGKILL) };
+    assert!(wait_gone(m.pid, Duration::from_secs(10)));
+    assert!(is_fuse_mount(&pool.mnt), "a dead server leaves its mount behind");
+    let again = cmd(BIN, &["mount", s(&pool.dir), s(&pool.mnt)]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("hurricane umount"));
+    hurricane(&["umount", s(&pool.mnt)]);
+    assert!(!is_fuse_mount(&pool.mnt));
+    m.forget();
+    // The next mount recovers and serves again.
+    let m = pool.mount(&[]);
     m.unmount();
+    pool.fsck_clean();
 }

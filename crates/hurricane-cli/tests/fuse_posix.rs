@@ -12,12 +12,16 @@ use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
-use libc::{EACCES, EEXIST, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENODATA, ENOENT, ENOTDIR, ENOTEMPTY, ENXIO, EOPNOTSUPP, EPERM, ERANGE, EXDEV};
+use libc::{
+    EACCES, EEXIST, EINVAL, EISDIR, ELOOP, ENAMETOOLONG, ENODATA, ENOENT, ENOTDIR, ENOTEMPTY, ENXIO, EOPNOTSUPP, EPERM,
+    ERANGE, EXDEV,
+};
 
 fn renameat2(from: &Path, to: &Path, flags: u32) -> std::io::Result<()> {
     let (a, b) = (cpath(from), cpath(to));
     // SAFETY: valid C strings; AT_FDCWD with absolute paths.
-    let r = unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
+    let r =
+        unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) };
     check(r as i32).map(|_| ())
 }
 
@@ -100,6 +104,13 @@ fn names_lookup_and_directories() {
     require_fuse!();
     let pool = Pool::new(3, "256M");
     let m = pool.mount(&[]);
+    names_lookup_and_directories_on(&pool, &m);
+    // Every file the checks opened is closed again: a clean unmount.
+    m.unmount();
+    pool.fsck_clean();
+}
+
+fn names_lookup_and_directories_on(pool: &Pool, m: &Mounted) {
     let p = |r: &str| m.path(r);
 
     fs::create_dir(p("d")).unwrap();
@@ -144,7 +155,8 @@ fn names_lookup_and_directories() {
     for n in &want {
         File::create(p(&format!("big/{n}"))).unwrap();
     }
-    let mut got: Vec<String> = fs::read_dir(p("big")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut got: Vec<String> =
+        fs::read_dir(p("big")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     got.sort();
     want.sort();
     assert_eq!(got, want);
@@ -185,11 +197,15 @@ fn names_lookup_and_directories() {
     check(unsafe { libc::statvfs(c.as_ptr(), &mut st) }).unwrap();
     assert_eq!(st.f_bsize, 4096);
     assert_eq!(st.f_namemax, 255);
-    assert!(st.f_blocks >= 3 * 256 * 256 - 1024 && st.f_bfree > 0 && st.f_bfree < st.f_blocks, "{} {}", st.f_blocks, st.f_bfree);
+    assert!(
+        st.f_blocks >= 3 * 256 * 256 - 1024 && st.f_bfree > 0 && st.f_bfree < st.f_blocks,
+        "{} {}",
+        st.f_blocks,
+        st.f_bfree
+    );
 
     // A rename out of the mount is the kernel's EXDEV.
     assert_eq!(errno(fs::rename(p("file"), pool.tmp.path().join("outside"))), EXDEV);
-    drop(m);
 }
 
 #[test]
@@ -197,6 +213,13 @@ fn file_data_attributes_and_links() {
     require_fuse!();
     let pool = Pool::new(3, "256M");
     let m = pool.mount(&[]);
+    file_data_attributes_and_links_on(&m);
+    // Every file the checks opened is closed again: a clean unmount.
+    m.unmount();
+    pool.fsck_clean();
+}
+
+fn file_data_attributes_and_links_on(m: &Mounted) {
     let p = |r: &str| m.path(r);
 
     // create / O_EXCL / open errors.
@@ -221,7 +244,11 @@ fn file_data_attributes_and_links() {
     let mut mid = vec![1u8; 8192];
     sp.read_exact_at(&mut mid, 5 << 20).unwrap();
     assert!(mid.iter().all(|&b| b == 0), "a hole reads as zeros");
-    assert!(sp.metadata().unwrap().blocks() < 1024, "a sparse file allocates little: {} blocks", sp.metadata().unwrap().blocks());
+    assert!(
+        sp.metadata().unwrap().blocks() < 1024,
+        "a sparse file allocates little: {} blocks",
+        sp.metadata().unwrap().blocks()
+    );
 
     // O_APPEND: two descriptors both write at the end.
     fs::write(p("log"), b"0123").unwrap();
@@ -262,7 +289,10 @@ fn file_data_attributes_and_links() {
     t.set_len(12000).unwrap();
     let got = fs::read(p("t")).unwrap();
     assert_eq!(got.len(), 12000);
-    assert!(got[..5000].iter().all(|&b| b == 9) && got[5000..].iter().all(|&b| b == 0), "truncate then extend shows zeros");
+    assert!(
+        got[..5000].iter().all(|&b| b == 9) && got[5000..].iter().all(|&b| b == 0),
+        "truncate then extend shows zeros"
+    );
     let c = cpath(&p("dir"));
     // SAFETY: valid C string.
     assert_eq!(errno(check(unsafe { libc::truncate(c.as_ptr(), 0) })), EISDIR);
@@ -275,12 +305,19 @@ fn file_data_attributes_and_links() {
     assert_eq!((md.uid(), md.gid()), (1234, 5678));
     utimens(&p("t"), [ts(1_000_000_000, 123_456_789), ts(1_500_000_000, 987_654_321)], 0).unwrap();
     let md = fs::metadata(p("t")).unwrap();
-    assert_eq!((md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()), (1_000_000_000, 123_456_789, 1_500_000_000, 987_654_321));
+    assert_eq!(
+        (md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()),
+        (1_000_000_000, 123_456_789, 1_500_000_000, 987_654_321)
+    );
     utimens(&p("t"), [ts(0, libc::UTIME_OMIT), ts(0, libc::UTIME_NOW)], 0).unwrap();
     let md = fs::metadata(p("t")).unwrap();
     assert_eq!(md.atime(), 1_000_000_000, "UTIME_OMIT keeps atime");
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     assert!((md.mtime() - now).abs() < 30, "UTIME_NOW sets mtime to now");
+    // Times before 1970 and with nanoseconds survive.
+    utimens(&p("t"), [ts(-86_400, 5), ts(-1, 999_999_999)], 0).unwrap();
+    let md = fs::metadata(p("t")).unwrap();
+    assert_eq!((md.atime(), md.atime_nsec(), md.mtime(), md.mtime_nsec()), (-86_400, 5, -1, 999_999_999));
     // A symlink's own times.
     std::os::unix::fs::symlink("t", p("tl")).unwrap();
     utimens(&p("tl"), [ts(7, 0), ts(8, 0)], libc::AT_SYMLINK_NOFOLLOW).unwrap();
@@ -335,6 +372,12 @@ fn file_data_attributes_and_links() {
     // SAFETY: a valid descriptor.
     check(unsafe { libc::syncfs(f.as_raw_fd()) }).unwrap();
 
+    // Programs run from the mount.
+    let echo = ["/bin/echo", "/usr/bin/echo"].into_iter().find(|p| Path::new(p).exists()).expect("an echo binary");
+    fs::copy(echo, p("echo")).unwrap();
+    fs::set_permissions(p("echo"), fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(ok(s(&p("echo")), &["run", "from", "the", "mount"]), "run from the mount\n");
+
     // access(2): root may do anything but execute a file nobody may.
     fs::write(p("plain"), b"").unwrap();
     access(&p("plain"), libc::R_OK | libc::W_OK).unwrap();
@@ -342,7 +385,6 @@ fn file_data_attributes_and_links() {
     fs::set_permissions(p("plain"), fs::Permissions::from_mode(0o744)).unwrap();
     access(&p("plain"), libc::X_OK).unwrap();
     assert_eq!(errno(access(&p("missing"), libc::F_OK)), ENOENT);
-    drop(m);
 }
 
 fn statvfs_files(mnt: &Path) -> u64 {
@@ -358,6 +400,13 @@ fn rename_variants() {
     require_fuse!();
     let pool = Pool::new(2, "128M");
     let m = pool.mount(&[]);
+    rename_variants_on(&m);
+    // Every file the checks opened is closed again: a clean unmount.
+    m.unmount();
+    pool.fsck_clean();
+}
+
+fn rename_variants_on(m: &Mounted) {
     let p = |r: &str| m.path(r);
     fs::write(p("a"), b"A").unwrap();
     fs::write(p("b"), b"B").unwrap();
@@ -398,7 +447,6 @@ fn rename_variants() {
     assert!(fs::metadata(p("b")).is_ok() && fs::metadata(p("b-link")).is_ok());
     let long = "r".repeat(256);
     assert_eq!(errno(fs::rename(p("b"), p(&long))), ENAMETOOLONG);
-    drop(m);
 }
 
 #[test]
@@ -406,6 +454,13 @@ fn xattrs_and_layouts() {
     require_fuse!();
     let pool = Pool::new(3, "256M");
     let m = pool.mount(&[]);
+    xattrs_and_layouts_on(&pool, &m);
+    // Every file the checks opened is closed again: a clean unmount.
+    m.unmount();
+    pool.fsck_clean();
+}
+
+fn xattrs_and_layouts_on(pool: &Pool, m: &Mounted) {
     let p = |r: &str| m.path(r);
     fs::write(p("f"), b"data").unwrap();
 
@@ -479,7 +534,6 @@ fn xattrs_and_layouts() {
     assert_eq!(errno(setxattr(&m.mnt, "user.hurricane.stats", b"x", 0)), EPERM);
     let table = hurricane(&["stats", s(&m.mnt)]);
     assert!(table.contains("setxattr") && table.contains("dev0.img") && table.contains("journal"), "{table}");
-    drop(m);
 }
 
 #[test]
@@ -487,9 +541,16 @@ fn fallocate_seek_copy_and_locks() {
     require_fuse!();
     let pool = Pool::new(3, "256M");
     let m = pool.mount(&[]);
+    fallocate_seek_copy_and_locks_on(&m);
+    // Every file the checks opened is closed again: a clean unmount.
+    m.unmount();
+    pool.fsck_clean();
+}
+
+fn fallocate_seek_copy_and_locks_on(m: &Mounted) {
     let p = |r: &str| m.path(r);
 
-    let f = OpenOptions::new().read(true).write(true).create(true).open(p("fa")).unwrap();
+    let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(p("fa")).unwrap();
     fallocate(&f, 0, 0, 1 << 20).unwrap();
     assert_eq!(f.metadata().unwrap().len(), 1 << 20);
     assert!(f.metadata().unwrap().blocks() >= 2048);
@@ -506,11 +567,11 @@ fn fallocate_seek_copy_and_locks() {
     let h = File::open(p("holes")).unwrap();
     assert_eq!(lseek(&h, 0, libc::SEEK_DATA).unwrap(), 0);
     let hole = lseek(&h, 0, libc::SEEK_HOLE).unwrap();
-    assert!(hole >= 4096 && hole <= 3 << 20, "first hole at {hole}");
+    assert!((4096..=3 << 20).contains(&hole), "first hole at {hole}");
     let d = lseek(&h, hole, libc::SEEK_DATA).unwrap();
     assert!(d > hole && d <= 3 << 20, "next data at {d}");
     let h2 = lseek(&h, 3 << 20, libc::SEEK_HOLE).unwrap();
-    assert!(h2 >= (3 << 20) + 4096 && h2 <= 5 << 20, "{h2}");
+    assert!(((3 << 20) + 4096..=5 << 20).contains(&h2), "{h2}");
     assert_eq!(errno(lseek(&h, (4 << 20) + 10, libc::SEEK_DATA)), ENXIO, "no data after the last block");
     assert_eq!(lseek(&h, (4 << 20) + 10, libc::SEEK_HOLE).unwrap(), (4 << 20) + 10);
     assert_eq!(errno(lseek(&h, 5 << 20, libc::SEEK_HOLE)), ENXIO, "at end of file");
@@ -522,13 +583,16 @@ fn fallocate_seek_copy_and_locks() {
     let src_data = data(3_000_001, 9);
     fs::write(p("src"), &src_data).unwrap();
     let src = File::open(p("src")).unwrap();
-    let dst = OpenOptions::new().write(true).create(true).open(p("dst")).unwrap();
+    let dst = OpenOptions::new().write(true).create(true).truncate(true).open(p("dst")).unwrap();
     let mut off_in: i64 = 1;
     let mut off_out: i64 = 10;
     let mut left = src_data.len() - 1;
     while left > 0 {
         // SAFETY: valid descriptors and offset pointers.
-        let n = check_ssize(unsafe { libc::copy_file_range(src.as_raw_fd(), &mut off_in, dst.as_raw_fd(), &mut off_out, left, 0) }).unwrap();
+        let n = check_ssize(unsafe {
+            libc::copy_file_range(src.as_raw_fd(), &mut off_in, dst.as_raw_fd(), &mut off_out, left, 0)
+        })
+        .unwrap();
         assert!(n > 0);
         left -= n;
     }
@@ -549,7 +613,12 @@ print("locked", flush=True)
 sys.stdin.readline()
 os.close(fd)
 "#;
-    let mut child = std::process::Command::new("python3").args(["-c", script, s(&lockf)]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script, s(&lockf)])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
     assert_eq!(line.trim(), "locked");
@@ -596,7 +665,6 @@ os.close(fd)
     assert_eq!(errno(check(unsafe { libc::flock(f2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) })), libc::EWOULDBLOCK);
     drop(f1);
     check(unsafe { libc::flock(f2.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }).unwrap();
-    drop(m);
 }
 
 fn flock_struct(typ: i32, start: i64, len: i64) -> libc::flock {

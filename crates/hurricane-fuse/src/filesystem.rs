@@ -2,9 +2,10 @@
 //!
 //! Every request runs on the thread that read it from the kernel (fuser
 //! runs several such threads, each with its own cloned /dev/fuse
-//! descriptor); nothing here takes a lock shared by all requests. The only
-//! request that can wait for long, a blocking POSIX lock, moves to a
-//! thread of its own so it never holds a serving thread.
+//! descriptor); nothing here takes a lock shared by all requests. Requests
+//! that wait for long (fsync, which waits for a journal commit, and a
+//! blocking POSIX lock) move to a thread of their own, so they never hold
+//! a serving thread.
 //!
 //! File handles carry no state on our side: the handle number records the
 //! open flags, and the engine counts opens per inode so an unlinked file
@@ -14,7 +15,10 @@ use crate::locks::{LockTable, F_UNLCK};
 use crate::stats::{Op, Stats};
 use crossbeam_utils::CachePadded;
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use hurricane::{Attr, Creds, Fs, SetAttr};
 use parking_lot::Mutex;
@@ -96,11 +100,16 @@ fn time(ns: i64) -> SystemTime {
     }
 }
 
+/// Nanoseconds since 1970 of a time fuser decoded from a request.
+/// fuser 0.18 decodes a time before 1970, (secs < 0, nsec), as 1970 minus
+/// (|secs| s + nsec ns) rather than minus |secs| s plus nsec ns; this
+/// undoes that, so `touch -d 1969-...` keeps its nanoseconds right.
 fn nanos(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,
-        Err(e) => -(e.duration().as_nanos().min(i64::MAX as u128) as i64),
-    }
+    let v = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_secs() as i128) * 1_000_000_000 + e.duration().subsec_nanos() as i128,
+    };
+    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
 fn kind(mode: u32) -> FileType {
@@ -148,7 +157,10 @@ fn groups_of(pid: u32) -> Vec<u32> {
         return Vec::new();
     }
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return Vec::new() };
-    s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect()).unwrap_or_default()
+    s.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 fn creds(req: &Request) -> Creds {
@@ -256,6 +268,25 @@ impl HurricaneFuse {
             Ok(v) if size == 0 => reply.size(v.len().min(u32::MAX as usize) as u32),
             Ok(v) => reply.data(&v),
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// Runs a request that waits on the devices (a journal commit) on a
+    /// thread of its own, so the serving threads keep answering others.
+    fn off_thread(&self, op: Op, reply: ReplyEmpty, f: impl FnOnce() -> hurricane::Result<()> + Send + 'static) {
+        let t0 = Instant::now();
+        let stats = self.stats.clone();
+        let spawned = std::thread::Builder::new().name("hurricane-sync".into()).spawn(move || {
+            let r = f().map_err(errno);
+            stats.record(op, t0, r.is_err());
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+        if let Err(e) = spawned {
+            // The reply went with the closure; fuser answers EIO for it.
+            tracing::error!("cannot start a thread for {}: {e}", op.name());
         }
     }
 
@@ -378,7 +409,21 @@ impl Filesystem for HurricaneFuse {
             // A negative entry: the kernel remembers the name is absent
             // (every creation goes through it, so it cannot go stale).
             self.stats.record(Op::Lookup, t0, false);
-            let mut a = file_attr(&Attr { ino: 0, size: 0, blocks: 0, atime: 0, mtime: 0, ctime: 0, btime: 0, mode: 0, nlink: 0, uid: 0, gid: 0, rdev: 0, blksize: 4096 });
+            let mut a = file_attr(&Attr {
+                ino: 0,
+                size: 0,
+                blocks: 0,
+                atime: 0,
+                mtime: 0,
+                ctime: 0,
+                btime: 0,
+                mode: 0,
+                nlink: 0,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                blksize: 4096,
+            });
             a.ino = INodeNo(0);
             reply.entry_with_ttls(&self.ttl, &self.entry_ttl, &a, GEN);
             return;
@@ -434,7 +479,11 @@ impl Filesystem for HurricaneFuse {
                 }
             }
             let needs_groups = mode.is_some_and(|m| m & libc::S_ISGID != 0) || gid.is_some();
-            let a = if needs_groups { self.as_user_with_groups(req, |c| self.fs.setattr(c, ino, &s))? } else { self.as_user(req, |c| self.fs.setattr(c, ino, &s))? };
+            let a = if needs_groups {
+                self.as_user_with_groups(req, |c| self.fs.setattr(c, ino, &s))?
+            } else {
+                self.as_user(req, |c| self.fs.setattr(c, ino, &s))?
+            };
             if size.is_some() && a.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
                 self.kill_priv(req, ino);
                 return self.fs.getattr(ino).map_err(errno);
@@ -458,7 +507,16 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
         let t0 = Instant::now();
         let f = |c: &Creds| self.fs.mknod(c, parent.0, name.as_bytes(), mode, rdev, None, None);
         let r = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, f) } else { self.as_user(req, f) };
@@ -485,18 +543,31 @@ impl Filesystem for HurricaneFuse {
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let t0 = Instant::now();
-        let r = self.as_user(req, |c| self.fs.symlink(c, parent.0, link_name.as_bytes(), target.as_os_str().as_bytes()));
+        let r =
+            self.as_user(req, |c| self.fs.symlink(c, parent.0, link_name.as_bytes(), target.as_os_str().as_bytes()));
         self.entry(reply, Op::Symlink, t0, r);
     }
 
-    fn rename(&self, req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
         let t0 = Instant::now();
         let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
         let r = if !known.contains(flags) {
             // RENAME_WHITEOUT is for overlay file systems.
             Err(Errno::EINVAL)
         } else {
-            let f = hurricane::RenameFlags { noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE), exchange: flags.contains(RenameFlags::RENAME_EXCHANGE) };
+            let f = hurricane::RenameFlags {
+                noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+                exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+            };
             self.as_user(req, |c| self.fs.rename(c, parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), f))
         };
         self.empty(reply, Op::Rename, t0, r);
@@ -537,7 +608,17 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock_owner: Option<LockOwner>, reply: ReplyData) {
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
         let t0 = Instant::now();
         READ_BUF.with(|b| {
             let mut buf = b.borrow_mut();
@@ -558,7 +639,18 @@ impl Filesystem for HurricaneFuse {
         });
     }
 
-    fn write(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, data: &[u8], write_flags: WriteFlags, flags: OpenFlags, _lock_owner: Option<LockOwner>, reply: ReplyWrite) {
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
         let t0 = Instant::now();
         let ino = ino.0;
         // The flags are the descriptor's current ones (fcntl F_SETFL may
@@ -591,7 +683,16 @@ impl Filesystem for HurricaneFuse {
         self.empty(reply, Op::Flush, t0, Ok(()));
     }
 
-    fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, lock_owner: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
         let t0 = Instant::now();
         if let Some(o) = lock_owner {
             self.locks.release_owner(ino.0, o.0);
@@ -601,9 +702,8 @@ impl Filesystem for HurricaneFuse {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let t0 = Instant::now();
-        let r = self.fs.fsync(ino.0).map_err(errno);
-        self.empty(reply, Op::Fsync, t0, r);
+        let fs = self.fs.clone();
+        self.off_thread(Op::Fsync, reply, move || fs.fsync(ino.0));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -666,7 +766,14 @@ impl Filesystem for HurricaneFuse {
                 for it in items {
                     // An entry removed since the listing is skipped.
                     let Ok(a) = self.fs.getattr(it.ino) else { continue };
-                    if reply.add(INodeNo(it.ino), it.next, OsStr::from_bytes(&it.name), &self.entry_ttl, &file_attr(&a), GEN) {
+                    if reply.add(
+                        INodeNo(it.ino),
+                        it.next,
+                        OsStr::from_bytes(&it.name),
+                        &self.entry_ttl,
+                        &file_attr(&a),
+                        GEN,
+                    ) {
                         break;
                     }
                 }
@@ -681,9 +788,8 @@ impl Filesystem for HurricaneFuse {
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let t0 = Instant::now();
-        let r = self.fs.sync().map_err(errno);
-        self.empty(reply, Op::Fsyncdir, t0, r);
+        let fs = self.fs.clone();
+        self.off_thread(Op::Fsyncdir, reply, move || fs.sync());
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -694,7 +800,16 @@ impl Filesystem for HurricaneFuse {
         reply.statfs(s.blocks, s.bfree, s.bfree, s.files.saturating_add(s.ffree), s.ffree, s.bsize, s.namelen, s.bsize);
     }
 
-    fn setxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
         let t0 = Instant::now();
         let n = name.as_bytes();
         let r = if ino.0 == ROOT && n == STATS_XATTR.as_bytes() {
@@ -709,7 +824,13 @@ impl Filesystem for HurricaneFuse {
                     Ok(spec) => self.layout_problem(ino.0, n, spec.trim_end_matches(['\n', '\0'])),
                     Err(_) => "the value is not UTF-8".to_string(),
                 };
-                tracing::warn!("{} on inode {}: {} (errno {}): {why}", String::from_utf8_lossy(n), ino.0, String::from_utf8_lossy(value).trim_end_matches(['\n', '\0']), e.code());
+                tracing::warn!(
+                    "{} on inode {}: {} (errno {}): {why}",
+                    String::from_utf8_lossy(n),
+                    ino.0,
+                    String::from_utf8_lossy(value).trim_end_matches(['\n', '\0']),
+                    e.code()
+                );
             }
         }
         self.empty(reply, Op::Setxattr, t0, r);
@@ -757,12 +878,22 @@ impl Filesystem for HurricaneFuse {
         self.empty(reply, Op::Access, t0, r);
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
         let t0 = Instant::now();
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
         let r = (|| {
             let mk = |c: &Creds| self.fs.mknod(c, parent.0, name.as_bytes(), mode, 0, None, None);
-            let made = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) };
+            let made =
+                if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) };
             let a = match made {
                 Ok(a) => a,
                 // Lost a race with another creator: open what is there,
@@ -790,7 +921,18 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn getlk(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, start: u64, end: u64, typ: i32, pid: u32, reply: ReplyLock) {
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
         let t0 = Instant::now();
         let found = self.locks.test(ino.0, lock_owner.0, start, end, typ);
         self.stats.record(Op::Getlk, t0, false);
@@ -800,7 +942,19 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn setlk(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, start: u64, end: u64, typ: i32, pid: u32, sleep: bool, reply: ReplyEmpty) {
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
         let t0 = Instant::now();
         let (ino, owner) = (ino.0, lock_owner.0);
         let r = self.locks.set(ino, owner, pid, start, end, typ, false);
@@ -822,12 +976,31 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn ioctl(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: fuser::IoctlFlags, _cmd: u32, _in_data: &[u8], _out_size: u32, reply: fuser::ReplyIoctl) {
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
         // Programs probe files with terminal ioctls (isatty); none apply.
         reply.error(Errno::ENOTTY);
     }
 
-    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         let t0 = Instant::now();
         let r = self.fs.fallocate(ino.0, offset, length, mode).map_err(errno);
         self.empty(reply, Op::Fallocate, t0, r);
@@ -837,11 +1010,13 @@ impl Filesystem for HurricaneFuse {
         let t0 = Instant::now();
         let r = match whence {
             libc::SEEK_DATA | libc::SEEK_HOLE if offset < 0 => Err(Errno::ENXIO),
-            libc::SEEK_DATA | libc::SEEK_HOLE => match self.fs.seek_data_hole(ino.0, offset as u64, whence == libc::SEEK_DATA) {
-                Ok(Some(x)) => Ok(x.min(i64::MAX as u64) as i64),
-                Ok(None) => Err(Errno::ENXIO),
-                Err(e) => Err(errno(e)),
-            },
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                match self.fs.seek_data_hole(ino.0, offset as u64, whence == libc::SEEK_DATA) {
+                    Ok(Some(x)) => Ok(x.min(i64::MAX as u64) as i64),
+                    Ok(None) => Err(Errno::ENXIO),
+                    Err(e) => Err(errno(e)),
+                }
+            }
             // The kernel resolves SEEK_SET/CUR/END itself.
             _ => Err(Errno::EINVAL),
         };
@@ -915,10 +1090,42 @@ impl HurricaneFuse {
             }
         }
         match self.fs.getattr(ino) {
-            Ok(a) if name == LAYOUT_XATTR.as_bytes() && a.is_file() && a.size > 0 => "the file already holds data: a layout can be set only on an empty file".into(),
+            Ok(a) if name == LAYOUT_XATTR.as_bytes() && a.is_file() && a.size > 0 => {
+                "the file already holds data: a layout can be set only on an empty file".into()
+            }
             Ok(a) if name == DIR_LAYOUT_XATTR.as_bytes() && !a.is_dir() => "not a directory".into(),
             Ok(_) => "refused by the engine (permissions or file type)".into(),
             Err(e) => e.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        for ns in [0i64, 1, 1_500_000_000_123, -1, -86_400_000_000_000, i64::MAX] {
+            let t = time(ns);
+            let d = t
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i128)
+                .unwrap_or_else(|e| -(e.duration().as_nanos() as i128));
+            assert_eq!(d, ns as i128);
+        }
+        // What fuser 0.18 hands over for (secs = -2, nsec = 5): 1970 - 2.000000005 s.
+        let from_fuser = UNIX_EPOCH - Duration::new(2, 5);
+        assert_eq!(nanos(from_fuser), -2_000_000_000 + 5);
+        assert_eq!(nanos(UNIX_EPOCH + Duration::new(3, 7)), 3_000_000_007);
+    }
+
+    #[test]
+    fn handles_and_masks() {
+        assert!(fh_writable(fh_of(libc::O_RDWR | libc::O_APPEND)));
+        assert!(!fh_writable(fh_of(libc::O_RDONLY)));
+        assert!(!fh_writable(FileHandle(libc::O_WRONLY as u64)), "not one of ours");
+        assert_eq!(open_mask(libc::O_RDONLY | libc::O_TRUNC), R | W);
+        assert_eq!(open_mask(libc::O_WRONLY), W);
     }
 }

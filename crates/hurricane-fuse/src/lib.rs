@@ -20,4 +20,4 @@ pub mod stats;
 
 pub use filesystem::{HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR};
 pub use options::MountOptions;
-pub use serve::serve;
+pub use serve::{serve, DEAD_MOUNT_HINT};

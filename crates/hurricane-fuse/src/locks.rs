@@ -73,7 +73,9 @@ fn apply(locks: &mut Vec<LockRange>, new: LockRange) {
         // Merge with the owner's adjacent ranges of the same type.
         let mut m = new;
         out.retain(|l| {
-            let touches = l.owner == m.owner && l.typ == m.typ && (l.end.checked_add(1) == Some(m.start) || m.end.checked_add(1) == Some(l.start));
+            let touches = l.owner == m.owner
+                && l.typ == m.typ
+                && (l.end.checked_add(1) == Some(m.start) || m.end.checked_add(1) == Some(l.start));
             if touches {
                 m.start = m.start.min(l.start);
                 m.end = m.end.max(l.end);
@@ -88,7 +90,10 @@ fn apply(locks: &mut Vec<LockRange>, new: LockRange) {
 impl LockTable {
     pub fn new() -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
-        LockTable { shards: (0..n).map(|_| CachePadded::new(Shard::default())).collect(), waits: Mutex::new(HashMap::new()) }
+        LockTable {
+            shards: (0..n).map(|_| CachePadded::new(Shard::default())).collect(),
+            waits: Mutex::new(HashMap::new()),
+        }
     }
 
     fn shard(&self, ino: u64) -> &Shard {

@@ -185,7 +185,10 @@ pub fn unmount_and_wait(mnt: &Path, timeout: Duration) -> Result<(), String> {
         }
         if Instant::now() > deadline {
             return Err(match pid {
-                Some(p) if alive => format!("{}: unmounted, but the server (pid {p}) is still flushing after {timeout:?}", mnt.display()),
+                Some(p) if alive => format!(
+                    "{}: unmounted, but the server (pid {p}) is still flushing after {timeout:?}",
+                    mnt.display()
+                ),
                 _ => format!("{}: still mounted after {timeout:?}", mnt.display()),
             });
         }

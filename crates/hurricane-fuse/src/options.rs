@@ -55,8 +55,26 @@ impl Default for MountOptions {
 /// Options mount(8) adds or that only concern fstab processing: accepted
 /// and ignored.
 fn ignored(key: &str) -> bool {
-    matches!(key, "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "owner" | "group" | "nofail" | "_netdev" | "relatime" | "strictatime" | "nodiratime" | "lazytime" | "nolazytime" | "comment" | "helper")
-        || key.starts_with("x-")
+    matches!(
+        key,
+        "defaults"
+            | "auto"
+            | "noauto"
+            | "user"
+            | "users"
+            | "nouser"
+            | "owner"
+            | "group"
+            | "nofail"
+            | "_netdev"
+            | "relatime"
+            | "strictatime"
+            | "nodiratime"
+            | "lazytime"
+            | "nolazytime"
+            | "comment"
+            | "helper"
+    ) || key.starts_with("x-")
 }
 
 fn parse_secs(key: &str, v: &str) -> Result<Duration, String> {
@@ -91,7 +109,9 @@ impl MountOptions {
                     Some((k, v)) => (k, Some(v)),
                     None => (item, None),
                 };
-                let need = || val.filter(|v| !v.is_empty()).ok_or_else(|| format!("mount option {key} needs a value ({key}=...)"));
+                let need = || {
+                    val.filter(|v| !v.is_empty()).ok_or_else(|| format!("mount option {key} needs a value ({key}=...)"))
+                };
                 let flag = |f: MountOption| -> Result<MountOption, String> {
                     if val.is_some() {
                         return Err(format!("mount option {key} takes no value"));
@@ -148,7 +168,19 @@ impl MountOptions {
         for f in o.flags.iter().rev() {
             let clash = |a: &MountOption, b: &MountOption| {
                 use MountOption::*;
-                matches!((a, b), (Dev, NoDev) | (NoDev, Dev) | (Suid, NoSuid) | (NoSuid, Suid) | (Exec, NoExec) | (NoExec, Exec) | (Atime, NoAtime) | (NoAtime, Atime) | (Sync, Async) | (Async, Sync))
+                matches!(
+                    (a, b),
+                    (Dev, NoDev)
+                        | (NoDev, Dev)
+                        | (Suid, NoSuid)
+                        | (NoSuid, Suid)
+                        | (Exec, NoExec)
+                        | (NoExec, Exec)
+                        | (Atime, NoAtime)
+                        | (NoAtime, Atime)
+                        | (Sync, Async)
+                        | (Async, Sync)
+                )
             };
             if !seen.iter().any(|s| s == f || clash(s, f)) {
                 seen.push(f.clone());
@@ -178,7 +210,10 @@ impl MountOptions {
 
     /// The fuser session configuration for a pool at `pool_name`.
     pub fn fuser_config(&self, pool_name: &str) -> Config {
-        let mut mo = vec![MountOption::FSName(self.fsname.clone().unwrap_or_else(|| pool_name.to_string())), MountOption::Subtype(self.subtype.clone())];
+        let mut mo = vec![
+            MountOption::FSName(self.fsname.clone().unwrap_or_else(|| pool_name.to_string())),
+            MountOption::Subtype(self.subtype.clone()),
+        ];
         // Without the kernel's checks, a name the kernel has cached would
         // let anyone through a directory it was looked up in; so they stay
         // on unless the engine sees every lookup (engine_permissions).
@@ -211,7 +246,12 @@ mod tests {
 
     #[test]
     fn parses_lists() {
-        let o = MountOptions::parse(&["allow_other,ro", "default_permissions,threads=3", "noexec,exec,x-systemd.automount,defaults"]).unwrap();
+        let o = MountOptions::parse(&[
+            "allow_other,ro",
+            "default_permissions,threads=3",
+            "noexec,exec,x-systemd.automount,defaults",
+        ])
+        .unwrap();
         assert!(o.allow_other && o.read_only && !o.engine_permissions);
         assert_eq!(o.threads, Some(3));
         assert_eq!(o.flags, vec![MountOption::Exec]);

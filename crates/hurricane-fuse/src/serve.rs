@@ -9,6 +9,9 @@ use hurricane::{Fs, Options};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
+/// What to do about a mount point whose server has died.
+pub const DEAD_MOUNT_HINT: &str = "a mount whose server died is still there; `hurricane umount` it first";
+
 const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 fn signal_set() -> libc::sigset_t {
@@ -90,9 +93,14 @@ fn abort_connection(mnt: &Path) {
 pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(), String> {
     block_signals();
     let pool = pool_dir.canonicalize().map_err(|e| format!("{}: {e}", pool_dir.display()))?;
-    let mnt = mountpoint.canonicalize().map_err(|e| format!("{}: {e}", mountpoint.display()))?;
-    if !mnt.is_dir() {
-        return Err(format!("{}: not a directory", mnt.display()));
+    let mnt = crate::mountinfo::absolute(mountpoint);
+    match std::fs::metadata(&mnt) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(format!("{}: {DEAD_MOUNT_HINT}", mnt.display()));
+        }
+        Err(e) => return Err(format!("{}: {e}", mnt.display())),
+        Ok(m) if !m.is_dir() => return Err(format!("{}: not a directory", mnt.display())),
+        Ok(_) => {}
     }
     let _lock = lock_pool(&pool)?;
     let mut opts = Options { read_only: o.read_only, ..Options::default() };
@@ -102,7 +110,14 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     if let Some(b) = o.cache_bytes {
         opts.cache_bytes = b;
     }
-    let fs = Fs::open_dir(&pool, opts).map_err(|e| format!("{}: {e}", pool.display()))?;
+    let fs = Fs::open_dir(&pool, opts).map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains(&*pool.to_string_lossy()) {
+            msg
+        } else {
+            format!("{}: {msg}", pool.display())
+        }
+    })?;
     let rep = fs.report();
     tracing::info!(
         "pool {} opened: {} ({} journal ops replayed in {:?}, {} orphans freed)",
@@ -113,13 +128,20 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         rep.orphans_freed
     );
     let pool_name = pool.to_string_lossy().into_owned();
-    let info = MountInfo { pool: pool_name.clone(), mountpoint: mnt.to_string_lossy().into_owned(), threads: o.thread_count() };
+    let info = MountInfo {
+        pool: pool_name.clone(),
+        mountpoint: mnt.to_string_lossy().into_owned(),
+        threads: o.thread_count(),
+    };
     let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.entry_timeout(), info);
     let config = o.fuser_config(&pool_name);
     let mut session = match fuser::Session::new(fuse, &mnt, &config) {
         Ok(s) => s,
         Err(e) => {
             let _ = fs.close();
+            if e.raw_os_error() == Some(libc::ENOTCONN) {
+                return Err(format!("{}: {DEAD_MOUNT_HINT}", mnt.display()));
+            }
             return Err(format!("cannot mount on {}: {e}", mnt.display()));
         }
     };

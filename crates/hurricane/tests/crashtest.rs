@@ -20,7 +20,19 @@ fn ci(workload: &str) {
 #[test]
 fn workload_list() {
     let names: Vec<&str> = workloads().iter().map(|(n, _)| *n).collect();
-    for want in ["posix", "renames", "appends", "extent", "stripe", "regions", "replicate", "inline", "nested", "concurrent"] {
+    for want in [
+        "posix",
+        "renames",
+        "appends",
+        "extent",
+        "stripe",
+        "regions",
+        "replicate",
+        "inline",
+        "nested",
+        "concurrent",
+        "full",
+    ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
     let r = run(&CrashOptions::new("nope", 10, 1));
@@ -68,15 +80,109 @@ fn nested() {
 fn concurrent() {
     ci("concurrent");
 }
+#[test]
+fn full() {
+    ci("full");
+}
 
 /// The checker has teeth: a disk that acknowledges flushes without doing
 /// them loses synced data, and that is reported.
 #[test]
 fn lying_disks_are_caught() {
-    for (workload, lying) in [("posix", vec![0]), ("extent", vec![1, 2]), ("renames", vec![0]), ("appends", vec![1, 2])] {
-        let opts = CrashOptions { jobs: 2, lying_devices: lying.clone(), max_reported: 3, ..CrashOptions::new(workload, 100, 3) };
+    for (workload, lying) in [("posix", vec![0]), ("extent", vec![1, 2]), ("renames", vec![0]), ("appends", vec![1, 2])]
+    {
+        let opts = CrashOptions {
+            jobs: 2,
+            lying_devices: lying.clone(),
+            max_reported: 3,
+            ..CrashOptions::new(workload, 100, 3)
+        };
         let r = run(&opts);
         eprintln!("lying {lying:?}: {r}");
         assert!(r.violations > 0, "{r}");
     }
+}
+
+/// Recovery time: a pool of 100,000 files whose journal is full of small
+/// synced operations (as many one-block records as fit before the next
+/// commit would checkpoint: half the journal), crashed, then opened. By hand:
+/// `cargo test -p hurricane --test crashtest -- --ignored recovery_time --nocapture`
+#[test]
+#[ignore]
+fn recovery_time() {
+    use hurricane::{FormatOptions, Fs, Options};
+    use std::time::Instant;
+    let quiet = || Options { background_commit: false, ..Options::default() };
+    let dir = std::env::var_os("RECOVERY_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!("hurricane-recovery-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // 3 devices of 1 GiB and a 32 MiB journal (the default for that size;
+    // RECOVERY_JOURNAL_MB changes it).
+    let jmb: u64 = std::env::var("RECOVERY_JOURNAL_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(32);
+    Fs::mkfs_dir(&dir, 3, 1 << 30, &FormatOptions { journal_size: Some(jmb << 20), ..Default::default() }).unwrap();
+    let fs = Fs::open_dir(&dir, quiet()).unwrap();
+    let t0 = Instant::now();
+    let files = 100_000;
+    for d in 0..100 {
+        fs.mkdir_path(&format!("/d{d}"), 0o755).unwrap();
+        for f in 0..files / 100 {
+            fs.write_file(&format!("/d{d}/f{f}"), format!("file {d}/{f}").as_bytes(), None).unwrap();
+        }
+        fs.sync().unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let made = t0.elapsed();
+    // Fill the journal: one small operation per sync, one block per record,
+    // up to half the journal (the next commit would checkpoint instead).
+    let (_, ckpts) = fs.commit_counts();
+    let t1 = Instant::now();
+    let records = (jmb << 20) as usize / 4096 / 2;
+    for i in 0..records {
+        // Each operation on a file of its own: /d{i % 100}/f{i / 100}.
+        let (d, f) = (i % 100, i / 100);
+        match i % 4 {
+            0 => fs.write_file(&format!("/d{d}/new{i}"), b"new", None).unwrap(),
+            1 => fs.rename_path(&format!("/d{d}/f{f}"), &format!("/d{d}/renamed{i}")).unwrap(),
+            2 => fs.remove(&format!("/d{d}/f{f}")).unwrap(),
+            _ => {
+                let h = fs.open_with(&format!("/d{d}/f{f}"), hurricane::OpenOptions::new().write(true)).unwrap();
+                h.write_at(b"overwritten", 0).unwrap();
+            }
+        }
+        fs.sync().unwrap();
+    }
+    assert_eq!(fs.commit_counts().1, ckpts, "the journal filled without a checkpoint");
+    let filled = t1.elapsed();
+    // The crash: the process goes away without closing the pool.
+    drop(fs);
+    let t2 = Instant::now();
+    let fs = Fs::open_dir(&dir, quiet()).unwrap();
+    let open = t2.elapsed();
+    let r = fs.report();
+    assert!(!r.was_clean);
+    assert!(r.replayed_records >= records, "{} records replayed", r.replayed_records);
+    assert_eq!(fs.read_file("/d4/new4").unwrap(), b"new");
+    assert_eq!(fs.read_file("/d5/renamed105").unwrap(), b"file 5/1");
+    assert_eq!(fs.read_file("/d3/f0").unwrap(), b"overwritten");
+    assert!(fs.stat("/d2/f0").is_err());
+    let t3 = Instant::now();
+    let f = hurricane::fsck::check(&fs, false, &mut |_, _, _| {}).unwrap();
+    let fsck = t3.elapsed();
+    assert!(f.is_clean(), "{:?}", f.remaining);
+    eprintln!(
+        "recovery: {} inodes; made in {:.1} s; journal filled with {records} synced operations in {:.1} s\n\
+         open after the crash: {:.3} s (replay of {} records, {} ops: {:.3} s); fsck afterwards: {:.2} s",
+        f.inodes,
+        made.as_secs_f64(),
+        filled.as_secs_f64(),
+        open.as_secs_f64(),
+        r.replayed_records,
+        r.replayed_ops,
+        r.replay_time.as_secs_f64(),
+        fsck.as_secs_f64()
+    );
+    drop(fs);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -57,7 +57,14 @@ impl Recorded {
         let log = Arc::new(Mutex::new(Vec::new()));
         let on = Arc::new(AtomicBool::new(false));
         let devs: Vec<Arc<dyn Device>> = (0..n)
-            .map(|i| Arc::new(Recorder { inner: MemDevice::new(format!("rec{i}"), 16 * MB), index: i, log: log.clone(), on: on.clone() }) as Arc<dyn Device>)
+            .map(|i| {
+                Arc::new(Recorder {
+                    inner: MemDevice::new(format!("rec{i}"), 16 * MB),
+                    index: i,
+                    log: log.clone(),
+                    on: on.clone(),
+                }) as Arc<dyn Device>
+            })
             .collect();
         Fs::format(devs.clone(), &FormatOptions::default()).unwrap();
         let fs = Fs::open(devs, quiet()).unwrap();
@@ -159,7 +166,11 @@ fn distance_prefetch_keeps_d_ahead_in_requests_of_a() {
 fn per_thread_windows_follow_each_thread_on_its_own_device() {
     // Two regions of 16 blocks, one per device; each thread reads 4 blocks of its own.
     let r = Recorded::new(2, "regions(size=64K,width=2)", 32);
-    let f = OpenFile::options().read(true).spec(spec("cursor=per-thread,prefetch=distance(d=2,a=1,per=thread)")).open(&r.fs, "/f").unwrap();
+    let f = OpenFile::options()
+        .read(true)
+        .spec(spec("cursor=per-thread,prefetch=distance(d=2,a=1,per=thread)"))
+        .open(&r.fs, "/f")
+        .unwrap();
     r.start();
     let go = Barrier::new(2);
     std::thread::scope(|s| {
@@ -215,7 +226,8 @@ fn lockstep(threads: usize, steps: usize, f: impl Fn(usize, usize) + Sync) {
 #[test]
 fn adaptive_policy_recognises_each_pattern() {
     let r = Recorded::new(2, "stripe(unit=4K,width=2)", 1024);
-    let open = || OpenFile::options().read(true).spec(spec("cursor=per-thread,prefetch=adaptive")).open(&r.fs, "/f").unwrap();
+    let open =
+        || OpenFile::options().read(true).spec(spec("cursor=per-thread,prefetch=adaptive")).open(&r.fs, "/f").unwrap();
     let mut buf = vec![0u8; BS];
 
     let f = open();
@@ -270,7 +282,8 @@ fn adaptive_policy_recognises_each_pattern() {
 }
 
 fn small_cache_pool(cache: u64) -> Fs {
-    let devs: Vec<Arc<dyn Device>> = (0..2).map(|i| Arc::new(MemDevice::new(format!("m{i}"), 48 * MB)) as Arc<dyn Device>).collect();
+    let devs: Vec<Arc<dyn Device>> =
+        (0..2).map(|i| Arc::new(MemDevice::new(format!("m{i}"), 48 * MB)) as Arc<dyn Device>).collect();
     Fs::format(devs.clone(), &FormatOptions::default()).unwrap();
     Fs::open(devs, Options { cache_bytes: cache, ..quiet() }).unwrap()
 }
@@ -296,7 +309,11 @@ fn cache_bound_holds_under_concurrent_load() {
         let readers: Vec<_> = (0..4)
             .map(|t| {
                 let (fs, data) = (&fs, &data);
-                let f = OpenFile::options().read(true).spec(spec("cursor=per-thread,prefetch=adaptive")).open(fs, "/big").unwrap();
+                let f = OpenFile::options()
+                    .read(true)
+                    .spec(spec("cursor=per-thread,prefetch=adaptive"))
+                    .open(fs, "/big")
+                    .unwrap();
                 s.spawn(move || {
                     // Each thread reads the whole file from its own starting point.
                     let mut buf = vec![0u8; 3 * BS + 100];
@@ -422,7 +439,8 @@ fn sim_option_is_kept_in_the_pool_directory() {
     let dir = tempfile::tempdir().unwrap();
     Fs::mkfs_dir(dir.path(), 2, 8 * MB, &FormatOptions::default()).unwrap();
     // A very fast disk: the test checks the plumbing, not the timing.
-    let p = SimParams::parse("hdd:rpm=60000,seek_min_ms=0,seek_full_ms=0.1,overhead_ms=0,bus_mb_s=1000").unwrap().unwrap();
+    let p =
+        SimParams::parse("hdd:rpm=60000,seek_min_ms=0,seek_full_ms=0.1,overhead_ms=0,bus_mb_s=1000").unwrap().unwrap();
     hurricane::pool::set_sim(dir.path(), Some(&p)).unwrap();
     hurricane::pool::set_sim(dir.path(), Some(&p)).unwrap();
     assert_eq!(hurricane::pool::sim_params(dir.path()).unwrap(), Some(p));

@@ -55,7 +55,13 @@ pub fn cmd(prog: &str, args: &[&str]) -> Output {
 /// Runs a command and expects success; returns stdout.
 pub fn ok(prog: &str, args: &[&str]) -> String {
     let o = cmd(prog, args);
-    assert!(o.status.success(), "{prog} {args:?} failed ({}):\n{}{}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{prog} {args:?} failed ({}):\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 

@@ -65,7 +65,12 @@ struct Map {
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
     check_args(&TYPE, &a)?;
-    let max = a.params.num("max")? / BLOCK_SIZE as u64;
+    let bytes = a.params.num("max")?;
+    // Rounding would make the built tree print back as another layout.
+    if !bytes.is_multiple_of(BLOCK_SIZE as u64) {
+        return Err(Error::Layout(format!("extent: max={bytes} is not a multiple of 4K")));
+    }
+    let max = bytes / BLOCK_SIZE as u64;
     let dev = a.device.unwrap_or_default();
     let mut map = Map::default();
     if let Some(s) = a.state {
@@ -270,7 +275,14 @@ impl Extent {
         for (gf, gl) in gaps {
             let mut pos = gf;
             while pos < gf + gl {
-                let Some((p, got)) = alloc.alloc(m.goal(pos), (gf + gl - pos).min(self.max)) else {
+                let want = (gf + gl - pos).min(self.max);
+                // Epoch 0 is no journal batch: the meta-file's own writes, which may use the reserve.
+                let got = if io.epoch == 0 {
+                    alloc.alloc_reserved(m.goal(pos), want)
+                } else {
+                    alloc.alloc(m.goal(pos), want)
+                };
+                let Some((p, got)) = got else {
                     // Nothing was recorded yet, so the space goes straight back.
                     for &(sf, sp, sl) in &fresh {
                         m.remove(sf, sf + sl);
@@ -414,7 +426,9 @@ impl Block for Extent {
             MapChange::Map {
                 fblk, pblk, len, ..
             } => {
-                if len == 0 || fblk.checked_add(len).is_none() || pblk.checked_add(len).is_none() {
+                // Writes record runs of at most `max` blocks; a longer one is
+                // corrupt (and would cost len/max map entries to apply).
+                if len == 0 || len > self.max || fblk.checked_add(len).is_none() || pblk.checked_add(len).is_none() {
                     return Err(Error::corrupt(
                         "journal",
                         format!(

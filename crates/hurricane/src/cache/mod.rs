@@ -73,10 +73,15 @@ type Key = (Ino, u64);
 enum State {
     Free,
     /// Being read; `stale` once a write or truncate overtook it.
-    Loading { stale: bool, prefetch: bool },
+    Loading {
+        stale: bool,
+        prefetch: bool,
+    },
     /// Read ahead, not used yet.
     Prefetched,
-    Cached { referenced: bool },
+    Cached {
+        referenced: bool,
+    },
 }
 
 struct Slot {
@@ -129,6 +134,15 @@ pub enum Lookup {
     /// Being read by someone else: [`BlockCache::wait`] for it.
     Loading,
     Miss,
+}
+
+/// Where a block is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    Present,
+    /// Being read (by a prefetch or a reader).
+    Loading,
+    Absent,
 }
 
 /// What a claim got.
@@ -272,13 +286,18 @@ impl BlockCache {
         Lookup::Hit
     }
 
-    /// Whether block `fblk` of `ino` holds data now (not counted as a lookup).
-    pub fn contains(&self, ino: Ino, fblk: u64) -> bool {
+    /// Whether block `fblk` of `ino` is here, on its way, or neither (not
+    /// counted as a lookup).
+    pub fn presence(&self, ino: Ino, fblk: u64) -> Presence {
         if !self.enabled() {
-            return false;
+            return Presence::Absent;
         }
         let s = self.shard((ino, fblk)).m.lock();
-        s.map.get(&(ino, fblk)).is_some_and(|&i| matches!(s.slots[i as usize].state, State::Prefetched | State::Cached { .. }))
+        match s.map.get(&(ino, fblk)).map(|&i| s.slots[i as usize].state) {
+            Some(State::Prefetched | State::Cached { .. }) => Presence::Present,
+            Some(State::Loading { .. }) => Presence::Loading,
+            _ => Presence::Absent,
+        }
     }
 
     /// Waits until block `fblk` of `ino` is no longer loading.
@@ -287,7 +306,8 @@ impl BlockCache {
         let mut s = sh.m.lock();
         s.c.waits += 1;
         loop {
-            let loading = s.map.get(&(ino, fblk)).is_some_and(|&i| matches!(s.slots[i as usize].state, State::Loading { .. }));
+            let loading =
+                s.map.get(&(ino, fblk)).is_some_and(|&i| matches!(s.slots[i as usize].state, State::Loading { .. }));
             if !loading {
                 return;
             }
@@ -396,12 +416,7 @@ impl BlockCache {
             if s.per_ino.get(&ino).copied().unwrap_or(0) == 0 {
                 continue;
             }
-            let hit: Vec<u32> = s
-                .map
-                .iter()
-                .filter(|(k, _)| k.0 == ino && k.1 >= from)
-                .map(|(_, &i)| i)
-                .collect();
+            let hit: Vec<u32> = s.map.iter().filter(|(k, _)| k.0 == ino && k.1 >= from).map(|(_, &i)| i).collect();
             for i in hit {
                 Self::drop_slot(&mut s, i);
             }
@@ -478,7 +493,12 @@ impl BlockCache {
             return Some(i);
         }
         if s.slots.len() < self.per_shard {
-            s.slots.push(Slot { key: (0, 0), state: State::Free, stamp: 0, data: vec![0u8; BLOCK_SIZE].into_boxed_slice() });
+            s.slots.push(Slot {
+                key: (0, 0),
+                state: State::Free,
+                stamp: 0,
+                data: vec![0u8; BLOCK_SIZE].into_boxed_slice(),
+            });
             return Some((s.slots.len() - 1) as u32);
         }
         // Read-ahead beyond half the shard is not being used: it goes first.

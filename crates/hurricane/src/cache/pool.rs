@@ -73,10 +73,11 @@ mod tests {
         let n = Arc::new(AtomicUsize::new(0));
         for _ in 0..100 {
             let n = n.clone();
-            assert!(p.submit(Box::new(move || {
-                n.fetch_add(1, Ordering::SeqCst);
-            }))
-            .is_ok());
+            assert!(p
+                .submit(Box::new(move || {
+                    n.fetch_add(1, Ordering::SeqCst);
+                }))
+                .is_ok());
         }
         let t0 = std::time::Instant::now();
         while n.load(Ordering::SeqCst) < 100 && t0.elapsed().as_secs() < 10 {

@@ -4,7 +4,7 @@
 
 use super::image::{Durable, Mode};
 use super::model::{content_diffs, describe_diff, observe, same_meta, subtree, Tree};
-use super::record::Event;
+use super::record::{Event, Recorder, RecordingDevice};
 use super::workloads::{SyncRec, ThreadHist};
 use super::Violation;
 use crate::device::Device;
@@ -21,12 +21,16 @@ pub(crate) struct Recorded {
     pub events: Vec<Event>,
     pub threads: Vec<ThreadHist>,
     pub syncs: Vec<SyncRec>,
+    /// The background committer ran: any operation boundary may be durable.
+    pub background: bool,
 }
 
 /// What checking one cut found.
 #[derive(Default)]
 pub(crate) struct CutResult {
     pub states: usize,
+    /// Of them, states of a second crash during the recovery of a first.
+    pub recovery_states: usize,
     /// States that showed a sync that had not returned at the cut.
     pub newer: usize,
     pub violations: Vec<Violation>,
@@ -37,7 +41,8 @@ pub(crate) struct CutResult {
 /// `p` keeps the first `p` events.
 pub(crate) fn choose_cuts(events: &[Event], n: usize, seed: u64) -> Vec<usize> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xC0FF_EE00);
-    let flushes: Vec<usize> = events.iter().enumerate().filter(|(_, e)| matches!(e, Event::Flush { .. })).map(|(i, _)| i + 1).collect();
+    let flushes: Vec<usize> =
+        events.iter().enumerate().filter(|(_, e)| matches!(e, Event::Flush { .. })).map(|(i, _)| i + 1).collect();
     let fset: HashSet<usize> = flushes.iter().copied().collect();
     let mut others: Vec<usize> = (0..=events.len()).filter(|p| !fset.contains(p)).collect();
     others.shuffle(&mut rng);
@@ -63,8 +68,13 @@ pub(crate) fn describe_cut(events: &[Event], p: usize) -> String {
     match &events[p - 1] {
         Event::Flush { dev } => format!("right after event {} (flush of device {dev})", p - 1),
         Event::Write { dev, off, data } => {
-            let since = events[..p].iter().rev().take_while(|e| !matches!(e, Event::Flush { dev: d } if d == dev)).count();
-            format!("after event {} (write of {} bytes at {off:#x} to device {dev}; {since} writes since its last flush)", p - 1, data.len())
+            let since =
+                events[..p].iter().rev().take_while(|e| !matches!(e, Event::Flush { dev: d } if d == dev)).count();
+            format!(
+                "after event {} (write of {} bytes at {off:#x} to device {dev}; {since} writes since its last flush)",
+                p - 1,
+                data.len()
+            )
         }
     }
 }
@@ -114,14 +124,27 @@ pub(crate) fn check_cuts(rec: &Recorded, cuts: &[usize], long: bool, seed: u64) 
             }
             out.states += 1;
             let devs = durable.devices(&rec.events, &pieces, &keep);
-            match check_state(rec, p, devs) {
+            // Some states also crash again while they recover.
+            let again = (out.states % if long { 4 } else { 16 } == 0).then(|| materialize(&devs));
+            let mut r = check_state(rec, p, devs);
+            if let (Ok(_), Some(images)) = (&r, again) {
+                match recovery_crashes(rec, p, images) {
+                    Ok(n) => out.recovery_states += n,
+                    Err(e) => r = Err(e),
+                }
+            }
+            match r {
                 Ok(newer) => out.newer += newer as usize,
                 Err(detail) => out.violations.push(Violation {
                     workload: rec.workload.clone(),
                     seed: rec.seed,
                     cut: p,
                     cut_desc: describe_cut(&rec.events, p),
-                    mode: format!("{mode} (kept {} of {} unflushed block writes)", keep.iter().filter(|k| **k).count(), keep.len()),
+                    mode: format!(
+                        "{mode} (kept {} of {} unflushed block writes)",
+                        keep.iter().filter(|k| **k).count(),
+                        keep.len()
+                    ),
                     detail,
                 }),
             }
@@ -130,10 +153,61 @@ pub(crate) fn check_cuts(rec: &Recorded, cuts: &[usize], long: bool, seed: u64) 
     out
 }
 
+/// The whole contents of crash devices.
+fn materialize(devs: &[Arc<dyn Device>]) -> Vec<Arc<Vec<u8>>> {
+    devs.iter()
+        .map(|d| {
+            let mut img = vec![0u8; d.size() as usize];
+            // A CrashDevice reads from memory: this cannot fail.
+            let _ = d.read_at(&mut img, 0);
+            Arc::new(img)
+        })
+        .collect()
+}
+
+/// A second power cut while a crash state recovers: the recovery (open,
+/// orphan frees, superblocks, fsck's commit) is recorded and cut after
+/// every request, its unflushed writes dropped or kept. Each result must
+/// still be a legal state for the first cut `p`. Returns the states checked.
+fn recovery_crashes(rec: &Recorded, p: usize, images: Vec<Arc<Vec<u8>>>) -> Result<usize, String> {
+    let recorder = Arc::new(Recorder::default());
+    let devs: Vec<Arc<dyn Device>> = images
+        .iter()
+        .enumerate()
+        .map(|(i, img)| {
+            Arc::new(RecordingDevice::new(i as u32, img.to_vec(), recorder.clone(), false)) as Arc<dyn Device>
+        })
+        .collect();
+    {
+        let fs = Fs::open(devs, Options { background_commit: false, ..Options::default() })
+            .map_err(|e| format!("recovery: open failed: {e}"))?;
+        fsck::check(&fs, false, &mut |_, _, _| {}).map_err(|e| format!("recovery: fsck failed to run: {e}"))?;
+    }
+    let events = recorder.take();
+    let mut durable = Durable::new(images);
+    let mut n = 0;
+    for q in 0..=events.len() {
+        durable.advance(&events, q);
+        let pieces = durable.pieces(&events);
+        let mut modes = vec![Mode::Drop];
+        if !pieces.is_empty() {
+            modes.push(Mode::Keep);
+        }
+        for mode in modes {
+            let keep = mode.keep(&pieces);
+            n += 1;
+            check_state(rec, p, durable.devices(&events, &pieces, &keep)).map_err(|e| {
+                format!("crash during recovery, after {q} of its {} requests, {mode}: {e}", events.len())
+            })?;
+        }
+    }
+    Ok(n)
+}
+
 /// Thread `t`'s legal states at cut `p`: the lowest (what the last sync
 /// completed before the cut guarantees) and every state a sync that had
 /// started by then may have captured.
-fn candidates(t: &ThreadHist, syncs: &[SyncRec], p: usize) -> (usize, Vec<usize>) {
+fn candidates(t: &ThreadHist, syncs: &[SyncRec], p: usize, background: bool) -> (usize, Vec<usize>) {
     // Operations ended before a sync started are in it; operations started
     // after it ended are not.
     let lo = |s: &SyncRec| t.ops.partition_point(|o| o.end.tick < s.start.tick);
@@ -146,6 +220,11 @@ fn candidates(t: &ThreadHist, syncs: &[SyncRec], p: usize) -> (usize, Vec<usize>
         }
     }
     c.insert(floor);
+    if background {
+        // A commit of its own may have captured any operation started by now.
+        let started = t.ops.partition_point(|o| o.start.pos < p);
+        c.extend(floor..=started);
+    }
     (floor, c.into_iter().rev().collect())
 }
 
@@ -157,7 +236,8 @@ fn touched(t: &ThreadHist, i: usize, p: usize) -> HashSet<u64> {
 /// Opens one crash state and checks it; Ok(true) when it showed a state
 /// newer than the last completed sync.
 fn check_state(rec: &Recorded, p: usize, devs: Vec<Arc<dyn Device>>) -> Result<bool, String> {
-    let fs = Fs::open(devs, Options { background_commit: false, ..Options::default() }).map_err(|e| format!("open failed: {e}"))?;
+    let fs = Fs::open(devs, Options { background_commit: false, ..Options::default() })
+        .map_err(|e| format!("open failed: {e}"))?;
     let r = fs.report();
     if !r.double_claims.is_empty() {
         return Err(format!("blocks claimed twice: {:?}", r.double_claims));
@@ -170,7 +250,7 @@ fn check_state(rec: &Recorded, p: usize, devs: Vec<Arc<dyn Device>>) -> Result<b
     let mut newer = false;
     for t in &rec.threads {
         let sub = subtree(&got, &t.prefix);
-        newer |= check_thread(t, &rec.syncs, p, &sub)?;
+        newer |= check_thread(t, &rec.syncs, p, &sub, rec.background)?;
     }
     // With per-thread directories, nothing may lie outside them.
     if rec.threads.iter().all(|t| !t.prefix.is_empty()) {
@@ -184,8 +264,8 @@ fn check_state(rec: &Recorded, p: usize, devs: Vec<Arc<dyn Device>>) -> Result<b
     Ok(newer)
 }
 
-fn check_thread(t: &ThreadHist, syncs: &[SyncRec], p: usize, got: &Tree) -> Result<bool, String> {
-    let (floor, cands) = candidates(t, syncs, p);
+fn check_thread(t: &ThreadHist, syncs: &[SyncRec], p: usize, got: &Tree, background: bool) -> Result<bool, String> {
+    let (floor, cands) = candidates(t, syncs, p, background);
     let mut content_fail = None;
     for &i in &cands {
         let want = &t.states[i];

@@ -95,7 +95,11 @@ impl Durable {
             .images
             .iter()
             .enumerate()
-            .map(|(i, img)| CrashDevice { name: format!("crash{i}"), base: img.clone(), over: Mutex::new(HashMap::new()) })
+            .map(|(i, img)| CrashDevice {
+                name: format!("crash{i}"),
+                base: img.clone(),
+                over: Mutex::new(HashMap::new()),
+            })
             .collect();
         for (p, _) in pieces.iter().zip(keep).filter(|(_, k)| **k) {
             if let Event::Write { data, .. } = &events[p.ev] {

@@ -14,11 +14,14 @@
 //! 3. **Check.** Each crash state is opened with [`Fs::open`] (no manual
 //!    repair) and must: open; have no block claimed twice; be fsck-clean;
 //!    show a namespace (names, types, modes, link counts, sizes, symlink
-//!    targets, xattrs) equal to a state the workload passed through that is
+//!    targets, xattrs, layouts) equal to a state the workload passed through that is
 //!    no older than the last sync completed before the cut and no newer than
 //!    what a sync started before the cut may have captured; and give every
 //!    file not written since that state exactly its contents. With several
 //!    threads (each in its own directory) this holds per thread.
+//! 4. **Crash again.** Every 16th state (every 4th in long mode) is also
+//!    recovered on recording devices and cut after each request of its
+//!    recovery; those states must pass the same checks.
 //!
 //! The engine's `fsync` is a full sync, so "every file fsync'd before the
 //! cut has exactly its content" is part of the last rule.
@@ -63,7 +66,15 @@ pub struct CrashOptions {
 
 impl Default for CrashOptions {
     fn default() -> Self {
-        CrashOptions { workload: "posix".into(), points: 300, seed: 1, long: false, jobs: 0, max_reported: 20, lying_devices: Vec::new() }
+        CrashOptions {
+            workload: "posix".into(),
+            points: 300,
+            seed: 1,
+            long: false,
+            jobs: 0,
+            max_reported: 20,
+            lying_devices: Vec::new(),
+        }
     }
 }
 
@@ -89,7 +100,11 @@ pub struct Violation {
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} seed {} cut {} ({}), {}: {}", self.workload, self.seed, self.cut, self.cut_desc, self.mode, self.detail)
+        write!(
+            f,
+            "{} seed {} cut {} ({}), {}: {}",
+            self.workload, self.seed, self.cut, self.cut_desc, self.mode, self.detail
+        )
     }
 }
 
@@ -112,6 +127,10 @@ pub struct CrashReport {
     pub states: usize,
     /// States that showed a sync still in flight at the cut (legal).
     pub newer_states: usize,
+    /// States of a second crash during the recovery of a first (included
+    /// in `states`): every 16th state (4th in long mode) is crashed again
+    /// after each request of its recovery.
+    pub recovery_states: usize,
     /// Crash states that broke a rule.
     pub violations: usize,
     /// The first violations, described.
@@ -137,7 +156,7 @@ impl fmt::Display for CrashReport {
         }
         write!(
             f,
-            "crashtest {} (seed {}): {} ops, {} syncs, {} checkpoints; {} writes and {} flushes recorded\n  {} crash points, {} crash states checked ({} showed an in-flight sync), {} violations [{:.1} s]",
+            "crashtest {} (seed {}): {} ops, {} syncs, {} checkpoints; {} writes and {} flushes recorded\n  {} crash points, {} crash states checked ({} of them crashes during recovery; {} showed an in-flight sync), {} violations [{:.1} s]",
             self.workload,
             self.seed,
             self.ops,
@@ -147,6 +166,7 @@ impl fmt::Display for CrashReport {
             self.flushes,
             self.points,
             self.states,
+            self.recovery_states,
             self.newer_states,
             self.violations,
             self.elapsed.as_secs_f64()
@@ -179,7 +199,8 @@ pub const JOURNAL_SIZE: u64 = 96 << 10;
 pub fn run(opts: &CrashOptions) -> CrashReport {
     if opts.workload == "all" {
         let t0 = Instant::now();
-        let parts: Vec<CrashReport> = workloads().iter().map(|(n, _)| run(&CrashOptions { workload: n.to_string(), ..opts.clone() })).collect();
+        let parts: Vec<CrashReport> =
+            workloads().iter().map(|(n, _)| run(&CrashOptions { workload: n.to_string(), ..opts.clone() })).collect();
         let mut r = CrashReport { workload: "all".into(), seed: opts.seed, ..Default::default() };
         for p in &parts {
             r.ops += p.ops;
@@ -190,6 +211,7 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
             r.points += p.points;
             r.states += p.states;
             r.newer_states += p.newer_states;
+            r.recovery_states += p.recovery_states;
             r.violations += p.violations;
         }
         r.parts = parts;
@@ -245,7 +267,8 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
     });
     let mut all: Vec<Violation> = Vec::new();
     for r in results {
-        report.states += r.states;
+        report.states += r.states + r.recovery_states;
+        report.recovery_states += r.recovery_states;
         report.newer_states += r.newer;
         all.extend(r.violations);
     }
@@ -270,11 +293,13 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
     }
 
     // The starting pool: formatted (and, for threads, their directories made).
-    let mems: Vec<Arc<MemDevice>> = (0..DEVICES).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), DEVICE_SIZE))).collect();
+    let mems: Vec<Arc<MemDevice>> =
+        (0..DEVICES).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), DEVICE_SIZE))).collect();
     let dyns = || mems.iter().map(|d| d.clone() as Arc<dyn Device>).collect::<Vec<_>>();
     Fs::format(dyns(), &FormatOptions { journal_size: Some(JOURNAL_SIZE), ..Default::default() })?;
     let quiet = Options { background_commit: false, ..Options::default() };
-    let prefixes: Vec<String> = if concurrent { (0..threads).map(|t| format!("/t{t}")).collect() } else { vec![String::new()] };
+    let prefixes: Vec<String> =
+        if concurrent { (0..threads).map(|t| format!("/t{t}")).collect() } else { vec![String::new()] };
     if concurrent {
         let fs = Fs::open(dyns(), quiet.clone())?;
         for p in &prefixes {
@@ -286,9 +311,26 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
     drop(mems);
 
     let rec = Arc::new(Recorder::default());
-    let devs: Vec<Arc<dyn Device>> =
-        base.iter().enumerate().map(|(i, img)| Arc::new(RecordingDevice::new(i as u32, img.to_vec(), rec.clone(), opts.lying_devices.contains(&(i as u32)))) as Arc<dyn Device>).collect();
-    let fs = Fs::open(devs, quiet)?;
+    let devs: Vec<Arc<dyn Device>> = base
+        .iter()
+        .enumerate()
+        .map(|(i, img)| {
+            Arc::new(RecordingDevice::new(
+                i as u32,
+                img.to_vec(),
+                rec.clone(),
+                opts.lying_devices.contains(&(i as u32)),
+            )) as Arc<dyn Device>
+        })
+        .collect();
+    // Threads run with the background committer too: commits at moments
+    // no thread chose.
+    let opts_open = if concurrent {
+        Options { background_commit: true, commit_interval: Duration::from_millis(2), ..quiet }
+    } else {
+        quiet
+    };
+    let fs = Fs::open(devs, opts_open)?;
     // The formatted pool is the first durable state.
     let syncs = Mutex::new(vec![SyncRec { start: Mark { pos: 0, tick: 0 }, end: Mark { pos: 0, tick: 0 } }]);
     let hists = if concurrent {
@@ -306,7 +348,9 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
                     })
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::Invalid("workload thread panicked".into())))).collect::<Result<Vec<_>>>()
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Invalid("workload thread panicked".into()))))
+                .collect::<Result<Vec<_>>>()
         })?
     } else {
         let rng = StdRng::seed_from_u64(opts.seed);
@@ -315,8 +359,10 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             "posix" => workloads::posix(&mut d, size)?,
             "renames" => workloads::renames(&mut d, size)?,
             "appends" => workloads::appends(&mut d, size)?,
+            "full" => workloads::full(&mut d, size)?,
             other => {
-                let (specs, max) = workloads::layout_family(other).ok_or_else(|| Error::Invalid(format!("workload {other}")))?;
+                let (specs, max) =
+                    workloads::layout_family(other).ok_or_else(|| Error::Invalid(format!("workload {other}")))?;
                 workloads::layouts(&mut d, size, specs, max)?;
             }
         }
@@ -331,5 +377,16 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
     syncs.push(SyncRec { start, end });
     drop(fs);
     let events = rec.take();
-    Ok((check::Recorded { workload: name.to_string(), seed: opts.seed, base, events, threads: hists, syncs }, ckpts))
+    Ok((
+        check::Recorded {
+            workload: name.to_string(),
+            seed: opts.seed,
+            base,
+            events,
+            threads: hists,
+            syncs,
+            background: concurrent,
+        },
+        ckpts,
+    ))
 }

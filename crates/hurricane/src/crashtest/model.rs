@@ -102,12 +102,28 @@ impl Model {
             .map(|(p, n)| {
                 let s = match n {
                     Node::Dir { perm, layout } => Seen {
-                        meta: Meta { kind: Kind::Dir, perm: *perm, nlink: 0, size: 0, target: Vec::new(), xattrs: Vec::new(), layout: layout.clone() },
+                        meta: Meta {
+                            kind: Kind::Dir,
+                            perm: *perm,
+                            nlink: 0,
+                            size: 0,
+                            target: Vec::new(),
+                            xattrs: Vec::new(),
+                            layout: layout.clone(),
+                        },
                         crc: 0,
                         file: None,
                     },
                     Node::Symlink(t) => Seen {
-                        meta: Meta { kind: Kind::Symlink, perm: 0o777, nlink: 1, size: t.len() as u64, target: t.clone(), xattrs: Vec::new(), layout: String::new() },
+                        meta: Meta {
+                            kind: Kind::Symlink,
+                            perm: 0o777,
+                            nlink: 1,
+                            size: t.len() as u64,
+                            target: t.clone(),
+                            xattrs: Vec::new(),
+                            layout: String::new(),
+                        },
                         crc: 0,
                         file: None,
                     },
@@ -213,7 +229,8 @@ pub(crate) fn observe(fs: &Fs) -> Result<Tree> {
     while let Some(dir) = stack.pop() {
         let items = fs.read_dir(if dir.is_empty() { "/" } else { &dir })?;
         for e in items {
-            let name = String::from_utf8(e.name.clone()).map_err(|_| Error::Invalid(format!("{dir}: entry name not UTF-8")))?;
+            let name = String::from_utf8(e.name.clone())
+                .map_err(|_| Error::Invalid(format!("{dir}: entry name not UTF-8")))?;
             let path = format!("{dir}/{name}");
             let a = fs.lstat(&path)?;
             let mut xattrs = Vec::new();
@@ -226,10 +243,22 @@ pub(crate) fn observe(fs: &Fs) -> Result<Tree> {
             let seen = if a.is_dir() {
                 stack.push(path.clone());
                 let layout = fs.dir_layout_get(a.ino)?;
-                Seen { meta: Meta { kind: Kind::Dir, perm, nlink: 0, size: 0, target: Vec::new(), xattrs, layout }, crc: 0, file: None }
+                Seen {
+                    meta: Meta { kind: Kind::Dir, perm, nlink: 0, size: 0, target: Vec::new(), xattrs, layout },
+                    crc: 0,
+                    file: None,
+                }
             } else if a.is_symlink() {
                 let t = fs.readlink(a.ino)?;
-                let meta = Meta { kind: Kind::Symlink, perm: 0o777, nlink: a.nlink, size: a.size, target: t, xattrs, layout: String::new() };
+                let meta = Meta {
+                    kind: Kind::Symlink,
+                    perm: 0o777,
+                    nlink: a.nlink,
+                    size: a.size,
+                    target: t,
+                    xattrs,
+                    layout: String::new(),
+                };
                 Seen { meta, crc: 0, file: None }
             } else {
                 let data = fs.read_file(&path)?;
@@ -237,7 +266,8 @@ pub(crate) fn observe(fs: &Fs) -> Result<Tree> {
                     return Err(Error::corrupt(path, format!("read {} bytes of a {}-byte file", data.len(), a.size)));
                 }
                 let layout = fs.layout_get(a.ino)?;
-                let meta = Meta { kind: Kind::File, perm, nlink: a.nlink, size: a.size, target: Vec::new(), xattrs, layout };
+                let meta =
+                    Meta { kind: Kind::File, perm, nlink: a.nlink, size: a.size, target: Vec::new(), xattrs, layout };
                 Seen { meta, crc: crc32c::crc32c(&data), file: None }
             };
             out.insert(path, seen);
@@ -270,7 +300,10 @@ pub(crate) fn content_diffs(got: &Tree, want: &Tree, touched: &HashSet<u64>) -> 
         }
         if let Some(g) = got.get(p) {
             if g.crc != w.crc {
-                out.push(format!("{p}: contents differ ({} bytes, crc {:08x}, want {:08x})", w.meta.size, g.crc, w.crc));
+                out.push(format!(
+                    "{p}: contents differ ({} bytes, crc {:08x}, want {:08x})",
+                    w.meta.size, g.crc, w.crc
+                ));
             }
         }
     }

@@ -24,7 +24,8 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("replicate", "the same on replicate(copies=2) and replicate(copies=3)"),
     ("inline", "the same on inline files, some outgrowing inline and moving to the default layout"),
     ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes)"),
-    ("concurrent", "4 threads, each working on its own directory and syncing on its own"),
+    ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
+    ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
 ];
 
 /// One operation of one thread, as the checker needs it.
@@ -92,7 +93,15 @@ fn parent(path: &str) -> &str {
 }
 
 impl<'a> Driver<'a> {
-    pub fn new(fs: &'a Fs, rec: &'a Recorder, syncs: &'a Mutex<Vec<SyncRec>>, rng: StdRng, thread: u64, prefix: String, m: Model) -> Self {
+    pub fn new(
+        fs: &'a Fs,
+        rec: &'a Recorder,
+        syncs: &'a Mutex<Vec<SyncRec>>,
+        rng: StdRng,
+        thread: u64,
+        prefix: String,
+        m: Model,
+    ) -> Self {
         let t = Arc::new(m.tree());
         Driver {
             fs,
@@ -122,6 +131,16 @@ impl<'a> Driver<'a> {
     fn end(&mut self) {
         let end = self.rec.mark();
         let start = self.start.take().unwrap_or(end);
+        // Data changes may move a file to another layout (an inline file
+        // outgrowing its block, by a write or a truncate): the model follows.
+        for id in self.mods.clone() {
+            let path = self.m.paths.iter().find(|(_, n)| **n == Node::File(id)).map(|(p, _)| p.clone());
+            if let Some(path) = path {
+                if let (Ok(l), Some(f)) = (self.live_layout(&path), self.m.files.get_mut(&id)) {
+                    f.layout = l;
+                }
+            }
+        }
         self.hist.ops.push(OpRec { start, end, mods: std::mem::take(&mut self.mods) });
         self.hist.states.push(Arc::new(self.m.tree()));
     }
@@ -177,7 +196,8 @@ impl<'a> Driver<'a> {
 
     /// A random existing directory of this thread (its prefix included).
     pub fn dir(&mut self) -> String {
-        let mut v: Vec<String> = self.m.paths.iter().filter(|(_, n)| matches!(n, Node::Dir { .. })).map(|(p, _)| p.clone()).collect();
+        let mut v: Vec<String> =
+            self.m.paths.iter().filter(|(_, n)| matches!(n, Node::Dir { .. })).map(|(p, _)| p.clone()).collect();
         v.push(self.hist.prefix.clone());
         v.choose(&mut self.rng).cloned().unwrap_or_default()
     }
@@ -243,6 +263,32 @@ impl<'a> Driver<'a> {
         })
     }
 
+    /// A write that may fail with ENOSPC: then whatever part of it the
+    /// layout managed to place is read back from the pool into the model.
+    pub fn write_or_full(&mut self, path: &str, off: usize, len: usize) -> Result<bool> {
+        let data = self.data(len);
+        let mut full = false;
+        self.op(format!("write {path} at {off}, {len} bytes (may fill)"), |d| {
+            let f = d.fs.open_with(path, OpenOptions::new().write(true))?;
+            let r = f.write_at(&data, off as u64);
+            let Some((id, mf)) = d.m.file(path) else { return Ok(()) };
+            d.mods.push(id);
+            match r {
+                Ok(_) => mf.write(off, &data),
+                Err(Error::NoSpace(_)) => {
+                    full = true;
+                    let now = d.fs.read_file(path)?;
+                    if let Some((_, mf)) = d.m.file(path) {
+                        mf.set(now);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+            d.refresh_layout(path)
+        })?;
+        Ok(full)
+    }
+
     /// Appends through an O_APPEND handle; with `fsync`, syncs it.
     pub fn append(&mut self, path: &str, len: usize, fsync: bool) -> Result<()> {
         let data = self.data(len);
@@ -293,7 +339,14 @@ impl<'a> Driver<'a> {
             let ib = d.fs.resolve(if pb.is_empty() { "/" } else { pb })?;
             let na = &a[pa.len() + 1..];
             let nb = &b[pb.len() + 1..];
-            d.fs.rename(&Creds::root(), ia, na.as_bytes(), ib, nb.as_bytes(), RenameFlags { exchange: true, noreplace: false })?;
+            d.fs.rename(
+                &Creds::root(),
+                ia,
+                na.as_bytes(),
+                ib,
+                nb.as_bytes(),
+                RenameFlags { exchange: true, noreplace: false },
+            )?;
             d.m.exchange(a, b);
             Ok(())
         })
@@ -471,7 +524,11 @@ impl<'a> Driver<'a> {
                 *p != from
                     && !p.starts_with(&format!("{from}/"))
                     && !from.starts_with(&format!("{p}/"))
-                    && if from_dir { matches!(n, Node::Dir { .. }) && empties.contains(p) } else { !matches!(n, Node::Dir { .. }) }
+                    && if from_dir {
+                        matches!(n, Node::Dir { .. }) && empties.contains(p)
+                    } else {
+                        !matches!(n, Node::Dir { .. })
+                    }
             })
             .map(|(p, _)| p.clone())
             .collect();
@@ -558,7 +615,8 @@ pub(crate) fn posix(d: &mut Driver, size: Size) -> Result<()> {
             }
             87..=88 => {
                 if let Some(p) = d.pick_file() {
-                    let names: Vec<Vec<u8>> = d.m.file(&p).map(|(_, f)| f.xattrs.keys().cloned().collect()).unwrap_or_default();
+                    let names: Vec<Vec<u8>> =
+                        d.m.file(&p).map(|(_, f)| f.xattrs.keys().cloned().collect()).unwrap_or_default();
                     if let Some(n) = names.choose(&mut d.rng).cloned() {
                         d.removexattr(&p, &n)?;
                     }
@@ -582,11 +640,7 @@ pub(crate) fn posix(d: &mut Driver, size: Size) -> Result<()> {
                     d.unlink_open(&p)?;
                 }
             }
-            94 => {
-                if !d.held.is_empty() {
-                    d.drop_held()?;
-                }
-            }
+            94 if !d.held.is_empty() => d.drop_held()?,
             95..=96 => {
                 let p = d.create_empty(None)?;
                 let spec = *MIX_LAYOUTS.choose(&mut d.rng).unwrap_or(&"extent");
@@ -783,7 +837,9 @@ pub(crate) fn concurrent_thread(d: &mut Driver, size: Size) -> Result<()> {
     for _ in 0..size.ops {
         match d.rng.gen_range(0..100) {
             0..=19 => {
-                let lay = *["extent", "stripe(unit=8K,width=3)", "replicate[extent@0,extent@1]"].choose(&mut d.rng).unwrap_or(&"extent");
+                let lay = *["extent", "stripe(unit=8K,width=3)", "replicate[extent@0,extent@1]"]
+                    .choose(&mut d.rng)
+                    .unwrap_or(&"extent");
                 d.create_empty(Some(lay))?;
             }
             20..=54 => {
@@ -826,6 +882,66 @@ pub(crate) fn concurrent_thread(d: &mut Driver, size: Size) -> Result<()> {
         if d.rng.gen_bool(0.15) {
             d.sync()?;
         }
+    }
+    d.sync()
+}
+
+/// Fills the devices: big writes until ENOSPC, then removals and
+/// truncations that free space, and meta-data work on the full pool.
+pub(crate) fn full(d: &mut Driver, size: Size) -> Result<()> {
+    const SPECS: &[&str] = &["extent@1", "extent@2", "stripe(unit=64K,width=2)", "extent@0"];
+    let mut fulls = 0;
+    d.sync()?;
+    // First fill every device, a few syncs along the way.
+    for spec in SPECS {
+        let p = d.create_empty(Some(spec))?;
+        for i in 0..200 {
+            let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+            if d.write_or_full(&p, cur, 256 << 10)? {
+                fulls += 1;
+                break;
+            }
+            if i % 6 == 5 {
+                d.sync()?;
+            }
+        }
+    }
+    for _ in 0..size.ops / 2 {
+        match d.rng.gen_range(0..10) {
+            0..=5 => {
+                let p = match d.pick_file() {
+                    Some(p) if d.rng.gen_bool(0.6) => p,
+                    _ => {
+                        let spec = *SPECS.choose(&mut d.rng).unwrap_or(&"extent@1");
+                        d.create_empty(Some(spec))?
+                    }
+                };
+                let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                let len = d.rng.gen_range(64 << 10..512 << 10);
+                fulls += d.write_or_full(&p, cur, len)? as usize;
+            }
+            6..=7 => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+            8 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    d.truncate(&p, cur / 2)?;
+                }
+            }
+            _ => {
+                d.mkdir()?;
+                d.create_file(Some("inline"), 500)?;
+            }
+        }
+        if d.rng.gen_bool(0.3) {
+            d.sync()?;
+        }
+    }
+    if fulls == 0 {
+        return Err(Error::Invalid("the full workload never filled a device".into()));
     }
     d.sync()
 }

@@ -80,6 +80,9 @@ struct MetaState {
     sb: Superblock,
     cursor: Cursor,
     meta: Layout,
+    /// Groups a failed commit took out of the gate: the next commit writes
+    /// them first, so what is durable is always a prefix of what was done.
+    unwritten: Vec<Vec<u8>>,
 }
 
 pub(crate) struct Inner {
@@ -221,7 +224,7 @@ impl Fs {
         };
         let mut e = Encoder::new();
         state.encode(&mut e);
-        let mut ms = MetaState { sb, cursor: Cursor { tail: 0, head: 0, seq: 1 }, meta };
+        let mut ms = MetaState { sb, cursor: Cursor { tail: 0, head: 0, seq: 1 }, meta, unwritten: Vec::new() };
         write_checkpoint(&storage, &mut ms, &e.buf, true)?;
         Ok(())
     }
@@ -246,16 +249,26 @@ impl Fs {
             }
         };
         meta.extents(&mut |d, s, l| claim(d, s, l, "meta-file", &mut report));
+        set_meta_reserve(&storage, &meta, &j);
 
         // The checkpoint, read through the meta-file's own building blocks.
         let nblk = (sb.meta_len as usize).div_ceil(BLOCK_SIZE);
-        let mut buf = vec![0u8; nblk * BLOCK_SIZE];
         let io = IoCtx { storage: &storage, epoch: 0, sink: &ignore };
-        meta.root().read(&io, 0, &mut buf)?;
-        buf.truncate(sb.meta_len as usize);
-        if crc(&buf) != sb.meta_crc {
-            return Err(Error::corrupt("meta-file checkpoint", "checksum mismatch"));
-        }
+        let read_copy = |b: &Arc<dyn crate::blocks::Block>| -> Result<Vec<u8>> {
+            let mut buf = vec![0u8; nblk * BLOCK_SIZE];
+            b.read(&io, 0, &mut buf)?;
+            buf.truncate(sb.meta_len as usize);
+            if crc(&buf) != sb.meta_crc {
+                return Err(Error::corrupt("meta-file checkpoint", "checksum mismatch"));
+            }
+            Ok(buf)
+        };
+        // A damaged copy of a replicated meta-file: each child of a
+        // replicate root holds a whole copy, and any intact one will do.
+        let buf = match read_copy(meta.root()) {
+            Ok(b) => b,
+            Err(e) => meta.root().children().iter().find_map(|c| read_copy(c).ok()).ok_or(e)?,
+        };
         let state = State::new(shards());
         state.decode(&buf)?;
         drop(buf);
@@ -286,7 +299,12 @@ impl Fs {
         }
         let default_layout = sb.default_layout.clone();
         let storage_devices = storage.devs.len();
-        let ms = MetaState { cursor: Cursor { tail: sb.cursor.tail, head: cursor.head, seq: cursor.seq }, sb, meta };
+        let ms = MetaState {
+            cursor: Cursor { tail: sb.cursor.tail, head: cursor.head, seq: cursor.seq },
+            sb,
+            meta,
+            unwritten: Vec::new(),
+        };
         let inner = Arc::new(Inner {
             storage,
             state,
@@ -315,7 +333,20 @@ impl Fs {
         let fs = Fs { inner };
         if !opts.read_only {
             // Inodes with no links are orphans of open-then-unlinked files.
-            let orphans: Vec<Ino> = fs.inner.state.all().iter().filter(|n| n.ino != ROOT && n.data.read().nlink == 0).map(|n| n.ino).collect();
+            let all = fs.inner.state.all();
+            let mut orphans: Vec<Ino> =
+                all.iter().filter(|n| n.ino != ROOT && n.data.read().nlink == 0).map(|n| n.ino).collect();
+            if !orphans.is_empty() {
+                // A link count of 0 on an inode some entry still names is
+                // damage for fsck to fix, not a file to free.
+                let named: std::collections::HashSet<Ino> = all
+                    .iter()
+                    .filter_map(|n| n.data.read().dir().map(|d| d.entries.values().map(|e| e.ino).collect::<Vec<_>>()))
+                    .flatten()
+                    .collect();
+                orphans.retain(|i| !named.contains(i));
+            }
+            drop(all);
             for ino in &orphans {
                 fs.free_inode(*ino)?;
             }
@@ -460,23 +491,23 @@ impl Fs {
         let half = m.sb.journal.blocks / 2;
         let want_ckpt = checkpoint || m.cursor.used(&m.sb.journal) > half;
         let (mut batch, mut snap) = self.capture(want_ckpt);
+        if !m.unwritten.is_empty() {
+            let mut groups = std::mem::take(&mut m.unwritten);
+            groups.append(&mut batch.groups);
+            batch.groups = groups;
+        }
         if !want_ckpt && !journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) {
             // Too big for the journal's free space: a checkpoint covers it.
-            let (b2, s2) = self.capture(true);
+            let (mut b2, s2) = self.capture(true);
             batch.epoch = b2.epoch;
+            batch.groups.append(&mut b2.groups);
             snap = s2;
         }
-        // Ordered mode: data first, then the meta-data that points at it.
-        inner.storage.flush_all()?;
-        if let Some(bytes) = snap {
-            write_checkpoint(&inner.storage, &mut m, &bytes, false)?;
-            inner.checkpoints.fetch_add(1, Ordering::Relaxed);
-        } else if !batch.is_empty() {
-            let payload = batch.encode();
-            let mut c = m.cursor;
-            journal::append(&inner.storage, &m.sb.journal, inner.salt, &mut c, &payload)?;
-            inner.storage.devs[m.sb.journal.dev as usize].flush()?;
-            m.cursor = c;
+        if let Err(e) = self.write_batch(&mut m, &batch, snap, checkpoint) {
+            // Nothing of this batch may be dropped: later records would then
+            // depend on ops that never reach the disk.
+            m.unwritten = std::mem::take(&mut batch.groups);
+            return Err(e);
         }
         inner.commits.fetch_add(1, Ordering::Relaxed);
         for a in &inner.storage.allocs {
@@ -485,6 +516,35 @@ impl Fs {
         let mut c = inner.committed.lock();
         *c = (*c).max(batch.epoch);
         inner.committed_cv.notify_all();
+        Ok(())
+    }
+
+    /// Writes a captured batch: as a checkpoint when `snap` is given (or, if
+    /// the meta devices have no room for a new meta-file and the checkpoint
+    /// was not `required`, as a journal record when it fits), else as a
+    /// journal record.
+    fn write_batch(&self, m: &mut MetaState, batch: &Batch, snap: Option<Vec<u8>>, required: bool) -> Result<()> {
+        let inner = &*self.inner;
+        // Ordered mode: data first, then the meta-data that points at it.
+        inner.storage.flush_all()?;
+        if let Some(bytes) = snap {
+            match write_checkpoint(&inner.storage, m, &bytes, false) {
+                Ok(()) => {
+                    inner.checkpoints.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(Error::NoSpace(_))
+                    if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !batch.is_empty() {
+            let payload = batch.encode();
+            let mut c = m.cursor;
+            journal::append(&inner.storage, &m.sb.journal, inner.salt, &mut c, &payload)?;
+            inner.storage.devs[m.sb.journal.dev as usize].flush()?;
+            m.cursor = c;
+        }
         Ok(())
     }
 
@@ -593,6 +653,21 @@ pub fn default_pool_layout(devices: u32) -> String {
     }
 }
 
+/// Keeps room on the meta-file's devices for the next checkpoint's new copy
+/// (its size now, twice over, plus what half a journal of changes may add):
+/// data allocations leave it free, so a pool full of data still commits.
+fn set_meta_reserve(storage: &Storage, meta: &Layout, journal: &Region) {
+    let mut per_dev = vec![0u64; storage.allocs.len()];
+    meta.extents(&mut |d, _, l| {
+        if let Some(x) = per_dev.get_mut(d as usize) {
+            *x += l;
+        }
+    });
+    for (a, used) in storage.allocs.iter().zip(per_dev) {
+        a.set_reserve(if used == 0 { 0 } else { 2 * used + journal.blocks / 2 + 16 });
+    }
+}
+
 /// Writes a checkpoint into a freshly allocated meta-file (same layout as the
 /// current one), then switches the superblocks to it and frees the old one.
 /// The superblock write is the commit point: a crash before it leaves the
@@ -621,6 +696,7 @@ fn write_checkpoint(storage: &Storage, m: &mut MetaState, bytes: &[u8], format: 
         m.meta.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
     }
     m.sb = sb;
+    set_meta_reserve(storage, &fresh, &m.sb.journal);
     m.meta = fresh;
     m.cursor.tail = m.cursor.head;
     Ok(())

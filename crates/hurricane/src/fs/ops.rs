@@ -796,7 +796,8 @@ impl Fs {
             String::new()
         } else {
             let parsed = layout::parse(spec)?;
-            layout::resolve(&parsed, &self.pool_info())?;
+            // Built too: some checks belong to the block types themselves.
+            Layout::build(&layout::resolve(&parsed, &self.pool_info())?)?;
             layout::canonical(parsed).to_string()
         };
         let g = self.inner.gate.enter();

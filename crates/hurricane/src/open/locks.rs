@@ -104,7 +104,10 @@ impl RangeLocks {
         let (start, end) = range(start, len);
         let mut held = self.inner.held.lock();
         if let Some(h) = held.iter().find(|h| conflicts(h, start, end, mode)) {
-            return Err(Error::WouldBlock(format!("range {start}..{end} (held {:?} on {}..{})", h.mode, h.start, h.end)));
+            return Err(Error::WouldBlock(format!(
+                "range {start}..{end} (held {:?} on {}..{})",
+                h.mode, h.start, h.end
+            )));
         }
         Ok(self.grant(&mut held, start, end, mode, super::thread_key()))
     }

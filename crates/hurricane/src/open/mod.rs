@@ -71,6 +71,7 @@ pub use locks::{LockMode, RangeGuard, RangeLocks};
 pub use prefetch::{Pattern, PrefetchState, Request};
 pub use spec::{CursorKind, LockPolicy, OpenSpec, Prefetch, Scope, MAX_AMOUNT, MAX_DISTANCE};
 
+use crate::cache::Presence;
 use crate::device::BLOCK_SIZE;
 use crate::error::{Error, Result};
 use crate::fs::Fs;
@@ -89,6 +90,9 @@ pub const OPEN_XATTR: &str = "user.hurricane.open";
 
 const BS: u64 = BLOCK_SIZE as u64;
 const SHARDS: usize = 16;
+
+/// Per-thread state, sharded by thread key so threads rarely share a lock.
+pub(crate) type Sharded<T> = Box<[CachePadded<Mutex<HashMap<u64, T>>>]>;
 
 /// A small number naming the calling thread (cheaper than hashing ThreadId).
 pub(crate) fn thread_key() -> u64 {
@@ -170,7 +174,7 @@ impl Fs {
 
     /// Whether block `fblk` of `ino` is in the data cache (loaded, not loading).
     pub fn is_cached(&self, ino: Ino, fblk: u64) -> bool {
-        self.inner.cache.contains(ino, fblk)
+        self.inner.cache.presence(ino, fblk) == Presence::Present
     }
 
     /// Distinct devices holding a file (the width its prefetch must cover).
@@ -208,7 +212,7 @@ struct Instance {
     shared_pos: Mutex<u64>,
     /// Where a thread's own cursor starts.
     seed: AtomicU64,
-    thread_pos: Box<[CachePadded<Mutex<HashMap<u64, u64>>>]>,
+    thread_pos: Sharded<u64>,
     prefetch: RwLock<Arc<PrefetchState>>,
     devices: u64,
     locks: RangeLocks,
@@ -512,7 +516,11 @@ impl OpenFile {
         if buf.is_empty() {
             return Ok(0);
         }
-        let _lock = if s.lock_auto.load(Ordering::Relaxed) { Some(s.locks.lock(off, buf.len() as u64, LockMode::Shared)?) } else { None };
+        let _lock = if s.lock_auto.load(Ordering::Relaxed) {
+            Some(s.locks.lock(off, buf.len() as u64, LockMode::Shared)?)
+        } else {
+            None
+        };
         s.reads.fetch_add(1, Ordering::Relaxed);
         let pf = s.prefetch.read().clone();
         if pf.policy() != Prefetch::None {
@@ -520,7 +528,10 @@ impl OpenFile {
             if off < size {
                 let b = off / BS;
                 let n = (off + buf.len() as u64).min(size).div_ceil(BS) - b;
-                let late = pf.policy() == Prefetch::Adaptive && !s.fs.is_cached(s.ino, b);
+                // Not even requested yet: the prefetcher is not far enough
+                // ahead. (A block still loading means the devices are the
+                // limit, which a deeper window would not help.)
+                let late = pf.policy() == Prefetch::Adaptive && s.fs.inner.cache.presence(s.ino, b) == Presence::Absent;
                 // Ask ahead first, so the devices work while this read waits.
                 for (start, count) in pf.on_access(thread_key(), b, n, late) {
                     s.prefetch_requests.fetch_add(1, Ordering::Relaxed);

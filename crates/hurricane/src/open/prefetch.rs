@@ -33,7 +33,9 @@ pub enum Pattern {
     /// This thread reads consecutive blocks.
     Sequential,
     /// This thread reads at a constant stride of `stride` blocks.
-    Strided { stride: i64 },
+    Strided {
+        stride: i64,
+    },
     /// This thread reads its own region sequentially while other threads
     /// read theirs elsewhere in the file (HFS access pattern A).
     Partitioned,
@@ -135,6 +137,9 @@ struct FileState {
     /// Current distance and amount of the adaptive file window.
     d: u64,
     a: u64,
+    /// The threads share a stream (sticky: a lock that lets one thread
+    /// take several turns in a row does not end it).
+    shared: bool,
 }
 
 impl FileState {
@@ -155,16 +160,24 @@ impl FileState {
         t.len()
     }
 
-    /// Several threads' recent accesses lie in one short span: they share
-    /// a stream.
-    fn shared_stream(&self) -> bool {
-        if self.len < RING / 2 || self.threads() < 2 {
+    /// The recent accesses lie in one short span.
+    fn compact(&self) -> bool {
+        if self.len < RING / 2 {
             return false;
         }
         let lo = self.recent().iter().map(|x| x.1).min().unwrap_or(0);
         let hi = self.recent().iter().map(|x| x.2).max().unwrap_or(0);
         let blocks: u64 = self.recent().iter().map(|x| x.2 - x.1).sum();
         hi - lo <= 2 * blocks + 8
+    }
+
+    /// Several threads take turns along one stream: entered when the recent
+    /// accesses of two or more threads lie in one short span, left when they
+    /// spread out.
+    fn update_shared(&mut self) -> bool {
+        let compact = self.compact();
+        self.shared = if self.shared { compact } else { compact && self.threads() >= 2 };
+        self.shared
     }
 
     /// Another thread worked recently far from block `b`.
@@ -177,7 +190,8 @@ const SHARDS: usize = 16;
 /// Adaptive per-thread windows start here and double up to the maximum.
 const THREAD_D0: u64 = 4;
 const THREAD_DMAX: u64 = 64;
-const FILE_DMAX: u64 = 256;
+/// Deeper windows than this only reorder requests at the disks.
+const FILE_DMAX: u64 = 128;
 /// Strides requested ahead of a strided reader.
 const STRIDES_AHEAD: i64 = 4;
 
@@ -185,7 +199,7 @@ const STRIDES_AHEAD: i64 = 4;
 pub struct PrefetchState {
     policy: Prefetch,
     file: Mutex<FileState>,
-    threads: Box<[CachePadded<Mutex<HashMap<u64, ThreadState>>>]>,
+    threads: super::Sharded<ThreadState>,
 }
 
 impl PrefetchState {
@@ -196,7 +210,15 @@ impl PrefetchState {
         // About four requests queued per device, in requests spread over
         // most of them (HFS found d=30, a=5 for seven disks).
         let d = (4 * devices + 2).clamp(8, 64);
-        let file = FileState { window: Window::default(), ring: [(0, 0, 0); RING], len: 0, pos: 0, d, a: (d / 6).max(1) };
+        let file = FileState {
+            window: Window::default(),
+            ring: [(0, 0, 0); RING],
+            len: 0,
+            pos: 0,
+            d,
+            a: (d / 6).max(1),
+            shared: false,
+        };
         PrefetchState {
             policy,
             file: Mutex::new(file),
@@ -218,7 +240,7 @@ impl PrefetchState {
     }
 
     /// The calling thread read blocks [b, b+n); `late` says the first of
-    /// them was not in the cache yet. Returns what to read ahead.
+    /// them was not even requested yet (neither cached nor loading). Returns what to read ahead.
     pub fn on_access(&self, tid: u64, b: u64, n: u64, late: bool) -> Vec<Request> {
         let mut out = Vec::new();
         let n = n.max(1);
@@ -228,7 +250,9 @@ impl PrefetchState {
             Prefetch::Distance { d, a, scope: Scope::Thread } => {
                 self.with_thread(tid, |t| t.window.advance(b, n, d as u64, a as u64, &mut out))
             }
-            Prefetch::Distance { d, a, scope: Scope::File } => self.file.lock().window.advance(b, n, d as u64, a as u64, &mut out),
+            Prefetch::Distance { d, a, scope: Scope::File } => {
+                self.file.lock().window.advance(b, n, d as u64, a as u64, &mut out)
+            }
             Prefetch::Adaptive => self.adaptive(tid, b, n, late, &mut out),
         }
         out
@@ -238,7 +262,7 @@ impl PrefetchState {
         let shared = {
             let mut f = self.file.lock();
             f.push(tid, b, b + n);
-            if f.shared_stream() {
+            if f.update_shared() {
                 // The file window was running and the reader caught up: deepen it.
                 if late && f.window.issued > b {
                     f.d = (f.d * 3 / 2).min(FILE_DMAX);
@@ -294,7 +318,7 @@ impl PrefetchState {
         let f = self.file.lock();
         let mine = self.threads[(tid as usize) % SHARDS].lock().get(&tid).map(|t| t.det);
         let Some(det) = mine else { return Pattern::Unknown };
-        if f.shared_stream() {
+        if f.shared {
             return Pattern::SharedSequential;
         }
         match det.pattern() {

@@ -51,7 +51,11 @@ pub enum Prefetch {
     NextBlock,
     /// Keep every block up to `d` blocks past the last one read requested,
     /// in requests of `a` blocks.
-    Distance { d: u32, a: u32, scope: Scope },
+    Distance {
+        d: u32,
+        a: u32,
+        scope: Scope,
+    },
     /// Detect each thread's pattern and choose the policy and distance.
     #[default]
     Adaptive,
@@ -189,7 +193,9 @@ fn parse_prefetch(v: &str) -> std::result::Result<Prefetch, String> {
             Ok(Prefetch::Distance { d, a: a.unwrap_or(1), scope })
         }
         ("distance", None) => Err("distance needs parameters: distance(d=N,a=N)".into()),
-        (n, Some(_)) if matches!(n, "none" | "next" | "next-block" | "adaptive") => Err(format!("prefetch={n} takes no parameters")),
+        (n, Some(_)) if matches!(n, "none" | "next" | "next-block" | "adaptive") => {
+            Err(format!("prefetch={n} takes no parameters"))
+        }
         _ => Err(format!("prefetch={v}: expected none, next, distance(d=N,a=N) or adaptive")),
     }
 }

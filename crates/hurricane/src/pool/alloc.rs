@@ -11,6 +11,7 @@
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Default)]
 struct FreeMap {
@@ -26,6 +27,10 @@ pub struct Allocator {
     /// (batch epoch, start, len): frees waiting for their batch to commit.
     deferred: Mutex<Vec<(u64, u64, u64)>>,
     total: u64,
+    /// Blocks `alloc` leaves free: room for the next checkpoint's new
+    /// meta-file, which is written before the old one is freed. Without it
+    /// a device full of data could never checkpoint (nor free space again).
+    reserve: AtomicU64,
 }
 
 impl Allocator {
@@ -37,7 +42,16 @@ impl Allocator {
             m.free_blocks = total - first;
         }
         m.cursor = first;
-        Allocator { inner: Mutex::new(m), deferred: Mutex::new(Vec::new()), total }
+        Allocator { inner: Mutex::new(m), deferred: Mutex::new(Vec::new()), total, reserve: AtomicU64::new(0) }
+    }
+
+    pub fn set_reserve(&self, blocks: u64) {
+        self.reserve.store(blocks, Ordering::Relaxed);
+    }
+
+    /// Like `alloc`, but may use the reserve (the meta-file's own writes).
+    pub fn alloc_reserved(&self, goal: Option<u64>, want: u64) -> Option<(u64, u64)> {
+        self.alloc_keeping(goal, want, 0)
     }
 
     pub fn total_blocks(&self) -> u64 {
@@ -52,8 +66,13 @@ impl Allocator {
     /// start exactly at `goal` so a growing extent stays contiguous.
     /// Returns (start, len), or None when the device is full.
     pub fn alloc(&self, goal: Option<u64>, want: u64) -> Option<(u64, u64)> {
-        let want = want.max(1);
+        self.alloc_keeping(goal, want, self.reserve.load(Ordering::Relaxed))
+    }
+
+    fn alloc_keeping(&self, goal: Option<u64>, want: u64, keep: u64) -> Option<(u64, u64)> {
         let mut m = self.inner.lock();
+        let avail = m.free_blocks.checked_sub(keep).filter(|&a| a > 0)?;
+        let want = want.clamp(1, avail);
         if let Some(g) = goal {
             if let Some((&s, &l)) = m.free.range(..=g).next_back() {
                 if g < s + l {

@@ -1,0 +1,175 @@
+//! Named, reproducible experiments (`hurricane bench NAME [--quick]`).
+//!
+//! Each experiment prints a table, writes `OUT/NAME.json` and `OUT/NAME.png`
+//! (OUT is `bench/results` from the command line) and ends with a one-line
+//! summary. `--quick` runs a small version for CI: it checks that the
+//! experiment works, and its figures mean little.
+//!
+//! The HFS experiments run on seven simulated mid-1990s disks
+//! (`hurricane::device::sim`, default `hdd` parameters) over memory: the
+//! timing is the model's alone, with no host-disk noise, and absolute KB/s
+//! are comparable with HFS's (one simulated disk streams 720 KB/s, as the
+//! paper's disks did). KB is 1024 bytes, as in the paper. The peer each
+//! experiment is compared against is the raw simulated device, measured
+//! alone.
+
+mod exp;
+mod plot;
+mod pool;
+
+pub use pool::{RamDisk, SimPool};
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// (name, what it reproduces) of every experiment.
+pub const EXPERIMENTS: &[(&str, &str)] = &[
+    ("hfs-table1", "HFS Table 1: access patterns A and B on file structures A (regions) and B (stripe), with and without prefetch, 7 simulated disks"),
+    ("hfs-speedup", "HFS Fig. 12: access pattern A on structure A with 1 to 7 threads, with and without prefetch"),
+    ("hfs-prefetch-sweep", "HFS Fig. 13: access pattern B on the stripe, prefetch distance 1 to 40, amount 1 and 5"),
+    ("hfs-layers", "HFS 5.5, Fig. 16: structure A with 0 and 10 extra layers of regions blocks: cost per block request, throughput lost"),
+    ("hfs-getattr", "HFS Fig. 9: getattr from 1..N threads on one file and on different files, native API and mount"),
+];
+
+/// What an experiment produced.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub name: String,
+    /// The printed table.
+    pub table: String,
+    /// One line: the headline figures beside the paper's.
+    pub line: String,
+    pub json: PathBuf,
+    pub png: PathBuf,
+    /// The JSON document written.
+    pub data: Value,
+}
+
+/// Draws an experiment's plot at the given path.
+pub(crate) type Plot = Box<dyn FnOnce(&Path) -> Result<(), String>>;
+
+/// What an experiment module returns before files are written.
+pub(crate) struct Outcome {
+    pub table: String,
+    pub line: String,
+    pub data: Value,
+    pub plot: Plot,
+}
+
+/// Runs experiment `name` (see [`EXPERIMENTS`]), writing NAME.json and
+/// NAME.png into `out_dir`.
+pub fn run(name: &str, quick: bool, out_dir: &Path) -> Result<Summary, String> {
+    let outcome = match name {
+        "hfs-table1" => exp::table1::run(quick)?,
+        "hfs-speedup" => exp::speedup::run(quick)?,
+        "hfs-prefetch-sweep" => exp::sweep::run(quick)?,
+        "hfs-layers" => exp::layers::run(quick)?,
+        "hfs-getattr" => exp::getattr::run(quick)?,
+        _ => {
+            let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.0).collect();
+            return Err(format!("unknown experiment {name:?} (known: {})", names.join(", ")));
+        }
+    };
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let json = out_dir.join(format!("{name}.json"));
+    let png = out_dir.join(format!("{name}.png"));
+    let mut data = outcome.data;
+    if let Value::Object(m) = &mut data {
+        m.insert("experiment".into(), Value::String(name.into()));
+        m.insert("quick".into(), Value::Bool(quick));
+        m.insert("summary".into(), Value::String(outcome.line.clone()));
+    }
+    let text = serde_json::to_string_pretty(&data).map_err(|e| e.to_string())?;
+    // Written beside and renamed, so a reader never sees half a file.
+    let tmp = out_dir.join(format!("{name}.json.tmp"));
+    std::fs::write(&tmp, text + "\n")
+        .and_then(|_| std::fs::rename(&tmp, &json))
+        .map_err(|e| format!("{}: {e}", json.display()))?;
+    (outcome.plot)(&png)?;
+    Ok(Summary { name: name.into(), table: outcome.table, line: outcome.line, json, png, data })
+}
+
+/// `NAME [--quick] [--out DIR]` or `list`: runs and prints; the exit code.
+pub fn main_with_args(args: &[String]) -> i32 {
+    let mut name = None;
+    let mut quick = false;
+    let mut out = PathBuf::from("bench/results");
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--out" => match it.next() {
+                Some(d) => out = PathBuf::from(d),
+                None => {
+                    eprintln!("hurricane bench: --out needs a directory");
+                    return 2;
+                }
+            },
+            "list" | "--list" => {
+                for (n, what) in EXPERIMENTS {
+                    println!("{n:20} {what}");
+                }
+                return 0;
+            }
+            s if s.starts_with('-') => {
+                eprintln!("hurricane bench: unknown option {s}");
+                return 2;
+            }
+            s if name.is_none() => name = Some(s.to_string()),
+            s => {
+                eprintln!("hurricane bench: unexpected argument {s}");
+                return 2;
+            }
+        }
+    }
+    let Some(name) = name else {
+        eprintln!("usage: hurricane bench NAME [--quick] [--out DIR]   (hurricane bench list)");
+        return 2;
+    };
+    match run(&name, quick, &out) {
+        Ok(s) => {
+            print!("{}", s.table);
+            println!("wrote {} and {}", s.json.display(), s.png.display());
+            println!("{}", s.line);
+            0
+        }
+        Err(e) => {
+            eprintln!("hurricane bench {name}: {e}");
+            1
+        }
+    }
+}
+
+/// A fixed-width text table.
+pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < w.len() {
+                w[i] = w[i].max(c.len());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let width = w.get(i).copied().unwrap_or(0);
+            if i == 0 {
+                s.push_str(&format!("{c:<width$}"));
+            } else {
+                s.push_str(&format!("  {c:>width$}"));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(head.to_vec());
+    out.push_str(&line(w.iter().map(|&n| "-".repeat(n)).collect::<Vec<_>>().iter().map(String::as_str).collect()));
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+pub(crate) fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}

@@ -1,0 +1,67 @@
+//! Every experiment runs in --quick mode and writes its files (correctness
+//! only: no timing is asserted).
+
+use hurricane_bench::{run, EXPERIMENTS};
+use serde_json::Value;
+
+fn check(name: &str) -> Value {
+    let out = tempfile::tempdir().unwrap();
+    let s = run(name, true, out.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(s.line.starts_with(name), "{}", s.line);
+    assert!(!s.table.is_empty());
+    let png = std::fs::read(&s.png).unwrap();
+    assert!(png.len() > 1000 && png.starts_with(b"\x89PNG"), "{name}: bad PNG");
+    let text = std::fs::read_to_string(&s.json).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["experiment"], name);
+    assert_eq!(v["quick"], true);
+    v
+}
+
+#[test]
+fn hfs_table1() {
+    let v = check("hfs-table1");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 8);
+    for r in rows {
+        for k in ["pattern", "structure"] {
+            assert!(r[k] == "A" || r[k] == "B", "{r}");
+        }
+        assert!(r["prefetch"].is_boolean());
+        assert!(r["kbps"].as_f64().unwrap() > 0.0);
+        assert!(r["fraction"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn hfs_speedup() {
+    let v = check("hfs-speedup");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 6);
+}
+
+#[test]
+fn hfs_prefetch_sweep() {
+    let v = check("hfs-prefetch-sweep");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 6);
+}
+
+#[test]
+fn hfs_layers() {
+    let v = check("hfs-layers");
+    assert!(v["ns_per_block_per_request"].is_number());
+    assert!(v["throughput_loss"].is_number());
+}
+
+#[test]
+fn hfs_getattr() {
+    let v = check("hfs-getattr");
+    assert!(v["rows"].as_array().unwrap().iter().all(|r| r["same_file_ops"].as_f64().unwrap() > 0.0));
+}
+
+#[test]
+fn unknown_names_are_refused() {
+    assert_eq!(EXPERIMENTS.len(), 5);
+    let out = tempfile::tempdir().unwrap();
+    assert!(run("hfs-nope", true, out.path()).unwrap_err().contains("unknown experiment"));
+    assert_eq!(hurricane_bench::main_with_args(&["--bogus".into()]), 2);
+}
