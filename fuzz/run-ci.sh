@@ -1,12 +1,12 @@
 #!/bin/sh
-# Runs every fuzz target for FUZZ_SECONDS (default 30) each, seeded with the
+# Runs every fuzz target for FUZZ_SECONDS (default 20) each, seeded with the
 # checked-in corpus, when a nightly toolchain and cargo-fuzz are installed;
 # otherwise says so and exits 0 (`cargo test` replays the corpora on stable
 # either way: crates/hurricane/tests/hostile.rs, fuzz_corpus_replay).
 # New inputs go to a scratch directory; crashes to fuzz/artifacts/<target>/.
 set -eu
 cd "$(dirname "$0")"
-secs=${FUZZ_SECONDS:-30}
+secs=${FUZZ_SECONDS:-20}
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     echo "fuzz: no nightly toolchain: skipped (install: rustup toolchain install nightly --profile minimal)"
     exit 0

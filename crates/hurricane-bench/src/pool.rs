@@ -104,25 +104,11 @@ impl SimPool {
     }
 
     /// Each device alone: `bytes` read sequentially in 4 KiB requests from
-    /// `offset`, straight from the simulated device, after one untimed
-    /// request that brings the head there: the streaming rate of the disk
-    /// with 4 KiB requests. KB/s of each.
+    /// `offset`, kept queued, straight from the simulated disk: the best a
+    /// disk does with 4 KiB requests. Timed on the disk model's clock, so
+    /// the reference does not move with the host's load. KB/s of each.
     pub fn device_kbps(&self, offset: u64, bytes: u64) -> Result<Vec<f64>, String> {
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 4096];
-        for s in &self.sims {
-            s.set_enabled(true);
-            s.reset();
-            s.read_at(&mut buf, offset).map_err(crate::err)?;
-            let t0 = Instant::now();
-            let mut off = offset + 4096;
-            while off < offset + 4096 + bytes {
-                s.read_at(&mut buf, off).map_err(crate::err)?;
-                off += 4096;
-            }
-            out.push(kbps(bytes, t0.elapsed().as_secs_f64()));
-        }
-        Ok(out)
+        Ok(self.sims.iter().map(|s| kbps(bytes, s.stream_seconds(offset, bytes, 4096))).collect())
     }
 }
 

@@ -68,6 +68,34 @@ enum Cmd {
     Df(df::DfArgs),
     /// Power-cut testing: cut a recorded workload at many crash points and check each pool.
     Crashtest(crashtest_cmd::CrashtestArgs),
+    /// Run a named experiment (`list` shows them): table, NAME.json and NAME.png.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct BenchArgs {
+    /// Experiment name, or `list`.
+    name: String,
+    /// Small sizes: checks that the experiment runs, not its figures.
+    #[arg(long)]
+    quick: bool,
+    /// Where NAME.json and NAME.png go.
+    #[arg(long, default_value = "bench/results")]
+    out: std::path::PathBuf,
+}
+
+fn bench(a: &BenchArgs) -> CliResult {
+    if a.name == "list" {
+        for (n, what) in hurricane_bench::EXPERIMENTS {
+            println!("{n:20} {what}");
+        }
+        return Ok(());
+    }
+    let s = hurricane_bench::run(&a.name, a.quick, &a.out).map_err(Fail::new)?;
+    println!("{}", s.table);
+    println!("wrote {} and {}", s.json.display(), s.png.display());
+    println!("{}", s.line);
+    Ok(())
 }
 
 fn run(cmd: &Cmd) -> CliResult {
@@ -88,6 +116,7 @@ fn run(cmd: &Cmd) -> CliResult {
         Cmd::Layout(c) => layout_cmd::run(c),
         Cmd::Df(a) => df::run(a),
         Cmd::Crashtest(a) => crashtest_cmd::run(a),
+        Cmd::Bench(a) => bench(a),
     }
 }
 

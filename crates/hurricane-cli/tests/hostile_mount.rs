@@ -247,7 +247,7 @@ fn a_device_filled_to_its_last_block() {
     let (pool, m) = setup("16M");
     fs::write(m.path("kept"), data(300_000, 1)).unwrap();
     File::open(m.path("kept")).unwrap().sync_all().unwrap();
-    let mut big = OpenOptions::new().create(true).write(true).open(m.path("big")).unwrap();
+    let mut big = OpenOptions::new().create(true).truncate(true).write(true).open(m.path("big")).unwrap();
     let chunk = data(1 << 20, 2);
     let mut written = 0usize;
     let e = loop {

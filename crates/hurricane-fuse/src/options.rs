@@ -44,7 +44,9 @@ impl Default for MountOptions {
             fsname: None,
             subtype: "hurricane".into(),
             threads: None,
-            attr_timeout: Duration::from_secs(1),
+            // The mount owns the pool and every change passes through the kernel,
+            // so cached names and attributes cannot go stale behind its back.
+            attr_timeout: Duration::from_secs(60),
             log: None,
             commit_interval: None,
             cache_bytes: None,

@@ -4,7 +4,7 @@
 //! ```text
 //! core_bench seq  POOL_DIR SIZE_MIB [LAYOUT]   sequential 1 MiB write (+fsync), then read
 //! core_bench meta POOL_DIR COUNT               create COUNT empty files, then stat each
-//! core_bench posix-meta DIR COUNT              the same with std::fs on a mounted file system
+//! core_bench posix-meta DIR COUNT              create, stat, unlink with std::fs on a mounted file system
 //! ```
 //! Prints one JSON object per measurement.
 
@@ -97,7 +97,18 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 std::fs::metadata(dir.join(format!("f{i}")))?;
             }
             let s = t.elapsed().as_secs_f64();
-            println!("{{\"bench\":\"posix-meta\",\"files\":{n},\"create_per_s\":{:.0},\"stat_per_s\":{:.0}}}", n as f64 / c, n as f64 / s);
+            let t = Instant::now();
+            for i in 0..n {
+                std::fs::remove_file(dir.join(format!("f{i}")))?;
+            }
+            std::process::Command::new("sync").status()?;
+            let u = t.elapsed().as_secs_f64();
+            println!(
+                "{{\"bench\":\"posix-meta\",\"files\":{n},\"create_per_s\":{:.0},\"stat_per_s\":{:.0},\"unlink_per_s\":{:.0}}}",
+                n as f64 / c,
+                n as f64 / s,
+                n as f64 / u
+            );
         }
         _ => return Err(usage.into()),
     }

@@ -158,15 +158,6 @@ fn mounted(threads: &[usize], dur: Duration) -> Result<Series, String> {
     })
 }
 
-/// The host's 1-minute load average: other work on the machine bounds the
-/// speedup as much as its cores do.
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into())
-}
-
 pub fn run(quick: bool) -> Result<Outcome, String> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let threads: Vec<usize> = if quick { vec![1, 2] } else { vec![1, 2, 4, 8, 16] };
@@ -204,7 +195,7 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
     let text = format!(
         "HFS Fig. 9: getattr of open files, {} cores (load average {}); mount: {mount_note}\n{}",
         cores,
-        loadavg(),
+        crate::loadavg(),
         table(&["api", "threads", "same file/s", "speedup", "different files/s", "speedup"], &rows)
     );
     let top = |api: &str| {
@@ -222,7 +213,7 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         line.push_str(&format!("; through the mount at {t} threads: {s:.2} and {d:.2}"));
     }
     let data = json!({
-        "params": {"threads": threads, "seconds_per_point": dur.as_secs_f64(), "cores": cores, "mount": mount_note, "loadavg": loadavg()},
+        "params": {"threads": threads, "seconds_per_point": dur.as_secs_f64(), "cores": cores, "mount": mount_note, "loadavg": crate::loadavg()},
         "native_ns_per_call": one,
         "rows": out,
         "paper": {"us_per_call": 72.5, "same_file_saturates_at_threads": 4, "different_files_speedup_16": 15.59},
@@ -232,7 +223,14 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         line,
         data,
         plot: Box::new(move |p| {
-            plot::lines(p, "HFS Fig. 9: getattr throughput speedup", "threads", "speedup over 1 thread", plot::Legend::UpperLeft, &series)
+            plot::lines(
+                p,
+                "HFS Fig. 9: getattr throughput speedup",
+                "threads",
+                "speedup over 1 thread",
+                plot::Legend::UpperLeft,
+                &series,
+            )
         }),
     })
 }

@@ -73,7 +73,14 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         line,
         data,
         plot: Box::new(move |p| {
-            plot::lines(p, "HFS Fig. 13: pattern B on the stripe", "prefetch distance (blocks)", "KB/s", plot::Legend::LowerRight, &series)
+            plot::lines(
+                p,
+                "HFS Fig. 13: pattern B on the stripe",
+                "prefetch distance (blocks)",
+                "KB/s",
+                plot::Legend::LowerRight,
+                &series,
+            )
         }),
     })
 }

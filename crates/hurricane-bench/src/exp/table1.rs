@@ -90,7 +90,15 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
             pattern_b(&pool.fs, &path, DISKS, PAGE, Prefetch::Adaptive)?
         };
         let k = kbps(bytes, secs);
-        rows.push(vec![pattern.into(), structure.into(), "adaptive".into(), f0(k), f2(k / aggregate), "-".into(), "-".into()]);
+        rows.push(vec![
+            pattern.into(),
+            structure.into(),
+            "adaptive".into(),
+            f0(k),
+            f2(k / aggregate),
+            "-".into(),
+            "-".into(),
+        ]);
         adaptive.push(json!({"pattern": pattern, "structure": structure, "policy": "adaptive", "kbps": k, "fraction": k / aggregate}));
     }
     pool.timing(false);

@@ -416,6 +416,25 @@ impl SimDevice {
         &self.inner
     }
 
+    /// Seconds the disk takes to stream `bytes` from `offset` in requests of
+    /// `req` bytes, each queued before the previous one ends, after one
+    /// request that brings the head there: its best sequential rate with
+    /// that request size, on the model's clock (no host scheduling noise).
+    /// The device's own state is not touched.
+    pub fn stream_seconds(&self, offset: u64, bytes: u64, req: u64) -> f64 {
+        let req = req.max(1);
+        let mut m = DiskModel::new(self.params(), self.size());
+        let (start, _) = m.submit(0.0, false, offset, req);
+        let mut done = start;
+        let mut off = offset + req;
+        while off < offset + req + bytes {
+            // Arriving at `start`, before the drive is free: always queued.
+            done = m.submit(start, false, off, req).0;
+            off += req;
+        }
+        done - start
+    }
+
     pub fn stats(&self) -> SimStats {
         SimStats {
             requests: self.requests.load(Ordering::Relaxed),
@@ -661,6 +680,16 @@ mod tests {
         let total: Duration = many.iter().map(|d| Duration::from_nanos(d.stats().busy_ns)).sum();
         assert!(parallel < total.mul_f64(0.8), "four devices {parallel:?}, their services {total:?}");
         assert!(parallel < serial, "one device {serial:?}, four devices {parallel:?}");
+    }
+
+    #[test]
+    fn a_queued_stream_runs_at_the_media_rate() {
+        let d = SimDevice::new(Arc::new(Null(64 * MB)), SimParams::default());
+        let secs = d.stream_seconds(8 * MB, MB, 4096);
+        let rate = MB as f64 / secs;
+        let media = SimParams::default().media_rate();
+        assert!((rate - media).abs() < media * 0.01, "rate {rate} media {media}");
+        assert_eq!(d.stats().requests, 0);
     }
 
     #[test]
