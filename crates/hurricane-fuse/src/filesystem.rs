@@ -49,6 +49,9 @@ const GEN: Generation = Generation(0);
 /// Marks a handle number as ours; the low bits keep the open flags.
 const FH_MARK: u64 = 1 << 40;
 const FH_FLAGS: i32 = libc::O_ACCMODE | libc::O_APPEND;
+/// Handles of files opened for reading carry an instance id above the mark:
+/// the open-file building blocks (prefetch policy) of that open.
+const FH_ID_SHIFT: u32 = 41;
 
 const R: u32 = 4;
 const W: u32 = 2;
@@ -69,6 +72,10 @@ pub struct MountInfo {
 
 pub struct HurricaneFuse {
     fs: Fs,
+    /// Open instances by id (HFS 3.1: each open has its own composition,
+    /// from `user.hurricane.open` or the adaptive default), sharded by id.
+    opens: Box<[CachePadded<Mutex<std::collections::HashMap<u64, hurricane::open::OpenFile>>>]>,
+    next_open: std::sync::atomic::AtomicU64,
     /// How long the kernel may cache attributes.
     ttl: Duration,
     /// How long the kernel may cache names.
@@ -194,6 +201,8 @@ impl HurricaneFuse {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
         HurricaneFuse {
             fs,
+            opens: (0..n).map(|_| CachePadded::new(Mutex::new(std::collections::HashMap::new()))).collect(),
+            next_open: std::sync::atomic::AtomicU64::new(1),
             ttl,
             entry_ttl,
             stats: Arc::new(Stats::new()),
@@ -207,6 +216,22 @@ impl HurricaneFuse {
 
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
+    }
+
+    fn open_id(fh: FileHandle) -> u64 {
+        if fh.0 & FH_MARK != 0 {
+            fh.0 >> FH_ID_SHIFT
+        } else {
+            0
+        }
+    }
+
+    fn instance(&self, fh: FileHandle) -> Option<hurricane::open::OpenFile> {
+        let id = Self::open_id(fh);
+        if id == 0 {
+            return None;
+        }
+        self.opens[id as usize % self.opens.len()].lock().get(&id).cloned()
     }
 
     pub fn locks(&self) -> Arc<LockTable> {
@@ -598,6 +623,15 @@ impl Filesystem for HurricaneFuse {
                     self.kill_priv(req, ino);
                 }
             }
+            if a.is_file() && f & libc::O_ACCMODE != libc::O_WRONLY {
+                // Reads through this handle use the file's open policy.
+                let spec = self.fs.open_policy_for(ino);
+                let of = hurricane::open::OpenFile::from_ino(&self.fs, ino, true, false, spec).map_err(errno)?;
+                let id = self.next_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & ((1 << 22) - 1);
+                let id = id.max(1);
+                self.opens[id as usize % self.opens.len()].lock().insert(id, of);
+                return Ok(FileHandle(fh_of(f).0 | (id << FH_ID_SHIFT)));
+            }
             self.fs.open_inode(ino).map_err(errno)?;
             Ok(fh_of(f))
         })();
@@ -612,7 +646,7 @@ impl Filesystem for HurricaneFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -626,7 +660,11 @@ impl Filesystem for HurricaneFuse {
             if buf.len() < want {
                 buf.resize(want, 0);
             }
-            let r = self.fs.read(ino.0, offset, &mut buf[..want]).map_err(errno);
+            let r = match self.instance(fh) {
+                Some(of) => of.read_at(&mut buf[..want], offset),
+                None => self.fs.read(ino.0, offset, &mut buf[..want]),
+            }
+            .map_err(errno);
             self.done(Op::Read, t0, &r);
             match r {
                 Ok(n) => reply.data(&buf[..n]),
@@ -687,7 +725,7 @@ impl Filesystem for HurricaneFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         lock_owner: Option<LockOwner>,
         _flush: bool,
@@ -697,7 +735,16 @@ impl Filesystem for HurricaneFuse {
         if let Some(o) = lock_owner {
             self.locks.release_owner(ino.0, o.0);
         }
-        let r = self.fs.release_inode(ino.0).map_err(errno);
+        let id = Self::open_id(fh);
+        let instance = (id != 0).then(|| self.opens[id as usize % self.opens.len()].lock().remove(&id)).flatten();
+        // Dropping the instance releases its hold on the inode.
+        let r = match instance {
+            Some(of) => {
+                drop(of);
+                Ok(())
+            }
+            None => self.fs.release_inode(ino.0).map_err(errno),
+        };
         self.empty(reply, Op::Release, t0, r);
     }
 
