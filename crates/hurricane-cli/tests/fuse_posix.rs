@@ -711,3 +711,36 @@ fn read_only_mount_and_helper() {
     let out = cmd(BIN, &["umount", s(&pool.mnt)]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no FUSE"));
 }
+
+/// Reads through the mount use the file's open composition (HFS 3.1):
+/// `user.hurricane.open` when set, else the adaptive prefetcher, both of
+/// which fill the engine's cache ahead of a sequential reader.
+#[test]
+fn open_policies_apply_to_mounted_reads() {
+    require_fuse!();
+    let pool = Pool::new(2, "256M");
+    let m = pool.mount(&[]);
+    let body = data(16 << 20, 11);
+    fs::write(m.path("explicit"), &body).unwrap();
+    fs::write(m.path("adaptive"), &body).unwrap();
+    setxattr(&m.path("explicit"), "user.hurricane.open", b"prefetch=distance(d=8,a=4)", 0).unwrap();
+    let spec = getxattr(&m.path("explicit"), "user.hurricane.open", 256).unwrap();
+    assert!(String::from_utf8_lossy(&spec).contains("distance"), "{spec:?}");
+    assert_eq!(errno(setxattr(&m.path("explicit"), "user.hurricane.open", b"prefetch=sideways", 0)), EINVAL);
+    let prefetched = || -> (u64, u64) {
+        let stats = hurricane(&["stats", s(&m.path("")), "--json"]);
+        let j: serde_json::Value = serde_json::from_str(&stats).unwrap();
+        (j["cache"]["prefetched"].as_u64().unwrap(), j["cache"]["prefetch_used"].as_u64().unwrap())
+    };
+    let mut last = prefetched();
+    for name in ["explicit", "adaptive"] {
+        // Drop the kernel's page cache so reads reach the mount.
+        let _ = fs::write("/proc/sys/vm/drop_caches", "3\n");
+        assert_eq!(fs::read(m.path(name)).unwrap(), body, "{name}: content");
+        let now = prefetched();
+        assert!(now.0 > last.0 && now.1 > last.1, "{name}: no prefetch through the mount ({last:?} -> {now:?})");
+        last = now;
+    }
+    m.unmount();
+    pool.fsck_clean();
+}
