@@ -32,10 +32,20 @@ pub fn run(a: &CrashtestArgs) -> CliResult {
         }
         return Ok(());
     }
-    let opts = CrashOptions { workload: a.workload.clone(), points: a.points, seed: a.seed, long: a.long, jobs: a.jobs, ..Default::default() };
+    let opts = CrashOptions {
+        workload: a.workload.clone(),
+        points: a.points,
+        seed: a.seed,
+        long: a.long,
+        jobs: a.jobs,
+        ..Default::default()
+    };
     let r = crashtest::run(&opts);
     let parts: Vec<&CrashReport> = if r.parts.is_empty() { vec![&r] } else { r.parts.iter().collect() };
-    println!("{:<16} {:>7} {:>7} {:>9} {:>8} {:>10} {:>9}", "workload", "ops", "syncs", "points", "states", "violations", "seconds");
+    println!(
+        "{:<16} {:>7} {:>7} {:>9} {:>8} {:>10} {:>9}",
+        "workload", "ops", "syncs", "points", "states", "violations", "seconds"
+    );
     let (mut points, mut states, mut violations) = (0, 0, 0);
     for p in &parts {
         println!(

@@ -80,7 +80,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 fs.lookup(&root, dir, format!("f{i}").as_bytes())?;
             }
             let s = t.elapsed().as_secs_f64();
-            println!("{{\"bench\":\"meta\",\"files\":{n},\"create_per_s\":{:.0},\"stat_per_s\":{:.0}}}", n as f64 / c, n as f64 / s);
+            println!(
+                "{{\"bench\":\"meta\",\"files\":{n},\"create_per_s\":{:.0},\"stat_per_s\":{:.0}}}",
+                n as f64 / c,
+                n as f64 / s
+            );
             fs.close()?;
         }
         "posix-meta" => {

@@ -72,7 +72,14 @@ fn snapshot(fs: &Fs) -> BTreeMap<String, Seen> {
     out
 }
 
-const LAYOUTS: &[&str] = &["extent@0", "stripe(unit=16K,width=3)", "regions(size=64K,width=2)", "replicate[extent,extent]", "inline", "replicate[stripe(unit=8K,width=2),extent@2]"];
+const LAYOUTS: &[&str] = &[
+    "extent@0",
+    "stripe(unit=16K,width=3)",
+    "regions(size=64K,width=2)",
+    "replicate[extent,extent]",
+    "inline",
+    "replicate[stripe(unit=8K,width=2),extent@2]",
+];
 
 struct Workload {
     rng: StdRng,
@@ -303,17 +310,26 @@ fn power_cut_inside_commits() {
                     let c = p.crash(mode);
                     let cfs = c.open().unwrap_or_else(|e| panic!("seed {seed} k {k} dev {dev} {mode:?}: {e}"));
                     let got = snapshot(&cfs);
-                    let names = |m: &BTreeMap<String, Seen>| m.iter().map(|(k, v)| (k.clone(), v.0)).collect::<Vec<_>>();
+                    let names =
+                        |m: &BTreeMap<String, Seen>| m.iter().map(|(k, v)| (k.clone(), v.0)).collect::<Vec<_>>();
                     if r.is_ok() {
                         assert_eq!(got, new, "a completed sync survives");
                     } else {
                         // Meta-data is all-or-nothing; data overwritten in place
                         // since the last sync may be old or new block by block.
                         let which = if names(&got) == names(&new) { &new } else { &old };
-                        assert_eq!(names(&got), names(which), "seed {seed} k {k} dev {dev} {mode:?}: namespace neither old nor new");
+                        assert_eq!(
+                            names(&got),
+                            names(which),
+                            "seed {seed} k {k} dev {dev} {mode:?}: namespace neither old nor new"
+                        );
                         for (p, v) in which {
                             if !touched.contains(p) {
-                                assert_eq!(got.get(p), Some(v), "seed {seed} k {k} dev {dev} {mode:?}: {p} untouched since the last sync");
+                                assert_eq!(
+                                    got.get(p),
+                                    Some(v),
+                                    "seed {seed} k {k} dev {dev} {mode:?}: {p} untouched since the last sync"
+                                );
                             }
                         }
                     }
@@ -361,16 +377,15 @@ fn replay_rebuilds_the_same_attributes() {
     }
     fs.sync().unwrap();
     let attrs = |fs: &Fs| -> Vec<(String, u32, u32, u64)> {
-        let mut v: Vec<_> = w
-            .m
-            .paths
-            .keys()
-            .chain(std::iter::once(&"/".to_string()))
-            .map(|p| {
-                let a = fs.lstat(p).unwrap();
-                (p.clone(), a.nlink, a.mode, a.size)
-            })
-            .collect();
+        let mut v: Vec<_> =
+            w.m.paths
+                .keys()
+                .chain(std::iter::once(&"/".to_string()))
+                .map(|p| {
+                    let a = fs.lstat(p).unwrap();
+                    (p.clone(), a.nlink, a.mode, a.size)
+                })
+                .collect();
         v.sort();
         v
     };

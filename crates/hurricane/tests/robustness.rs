@@ -19,7 +19,10 @@ fn images(p: &MemPool) -> Vec<Vec<u8>> {
 }
 
 fn devs_from(imgs: &[Vec<u8>]) -> Vec<Arc<dyn Device>> {
-    imgs.iter().enumerate().map(|(i, img)| Arc::new(MemDevice::from_image(format!("mem{i}"), img.clone())) as Arc<dyn Device>).collect()
+    imgs.iter()
+        .enumerate()
+        .map(|(i, img)| Arc::new(MemDevice::from_image(format!("mem{i}"), img.clone())) as Arc<dyn Device>)
+        .collect()
 }
 
 fn pool_with_data() -> MemPool {

@@ -12,9 +12,7 @@
 //! their space back.
 
 use super::stripe::{check_args, span};
-use super::{
-    Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE,
-};
+use super::{Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE};
 use crate::codec::{Decoder, Encoder};
 use crate::device::DeviceHandle;
 use crate::error::{Error, Result};
@@ -76,12 +74,7 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
     if let Some(s) = a.state {
         map.runs = decode_runs(s, max)?;
     }
-    Ok(Arc::new(Extent {
-        id: a.id,
-        dev,
-        max,
-        map: RwLock::new(map),
-    }))
+    Ok(Arc::new(Extent { id: a.id, dev, max, map: RwLock::new(map) }))
 }
 
 /// Decodes `count, (fblk, pblk, len)*`, refusing empty, overflowing, too long
@@ -95,9 +88,7 @@ fn decode_runs(s: &[u8], max: u64) -> Result<BTreeMap<u64, (u64, u64)>> {
     for _ in 0..count {
         let (f, p, l) = (d.u64()?, d.u64()?, d.u64()?);
         if l == 0 || l > max || f.checked_add(l).is_none() || p.checked_add(l).is_none() {
-            return Err(d.err(format!(
-                "bad run: file block {f}, device block {p}, {l} blocks (max {max})"
-            )));
+            return Err(d.err(format!("bad run: file block {f}, device block {p}, {l} blocks (max {max})")));
         }
         if f < file_end {
             return Err(d.err(format!("run at file block {f} overlaps or is out of order")));
@@ -245,18 +236,16 @@ impl Map {
     /// Parts of [f, f+l) still mapped to [p, p+l) (a truncate may have dropped
     /// some since they were mapped).
     fn still_mapped(&self, f: u64, p: u64, l: u64) -> Vec<Seg> {
-        self.segments(f, f + l)
-            .into_iter()
-            .filter(|&(sf, sp, _)| sp.checked_sub(sf - f) == Some(p))
-            .collect()
+        self.segments(f, f + l).into_iter().filter(|&(sf, sp, _)| sp.checked_sub(sf - f) == Some(p)).collect()
     }
 }
 
 impl Extent {
     fn handle<'a>(&self, io: &'a IoCtx) -> Result<&'a DeviceHandle> {
-        io.storage.devs.get(self.dev as usize).ok_or_else(|| {
-            Error::Device(format!("extent@{}: no such device in the pool", self.dev))
-        })
+        io.storage
+            .devs
+            .get(self.dev as usize)
+            .ok_or_else(|| Error::Device(format!("extent@{}: no such device in the pool", self.dev)))
     }
 
     /// Maps every hole in [f, end) to new device space, marked pending.
@@ -289,11 +278,7 @@ impl Extent {
                         m.pending.remove(&sp);
                         alloc.free_now(sp, sl);
                     }
-                    return Err(Error::NoSpace(
-                        self.handle(io)
-                            .map(|h| h.dev.name().to_string())
-                            .unwrap_or_default(),
-                    ));
+                    return Err(Error::NoSpace(self.handle(io).map(|h| h.dev.name().to_string()).unwrap_or_default()));
                 };
                 m.insert(pos, p, got, self.max);
                 m.pending.insert(p, got);
@@ -370,12 +355,7 @@ impl Block for Extent {
                 alloc.free_now(pos, sp - pos);
                 pos = sp + sl;
                 if res.is_ok() {
-                    io.record(MapChange::Map {
-                        node: self.id,
-                        fblk: sf,
-                        pblk: sp,
-                        len: sl,
-                    });
+                    io.record(MapChange::Map { node: self.id, fblk: sf, pblk: sp, len: sl });
                 } else {
                     m.remove(sf, sf + sl);
                     alloc.free_now(sp, sl);
@@ -398,10 +378,7 @@ impl Block for Extent {
                 io.free(self.dev, p, l);
             }
         }
-        io.record(MapChange::Truncate {
-            node: self.id,
-            from: nblocks,
-        });
+        io.record(MapChange::Truncate { node: self.id, from: nblocks });
         Ok(())
     }
 
@@ -423,18 +400,13 @@ impl Block for Extent {
     fn apply(&self, c: &MapChange) -> Result<()> {
         let mut m = self.map.write();
         match *c {
-            MapChange::Map {
-                fblk, pblk, len, ..
-            } => {
+            MapChange::Map { fblk, pblk, len, .. } => {
                 // Writes record runs of at most `max` blocks; a longer one is
                 // corrupt (and would cost len/max map entries to apply).
                 if len == 0 || len > self.max || fblk.checked_add(len).is_none() || pblk.checked_add(len).is_none() {
                     return Err(Error::corrupt(
                         "journal",
-                        format!(
-                            "extent node {}: bad map of {len} blocks at {fblk} -> {pblk}",
-                            self.id
-                        ),
+                        format!("extent node {}: bad map of {len} blocks at {fblk} -> {pblk}", self.id),
                     ));
                 }
                 // Replacing whatever was there makes replay idempotent.
@@ -444,12 +416,7 @@ impl Block for Extent {
             MapChange::Truncate { from, .. } => {
                 m.remove(from, u64::MAX);
             }
-            ref other => {
-                return Err(Error::corrupt(
-                    "journal",
-                    format!("extent block cannot apply {other:?}"),
-                ))
-            }
+            ref other => return Err(Error::corrupt("journal", format!("extent block cannot apply {other:?}"))),
         }
         Ok(())
     }

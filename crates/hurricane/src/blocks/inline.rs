@@ -4,9 +4,7 @@
 //! one meta-file block. Holds at most `max` bytes, all in file block 0.
 
 use super::stripe::{check_args, span};
-use super::{
-    Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE,
-};
+use super::{Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE};
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
 use crate::layout::Value;
@@ -55,11 +53,7 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
             trimmed(data).to_vec()
         }
     };
-    Ok(Arc::new(Inline {
-        id: a.id,
-        max,
-        data: RwLock::new(data),
-    }))
+    Ok(Arc::new(Inline { id: a.id, max, data: RwLock::new(data) }))
 }
 
 fn trimmed(b: &[u8]) -> &[u8] {
@@ -101,11 +95,7 @@ impl Block for Inline {
         span(fblk, buf.len())?;
         // Only zeros may lie past `max`: they are what a hole reads as, so
         // writing them changes nothing.
-        let limit = if fblk == 0 {
-            self.max.min(buf.len())
-        } else {
-            0
-        };
+        let limit = if fblk == 0 { self.max.min(buf.len()) } else { 0 };
         if buf[limit..].iter().any(|&b| b != 0) {
             return Err(self.too_big());
         }
@@ -119,10 +109,7 @@ impl Block for Inline {
             d.extend_from_slice(new);
             // Recorded under the lock so records reach the journal in the order
             // the changes were made.
-            io.record(MapChange::Inline {
-                node: self.id,
-                data: d.clone(),
-            });
+            io.record(MapChange::Inline { node: self.id, data: d.clone() });
         }
         Ok(())
     }
@@ -131,10 +118,7 @@ impl Block for Inline {
         let mut d = self.data.write();
         if nblocks == 0 && !d.is_empty() {
             d.clear();
-            io.record(MapChange::Inline {
-                node: self.id,
-                data: Vec::new(),
-            });
+            io.record(MapChange::Inline { node: self.id, data: Vec::new() });
         }
         Ok(())
     }
@@ -151,17 +135,9 @@ impl Block for Inline {
             }
             MapChange::Inline { data, .. } => Err(Error::corrupt(
                 "journal",
-                format!(
-                    "inline node {} given {} bytes, max {}",
-                    self.id,
-                    data.len(),
-                    self.max
-                ),
+                format!("inline node {} given {} bytes, max {}", self.id, data.len(), self.max),
             )),
-            other => Err(Error::corrupt(
-                "journal",
-                format!("inline block cannot apply {other:?}"),
-            )),
+            other => Err(Error::corrupt("journal", format!("inline block cannot apply {other:?}"))),
         }
     }
 

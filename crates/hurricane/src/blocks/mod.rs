@@ -221,7 +221,10 @@ impl Layout {
     pub fn apply(&self, c: &MapChange) -> Result<()> {
         match self.nodes.get(c.node() as usize) {
             Some(n) => n.apply(c),
-            None => Err(Error::corrupt("journal", format!("map change for node {} of a {}-node layout", c.node(), self.nodes.len()))),
+            None => Err(Error::corrupt(
+                "journal",
+                format!("map change for node {} of a {}-node layout", c.node(), self.nodes.len()),
+            )),
         }
     }
 
@@ -298,7 +301,13 @@ impl Layout {
             for _ in 0..r.nchildren {
                 children.push(take(raws, pos, depth + 1)?);
             }
-            (r.kind.build)(BuildArgs { id: id as u32, params: &r.params, device: r.device, children, state: Some(r.state) })
+            (r.kind.build)(BuildArgs {
+                id: id as u32,
+                params: &r.params,
+                device: r.device,
+                children,
+                state: Some(r.state),
+            })
         }
         let mut pos = 0;
         let root = take(&raws, &mut pos, 0)?;

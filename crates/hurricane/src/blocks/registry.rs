@@ -2,7 +2,7 @@
 //! parser, the validator and the decoder all consult it, so a type exists
 //! everywhere as soon as it is listed here.
 
-use super::{BuildArgs, Block, Params};
+use super::{Block, BuildArgs, Params};
 use crate::error::{Error, Result};
 use crate::layout::Value;
 use std::sync::Arc;
@@ -53,13 +53,8 @@ impl std::fmt::Debug for BlockType {
 }
 
 /// Every block type the engine knows.
-pub static TYPES: &[&BlockType] = &[
-    &super::extent::TYPE,
-    &super::stripe::TYPE,
-    &super::regions::TYPE,
-    &super::replicate::TYPE,
-    &super::inline::TYPE,
-];
+pub static TYPES: &[&BlockType] =
+    &[&super::extent::TYPE, &super::stripe::TYPE, &super::regions::TYPE, &super::replicate::TYPE, &super::inline::TYPE];
 
 pub fn lookup(name: &str) -> Option<&'static BlockType> {
     TYPES.iter().copied().find(|t| t.name == name)
@@ -71,10 +66,21 @@ pub fn parse_value(t: &BlockType, p: &ParamSpec, raw: &str) -> Result<Value> {
         ParamKind::Size | ParamKind::Int => {
             let n = if p.kind == ParamKind::Size { parse_size(raw) } else { raw.parse::<u64>().ok() };
             let n = n.ok_or_else(|| {
-                Error::Layout(format!("{}: {}={raw:?} is not a {}", t.name, p.key, if p.kind == ParamKind::Size { "size (e.g. 64K, 1M)" } else { "number" }))
+                Error::Layout(format!(
+                    "{}: {}={raw:?} is not a {}",
+                    t.name,
+                    p.key,
+                    if p.kind == ParamKind::Size { "size (e.g. 64K, 1M)" } else { "number" }
+                ))
             })?;
             if n < p.min || n > p.max {
-                return Err(Error::Layout(format!("{}: {}={raw} is out of range [{}, {}]", t.name, p.key, show(p, p.min), show(p, p.max))));
+                return Err(Error::Layout(format!(
+                    "{}: {}={raw} is out of range [{}, {}]",
+                    t.name,
+                    p.key,
+                    show(p, p.min),
+                    show(p, p.max)
+                )));
             }
             Ok(Value::Num(n))
         }

@@ -62,11 +62,7 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
         "least-loaded" => Policy::LeastLoaded,
         "nearest" => Policy::Nearest,
         "primary" => Policy::Primary,
-        w => {
-            return Err(Error::Layout(format!(
-                "replicate: unknown read policy {w:?}"
-            )))
-        }
+        w => return Err(Error::Layout(format!("replicate: unknown read policy {w:?}"))),
     };
     let devices = a
         .children
@@ -79,13 +75,7 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
             devs
         })
         .collect();
-    Ok(Arc::new(Replicate {
-        id: a.id,
-        policy,
-        children: a.children,
-        devices,
-        next: AtomicUsize::new(0),
-    }))
+    Ok(Arc::new(Replicate { id: a.id, policy, children: a.children, devices, next: AtomicUsize::new(0) }))
 }
 
 fn collect_devices(b: &Arc<dyn Block>, out: &mut Vec<u32>) {
@@ -111,10 +101,7 @@ impl Replicate {
                         .sum()
                 };
                 // Strictly lower load wins, so equal loads go to `start`, which rotates.
-                (0..n)
-                    .map(|i| (start + i) % n)
-                    .min_by_key(|&c| load(c))
-                    .unwrap_or(0)
+                (0..n).map(|i| (start + i) % n).min_by_key(|&c| load(c)).unwrap_or(0)
             }
         }
     }
@@ -161,13 +148,9 @@ impl Block for Replicate {
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
         let n = span(fblk, buf.len())?;
-        let groups = (0..self.children.len())
-            .map(|c| (c, vec![(fblk, buf)]))
-            .collect();
+        let groups = (0..self.children.len()).map(|c| (c, vec![(fblk, buf)])).collect();
         let parallel = n >= PARALLEL_MIN_BLOCKS;
-        dispatch(groups, parallel, &|c, fblk, piece: &[u8]| {
-            self.children[c].write(io, fblk, piece)
-        })
+        dispatch(groups, parallel, &|c, fblk, piece: &[u8]| self.children[c].write(io, fblk, piece))
     }
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
@@ -186,10 +169,6 @@ impl Block for Replicate {
     }
 
     fn capacity(&self) -> u64 {
-        self.children
-            .iter()
-            .map(|c| c.capacity())
-            .min()
-            .unwrap_or(u64::MAX)
+        self.children.iter().map(|c| c.capacity()).min().unwrap_or(u64::MAX)
     }
 }

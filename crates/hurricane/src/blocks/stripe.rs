@@ -5,9 +5,7 @@
 //! which `regions` reuses with one large region per turn. The argument checks
 //! every type's constructor needs are at the end of this file.
 
-use super::{
-    nblocks, Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, BLOCK_SIZE,
-};
+use super::{nblocks, Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, BLOCK_SIZE};
 use crate::error::{Error, Result};
 use crate::layout::Value;
 use std::sync::Arc;
@@ -56,27 +54,14 @@ pub(super) struct RoundRobin {
 }
 
 impl RoundRobin {
-    pub(super) fn build(
-        kind: &'static BlockType,
-        unit_key: &'static str,
-        a: BuildArgs,
-    ) -> Result<Arc<dyn Block>> {
+    pub(super) fn build(kind: &'static BlockType, unit_key: &'static str, a: BuildArgs) -> Result<Arc<dyn Block>> {
         check_args(kind, &a)?;
         no_state(kind, &a)?;
         let bytes = a.params.num(unit_key)?;
         if bytes == 0 || !bytes.is_multiple_of(BLOCK_SIZE as u64) {
-            return Err(Error::Layout(format!(
-                "{}: {unit_key}={bytes} is not a multiple of 4K",
-                kind.name
-            )));
+            return Err(Error::Layout(format!("{}: {unit_key}={bytes} is not a multiple of 4K", kind.name)));
         }
-        Ok(Arc::new(RoundRobin {
-            id: a.id,
-            kind,
-            unit_key,
-            unit: bytes / BLOCK_SIZE as u64,
-            children: a.children,
-        }))
+        Ok(Arc::new(RoundRobin { id: a.id, kind, unit_key, unit: bytes / BLOCK_SIZE as u64, children: a.children }))
     }
 
     fn width(&self) -> u64 {
@@ -86,10 +71,7 @@ impl RoundRobin {
     /// (child, child block) holding file block `b`.
     fn locate(&self, b: u64) -> (usize, u64) {
         let u = b / self.unit;
-        (
-            (u % self.width()) as usize,
-            (u / self.width()) * self.unit + b % self.unit,
-        )
+        ((u % self.width()) as usize, (u / self.width()) * self.unit + b % self.unit)
     }
 
     /// The file block that child `c` stores at child block `cb` (None when it
@@ -133,10 +115,7 @@ impl RoundRobin {
             let c = (u % self.width()) as usize;
             per[c].push(((u / self.width()) * self.unit + off, piece));
         }
-        per.into_iter()
-            .enumerate()
-            .filter(|(_, v)| !v.is_empty())
-            .collect()
+        per.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect()
     }
 
     fn parallel(&self, n: u64) -> bool {
@@ -153,10 +132,7 @@ impl Block for RoundRobin {
     }
     fn params(&self) -> Params {
         let mut p = Params::default();
-        p.0.insert(
-            self.unit_key.into(),
-            Value::Num(self.unit * BLOCK_SIZE as u64),
-        );
+        p.0.insert(self.unit_key.into(), Value::Num(self.unit * BLOCK_SIZE as u64));
         p.0.insert("width".into(), Value::Num(self.width()));
         p
     }
@@ -175,9 +151,7 @@ impl Block for RoundRobin {
             return self.children[c].read(io, cb, buf);
         }
         let groups = self.split(fblk, n, buf);
-        dispatch(groups, self.parallel(n), &|c, cb, piece: &mut [u8]| {
-            self.children[c].read(io, cb, piece)
-        })
+        dispatch(groups, self.parallel(n), &|c, cb, piece: &mut [u8]| self.children[c].read(io, cb, piece))
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
@@ -190,9 +164,7 @@ impl Block for RoundRobin {
             return self.children[c].write(io, cb, buf);
         }
         let groups = self.split(fblk, n, buf);
-        dispatch(groups, self.parallel(n), &|c, cb, piece: &[u8]| {
-            self.children[c].write(io, cb, piece)
-        })
+        dispatch(groups, self.parallel(n), &|c, cb, piece: &[u8]| self.children[c].write(io, cb, piece))
     }
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
@@ -217,14 +189,10 @@ impl Block for RoundRobin {
 
     fn capacity(&self) -> u64 {
         // The first file block whose child block is past that child's capacity.
-        let limits = self
-            .children
-            .iter()
-            .enumerate()
-            .map(|(c, child)| match child.capacity() {
-                u64::MAX => u64::MAX,
-                cap => self.file_block(c, cap).unwrap_or(u64::MAX),
-            });
+        let limits = self.children.iter().enumerate().map(|(c, child)| match child.capacity() {
+            u64::MAX => u64::MAX,
+            cap => self.file_block(c, cap).unwrap_or(u64::MAX),
+        });
         limits.min().unwrap_or(u64::MAX)
     }
 }
@@ -298,13 +266,10 @@ pub(super) fn dispatch<S: Send>(
 /// past 2^64.
 pub(super) fn span(fblk: u64, len: usize) -> Result<u64> {
     if !len.is_multiple_of(BLOCK_SIZE) {
-        return Err(Error::Invalid(format!(
-            "request of {len} bytes is not whole {BLOCK_SIZE}-byte blocks"
-        )));
+        return Err(Error::Invalid(format!("request of {len} bytes is not whole {BLOCK_SIZE}-byte blocks")));
     }
     let n = nblocks(len);
-    fblk.checked_add(n)
-        .ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
+    fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
     Ok(n)
 }
 
@@ -332,21 +297,14 @@ pub(super) fn check_args(t: &BlockType, a: &BuildArgs) -> Result<()> {
             };
             let want = match p.kind {
                 ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
-                _ => format!(
-                    "in [{}, {}]",
-                    super::registry::show(p, p.min),
-                    super::registry::show(p, p.max)
-                ),
+                _ => format!("in [{}, {}]", super::registry::show(p, p.min), super::registry::show(p, p.max)),
             };
             return Err(Error::Layout(format!("{name}: {k}={shown} must be {want}")));
         }
     }
     for p in t.params {
         if !a.params.0.contains_key(p.key) && Some(p.key) != t.width_param {
-            return Err(Error::Layout(format!(
-                "{name}: missing parameter {}",
-                p.key
-            )));
+            return Err(Error::Layout(format!("{name}: missing parameter {}", p.key)));
         }
     }
     let n = a.children.len();
@@ -361,16 +319,12 @@ pub(super) fn check_args(t: &BlockType, a: &BuildArgs) -> Result<()> {
     if let Some(key) = t.width_param {
         if let Some(Value::Num(w)) = a.params.0.get(key) {
             if *w != n as u64 {
-                return Err(Error::Layout(format!(
-                    "{name}: {key}={w} but {n} children given"
-                )));
+                return Err(Error::Layout(format!("{name}: {key}={w} but {n} children given")));
             }
         }
     }
     match (t.per_device, a.device) {
-        (true, None) => Err(Error::Layout(format!(
-            "{name} needs a device (write {name}@N)"
-        ))),
+        (true, None) => Err(Error::Layout(format!("{name} needs a device (write {name}@N)"))),
         (false, Some(d)) => Err(Error::Layout(format!("{name} takes no device (got @{d})"))),
         _ => Ok(()),
     }
@@ -379,10 +333,9 @@ pub(super) fn check_args(t: &BlockType, a: &BuildArgs) -> Result<()> {
 /// Composites keep no state of their own: any stored bytes are corrupt.
 pub(super) fn no_state(t: &BlockType, a: &BuildArgs) -> Result<()> {
     match a.state {
-        Some(s) if !s.is_empty() => Err(Error::corrupt(
-            "layout",
-            format!("{} node {} has {} bytes of state", t.name, a.id, s.len()),
-        )),
+        Some(s) if !s.is_empty() => {
+            Err(Error::corrupt("layout", format!("{} node {} has {} bytes of state", t.name, a.id, s.len())))
+        }
         _ => Ok(()),
     }
 }

@@ -16,15 +16,7 @@ const KIB: u64 = 1024;
 // ---- Specs ----
 
 fn node(kind: &str, params: Vec<(&str, Value)>, children: Vec<Spec>, device: Option<u32>) -> Spec {
-    Spec {
-        kind: kind.into(),
-        params: params
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-        children,
-        device,
-    }
+    Spec { kind: kind.into(), params: params.into_iter().map(|(k, v)| (k.to_string(), v)).collect(), children, device }
 }
 fn ext(d: u32) -> Spec {
     node("extent", vec![], vec![], Some(d))
@@ -39,12 +31,7 @@ fn regions(size: u64, kids: Vec<Spec>) -> Spec {
     node("regions", vec![("size", Value::Num(size))], kids, None)
 }
 fn replicate(read: &str, kids: Vec<Spec>) -> Spec {
-    node(
-        "replicate",
-        vec![("read", Value::Word(read.into()))],
-        kids,
-        None,
-    )
+    node("replicate", vec![("read", Value::Word(read.into()))], kids, None)
 }
 fn inline(max: u64) -> Spec {
     node("inline", vec![("max", Value::Num(max))], vec![], None)
@@ -63,34 +50,18 @@ const FIRST: u64 = 1;
 impl Env {
     fn new(ndev: u32, blocks: u64) -> Env {
         let devs = (0..ndev)
-            .map(|i| {
-                Arc::new(MemDevice::new(format!("mem:{i}"), blocks * BS as u64)) as Arc<dyn Device>
-            })
+            .map(|i| Arc::new(MemDevice::new(format!("mem:{i}"), blocks * BS as u64)) as Arc<dyn Device>)
             .collect();
         Env::with(devs)
     }
     fn with(devs: Vec<Arc<dyn Device>>) -> Env {
-        let allocs = devs
-            .iter()
-            .map(|d| Allocator::new(FIRST, d.size() / BS as u64))
-            .collect();
-        let devs = devs
-            .into_iter()
-            .enumerate()
-            .map(|(i, d)| DeviceHandle::new(i as u32, d))
-            .collect();
-        Env {
-            storage: Storage { devs, allocs },
-            log: Mutex::new(Vec::new()),
-        }
+        let allocs = devs.iter().map(|d| Allocator::new(FIRST, d.size() / BS as u64)).collect();
+        let devs = devs.into_iter().enumerate().map(|(i, d)| DeviceHandle::new(i as u32, d)).collect();
+        Env { storage: Storage { devs, allocs }, log: Mutex::new(Vec::new()) }
     }
     fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
         let sink = |c: MapChange| self.log.lock().push(c);
-        f(&IoCtx {
-            storage: &self.storage,
-            epoch: 1,
-            sink: &sink,
-        })
+        f(&IoCtx { storage: &self.storage, epoch: 1, sink: &sink })
     }
     fn write(&self, l: &Layout, fblk: u64, data: &[u8]) -> Result<()> {
         self.io(|io| l.root().write(io, fblk, data))
@@ -123,11 +94,7 @@ impl Env {
                 assert_eq!(s, pos, "device {d}: block {pos} leaked or claimed twice");
                 pos = s + n;
             }
-            assert_eq!(
-                pos,
-                a.total_blocks(),
-                "device {d}: blocks leaked at the end"
-            );
+            assert_eq!(pos, a.total_blocks(), "device {d}: blocks leaked at the end");
         }
     }
 }
@@ -165,37 +132,18 @@ fn build_err(s: &Spec) -> String {
 fn bad_compositions_are_refused() {
     assert!(build_err(&node("extent", vec![], vec![], None)).contains("needs a device"));
     assert!(build_err(&node("extent", vec![], vec![ext(1)], Some(0))).contains("no children"));
-    assert!(build_err(&node(
-        "extent",
-        vec![("max", Value::Num(100))],
-        vec![],
-        Some(0)
-    ))
-    .contains("max="));
+    assert!(build_err(&node("extent", vec![("max", Value::Num(100))], vec![], Some(0))).contains("max="));
     assert!(build_err(&node("inline", vec![], vec![], Some(0))).contains("takes no device"));
     assert!(build_err(&inline(8 * KIB)).contains("max=8K"));
     assert!(build_err(&stripe(6 * KIB, vec![ext(0), ext(1)])).contains("multiple of 4K"));
     assert!(build_err(&regions(10_000, vec![ext(0)])).contains("multiple of 4K"));
     assert!(build_err(&stripe(64 * KIB, vec![])).contains("1 to 256 children"));
-    assert!(build_err(&node(
-        "stripe",
-        vec![("width", Value::Num(3))],
-        vec![ext(0), ext(1)],
-        None
-    ))
-    .contains("width=3 but 2"));
-    assert!(build_err(&node(
-        "stripe",
-        vec![("unit", Value::Word("big".into()))],
-        vec![ext(0)],
-        None
-    ))
-    .contains("unit="));
+    assert!(build_err(&node("stripe", vec![("width", Value::Num(3))], vec![ext(0), ext(1)], None))
+        .contains("width=3 but 2"));
+    assert!(build_err(&node("stripe", vec![("unit", Value::Word("big".into()))], vec![ext(0)], None)).contains("unit="));
     assert!(build_err(&node("stripe", vec![], vec![ext(0)], Some(2))).contains("takes no device"));
     assert!(build_err(&replicate("fastest", vec![ext(0)])).contains("one of least-loaded"));
-    assert!(
-        build_err(&replicate("primary", (0..17).map(ext).collect())).contains("1 to 16 children")
-    );
+    assert!(build_err(&replicate("primary", (0..17).map(ext).collect())).contains("1 to 16 children"));
 }
 
 #[test]
@@ -203,10 +151,7 @@ fn params_include_defaults_and_width() {
     let l = build(&node(
         "replicate",
         vec![],
-        vec![
-            node("stripe", vec![], vec![ext(0), ext(1)], None),
-            node("regions", vec![], vec![ext(2)], None),
-        ],
+        vec![node("stripe", vec![], vec![ext(0), ext(1)], None), node("regions", vec![], vec![ext(2)], None)],
         None,
     ));
     let p = |i: usize| l.nodes()[i].params().0;
@@ -241,11 +186,7 @@ fn stripe_places_units_round_robin() {
     // File block b: unit b/2 on child (b/2)%3 at ((b/2)/3)*2 + b%2.
     for f in 0..14usize {
         let u = f / 2;
-        assert_eq!(
-            child(u % 3, ((u / 3) * 2 + f % 2) as u64),
-            blk(f),
-            "file block {f}"
-        );
+        assert_eq!(child(u % 3, ((u / 3) * 2 + f % 2) as u64), blk(f), "file block {f}");
     }
     // Truncate to 9 blocks: child 0 keeps units 0 and 3 (4 blocks), child 1
     // unit 1 and half of unit 4 (3 blocks), child 2 unit 2 (2 blocks).
@@ -269,14 +210,8 @@ fn holes_read_as_zeros_and_next_data_skips_them() {
     let env = Env::new(4, 512);
     for s in [
         stripe(8 * KIB, vec![ext(0), ext(1), ext(2)]),
-        regions(
-            32 * KIB,
-            vec![stripe(4 * KIB, vec![ext(0), ext(1)]), ext(2)],
-        ),
-        replicate(
-            "least-loaded",
-            vec![ext(0), stripe(4 * KIB, vec![ext(1), ext(2)])],
-        ),
+        regions(32 * KIB, vec![stripe(4 * KIB, vec![ext(0), ext(1)]), ext(2)]),
+        replicate("least-loaded", vec![ext(0), stripe(4 * KIB, vec![ext(1), ext(2)])]),
     ] {
         let l = build(&s);
         assert_eq!(l.root().next_data(0), None);
@@ -323,13 +258,7 @@ fn large_requests_span_every_child() {
         stripe(64 * KIB, vec![ext(0), ext(1), ext(2), ext(3)]),
         stripe(4 * KIB, vec![ext(0), ext(1), ext(2), ext(3)]),
         regions(256 * KIB, vec![ext(0), ext(1), ext(2), ext(3)]),
-        replicate(
-            "primary",
-            vec![
-                stripe(16 * KIB, vec![ext(0), ext(1)]),
-                stripe(16 * KIB, vec![ext(2), ext(3)]),
-            ],
-        ),
+        replicate("primary", vec![stripe(16 * KIB, vec![ext(0), ext(1)]), stripe(16 * KIB, vec![ext(2), ext(3)])]),
     ] {
         let l = build(&s);
         // 3 MiB at an odd offset: many units, several turns of the children.
@@ -358,11 +287,7 @@ fn exercise(s: &Spec, env: &Env, seed: u64, ops: usize) {
     for i in 0..ops {
         match rng.gen_range(0..10) {
             0..=4 => {
-                let n = if rng.gen_bool(0.2) {
-                    rng.gen_range(1..=120)
-                } else {
-                    rng.gen_range(1..=8)
-                };
+                let n = if rng.gen_bool(0.2) { rng.gen_range(1..=120) } else { rng.gen_range(1..=8) };
                 let f = rng.gen_range(0..=MAXB - n);
                 let d = pattern(seed * 1000 + i as u64, n as usize);
                 env.write(&l, f, &d).unwrap();
@@ -372,10 +297,7 @@ fn exercise(s: &Spec, env: &Env, seed: u64, ops: usize) {
                 let n = rng.gen_range(1..=64);
                 let f = rng.gen_range(0..=MAXB - n);
                 let got = env.read(&l, f, n as usize);
-                assert!(
-                    got == model[f as usize * BS..(f + n) as usize * BS],
-                    "{s:?}: read {f}+{n} after {i} ops"
-                );
+                assert!(got == model[f as usize * BS..(f + n) as usize * BS], "{s:?}: read {f}+{n} after {i} ops");
             }
             8 => {
                 let n = rng.gen_range(0..MAXB);
@@ -385,34 +307,21 @@ fn exercise(s: &Spec, env: &Env, seed: u64, ops: usize) {
             _ => {
                 // next_data never skips a block that holds data.
                 let f = rng.gen_range(0..MAXB);
-                let first = (f..MAXB).find(|&b| {
-                    model[b as usize * BS..(b + 1) as usize * BS]
-                        .iter()
-                        .any(|&x| x != 0)
-                });
+                let first = (f..MAXB).find(|&b| model[b as usize * BS..(b + 1) as usize * BS].iter().any(|&x| x != 0));
                 if let Some(b) = first {
                     let nd = l.root().next_data(f);
-                    assert!(
-                        nd.is_some_and(|x| x >= f && x <= b),
-                        "{s:?}: next_data({f}) = {nd:?}, data at {b}"
-                    );
+                    assert!(nd.is_some_and(|x| x >= f && x <= b), "{s:?}: next_data({f}) = {nd:?}, data at {b}");
                 }
             }
         }
     }
-    assert!(
-        env.read(&l, 0, MAXB as usize) == model,
-        "{s:?}: final contents"
-    );
+    assert!(env.read(&l, 0, MAXB as usize) == model, "{s:?}: final contents");
 
     // Encoded and decoded: same tree, same contents.
     let bytes = encode(&l);
     let d = decode(&bytes).unwrap();
     assert_eq!(d.spec(), l.spec());
-    assert!(
-        env.read(&d, 0, MAXB as usize) == model,
-        "{s:?}: after decode"
-    );
+    assert!(env.read(&d, 0, MAXB as usize) == model, "{s:?}: after decode");
     assert_eq!(encode(&d), bytes);
 
     // Replayed onto an empty tree: same contents, same persistent state.
@@ -420,10 +329,7 @@ fn exercise(s: &Spec, env: &Env, seed: u64, ops: usize) {
     for c in env.changes() {
         r.apply(&c).unwrap();
     }
-    assert!(
-        env.read(&r, 0, MAXB as usize) == model,
-        "{s:?}: after replay"
-    );
+    assert!(env.read(&r, 0, MAXB as usize) == model, "{s:?}: after replay");
     let mut a = Vec::new();
     let mut b = Vec::new();
     l.extents(&mut |d, p, n| a.push((d, p, n)));
@@ -431,11 +337,8 @@ fn exercise(s: &Spec, env: &Env, seed: u64, ops: usize) {
     a.sort_unstable();
     b.sort_unstable();
     // Run boundaries may differ; the blocks covered may not.
-    let blocks = |v: &[(u32, u64, u64)]| {
-        v.iter()
-            .flat_map(|&(d, p, n)| (p..p + n).map(move |x| (d, x)))
-            .collect::<Vec<_>>()
-    };
+    let blocks =
+        |v: &[(u32, u64, u64)]| v.iter().flat_map(|&(d, p, n)| (p..p + n).map(move |x| (d, x))).collect::<Vec<_>>();
     assert_eq!(blocks(&a), blocks(&b));
 
     env.check_accounting(&[&l]);
@@ -450,31 +353,13 @@ fn compositions() -> Vec<Spec> {
         stripe(8 * KIB, vec![ext(0), ext(1), ext(2)]),
         stripe(4 * KIB, vec![ext(0), ext_max(1, 4 * KIB)]),
         regions(32 * KIB, vec![ext(0), ext(1), ext(2)]),
-        regions(
-            64 * KIB,
-            vec![
-                stripe(8 * KIB, vec![ext(0), ext(1)]),
-                stripe(4 * KIB, vec![ext(2), ext(3)]),
-            ],
-        ),
-        replicate(
-            "least-loaded",
-            vec![
-                stripe(8 * KIB, vec![ext(0), ext(1)]),
-                stripe(8 * KIB, vec![ext(2), ext(3)]),
-            ],
-        ),
+        regions(64 * KIB, vec![stripe(8 * KIB, vec![ext(0), ext(1)]), stripe(4 * KIB, vec![ext(2), ext(3)])]),
+        replicate("least-loaded", vec![stripe(8 * KIB, vec![ext(0), ext(1)]), stripe(8 * KIB, vec![ext(2), ext(3)])]),
         replicate("primary", vec![ext(0), ext(1), ext(2)]),
-        replicate(
-            "nearest",
-            vec![ext_max(0, 8 * KIB), regions(16 * KIB, vec![ext(1), ext(2)])],
-        ),
+        replicate("nearest", vec![ext_max(0, 8 * KIB), regions(16 * KIB, vec![ext(1), ext(2)])]),
         stripe(
             8 * KIB,
-            vec![
-                replicate("least-loaded", vec![ext(0), ext(1)]),
-                replicate("primary", vec![ext(2), ext(3)]),
-            ],
+            vec![replicate("least-loaded", vec![ext(0), ext(1)]), replicate("primary", vec![ext(2), ext(3)])],
         ),
     ]
 }
@@ -549,8 +434,7 @@ fn truncates_racing_writes_leak_nothing() {
                             env.truncate(l, rng.gen_range(0..64));
                         } else {
                             let n = rng.gen_range(1..=8);
-                            env.write(l, rng.gen_range(0..64), &vec![t as u8; n * BS])
-                                .unwrap();
+                            env.write(l, rng.gen_range(0..64), &vec![t as u8; n * BS]).unwrap();
                         }
                     }
                 });
@@ -576,13 +460,7 @@ fn inline_keeps_small_data() {
     blk[..100].copy_from_slice(&[7; 100]);
     env.write(&l, 0, &blk).unwrap();
     assert_eq!(env.read(&l, 0, 2), [blk.clone(), vec![0; BS]].concat());
-    assert_eq!(
-        env.changes(),
-        vec![MapChange::Inline {
-            node: 0,
-            data: vec![7; 100]
-        }]
-    );
+    assert_eq!(env.changes(), vec![MapChange::Inline { node: 0, data: vec![7; 100] }]);
     assert_eq!(l.root().next_data(0), Some(0));
     // Past `max`, and past block 0, only zeros fit.
     let mut big = blk.clone();
@@ -605,39 +483,16 @@ fn inline_keeps_small_data() {
     env.truncate(&l, 0);
     assert_eq!(env.read(&l, 0, 1), vec![0; BS]);
     assert_eq!(l.root().next_data(0), None);
-    assert_eq!(
-        env.changes().last(),
-        Some(&MapChange::Inline {
-            node: 0,
-            data: vec![]
-        })
-    );
+    assert_eq!(env.changes().last(), Some(&MapChange::Inline { node: 0, data: vec![] }));
     // Too much data in a change or in stored state is corruption.
-    assert!(r
-        .apply(&MapChange::Inline {
-            node: 0,
-            data: vec![1; 3000]
-        })
-        .is_err());
+    assert!(r.apply(&MapChange::Inline { node: 0, data: vec![1; 3000] }).is_err());
     assert!(r.apply(&MapChange::Truncate { node: 0, from: 0 }).is_err());
     let mut e = crate::codec::Encoder::new();
     e.bytes(&[1; 3000]);
     let params = Params(BTreeMap::from([("max".into(), Value::Num(2048))]));
-    let args = |state| BuildArgs {
-        id: 0,
-        params: &params,
-        device: None,
-        children: vec![],
-        state,
-    };
-    assert!(matches!(
-        (inline::TYPE.build)(args(Some(&e.buf))),
-        Err(Error::Corrupt { .. })
-    ));
-    assert!(matches!(
-        (inline::TYPE.build)(args(Some(&[9, 0]))),
-        Err(Error::Corrupt { .. })
-    ));
+    let args = |state| BuildArgs { id: 0, params: &params, device: None, children: vec![], state };
+    assert!(matches!((inline::TYPE.build)(args(Some(&e.buf))), Err(Error::Corrupt { .. })));
+    assert!(matches!((inline::TYPE.build)(args(Some(&[9, 0]))), Err(Error::Corrupt { .. })));
 }
 
 // ---- Failures ----
@@ -658,16 +513,10 @@ fn full_device_is_no_space_and_frees_what_it_took() {
     let d = pattern(2, 31);
     env.write(&l, 0, &d).unwrap();
     assert_eq!(env.read(&l, 0, 31), d);
-    assert!(matches!(
-        env.write(&l, 31, &d[..BS]),
-        Err(Error::NoSpace(_))
-    ));
+    assert!(matches!(env.write(&l, 31, &d[..BS]), Err(Error::NoSpace(_))));
     // A stripe fails the same way when one of its devices fills.
     let s = build(&stripe(4 * KIB, vec![ext(1), ext(0)]));
-    assert!(matches!(
-        env.write(&s, 0, &pattern(3, 8)),
-        Err(Error::NoSpace(_))
-    ));
+    assert!(matches!(env.write(&s, 0, &pattern(3, 8)), Err(Error::NoSpace(_))));
     env.check_accounting(&[&l, &s]);
 }
 
@@ -715,21 +564,11 @@ impl Device for FailRead {
 
 #[test]
 fn replicated_reads_survive_a_failed_copy() {
-    let bad = Arc::new(FailRead {
-        inner: MemDevice::new("bad", 256 * BS as u64),
-        fail: AtomicBool::new(false),
-    });
+    let bad = Arc::new(FailRead { inner: MemDevice::new("bad", 256 * BS as u64), fail: AtomicBool::new(false) });
     let good = Arc::new(MemDevice::new("good", 256 * BS as u64));
-    let env = Env::with(vec![
-        bad.clone(),
-        good,
-        Arc::new(MemDevice::new("other", 256 * BS as u64)),
-    ]);
+    let env = Env::with(vec![bad.clone(), good, Arc::new(MemDevice::new("other", 256 * BS as u64))]);
     for policy in ["primary", "least-loaded", "nearest"] {
-        let l = build(&replicate(
-            policy,
-            vec![ext(0), stripe(4 * KIB, vec![ext(1), ext(2)])],
-        ));
+        let l = build(&replicate(policy, vec![ext(0), stripe(4 * KIB, vec![ext(1), ext(2)])]));
         let d = pattern(4, 20);
         env.write(&l, 0, &d).unwrap();
         bad.fail.store(true, Ordering::SeqCst);
@@ -752,12 +591,7 @@ fn least_loaded_spreads_idle_reads() {
     let env = Env::new(2, 64);
     let l = build(&replicate("least-loaded", vec![ext(0), ext(1)]));
     env.write(&l, 0, &pattern(1, 1)).unwrap();
-    let before: Vec<u64> = env
-        .storage
-        .devs
-        .iter()
-        .map(|d| d.stats.snapshot().reads)
-        .collect();
+    let before: Vec<u64> = env.storage.devs.iter().map(|d| d.stats.snapshot().reads).collect();
     for _ in 0..10 {
         env.read(&l, 0, 1);
     }
@@ -766,10 +600,7 @@ fn least_loaded_spreads_idle_reads() {
     }
     // A failed write to one copy is reported.
     let mem = Arc::new(MemDevice::new("w", 64 * BS as u64));
-    let env = Env::with(vec![
-        Arc::new(MemDevice::new("ok", 64 * BS as u64)),
-        mem.clone(),
-    ]);
+    let env = Env::with(vec![Arc::new(MemDevice::new("ok", 64 * BS as u64)), mem.clone()]);
     let l = build(&replicate("primary", vec![ext(0), ext(1)]));
     mem.fail_after_writes(0);
     assert!(env.write(&l, 0, &pattern(1, 1)).is_err());
@@ -800,58 +631,30 @@ fn corrupt_state_is_an_error() {
     };
     assert!(build_extent(&extent_state(&[(0, 10, 4), (4, 20, 4)])).is_ok());
     for bad in [
-        extent_state(&[(0, 10, 4), (3, 20, 4)]),    // file overlap
-        extent_state(&[(4, 10, 4), (0, 20, 4)]),    // out of order
-        extent_state(&[(0, 10, 4), (8, 12, 4)]),    // device overlap
-        extent_state(&[(0, 10, 0)]),                // empty run
-        extent_state(&[(0, 10, 17)]),               // longer than max
-        extent_state(&[(u64::MAX - 1, 10, 4)]),     // file overflow
-        extent_state(&[(0, u64::MAX - 1, 4)]),      // device overflow
-        vec![255, 255, 255, 255],                   // huge count
-        extent_state(&[(0, 10, 4)])[..20].to_vec(), // truncated
+        extent_state(&[(0, 10, 4), (3, 20, 4)]),         // file overlap
+        extent_state(&[(4, 10, 4), (0, 20, 4)]),         // out of order
+        extent_state(&[(0, 10, 4), (8, 12, 4)]),         // device overlap
+        extent_state(&[(0, 10, 0)]),                     // empty run
+        extent_state(&[(0, 10, 17)]),                    // longer than max
+        extent_state(&[(u64::MAX - 1, 10, 4)]),          // file overflow
+        extent_state(&[(0, u64::MAX - 1, 4)]),           // device overflow
+        vec![255, 255, 255, 255],                        // huge count
+        extent_state(&[(0, 10, 4)])[..20].to_vec(),      // truncated
         [extent_state(&[(0, 10, 4)]), vec![0]].concat(), // trailing bytes
     ] {
-        assert!(
-            matches!(build_extent(&bad), Err(Error::Corrupt { .. })),
-            "{bad:?}"
-        );
+        assert!(matches!(build_extent(&bad), Err(Error::Corrupt { .. })), "{bad:?}");
     }
     // Composite state must be empty.
     let l = build(&stripe(4 * KIB, vec![ext(0)]));
     let kids = l.root().children().to_vec();
     let p = l.root().params();
-    let r = (stripe::TYPE.build)(BuildArgs {
-        id: 0,
-        params: &p,
-        device: None,
-        children: kids,
-        state: Some(&[1]),
-    });
+    let r = (stripe::TYPE.build)(BuildArgs { id: 0, params: &p, device: None, children: kids, state: Some(&[1]) });
     assert!(matches!(r, Err(Error::Corrupt { .. })));
     // Bad replayed changes.
     let e = build(&ext(0));
-    assert!(e
-        .apply(&MapChange::Map {
-            node: 0,
-            fblk: u64::MAX,
-            pblk: 1,
-            len: 2
-        })
-        .is_err());
-    assert!(e
-        .apply(&MapChange::Map {
-            node: 0,
-            fblk: 0,
-            pblk: 1,
-            len: 0
-        })
-        .is_err());
-    assert!(e
-        .apply(&MapChange::Inline {
-            node: 0,
-            data: vec![]
-        })
-        .is_err());
+    assert!(e.apply(&MapChange::Map { node: 0, fblk: u64::MAX, pblk: 1, len: 2 }).is_err());
+    assert!(e.apply(&MapChange::Map { node: 0, fblk: 0, pblk: 1, len: 0 }).is_err());
+    assert!(e.apply(&MapChange::Inline { node: 0, data: vec![] }).is_err());
     assert!(l.apply(&MapChange::Truncate { node: 0, from: 0 }).is_err());
 }
 
@@ -860,10 +663,7 @@ fn mangled_layout_bytes_never_panic() {
     let env = Env::new(4, 1024);
     let l = build(&regions(
         32 * KIB,
-        vec![
-            stripe(8 * KIB, vec![ext(0), ext(1)]),
-            replicate("primary", vec![ext(2), ext(3)]),
-        ],
+        vec![stripe(8 * KIB, vec![ext(0), ext(1)]), replicate("primary", vec![ext(2), ext(3)])],
     ));
     env.write(&l, 0, &pattern(1, 200)).unwrap();
     let bytes = encode(&l);

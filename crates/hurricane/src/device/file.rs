@@ -35,11 +35,7 @@ impl FileDevice {
 
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
         let name = path.display().to_string();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .open(path)
-            .map_err(|e| Error::io(&name, e))?;
+        let file = OpenOptions::new().read(true).write(writable).open(path).map_err(|e| Error::io(&name, e))?;
         let meta = file.metadata().map_err(|e| Error::io(&name, e))?;
         let is_block = meta.file_type().is_block_device();
         let size = if is_block {

@@ -47,11 +47,7 @@ impl MemDevice {
         MemDevice {
             name: name.into(),
             size: image.len() as u64,
-            state: Mutex::new(MemDeviceState {
-                current: image.clone(),
-                durable: image,
-                volatile: Vec::new(),
-            }),
+            state: Mutex::new(MemDeviceState { current: image.clone(), durable: image, volatile: Vec::new() }),
             fail_after: AtomicI64::new(-1),
         }
     }

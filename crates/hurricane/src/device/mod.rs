@@ -6,13 +6,13 @@
 
 mod file;
 mod mem;
-mod stats;
 pub mod sim;
+mod stats;
 
 pub use file::FileDevice;
 pub use mem::{CrashMode, MemDevice, MemDeviceState};
-pub use stats::{DeviceStats, StatsSnapshot};
 pub use sim::{SimDevice, SimParams};
+pub use stats::{DeviceStats, StatsSnapshot};
 
 use crate::error::Result;
 use std::sync::Arc;
@@ -77,9 +77,7 @@ impl DeviceHandle {
     }
 
     fn check(&self, blk: u64, len: usize) -> Result<()> {
-        let end = blk
-            .checked_mul(BLOCK_SIZE as u64)
-            .and_then(|o| o.checked_add(len as u64));
+        let end = blk.checked_mul(BLOCK_SIZE as u64).and_then(|o| o.checked_add(len as u64));
         match end {
             Some(e) if e <= self.dev.size() => Ok(()),
             _ => Err(crate::Error::Device(format!(

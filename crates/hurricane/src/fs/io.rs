@@ -239,7 +239,10 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = off.checked_add(data.len() as u64).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| Error::TooBig(format!("inode {ino}: write past {MAX_FILE_SIZE} bytes")))?;
+        let end = off
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or_else(|| Error::TooBig(format!("inode {ino}: write past {MAX_FILE_SIZE} bytes")))?;
         for attempt in 0..2 {
             let (node, _, _) = self.file_layout(ino)?;
             let aligned = off.is_multiple_of(BS) && (data.len() as u64).is_multiple_of(BS);
@@ -273,7 +276,15 @@ impl Fs {
                     if d.mode & (libc::S_ISUID | libc::S_ISGID) != 0 && d.mode & 0o010 != 0 {
                         let mode = d.mode & 0o7777 & !(libc::S_ISUID | libc::S_ISGID);
                         d.mode = (d.mode & !0o7777) | mode;
-                        ops.push(Op::SetAttr { ino, mode: Some(mode), uid: None, gid: None, atime: None, mtime: None, ctime: t });
+                        ops.push(Op::SetAttr {
+                            ino,
+                            mode: Some(mode),
+                            uid: None,
+                            gid: None,
+                            atime: None,
+                            mtime: None,
+                            ctime: t,
+                        });
                     }
                     let logged_size = ops.iter().any(|o| matches!(o, Op::SetSize { .. }));
                     g.log(&ops);
@@ -401,7 +412,10 @@ impl Fs {
         if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return Err(Error::NotSupported(format!("fallocate mode {mode:#x}")));
         }
-        let end = off.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE).ok_or_else(|| Error::TooBig(format!("inode {ino}")))?;
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or_else(|| Error::TooBig(format!("inode {ino}")))?;
         self.ensure_capacity(ino, end)?;
         let (node, lay, size) = self.file_layout(ino)?;
         // Fill only the holes: existing data stays.

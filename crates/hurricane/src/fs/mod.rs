@@ -120,10 +120,7 @@ pub struct Fs {
 }
 
 pub(crate) fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 fn shards() -> usize {
@@ -140,7 +137,8 @@ impl Fs {
             return Err(Error::Device("a pool needs at least one device".into()));
         }
         let n = devs.len() as u32;
-        let handles: Vec<_> = devs.into_iter().enumerate().map(|(i, d)| crate::device::DeviceHandle::new(i as u32, d)).collect();
+        let handles: Vec<_> =
+            devs.into_iter().enumerate().map(|(i, d)| crate::device::DeviceHandle::new(i as u32, d)).collect();
         let dev0 = handles[0].blocks();
         let jblocks = match opts.journal_size {
             Some(b) => b / BLOCK_SIZE as u64,
@@ -391,7 +389,9 @@ impl Fs {
         let mut abs = Vec::new();
         for p in paths {
             let dev = match size {
-                Some(s) if !p.exists() || std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false) => crate::device::FileDevice::create(p, s)?,
+                Some(s) if !p.exists() || std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false) => {
+                    crate::device::FileDevice::create(p, s)?
+                }
                 _ => crate::device::FileDevice::open(p, true)?,
             };
             devs.push(Arc::new(dev));
@@ -642,7 +642,8 @@ fn pool_info(s: &Storage) -> PoolInfo {
 }
 
 fn salt_of(id: &[u8; 16]) -> u64 {
-    u64::from_le_bytes(id[..8].try_into().unwrap_or_default()) ^ u64::from_le_bytes(id[8..].try_into().unwrap_or_default())
+    u64::from_le_bytes(id[..8].try_into().unwrap_or_default())
+        ^ u64::from_le_bytes(id[8..].try_into().unwrap_or_default())
 }
 
 pub fn default_pool_layout(devices: u32) -> String {

@@ -217,7 +217,14 @@ impl Fs {
         let blocks = s.allocs.iter().map(|a| a.total_blocks()).sum();
         let bfree = s.allocs.iter().map(|a| a.free_blocks()).sum();
         let files = self.state().count() as u64;
-        StatFs { blocks, bfree, files, ffree: u32::MAX as u64 - files.min(u32::MAX as u64), bsize: 4096, namelen: NAME_MAX as u32 }
+        StatFs {
+            blocks,
+            bfree,
+            files,
+            ffree: u32::MAX as u64 - files.min(u32::MAX as u64),
+            bsize: 4096,
+            namelen: NAME_MAX as u32,
+        }
     }
 
     /// The layout a new file in `parent` gets: explicit, else the nearest
@@ -244,7 +251,16 @@ impl Fs {
     /// Creates a node (file, directory, symlink, device, FIFO, socket) and
     /// links it into `parent` as one atomic group.
     #[allow(clippy::too_many_arguments)]
-    pub fn mknod(&self, cred: &Creds, parent: Ino, name: &[u8], mode: u32, rdev: u32, target: Option<&[u8]>, layout: Option<&str>) -> Result<Attr> {
+    pub fn mknod(
+        &self,
+        cred: &Creds,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+        layout: Option<&str>,
+    ) -> Result<Attr> {
         self.check_writable()?;
         check_name(name)?;
         let kind = mode & S_IFMT;
@@ -468,7 +484,15 @@ impl Fs {
         Err(Error::corrupt("namespace", "directory parent chain does not reach the root"))
     }
 
-    pub fn rename(&self, cred: &Creds, sdir: Ino, sname: &[u8], ddir: Ino, dname: &[u8], flags: RenameFlags) -> Result<()> {
+    pub fn rename(
+        &self,
+        cred: &Creds,
+        sdir: Ino,
+        sname: &[u8],
+        ddir: Ino,
+        dname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         self.check_writable()?;
         if sname == b"." || sname == b".." || dname == b"." || dname == b".." {
             return Err(Error::Invalid("rename of \".\" or \"..\"".into()));
@@ -623,7 +647,11 @@ impl Fs {
             gid = Some(gr);
         }
         // chown of a non-directory clears set-id bits (unless root keeps them via chmod).
-        if (uid.is_some() || gid.is_some()) && !d.is_dir() && d.mode & (libc::S_ISUID | libc::S_ISGID) != 0 && mode.is_none() {
+        if (uid.is_some() || gid.is_some())
+            && !d.is_dir()
+            && d.mode & (libc::S_ISUID | libc::S_ISGID) != 0
+            && mode.is_none()
+        {
             let mut m = d.mode & 0o7777 & !libc::S_ISUID;
             if d.mode & 0o010 != 0 {
                 m &= !libc::S_ISGID;
@@ -695,7 +723,11 @@ impl Fs {
             return self.dir_layout_set(cred, ino, spec.trim_end_matches(['\n', '\0']));
         }
         if name.is_empty() || name.len() > XATTR_NAME_MAX {
-            return Err(if name.is_empty() { Error::Invalid("empty attribute name".into()) } else { Error::Range(format!("attribute name of {} bytes", name.len())) });
+            return Err(if name.is_empty() {
+                Error::Invalid("empty attribute name".into())
+            } else {
+                Error::Range(format!("attribute name of {} bytes", name.len()))
+            });
         }
         if value.len() > XATTR_SIZE_MAX {
             return Err(Error::TooBig(format!("attribute value of {} bytes (limit {XATTR_SIZE_MAX})", value.len())));
@@ -745,7 +777,9 @@ impl Fs {
         let d = n.data.read();
         match &d.body {
             Body::File(l) => Ok(l.spec().to_string()),
-            Body::Dir(dir) => Ok(if dir.layout.is_empty() { self.default_layout().to_string() } else { dir.layout.clone() }),
+            Body::Dir(dir) => {
+                Ok(if dir.layout.is_empty() { self.default_layout().to_string() } else { dir.layout.clone() })
+            }
             _ => Err(Error::NoAttr(format!("inode {ino} has no layout"))),
         }
     }
@@ -774,7 +808,9 @@ impl Fs {
         let has_data = d.size > 0 || d.layout().is_some_and(|l| l.root().next_data(0).is_some());
         if has_data {
             tracing::warn!("layout of inode {ino} not changed: the file already holds data");
-            return Err(Error::Invalid(format!("inode {ino} already holds data: a layout can be set only on an empty file")));
+            return Err(Error::Invalid(format!(
+                "inode {ino} already holds data: a layout can be set only on an empty file"
+            )));
         }
         let op = Op::SetLayout { ino, layout: e.into_inner() };
         self.state().apply(&op, &mut l)?;
@@ -844,7 +880,10 @@ impl Fs {
 fn xattr_perm(cred: &Creds, d: &InodeData, name: &[u8], mask: u32) -> Result<()> {
     if name.starts_with(b"user.") {
         if !(d.kind() == S_IFREG || d.is_dir()) {
-            return Err(Error::Perm(format!("user attributes on a {}", if d.kind() == S_IFLNK { "symlink" } else { "special file" })));
+            return Err(Error::Perm(format!(
+                "user attributes on a {}",
+                if d.kind() == S_IFLNK { "symlink" } else { "special file" }
+            )));
         }
         if !cred.allowed(d, mask) {
             return Err(Error::Access(show(name)));

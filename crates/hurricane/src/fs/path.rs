@@ -28,7 +28,16 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { read: false, write: false, append: false, truncate: false, create: false, create_new: false, mode: 0o644, layout: None }
+        OpenOptions {
+            read: false,
+            write: false,
+            append: false,
+            truncate: false,
+            create: false,
+            create_new: false,
+            mode: 0o644,
+            layout: None,
+        }
     }
 }
 

@@ -254,7 +254,8 @@ pub fn fits(r: &Region, c: &Cursor, payload_len: usize) -> bool {
 /// Appends one record. The caller has checked `fits` and flushes afterwards.
 pub fn append(storage: &Storage, r: &Region, salt: u64, c: &mut Cursor, payload: &[u8]) -> Result<()> {
     let n = record_blocks(payload.len());
-    let dev = storage.devs.get(r.dev as usize).ok_or_else(|| Error::Device(format!("journal device {} missing", r.dev)))?;
+    let dev =
+        storage.devs.get(r.dev as usize).ok_or_else(|| Error::Device(format!("journal device {} missing", r.dev)))?;
     if c.head + n > r.blocks {
         let mut blk = vec![0u8; BLOCK_SIZE];
         blk[..HDR].copy_from_slice(&header(WRAP_MAGIC, salt, c.seq, 1, &[]));
@@ -275,7 +276,8 @@ pub fn append(storage: &Storage, r: &Region, salt: u64, c: &mut Cursor, payload:
 /// block that is not the next record in sequence (a torn or stale record):
 /// time is proportional to the journal, not the pool.
 pub fn replay(storage: &Storage, r: &Region, salt: u64, start: Cursor) -> Result<(Vec<Vec<u8>>, Cursor)> {
-    let dev = storage.devs.get(r.dev as usize).ok_or_else(|| Error::Device(format!("journal device {} missing", r.dev)))?;
+    let dev =
+        storage.devs.get(r.dev as usize).ok_or_else(|| Error::Device(format!("journal device {} missing", r.dev)))?;
     let mut c = Cursor { tail: start.tail, head: start.tail, seq: start.seq };
     let mut out = Vec::new();
     let mut scanned = 0u64;
@@ -294,7 +296,11 @@ pub fn replay(storage: &Storage, r: &Region, salt: u64, start: Cursor) -> Result
             c.head = 0;
             continue;
         }
-        if h.magic != REC_MAGIC || h.nblocks == 0 || c.head + h.nblocks > r.blocks || h.len as u64 + HDR as u64 > h.nblocks * BLOCK_SIZE as u64 {
+        if h.magic != REC_MAGIC
+            || h.nblocks == 0
+            || c.head + h.nblocks > r.blocks
+            || h.len as u64 + HDR as u64 > h.nblocks * BLOCK_SIZE as u64
+        {
             break;
         }
         let mut rec = vec![0u8; (h.nblocks as usize) * BLOCK_SIZE];

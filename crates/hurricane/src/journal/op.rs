@@ -33,24 +33,77 @@ pub struct NewInode {
 pub enum Op {
     Create(NewInode),
     /// Adds `name` in `dir` for `ino`; counts the link.
-    Link { dir: Ino, name: Vec<u8>, ino: Ino, time: i64 },
+    Link {
+        dir: Ino,
+        name: Vec<u8>,
+        ino: Ino,
+        time: i64,
+    },
     /// Removes `name` from `dir`; uncounts the link.
-    Unlink { dir: Ino, name: Vec<u8>, time: i64 },
+    Unlink {
+        dir: Ino,
+        name: Vec<u8>,
+        time: i64,
+    },
     /// Moves (or with `exchange`, swaps) an entry; an existing target is unlinked.
-    Rename { sdir: Ino, sname: Vec<u8>, ddir: Ino, dname: Vec<u8>, exchange: bool, time: i64 },
+    Rename {
+        sdir: Ino,
+        sname: Vec<u8>,
+        ddir: Ino,
+        dname: Vec<u8>,
+        exchange: bool,
+        time: i64,
+    },
     /// Drops an inode with no links and no open handles.
-    Free { ino: Ino },
-    SetAttr { ino: Ino, mode: Option<u32>, uid: Option<u32>, gid: Option<u32>, atime: Option<i64>, mtime: Option<i64>, ctime: i64 },
-    SetSize { ino: Ino, size: u64, mtime: i64 },
-    Map { ino: Ino, change: MapChange },
-    SetXattr { ino: Ino, name: Vec<u8>, value: Vec<u8>, time: i64 },
-    RemoveXattr { ino: Ino, name: Vec<u8>, time: i64 },
+    Free {
+        ino: Ino,
+    },
+    SetAttr {
+        ino: Ino,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        atime: Option<i64>,
+        mtime: Option<i64>,
+        ctime: i64,
+    },
+    SetSize {
+        ino: Ino,
+        size: u64,
+        mtime: i64,
+    },
+    Map {
+        ino: Ino,
+        change: MapChange,
+    },
+    SetXattr {
+        ino: Ino,
+        name: Vec<u8>,
+        value: Vec<u8>,
+        time: i64,
+    },
+    RemoveXattr {
+        ino: Ino,
+        name: Vec<u8>,
+        time: i64,
+    },
     /// Replaces a file's (empty) layout tree.
-    SetLayout { ino: Ino, layout: Vec<u8> },
+    SetLayout {
+        ino: Ino,
+        layout: Vec<u8>,
+    },
     /// Default layout for files created under a directory ("" = inherit).
-    SetDirLayout { ino: Ino, spec: String },
+    SetDirLayout {
+        ino: Ino,
+        spec: String,
+    },
     /// Lazy time updates, gathered when a batch commits.
-    Times { ino: Ino, atime: i64, mtime: i64, ctime: i64 },
+    Times {
+        ino: Ino,
+        atime: i64,
+        mtime: i64,
+        ctime: i64,
+    },
 }
 
 fn opt(e: &mut Encoder, v: Option<u64>) {

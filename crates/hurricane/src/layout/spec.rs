@@ -31,10 +31,7 @@ pub struct PoolInfo {
 impl PoolInfo {
     /// A pool with one device per entry of `free_blocks`.
     pub fn new(free_blocks: Vec<u64>) -> Self {
-        PoolInfo {
-            devices: u32::try_from(free_blocks.len()).unwrap_or(u32::MAX),
-            free_blocks,
-        }
+        PoolInfo { devices: u32::try_from(free_blocks.len()).unwrap_or(u32::MAX), free_blocks }
     }
     fn free(&self, dev: u32) -> u64 {
         self.free_blocks.get(dev as usize).copied().unwrap_or(0)
@@ -46,16 +43,9 @@ impl PoolInfo {
 /// Parses spec text into a tree, checking types, parameters and structure.
 pub fn parse(s: &str) -> Result<Spec> {
     if s.len() > MAX_SPEC_LEN {
-        return Err(Error::Layout(format!(
-            "spec is {} bytes long; the limit is {MAX_SPEC_LEN}",
-            s.len()
-        )));
+        return Err(Error::Layout(format!("spec is {} bytes long; the limit is {MAX_SPEC_LEN}", s.len())));
     }
-    let mut p = Parser {
-        src: s,
-        pos: 0,
-        nodes: 0,
-    };
+    let mut p = Parser { src: s, pos: 0, nodes: 0 };
     let spec = p.block(0)?;
     p.ws();
     if p.pos < s.len() {
@@ -127,48 +117,30 @@ impl<'a> Parser<'a> {
         if name.is_empty() {
             return Err(self.err(at, "expected a block type name"));
         }
-        let t = lookup(name).ok_or_else(|| {
-            self.err(
-                at,
-                format!("unknown block type {name:?} (known: {})", type_names()),
-            )
-        })?;
+        let t = lookup(name)
+            .ok_or_else(|| self.err(at, format!("unknown block type {name:?} (known: {})", type_names())))?;
         self.nodes += 1;
         if self.nodes > MAX_NODES {
             return Err(self.err(at, format!("more than {MAX_NODES} blocks in one layout")));
         }
-        let mut spec = Spec {
-            kind: name.to_string(),
-            params: Vec::new(),
-            children: Vec::new(),
-            device: None,
-        };
+        let mut spec = Spec { kind: name.to_string(), params: Vec::new(), children: Vec::new(), device: None };
         if let Some(open) = self.eat('(') {
             loop {
                 self.ws();
                 let kat = self.pos;
                 let key = self.take_while(is_ident);
-                let p = match t.params.iter().find(|p| p.key == key) {
-                    Some(p) => p,
-                    None if key.is_empty() => {
-                        return Err(self.err(
-                            kat,
-                            format!(
-                                "expected a parameter of {name} (known: {})",
-                                registry::known(t)
-                            ),
-                        ))
-                    }
-                    None => {
-                        return Err(self.err(
-                            kat,
-                            format!(
-                                "{name} has no parameter {key:?} (known: {})",
-                                registry::known(t)
-                            ),
-                        ))
-                    }
-                };
+                let p =
+                    match t.params.iter().find(|p| p.key == key) {
+                        Some(p) => p,
+                        None if key.is_empty() => {
+                            return Err(self
+                                .err(kat, format!("expected a parameter of {name} (known: {})", registry::known(t))))
+                        }
+                        None => {
+                            return Err(self
+                                .err(kat, format!("{name} has no parameter {key:?} (known: {})", registry::known(t))))
+                        }
+                    };
                 if spec.params.iter().any(|(k, _)| k == key) {
                     return Err(self.err(kat, format!("parameter {key} of {name} given twice")));
                 }
@@ -187,10 +159,8 @@ impl<'a> Parser<'a> {
                     break;
                 }
                 if self.eat(',').is_none() {
-                    let msg = format!(
-                        "expected \",\" or \")\" in the parameters of {name} opened at column {}",
-                        open + 1
-                    );
+                    let msg =
+                        format!("expected \",\" or \")\" in the parameters of {name} opened at column {}", open + 1);
                     return Err(self.err(self.pos, msg));
                 }
             }
@@ -201,27 +171,19 @@ impl<'a> Parser<'a> {
             }
             // Checked before recursing, so nesting cannot exhaust the stack.
             if depth >= MAX_DEPTH {
-                return Err(self.err(
-                    open,
-                    format!("layout nested deeper than {MAX_DEPTH} levels"),
-                ));
+                return Err(self.err(open, format!("layout nested deeper than {MAX_DEPTH} levels")));
             }
             loop {
                 let cat = self.pos;
                 spec.children.push(self.block(depth + 1)?);
                 if spec.children.len() > MAX_FANOUT {
-                    return Err(
-                        self.err(cat, format!("{name} has more than {MAX_FANOUT} children"))
-                    );
+                    return Err(self.err(cat, format!("{name} has more than {MAX_FANOUT} children")));
                 }
                 if self.eat(']').is_some() {
                     break;
                 }
                 if self.eat(',').is_none() {
-                    let msg = format!(
-                        "expected \",\" or \"]\" after a child of {name} opened at column {}",
-                        open + 1
-                    );
+                    let msg = format!("expected \",\" or \"]\" after a child of {name} opened at column {}", open + 1);
                     return Err(self.err(self.pos, msg));
                 }
             }
@@ -236,11 +198,7 @@ impl<'a> Parser<'a> {
             let dev = digits.parse::<u32>().map_err(|_| {
                 self.err(
                     dat,
-                    if digits.is_empty() {
-                        "expected a device number after \"@\""
-                    } else {
-                        "device number too large"
-                    },
+                    if digits.is_empty() { "expected a device number after \"@\"" } else { "device number too large" },
                 )
             })?;
             spec.device = Some(dev);
@@ -271,10 +229,7 @@ fn no_children(t: &BlockType) -> String {
 
 fn no_device(t: &BlockType) -> String {
     if t.max_children > 0 {
-        format!(
-            "{} is a composite and takes no @device; put @device on its children",
-            t.name
-        )
+        format!("{} is a composite and takes no @device; put @device on its children", t.name)
     } else {
         format!("{} takes no @device", t.name)
     }
@@ -304,13 +259,8 @@ fn check_node(t: &BlockType, s: &Spec) -> Result<(), String> {
         return Err(no_device(t));
     }
     for (i, (k, v)) in s.params.iter().enumerate() {
-        let p = param(t, k).ok_or_else(|| {
-            format!(
-                "{} has no parameter {k:?} (known: {})",
-                t.name,
-                registry::known(t)
-            )
-        })?;
+        let p =
+            param(t, k).ok_or_else(|| format!("{} has no parameter {k:?} (known: {})", t.name, registry::known(t)))?;
         if s.params[..i].iter().any(|(k2, _)| k2 == k) {
             return Err(format!("parameter {k} of {} given twice", t.name));
         }
@@ -323,10 +273,7 @@ fn check_node(t: &BlockType, s: &Spec) -> Result<(), String> {
     registry::params_with_defaults(t, &s.params).map_err(message)?;
     let max = t.max_children.min(MAX_FANOUT);
     let bounds = |got: u64, what: String| match got < t.min_children as u64 || got > max as u64 {
-        true => Err(format!(
-            "{} takes {}..{max} children, {what}",
-            t.name, t.min_children
-        )),
+        true => Err(format!("{} takes {}..{max} children, {what}", t.name, t.min_children)),
         false => Ok(()),
     };
     if n > 0 {
@@ -334,10 +281,7 @@ fn check_node(t: &BlockType, s: &Spec) -> Result<(), String> {
     }
     if let (Some(w), Some(wp)) = (width_of(t, s), t.width_param) {
         if n > 0 && w != n as u64 {
-            return Err(format!(
-                "{}({wp}={w}) has {n} children; they must match",
-                t.name
-            ));
+            return Err(format!("{}({wp}={w}) has {n} children; they must match", t.name));
         }
         if n == 0 {
             bounds(w, format!("got {wp}={w}"))?;
@@ -360,12 +304,7 @@ fn value_text(p: Option<&ParamSpec>, v: &Value) -> String {
 fn ordered<'s>(t: Option<&BlockType>, params: &'s [(String, Value)]) -> Vec<&'s (String, Value)> {
     let mut out: Vec<_> = params.iter().collect();
     if let Some(t) = t {
-        out.sort_by_key(|(k, _)| {
-            t.params
-                .iter()
-                .position(|p| p.key == k)
-                .unwrap_or(usize::MAX)
-        });
+        out.sort_by_key(|(k, _)| t.params.iter().position(|p| p.key == k).unwrap_or(usize::MAX));
     }
     out
 }
@@ -378,12 +317,7 @@ impl fmt::Display for Spec {
         let params = ordered(t, &self.params);
         for (i, (k, v)) in params.iter().enumerate() {
             let p = t.and_then(|t| param(t, k));
-            write!(
-                f,
-                "{}{k}={}",
-                if i == 0 { "(" } else { "," },
-                value_text(p, v)
-            )?;
+            write!(f, "{}{k}={}", if i == 0 { "(" } else { "," }, value_text(p, v))?;
         }
         if !params.is_empty() {
             f.write_str(")")?;
@@ -431,8 +365,7 @@ pub fn resolve(spec: &Spec, pool: &PoolInfo) -> Result<Spec> {
     let mut uses = BTreeMap::new();
     count_devices(&s, &mut uses);
     if s.device.is_none() && is_per_device(&s) {
-        s.device =
-            Some(pick(pool, &BTreeSet::new(), &uses).ok_or_else(|| no_room(&s.kind, None, pool))?);
+        s.device = Some(pick(pool, &BTreeSet::new(), &uses).ok_or_else(|| no_room(&s.kind, None, pool))?);
     }
     assign(&mut s, pool, &mut uses)?;
     check_devices(&s, pool)?;
@@ -445,30 +378,16 @@ fn is_per_device(s: &Spec) -> bool {
 
 fn expand(s: &Spec, pool: &PoolInfo, depth: usize, nodes: &mut usize) -> Result<Spec> {
     if depth > MAX_DEPTH {
-        return Err(Error::Layout(format!(
-            "layout nested deeper than {MAX_DEPTH} levels"
-        )));
+        return Err(Error::Layout(format!("layout nested deeper than {MAX_DEPTH} levels")));
     }
-    let t = lookup(&s.kind).ok_or_else(|| {
-        Error::Layout(format!(
-            "unknown block type {:?} (known: {})",
-            s.kind,
-            type_names()
-        ))
-    })?;
+    let t = lookup(&s.kind)
+        .ok_or_else(|| Error::Layout(format!("unknown block type {:?} (known: {})", s.kind, type_names())))?;
     *nodes += 1;
     if *nodes > MAX_NODES {
-        return Err(Error::Layout(format!(
-            "more than {MAX_NODES} blocks in one layout"
-        )));
+        return Err(Error::Layout(format!("more than {MAX_NODES} blocks in one layout")));
     }
     check_node(t, s).map_err(Error::Layout)?;
-    let mut out = Spec {
-        kind: s.kind.clone(),
-        params: s.params.clone(),
-        children: Vec::new(),
-        device: s.device,
-    };
+    let mut out = Spec { kind: s.kind.clone(), params: s.params.clone(), children: Vec::new(), device: s.device };
     let mut label = t.name.to_string();
     let fill;
     let children = if s.children.is_empty() && !t.per_device && t.max_children > 0 {
@@ -482,24 +401,13 @@ fn expand(s: &Spec, pool: &PoolInfo, depth: usize, nodes: &mut usize) -> Result<
         let wp = t.width_param.unwrap_or("width");
         label = format!("{}({wp}={n})", t.name);
         if t.distinct_devices && n > pool.devices.into() {
-            return Err(Error::Layout(format!(
-                "{label} needs {n} distinct devices, pool has {}",
-                pool.devices
-            )));
+            return Err(Error::Layout(format!("{label} needs {n} distinct devices, pool has {}", pool.devices)));
         }
         let max = t.max_children.min(MAX_FANOUT) as u64;
         if n < t.min_children as u64 || n > max {
-            return Err(Error::Layout(format!(
-                "{label}: {} takes {}..{max} children",
-                t.name, t.min_children
-            )));
+            return Err(Error::Layout(format!("{label}: {} takes {}..{max} children", t.name, t.min_children)));
         }
-        let child = Spec {
-            kind: FILL_CHILD.into(),
-            params: Vec::new(),
-            children: Vec::new(),
-            device: None,
-        };
+        let child = Spec { kind: FILL_CHILD.into(), params: Vec::new(), children: Vec::new(), device: None };
         fill = vec![child; n as usize];
         &fill
     } else {
@@ -511,10 +419,7 @@ fn expand(s: &Spec, pool: &PoolInfo, depth: usize, nodes: &mut usize) -> Result<
     if t.distinct_devices {
         let per_dev = out.children.iter().filter(|c| is_per_device(c)).count();
         if per_dev as u64 > pool.devices.into() {
-            return Err(Error::Layout(format!(
-                "{label} needs {per_dev} distinct devices, pool has {}",
-                pool.devices
-            )));
+            return Err(Error::Layout(format!("{label} needs {per_dev} distinct devices, pool has {}", pool.devices)));
         }
     }
     // The children now say the width; keeping it would only restate them.
@@ -540,18 +445,13 @@ fn assign(s: &mut Spec, pool: &PoolInfo, uses: &mut BTreeMap<u32, usize>) -> Res
     let distinct = lookup(&s.kind).is_some_and(|t| t.distinct_devices);
     // Under a distinct parent, siblings' devices (written or picked) are off limits.
     let mut taken: BTreeSet<u32> = if distinct {
-        s.children
-            .iter()
-            .filter(|c| is_per_device(c))
-            .filter_map(|c| c.device)
-            .collect()
+        s.children.iter().filter(|c| is_per_device(c)).filter_map(|c| c.device).collect()
     } else {
         BTreeSet::new()
     };
     for c in &mut s.children {
         if is_per_device(c) && c.device.is_none() {
-            let d =
-                pick(pool, &taken, uses).ok_or_else(|| no_room(&c.kind, Some(&s.kind), pool))?;
+            let d = pick(pool, &taken, uses).ok_or_else(|| no_room(&c.kind, Some(&s.kind), pool))?;
             c.device = Some(d);
             *uses.entry(d).or_default() += 1;
             if distinct {
@@ -570,16 +470,10 @@ fn assign(s: &mut Spec, pool: &PoolInfo, uses: &mut BTreeMap<u32, usize>) -> Res
 fn pick(pool: &PoolInfo, taken: &BTreeSet<u32>, uses: &BTreeMap<u32, usize>) -> Option<u32> {
     // Past the listed devices all look alike (full, unused), so one more than
     // the devices already used or taken suffices to find the best.
-    let scan =
-        (pool.free_blocks.len() + uses.len() + taken.len() + 1).min(pool.devices as usize) as u32;
+    let scan = (pool.free_blocks.len() + uses.len() + taken.len() + 1).min(pool.devices as usize) as u32;
     (0..scan).filter(|d| !taken.contains(d)).min_by_key(|&d| {
         let free = pool.free(d);
-        (
-            free == 0,
-            uses.get(&d).copied().unwrap_or(0),
-            Reverse(free),
-            d,
-        )
+        (free == 0, uses.get(&d).copied().unwrap_or(0), Reverse(free), d)
     })
 }
 
@@ -600,20 +494,12 @@ fn check_devices(s: &Spec, pool: &PoolInfo) -> Result<()> {
                 0 => "no devices".to_string(),
                 n => format!("{n} devices: 0..{}", n - 1),
             };
-            return Err(Error::Layout(format!(
-                "{}@{d}: device {d} does not exist (pool has {range})",
-                s.kind
-            )));
+            return Err(Error::Layout(format!("{}@{d}: device {d} does not exist (pool has {range})", s.kind)));
         }
     }
     if lookup(&s.kind).is_some_and(|t| t.distinct_devices) {
         let mut seen = BTreeMap::new();
-        for (i, c) in s
-            .children
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| is_per_device(c))
-        {
+        for (i, c) in s.children.iter().enumerate().filter(|(_, c)| is_per_device(c)) {
             let Some(d) = c.device else { continue };
             if let Some(j) = seen.insert(d, i) {
                 return Err(Error::Layout(format!(
@@ -661,34 +547,20 @@ mod tests {
     fn brief_examples() {
         assert_eq!(
             parse("extent@3").unwrap(),
-            Spec {
-                kind: "extent".into(),
-                params: vec![],
-                children: vec![],
-                device: Some(3)
-            }
+            Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(3) }
         );
         assert_eq!(round("extent@3"), "extent@3");
         let s = parse("stripe(unit=64K)[extent@0,extent@1,extent@2]").unwrap();
         assert_eq!(s.params, vec![("unit".to_string(), Value::Num(64 << 10))]);
         assert_eq!(s.children.len(), 3);
-        assert_eq!(
-            s.to_string(),
-            "stripe(unit=64K)[extent@0,extent@1,extent@2]"
-        );
-        assert_eq!(
-            round("stripe(width=7,unit=64K)"),
-            "stripe(unit=64K,width=7)"
-        );
+        assert_eq!(s.to_string(), "stripe(unit=64K)[extent@0,extent@1,extent@2]");
+        assert_eq!(round("stripe(width=7,unit=64K)"), "stripe(unit=64K,width=7)");
         assert_eq!(round("regions(size=16M,width=7)"), "regions(width=7)");
         let r = "replicate(copies=2,read=least-loaded)[stripe(width=3),stripe(width=3)]";
         assert_eq!(parse(r).unwrap().to_string(), r);
         assert_eq!(round(r), "replicate[stripe(width=3),stripe(width=3)]");
         assert_eq!(round("inline"), "inline");
-        assert_eq!(
-            round(" stripe ( unit = 1M , width = 2 ) \n"),
-            "stripe(width=2)"
-        );
+        assert_eq!(round(" stripe ( unit = 1M , width = 2 ) \n"), "stripe(width=2)");
         assert_eq!(
             round("replicate(read=primary)[extent@1 , extent @ 2]"),
             "replicate(read=primary)[extent@1,extent@2]"
@@ -705,7 +577,10 @@ mod tests {
             ("stripe(unit=99999999999999999999G)", "is not a size"),
             ("stripe(unit=4K,unit=8K)", "at column 16: parameter unit of stripe given twice"),
             ("replicate(read=fastest)", "must be one of least-loaded, nearest, primary"),
-            ("stripe[extent@0,extent@1", "at column 25: expected \",\" or \"]\" after a child of stripe opened at column 7; at end of input"),
+            (
+                "stripe[extent@0,extent@1",
+                "at column 25: expected \",\" or \"]\" after a child of stripe opened at column 7; at end of input",
+            ),
             ("stripe(unit=64K", "expected \",\" or \")\""),
             ("extent@3 foo", "at column 10: unexpected text after the layout; near \"foo\""),
             ("stripe[extent,extent]@2", "at column 22: stripe is a composite and takes no @device"),
@@ -725,17 +600,9 @@ mod tests {
             let got = err(spec);
             assert!(got.contains(want), "{spec:?}: got {got:?}, want {want:?}");
         }
-        let deep = format!(
-            "{}extent{}",
-            "replicate[".repeat(MAX_DEPTH + 1),
-            "]".repeat(MAX_DEPTH + 1)
-        );
+        let deep = format!("{}extent{}", "replicate[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
         assert!(err(&deep).contains("nested deeper than 16 levels"));
-        let ok = format!(
-            "{}extent{}",
-            "replicate[".repeat(MAX_DEPTH),
-            "]".repeat(MAX_DEPTH)
-        );
+        let ok = format!("{}extent{}", "replicate[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
         assert!(parse(&ok).is_ok());
         // Far past the depth limit and the length limit: refused, no stack overflow.
         assert!(err(&"replicate[".repeat(6000)).contains("nested deeper"));
@@ -748,73 +615,30 @@ mod tests {
     fn resolve_fills_and_allocates() {
         let p = PoolInfo::new(vec![10, 50, 40, 50]);
         let s = resolve(&parse("stripe(unit=64K,width=3)").unwrap(), &p).unwrap();
-        assert_eq!(
-            s.to_string(),
-            "stripe(unit=64K)[extent@1,extent@3,extent@2]"
-        );
+        assert_eq!(s.to_string(), "stripe(unit=64K)[extent@1,extent@3,extent@2]");
         assert_eq!(resolve(&s, &p).unwrap(), s);
         // Default width is the whole pool; the written device is avoided.
-        let s = resolve(
-            &parse("regions[extent,extent@1,extent,extent]").unwrap(),
-            &p,
-        )
-        .unwrap();
-        assert_eq!(
-            s.to_string(),
-            "regions[extent@3,extent@1,extent@2,extent@0]"
-        );
-        assert_eq!(
-            resolve(&parse("regions").unwrap(), &p)
-                .unwrap()
-                .children
-                .len(),
-            4
-        );
-        let s = resolve(
-            &parse("replicate(copies=2,read=least-loaded)[stripe(width=2),stripe(width=2)]")
-                .unwrap(),
-            &p,
-        )
-        .unwrap();
-        assert_eq!(
-            s.to_string(),
-            "replicate[stripe[extent@1,extent@3],stripe[extent@2,extent@0]]"
-        );
-        assert_eq!(
-            resolve(&parse("replicate").unwrap(), &p)
-                .unwrap()
-                .to_string(),
-            "replicate[extent@1,extent@3]"
-        );
-        assert_eq!(
-            resolve(&parse("extent").unwrap(), &p).unwrap().to_string(),
-            "extent@1"
-        );
-        assert_eq!(
-            resolve(&parse("inline").unwrap(), &p).unwrap().to_string(),
-            "inline"
-        );
+        let s = resolve(&parse("regions[extent,extent@1,extent,extent]").unwrap(), &p).unwrap();
+        assert_eq!(s.to_string(), "regions[extent@3,extent@1,extent@2,extent@0]");
+        assert_eq!(resolve(&parse("regions").unwrap(), &p).unwrap().children.len(), 4);
+        let s = resolve(&parse("replicate(copies=2,read=least-loaded)[stripe(width=2),stripe(width=2)]").unwrap(), &p)
+            .unwrap();
+        assert_eq!(s.to_string(), "replicate[stripe[extent@1,extent@3],stripe[extent@2,extent@0]]");
+        assert_eq!(resolve(&parse("replicate").unwrap(), &p).unwrap().to_string(), "replicate[extent@1,extent@3]");
+        assert_eq!(resolve(&parse("extent").unwrap(), &p).unwrap().to_string(), "extent@1");
+        assert_eq!(resolve(&parse("inline").unwrap(), &p).unwrap().to_string(), "inline");
     }
 
     #[test]
     fn resolve_errors() {
         let e = resolve_err("extent@9", 4);
-        assert!(
-            e.contains("extent@9: device 9 does not exist (pool has 4 devices: 0..3)"),
-            "{e}"
-        );
+        assert!(e.contains("extent@9: device 9 does not exist (pool has 4 devices: 0..3)"), "{e}");
         let e = resolve_err("stripe[extent@0,extent@1,extent@1]", 4);
         assert!(e.contains("both on device 1"), "{e}");
         let e = resolve_err("stripe(unit=64K,width=7)", 4);
-        assert!(
-            e.contains("stripe(width=7) needs 7 distinct devices, pool has 4"),
-            "{e}"
-        );
+        assert!(e.contains("stripe(width=7) needs 7 distinct devices, pool has 4"), "{e}");
         let e = resolve_err("regions(size=16M,width=7)", 4);
-        assert!(
-            e.contains("regions(width=7) needs 7 distinct devices, pool has 4"),
-            "{e}"
-        );
+        assert!(e.contains("regions(width=7) needs 7 distinct devices, pool has 4"), "{e}");
         let e = resolve_err("stripe[extent,extent,extent]", 2);
         assert!(e.contains("needs 3 distinct devices, pool has 2"), "{e}");
         let e = resolve_err("extent", 0);
@@ -829,25 +653,12 @@ mod tests {
             device: None,
         };
         assert!(resolve(&bad, &pool(4)).is_err());
-        let bad = Spec {
-            kind: "nope".into(),
-            params: vec![],
-            children: vec![],
-            device: None,
-        };
-        assert!(resolve(&bad, &pool(4))
-            .unwrap_err()
-            .to_string()
-            .contains("unknown block type"));
+        let bad = Spec { kind: "nope".into(), params: vec![], children: vec![], device: None };
+        assert!(resolve(&bad, &pool(4)).unwrap_err().to_string().contains("unknown block type"));
         // A huge claimed pool is scanned only as far as needed.
-        let huge = PoolInfo {
-            devices: u32::MAX,
-            free_blocks: vec![],
-        };
+        let huge = PoolInfo { devices: u32::MAX, free_blocks: vec![] };
         assert_eq!(
-            resolve(&parse("stripe(width=3)").unwrap(), &huge)
-                .unwrap()
-                .to_string(),
+            resolve(&parse("stripe(width=3)").unwrap(), &huge).unwrap().to_string(),
             "stripe[extent@0,extent@1,extent@2]"
         );
     }
@@ -858,24 +669,16 @@ mod tests {
         use registry::ParamKind::*;
         let (lo, hi) = if Some(p.key) == t.width_param {
             // Widths must also fit the child bounds; small keeps trees small.
-            (
-                p.min.max(t.min_children as u64),
-                p.max.min(t.max_children as u64).min(10),
-            )
+            (p.min.max(t.min_children as u64), p.max.min(t.max_children as u64).min(10))
         } else {
             (p.min, p.max)
         };
         match p.kind {
-            Choice(words) => select(words.to_vec())
-                .prop_map(|w| Value::Word(w.into()))
-                .boxed(),
-            Int => (lo..=hi.min(lo.saturating_add(20)))
-                .prop_map(Value::Num)
-                .boxed(),
+            Choice(words) => select(words.to_vec()).prop_map(|w| Value::Word(w.into())).boxed(),
+            Int => (lo..=hi.min(lo.saturating_add(20))).prop_map(Value::Num).boxed(),
             Size => prop_oneof![
                 (lo..=hi).prop_map(Value::Num),
-                (0u32..4, 1u64..1024)
-                    .prop_map(move |(s, k)| Value::Num((k << (10 * s)).clamp(lo, hi))),
+                (0u32..4, 1u64..1024).prop_map(move |(s, k)| Value::Num((k << (10 * s)).clamp(lo, hi))),
             ]
             .boxed(),
         }
@@ -894,20 +697,14 @@ mod tests {
                 }
             })
             .collect();
-        each.prop_map(|v| v.into_iter().flatten().collect::<Vec<_>>())
-            .prop_shuffle()
-            .boxed()
+        each.prop_map(|v| v.into_iter().flatten().collect::<Vec<_>>()).prop_shuffle().boxed()
     }
 
     /// Random valid trees over whatever the registry lists.
     fn spec_tree() -> BoxedStrategy<Spec> {
         let leaf = select(TYPES.to_vec())
             .prop_flat_map(|t| {
-                let dev = if t.per_device {
-                    proptest::option::of(0u32..10).boxed()
-                } else {
-                    Just(None).boxed()
-                };
+                let dev = if t.per_device { proptest::option::of(0u32..10).boxed() } else { Just(None).boxed() };
                 (params(t), dev).prop_map(move |(params, device)| Spec {
                     kind: t.name.into(),
                     params,
@@ -916,11 +713,8 @@ mod tests {
                 })
             })
             .boxed();
-        let composites: Vec<&'static BlockType> = TYPES
-            .iter()
-            .copied()
-            .filter(|t| !t.per_device && t.max_children > 0)
-            .collect();
+        let composites: Vec<&'static BlockType> =
+            TYPES.iter().copied().filter(|t| !t.per_device && t.max_children > 0).collect();
         if composites.is_empty() {
             return leaf;
         }
@@ -932,22 +726,15 @@ mod tests {
                     move |(mut params, children)| {
                         // A written width must match the children, or go.
                         let n = children.len() as u64;
-                        let fits = t
-                            .width_param
-                            .and_then(|wp| param(t, wp))
-                            .is_some_and(|p| (p.min..=p.max).contains(&n));
+                        let fits =
+                            t.width_param.and_then(|wp| param(t, wp)).is_some_and(|p| (p.min..=p.max).contains(&n));
                         params.retain(|(k, _)| Some(k.as_str()) != t.width_param || fits);
                         for (k, v) in &mut params {
                             if Some(k.as_str()) == t.width_param {
                                 *v = Value::Num(n);
                             }
                         }
-                        Spec {
-                            kind: t.name.into(),
-                            params,
-                            children,
-                            device: None,
-                        }
+                        Spec { kind: t.name.into(), params, children, device: None }
                     },
                 )
             })

@@ -97,7 +97,8 @@ impl State {
 
     /// Every inode, for checkpoints, fsck and mount-time scans.
     pub fn all(&self) -> Vec<Arc<Inode>> {
-        let mut v: Vec<Arc<Inode>> = self.shards.iter().flat_map(|s| s.read().values().cloned().collect::<Vec<_>>()).collect();
+        let mut v: Vec<Arc<Inode>> =
+            self.shards.iter().flat_map(|s| s.read().values().cloned().collect::<Vec<_>>()).collect();
         v.sort_unstable_by_key(|i| i.ino);
         v
     }
@@ -114,7 +115,8 @@ impl State {
 
     /// The inodes an op touches, read from the current state.
     pub fn involved(&self, op: &Op) -> Vec<Ino> {
-        let entry = |dir: Ino, name: &[u8]| -> Option<Ino> { self.get(dir)?.data.read().dir()?.get(name).map(|e| e.ino) };
+        let entry =
+            |dir: Ino, name: &[u8]| -> Option<Ino> { self.get(dir)?.data.read().dir()?.get(name).map(|e| e.ino) };
         match op {
             Op::Create(_) => vec![],
             Op::Link { dir, ino, .. } => vec![*dir, *ino],
@@ -185,7 +187,8 @@ impl State {
                     }
                 }
                 let p = l.get(*dir)?;
-                let pd = p.dir_mut().ok_or_else(|| Error::corrupt("journal", format!("link into non-directory {dir}")))?;
+                let pd =
+                    p.dir_mut().ok_or_else(|| Error::corrupt("journal", format!("link into non-directory {dir}")))?;
                 pd.insert(name.clone(), *ino, kind);
                 if is_dir {
                     p.nlink += 1;
@@ -195,8 +198,11 @@ impl State {
             }
             Op::Unlink { dir, name, time } => {
                 let p = l.get(*dir)?;
-                let pd = p.dir_mut().ok_or_else(|| Error::corrupt("journal", format!("unlink in non-directory {dir}")))?;
-                let e = pd.remove(name).ok_or_else(|| Error::corrupt("journal", format!("unlink of missing entry in {dir}")))?;
+                let pd =
+                    p.dir_mut().ok_or_else(|| Error::corrupt("journal", format!("unlink in non-directory {dir}")))?;
+                let e = pd
+                    .remove(name)
+                    .ok_or_else(|| Error::corrupt("journal", format!("unlink of missing entry in {dir}")))?;
                 p.mtime = *time;
                 p.ctime = *time;
                 let child_is_dir = e.kind == S_IFDIR;
@@ -282,7 +288,8 @@ impl State {
             }
             Op::Map { ino, change } => {
                 let n = l.get(*ino)?;
-                let lay = n.layout().ok_or_else(|| Error::corrupt("journal", format!("map change for non-file {ino}")))?;
+                let lay =
+                    n.layout().ok_or_else(|| Error::corrupt("journal", format!("map change for non-file {ino}")))?;
                 lay.apply(change)?;
             }
             Op::SetXattr { ino, name, value, time } => {
@@ -302,7 +309,9 @@ impl State {
             }
             Op::SetDirLayout { ino, spec } => {
                 let n = l.get(*ino)?;
-                let d = n.dir_mut().ok_or_else(|| Error::corrupt("journal", format!("dir layout on non-directory {ino}")))?;
+                let d = n
+                    .dir_mut()
+                    .ok_or_else(|| Error::corrupt("journal", format!("dir layout on non-directory {ino}")))?;
                 d.layout = spec.clone();
             }
             Op::Times { ino, atime, mtime, ctime } => {

@@ -32,7 +32,8 @@ impl Storage {
         }
         std::thread::scope(|s| {
             let hs: Vec<_> = self.devs.iter().map(|d| s.spawn(move || d.flush())).collect();
-            hs.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
+            hs.into_iter()
+                .try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
         })
     }
 
@@ -93,7 +94,8 @@ pub fn sim_params(dir: &Path) -> Result<Option<crate::device::SimParams>> {
     let mut found = None;
     for line in text.lines().map(str::trim) {
         if let Some(spec) = sim_line(line) {
-            found = crate::device::SimParams::parse(spec).map_err(|e| Error::Invalid(format!("{}: {e}", f.display())))?;
+            found =
+                crate::device::SimParams::parse(spec).map_err(|e| Error::Invalid(format!("{}: {e}", f.display())))?;
         }
     }
     Ok(found)
@@ -104,7 +106,8 @@ pub fn set_sim(dir: &Path, p: Option<&crate::device::SimParams>) -> Result<()> {
     let f = dir.join(POOL_FILE);
     let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
     const NOTE: &str = "# timing of a simulated disk on every device (see device::sim)";
-    let mut out: String = text.lines().filter(|l| sim_line(l.trim()).is_none() && l.trim() != NOTE).map(|l| format!("{l}\n")).collect();
+    let mut out: String =
+        text.lines().filter(|l| sim_line(l.trim()).is_none() && l.trim() != NOTE).map(|l| format!("{l}\n")).collect();
     if let Some(p) = p {
         out.push_str(&format!("{NOTE}\nsim = {p}\n"));
     }
@@ -143,7 +146,11 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
     let mut found: Vec<(Superblock, Arc<dyn Device>)> = Vec::new();
     for dev in devs {
         if dev.size() < (RESERVED_BLOCKS * BLOCK_SIZE as u64) {
-            return Err(Error::Device(format!("{}: too small to be a Hurricane device ({} bytes)", dev.name(), dev.size())));
+            return Err(Error::Device(format!(
+                "{}: too small to be a Hurricane device ({} bytes)",
+                dev.name(),
+                dev.size()
+            )));
         }
         let mut best: Option<Superblock> = None;
         let mut errs = Vec::new();
@@ -187,7 +194,11 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
             return Err(Error::Device(format!("{}: belongs to another pool", dev.name())));
         }
         if sb.dev_count as usize != count {
-            return Err(Error::Device(format!("{}: says the pool has {} devices, another says {count}", dev.name(), sb.dev_count)));
+            return Err(Error::Device(format!(
+                "{}: says the pool has {} devices, another says {count}",
+                dev.name(),
+                sb.dev_count
+            )));
         }
         let i = sb.dev_index as usize;
         if let Some((_, other)) = &slots[i] {
