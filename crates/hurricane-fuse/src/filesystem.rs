@@ -70,11 +70,13 @@ pub struct MountInfo {
     pub threads: usize,
 }
 
+type OpenShard = CachePadded<Mutex<std::collections::HashMap<u64, hurricane::open::OpenFile>>>;
+
 pub struct HurricaneFuse {
     fs: Fs,
     /// Open instances by id (HFS 3.1: each open has its own composition,
     /// from `user.hurricane.open` or the adaptive default), sharded by id.
-    opens: Box<[CachePadded<Mutex<std::collections::HashMap<u64, hurricane::open::OpenFile>>>]>,
+    opens: Box<[OpenShard]>,
     next_open: std::sync::atomic::AtomicU64,
     /// How long the kernel may cache attributes.
     ttl: Duration,
