@@ -759,9 +759,14 @@ pub(crate) fn appends(d: &mut Driver, size: Size) -> Result<()> {
 
 /// File operations on one family of layouts.
 pub(crate) fn layouts(d: &mut Driver, size: Size, specs: &[&str], max_len: usize) -> Result<()> {
+    // Live data stays well under the pool (three copies of 3 MiB with
+    // `replicate(copies=3)`): filling devices is the `full` workload's job.
+    const BUDGET: usize = 3 << 20;
     for _ in 0..size.ops {
         let spec = *specs.choose(&mut d.rng).unwrap_or(&"extent");
-        match d.rng.gen_range(0..100) {
+        let live: usize = d.m.files.values().map(|f| f.data.len()).sum();
+        let pick = if live > BUDGET { 80 } else { d.rng.gen_range(0..100) };
+        match pick {
             0..=24 => {
                 let len = d.rng.gen_range(0..max_len);
                 d.create_file(Some(spec), len)?;

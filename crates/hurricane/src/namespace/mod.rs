@@ -79,7 +79,7 @@ impl State {
     pub fn insert(&self, ino: Ino, data: InodeData) -> Arc<Inode> {
         let node = Arc::new(Inode::new(ino, data));
         self.shard(ino).write().insert(ino, node.clone());
-        self.next_ino.fetch_max(ino + 1, Ordering::Relaxed);
+        self.next_ino.fetch_max(ino.saturating_add(1), Ordering::Relaxed);
         node
     }
 
@@ -374,6 +374,9 @@ impl State {
         }
         for _ in 0..count {
             let ino = d.u64()?;
+            if ino == 0 || ino == u64::MAX {
+                return Err(d.err(format!("inode number {ino} out of range")));
+            }
             let rec = d.bytes()?;
             let mut rd = Decoder::new(rec, "inode record");
             let data = InodeData::decode(&mut rd)?;
