@@ -24,6 +24,8 @@ enum IoGuard<'a> {
 }
 /// Largest file: the block arithmetic stays far from overflow.
 pub const MAX_FILE_SIZE: u64 = 1 << 50;
+/// Reads at least this large that miss the cache bypass it.
+const STREAM_BYTES: usize = 256 << 10;
 /// Longest run of blocks read from a layout in one request through the cache.
 const MAX_RUN: u64 = 1024;
 /// Times a reader waits for a block another thread is loading before it
@@ -103,6 +105,15 @@ impl Fs {
         }
         let end = off + buf.len() as u64;
         let last = end.div_ceil(BS);
+        // A large read the cache holds nothing of (a stream, not prefetched)
+        // goes straight to the layout: keeping it would only evict other
+        // blocks, and the cache is write-through, so the device is current.
+        if buf.len() >= STREAM_BYTES
+            && cache.presence(ino, off / BS) == crate::cache::Presence::Absent
+            && cache.presence(ino, last - 1) == crate::cache::Presence::Absent
+        {
+            return read_range(lay, io, off, buf);
+        }
         // The part of `buf` that block `b` covers, and where it starts in the block.
         let piece = |b: u64| {
             let (bs, be) = (b * BS, b * BS + BS);
