@@ -36,12 +36,12 @@ dd if=/dev/urandom of="$mnt/replicated.bin" bs=1M count=4 status=none
 dd if=/dev/urandom of="$mnt/regions.bin" bs=1M count=4 status=none
 echo "small" > "$mnt/small.txt"
 for f in replicated.bin regions.bin small.txt src/hurricane/Cargo.toml; do
-    printf '%-28s %s\n' "$f" "$(getfattr --only-values -n user.hurricane.layout "$mnt/$f")"
+    printf '%-28s %s\n' "$f" "$(getfattr --absolute-names --only-values -n user.hurricane.layout "$mnt/$f")"
 done
 
 echo "== usage per device"
 df -h "$mnt"
-"$hc" stats "$mnt" | head -20
+"$hc" stats "$mnt"
 
 echo "== unmount and check"
 "$hc" umount "$mnt"

@@ -154,6 +154,11 @@ fn finish(r: CliResult) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // `hurricane cat ... | head` ends quietly, as other tools do.
+    // SAFETY: restoring the default action of a signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     quiet_panics();
     init_logging();
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
