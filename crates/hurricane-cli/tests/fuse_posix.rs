@@ -488,6 +488,22 @@ fn xattrs_and_layouts_on(pool: &Pool, m: &Mounted) {
     let (n, v) = (CString::new("user.x").unwrap(), b"1");
     // SAFETY: valid pointers.
     assert_eq!(errno(check(unsafe { libc::lsetxattr(ln.as_ptr(), n.as_ptr(), v.as_ptr().cast(), 1, 0) })), EPERM);
+    // File capabilities (a VFS_CAP_REVISION_2 record granting
+    // CAP_NET_BIND_SERVICE) go away on a write, a truncate and a chown,
+    // as on a local file system.
+    let caps: Vec<u8> = [0x0200_0001u32, 1 << 10, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+    fs::write(p("cap"), b"binary").unwrap();
+    let drops: [(&str, &dyn Fn()); 3] = [
+        ("write", &|| OpenOptions::new().write(true).open(p("cap")).unwrap().write_all_at(b"B", 0).unwrap()),
+        ("truncate", &|| OpenOptions::new().write(true).open(p("cap")).unwrap().set_len(3).unwrap()),
+        ("chown", &|| std::os::unix::fs::chown(p("cap"), Some(1), Some(1)).unwrap()),
+    ];
+    for (what, change) in drops {
+        setxattr(&p("cap"), "security.capability", &caps, 0).unwrap();
+        assert_eq!(getxattr(&p("cap"), "security.capability", 64).unwrap(), caps);
+        change();
+        assert_eq!(errno(getxattr(&p("cap"), "security.capability", 64)), ENODATA, "capabilities kept after {what}");
+    }
     let big = vec![7u8; 65536];
     setxattr(&p("f"), "user.big", &big, 0).unwrap();
     assert_eq!(getxattr(&p("f"), "user.big", 70000).unwrap(), big);
@@ -651,6 +667,27 @@ os.close(fd)
             std::time::Instant::now()
         })
     };
+    // A signal wakes a waiting F_SETLKW (the kernel keeps the locks).
+    let interrupted = std::process::Command::new("python3")
+        .args([
+            "-c",
+            r#"
+import fcntl, os, signal, sys
+def alarm(*_): raise TimeoutError
+signal.signal(signal.SIGALRM, alarm)
+fd = os.open(sys.argv[1], os.O_RDWR)
+signal.setitimer(signal.ITIMER_REAL, 0.2)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX, 100, 0)
+    print("granted")
+except TimeoutError:
+    print("interrupted")
+"#,
+            s(&lockf),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&interrupted.stdout).trim(), "interrupted");
     std::thread::sleep(Duration::from_millis(300));
     child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     assert!(child.wait().unwrap().success());

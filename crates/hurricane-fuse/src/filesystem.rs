@@ -11,14 +11,13 @@
 //! open flags, and the engine counts opens per inode so an unlinked file
 //! lives until its last release.
 
-use crate::locks::{LockTable, F_UNLCK};
 use crate::stats::{Op, Stats};
 use crossbeam_utils::CachePadded;
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use hurricane::{Attr, Creds, Fs, SetAttr};
 use parking_lot::Mutex;
@@ -83,7 +82,6 @@ pub struct HurricaneFuse {
     /// How long the kernel may cache names.
     entry_ttl: Duration,
     stats: Arc<Stats>,
-    locks: Arc<LockTable>,
     /// Serialises O_APPEND writes per inode (striped), so two appenders
     /// cannot both write at the same end of file.
     append: Box<[CachePadded<Mutex<()>>]>,
@@ -208,7 +206,6 @@ impl HurricaneFuse {
             ttl,
             entry_ttl,
             stats: Arc::new(Stats::new()),
-            locks: Arc::new(LockTable::new()),
             append: (0..n).map(|_| CachePadded::new(Mutex::new(()))).collect(),
             info,
             started: Instant::now(),
@@ -234,10 +231,6 @@ impl HurricaneFuse {
             return None;
         }
         self.opens[id as usize % self.opens.len()].lock().get(&id).cloned()
-    }
-
-    pub fn locks(&self) -> Arc<LockTable> {
-        self.locks.clone()
     }
 
     /// Runs `f` with the caller's uid and gid; if that is refused, once
@@ -319,9 +312,13 @@ impl HurricaneFuse {
 
     /// Clears set-user-id (and group-executable set-group-id) after a
     /// change of size by an unprivileged caller, as the kernel would
-    /// (the mount asks for FUSE_HANDLE_KILLPRIV).
+    /// (the mount asks for FUSE_HANDLE_KILLPRIV and _V2).
     fn kill_priv(&self, req: &Request, ino: u64) {
-        if req.uid() == 0 {
+        self.kill_setid(req.uid() != 0, ino);
+    }
+
+    fn kill_setid(&self, unprivileged: bool, ino: u64) {
+        if !unprivileged {
             return;
         }
         if let Ok(a) = self.fs.getattr(ino) {
@@ -392,9 +389,10 @@ impl Filesystem for HurricaneFuse {
         }
         let _ = cfg.set_max_background(64);
         let _ = cfg.set_congestion_threshold(48);
-        // Flock locks stay with the kernel: fuser does not pass the
-        // FUSE_LK_FLOCK flag, so they could not be told from POSIX locks,
-        // and the kernel's local flock is exact for a single-host mount.
+        // POSIX record locks and flock locks stay with the kernel: its lock
+        // manager is exact for a single-host mount, wakes F_SETLKW waiters
+        // on signals, detects deadlocks, and drops a process's locks on any
+        // close without a FLUSH request per close(2) (opens are NOFLUSH).
         // Writeback caching stays off: with it the kernel holds writes and
         // file times in its page cache and sends them later (times as a
         // setattr under whatever credentials flush them), and resolves
@@ -402,13 +400,13 @@ impl Filesystem for HurricaneFuse {
         // the engine when the program makes it is what fsync, O_APPEND and
         // the crash guarantees are built on.
         let wanted = [
-            ("posix_locks", InitFlags::FUSE_POSIX_LOCKS),
             ("atomic_o_trunc", InitFlags::FUSE_ATOMIC_O_TRUNC),
             ("readdirplus", InitFlags::FUSE_DO_READDIRPLUS),
             ("readdirplus_auto", InitFlags::FUSE_READDIRPLUS_AUTO),
             ("parallel_dirops", InitFlags::FUSE_PARALLEL_DIROPS),
             ("async_dio", InitFlags::FUSE_ASYNC_DIO),
             ("handle_killpriv", InitFlags::FUSE_HANDLE_KILLPRIV),
+            ("handle_killpriv_v2", InitFlags::FUSE_HANDLE_KILLPRIV_V2),
             ("cache_symlinks", InitFlags::FUSE_CACHE_SYMLINKS),
             ("async_read", InitFlags::FUSE_ASYNC_READ),
             ("big_writes", InitFlags::FUSE_BIG_WRITES),
@@ -639,7 +637,7 @@ impl Filesystem for HurricaneFuse {
         })();
         self.done(Op::Open, t0, &r);
         match r {
-            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Ok(fh) => reply.opened(fh, FopenFlags::FOPEN_NOFLUSH),
             Err(e) => reply.error(e),
         }
     }
@@ -705,9 +703,13 @@ impl Filesystem for HurricaneFuse {
         }
         .map_err(errno);
         // The engine clears set-id bits of group-executable files on every
-        // write; an unprivileged writer also clears a plain set-user-id bit.
-        if r.is_ok() && req.uid() != 0 && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
-            self.kill_priv(req, ino);
+        // write; an unprivileged writer (or one the kernel says lacks
+        // CAP_FSETID) also clears a plain set-user-id bit.
+        if r.is_ok() {
+            let unprivileged = req.uid() != 0 || write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+            if unprivileged && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
+                self.kill_setid(true, ino);
+            }
         }
         self.done(Op::Write, t0, &r);
         match r {
@@ -716,11 +718,10 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
-        let t0 = Instant::now();
-        // close() drops the POSIX locks of the closing process.
-        self.locks.release_owner(ino.0, lock_owner.0);
-        self.empty(reply, Op::Flush, t0, Ok(()));
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        // Opens are NOFLUSH and writes reach the engine as they are made,
+        // so a flush (from kernels that ignore NOFLUSH) has nothing to do.
+        self.empty(reply, Op::Flush, Instant::now(), Ok(()));
     }
 
     fn release(
@@ -729,14 +730,11 @@ impl Filesystem for HurricaneFuse {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         let t0 = Instant::now();
-        if let Some(o) = lock_owner {
-            self.locks.release_owner(ino.0, o.0);
-        }
         let id = Self::open_id(fh);
         let instance = (id != 0).then(|| self.opens[id as usize % self.opens.len()].lock().remove(&id)).flatten();
         // Dropping the instance releases its hold on the inode.
@@ -965,63 +963,8 @@ impl Filesystem for HurricaneFuse {
         })();
         self.done(Op::Create, t0, &r);
         match r {
-            Ok(a) => reply.created(&self.entry_ttl, &file_attr(&a), GEN, fh_of(flags), FopenFlags::empty()),
+            Ok(a) => reply.created(&self.entry_ttl, &file_attr(&a), GEN, fh_of(flags), FopenFlags::FOPEN_NOFLUSH),
             Err(e) => reply.error(e),
-        }
-    }
-
-    fn getlk(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        reply: ReplyLock,
-    ) {
-        let t0 = Instant::now();
-        let found = self.locks.test(ino.0, lock_owner.0, start, end, typ);
-        self.stats.record(Op::Getlk, t0, false);
-        match found {
-            Some(l) => reply.locked(l.start, l.end, l.typ, l.pid),
-            None => reply.locked(start, end, F_UNLCK, pid),
-        }
-    }
-
-    fn setlk(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        sleep: bool,
-        reply: ReplyEmpty,
-    ) {
-        let t0 = Instant::now();
-        let (ino, owner) = (ino.0, lock_owner.0);
-        let r = self.locks.set(ino, owner, pid, start, end, typ, false);
-        if r != Err(libc::EAGAIN) || !sleep {
-            return self.empty(reply, Op::Setlk, t0, r.map_err(Errno::from_i32));
-        }
-        // F_SETLKW that must wait: wait on a thread of its own.
-        let (locks, stats) = (self.locks.clone(), self.stats.clone());
-        let spawned = std::thread::Builder::new().name("hurricane-lockwait".into()).spawn(move || {
-            let r = locks.set(ino, owner, pid, start, end, typ, true).map_err(Errno::from_i32);
-            stats.record(Op::Setlk, t0, r.is_err());
-            match r {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e),
-            }
-        });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start a lock-wait thread: {e}");
         }
     }
 

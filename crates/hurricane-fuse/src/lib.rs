@@ -12,7 +12,6 @@
 //! directory, and `user.hurricane.stats` on the root gives the statistics.
 
 mod filesystem;
-pub mod locks;
 pub mod mountinfo;
 mod options;
 mod serve;

@@ -30,7 +30,7 @@ ops! {
     Readdirplus => "readdirplus", Releasedir => "releasedir", Fsyncdir => "fsyncdir",
     Statfs => "statfs", Setxattr => "setxattr", Getxattr => "getxattr",
     Listxattr => "listxattr", Removexattr => "removexattr", Access => "access",
-    Create => "create", Getlk => "getlk", Setlk => "setlk", Fallocate => "fallocate",
+    Create => "create", Fallocate => "fallocate",
     Lseek => "lseek", CopyFileRange => "copy_file_range",
 }
 
