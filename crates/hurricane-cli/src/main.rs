@@ -5,6 +5,11 @@
 //! `hurricane: <message>`, and exit 1 (2 for usage errors).
 //! Invoked as `mount.fuse.hurricane`, the binary is mount(8)'s helper.
 
+// Every FUSE request allocates and frees its buffers; mimalloc keeps that
+// off the serving threads' critical path (about 5% of a create).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod crashtest_cmd;
 mod df;
 mod files;

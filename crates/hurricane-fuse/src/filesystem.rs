@@ -637,7 +637,7 @@ impl Filesystem for HurricaneFuse {
         })();
         self.done(Op::Open, t0, &r);
         match r {
-            Ok(fh) => reply.opened(fh, FopenFlags::FOPEN_NOFLUSH),
+            Ok(fh) => reply.opened(fh, FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
         }
     }

@@ -57,11 +57,13 @@
 //! # For the FUSE mount
 //!
 //! The kernel hands the mount inodes, not paths. Per open file handle the
-//! mount calls [`Fs::open_policy_for`] (the file's own attribute, else the
-//! adaptive default; [`Fs::open_spec_in`] when it knows the parent
-//! directory) and keeps an [`OpenFile::from_ino`]; its reads go through
-//! [`OpenFile::read_at`] with the kernel's offsets, which drives the
-//! prefetcher, and the instance is dropped on release.
+//! mount calls [`Fs::open_policy_for`] and keeps an [`OpenFile::from_ino`];
+//! its reads go through [`OpenFile::read_at`] with the kernel's offsets,
+//! which drives the prefetcher, and the instance is dropped on release.
+//! A mounted file without its own attribute gets no engine prefetch: the
+//! kernel's readahead already streams it in large requests and its page
+//! cache keeps what was read, so a second prefetcher under them would only
+//! copy every block once more through the block cache.
 
 mod locks;
 mod prefetch;
@@ -166,10 +168,14 @@ impl Fs {
         }
     }
 
-    /// For the mount: the composition of a file handle (never fails: an
-    /// inode that vanished gets the default).
+    /// For the mount: the composition of a file handle, its own attribute
+    /// else [`OpenSpec::mounted`] (never fails: an inode that vanished gets
+    /// that too).
     pub fn open_policy_for(&self, ino: Ino) -> OpenSpec {
-        self.default_open_spec(ino).unwrap_or_default()
+        match self.own_open_spec(ino) {
+            Ok((Some(s), _)) => s,
+            _ => OpenSpec::mounted(),
+        }
     }
 
     /// Whether block `fblk` of `ino` is in the data cache (loaded, not loading).

@@ -82,6 +82,12 @@ pub struct OpenSpec {
 }
 
 impl OpenSpec {
+    /// The default of a file opened through the mount, where the kernel's
+    /// readahead and page cache do the prefetching: no engine prefetch.
+    pub fn mounted() -> OpenSpec {
+        OpenSpec { prefetch: Prefetch::None, ..OpenSpec::default() }
+    }
+
     pub fn parse(text: &str) -> Result<OpenSpec> {
         let bad = |msg: String| Error::Invalid(format!("open spec {:?}: {msg}", text.trim()));
         let mut spec = OpenSpec::default();
