@@ -227,6 +227,25 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
             u(d, "flushes")
         );
     }
+    if let Some(t) = v.get("transport") {
+        let per_queue: Vec<u64> = t
+            .get("ring_requests")
+            .and_then(|r| r.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_u64())
+            .collect();
+        if t.get("io_uring").and_then(|x| x.as_bool()).unwrap_or(false) {
+            println!(
+                "\nrequests through io_uring: {} ({} per-CPU queues: {:?})",
+                per_queue.iter().sum::<u64>(),
+                per_queue.len(),
+                per_queue
+            );
+        } else {
+            println!("\nrequests through /dev/fuse reads (no io_uring)");
+        }
+    }
     if let Some(j) = v.get("journal") {
         println!("\njournal: {} commits, {} checkpoints", u(j, "commits"), u(j, "checkpoints"));
     }

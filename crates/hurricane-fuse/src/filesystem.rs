@@ -40,6 +40,9 @@ pub const MAX_WRITE: u32 = 1 << 20;
 /// Readahead we ask for; the kernel caps it at its own offer, which the
 /// mount then raises through sysfs (see `serve`).
 pub const MAX_READAHEAD: u32 = 1 << 20;
+/// How long a /dev/fuse reader pauses after FORGETs while the rings serve
+/// everything else (see `pace_forgets`).
+const FORGET_PACE: Duration = Duration::from_millis(2);
 /// Largest copy one copy_file_range request does (callers loop on short counts).
 const MAX_COPY: u64 = 64 << 20;
 
@@ -71,7 +74,16 @@ pub struct MountInfo {
 
 type OpenShard = CachePadded<Mutex<std::collections::HashMap<u64, hurricane::open::OpenFile>>>;
 
+/// The request handlers. Cheap to clone: the /dev/fuse session and each
+/// io_uring queue hold one, all over the same `Shared` state; only the
+/// session's (the primary) closes the pool at `destroy`.
+#[derive(Clone)]
 pub struct HurricaneFuse {
+    shared: Arc<Shared>,
+    primary: bool,
+}
+
+pub struct Shared {
     fs: Fs,
     /// Open instances by id (HFS 3.1: each open has its own composition,
     /// from `user.hurricane.open` or the adaptive default), sharded by id.
@@ -88,7 +100,20 @@ pub struct HurricaneFuse {
     info: MountInfo,
     started: Instant,
     /// What the kernel agreed to at init (for the stats report).
-    negotiated: Vec<String>,
+    negotiated: Mutex<Vec<String>>,
+    /// Ask the kernel for FUSE over io_uring at init.
+    want_uring: bool,
+    /// The io_uring queues serve every request but FORGET and INTERRUPT.
+    rings_ready: std::sync::atomic::AtomicBool,
+    /// Requests served through each CPU's io_uring queue.
+    ring_requests: Box<[CachePadded<std::sync::atomic::AtomicU64>]>,
+}
+
+impl std::ops::Deref for HurricaneFuse {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
 }
 
 fn errno(e: hurricane::Error) -> Errno {
@@ -197,9 +222,9 @@ fn open_mask(flags: i32) -> u32 {
 }
 
 impl HurricaneFuse {
-    pub fn new(fs: Fs, ttl: Duration, entry_ttl: Duration, info: MountInfo) -> Self {
+    pub fn new(fs: Fs, ttl: Duration, entry_ttl: Duration, info: MountInfo, want_uring: bool) -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
-        HurricaneFuse {
+        let shared = Shared {
             fs,
             opens: (0..n).map(|_| CachePadded::new(Mutex::new(std::collections::HashMap::new()))).collect(),
             next_open: std::sync::atomic::AtomicU64::new(1),
@@ -209,8 +234,47 @@ impl HurricaneFuse {
             append: (0..n).map(|_| CachePadded::new(Mutex::new(()))).collect(),
             info,
             started: Instant::now(),
-            negotiated: Vec::new(),
+            negotiated: Mutex::new(Vec::new()),
+            want_uring,
+            rings_ready: std::sync::atomic::AtomicBool::new(false),
+            ring_requests: (0..crate::uring::possible_cpus()).map(|_| Default::default()).collect(),
+        };
+        HurricaneFuse { shared: Arc::new(shared), primary: true }
+    }
+
+    /// Another handle on the same state, for an io_uring queue: its
+    /// `destroy` leaves the pool open.
+    pub fn secondary(&self) -> Self {
+        HurricaneFuse { shared: self.shared.clone(), primary: false }
+    }
+
+    /// Once the rings serve every request, /dev/fuse carries only FORGETs
+    /// (and INTERRUPTs, which have no handler). Each FORGET that finds a
+    /// reader waiting wakes it, and the unlinking caller pays for that
+    /// wake-up (about 20 us here, a third of an unlink). A reader that
+    /// pauses after each batch lets the kernel gather the next ones into
+    /// one BATCH_FORGET, with no wake-up per inode.
+    fn pace_forgets(&self) {
+        if self.rings_ready.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(FORGET_PACE);
         }
+    }
+
+    /// Marks the io_uring queues as serving the mount.
+    pub(crate) fn set_rings_ready(&self) {
+        self.rings_ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts a request served by the io_uring queue `qid`.
+    pub(crate) fn count_ring_request(&self, qid: usize) {
+        if let Some(c) = self.ring_requests.get(qid) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the kernel agreed to serve requests through io_uring.
+    pub fn uring_negotiated(&self) -> bool {
+        self.negotiated.lock().iter().any(|n| n == "over_io_uring")
     }
 
     pub fn stats(&self) -> Arc<Stats> {
@@ -364,7 +428,10 @@ impl HurricaneFuse {
             "pid": std::process::id(),
             "uptime_s": self.started.elapsed().as_secs_f64(),
             "threads": self.info.threads,
-            "kernel_features": self.negotiated,
+            "kernel_features": *self.negotiated.lock(),
+            "transport": {"io_uring": self.uring_negotiated(),
+                          "ring_requests": self.ring_requests.iter()
+                              .map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect::<Vec<_>>()},
             "space": {"block_size": st.bsize, "blocks": st.blocks, "free_blocks": st.bfree, "inodes": st.files},
             "devices": devices,
             "journal": {"commits": commits, "checkpoints": checkpoints,
@@ -412,9 +479,11 @@ impl Filesystem for HurricaneFuse {
             ("big_writes", InitFlags::FUSE_BIG_WRITES),
             ("max_pages", InitFlags::FUSE_MAX_PAGES),
         ];
-        for (name, f) in wanted {
+        let uring = self.want_uring.then_some(("over_io_uring", InitFlags::FUSE_OVER_IO_URING));
+        let mut negotiated = self.negotiated.lock();
+        for (name, f) in wanted.into_iter().chain(uring) {
             match cfg.add_capabilities(f) {
-                Ok(()) => self.negotiated.push(name.to_string()),
+                Ok(()) => negotiated.push(name.to_string()),
                 Err(_) => tracing::info!("kernel lacks FUSE capability {name}"),
             }
         }
@@ -422,6 +491,9 @@ impl Filesystem for HurricaneFuse {
     }
 
     fn destroy(&mut self) {
+        if !self.primary {
+            return;
+        }
         if let Err(e) = self.fs.close() {
             tracing::error!("closing the pool: {e}");
         }
@@ -460,6 +532,14 @@ impl Filesystem for HurricaneFuse {
         // The engine keeps every inode until it is unlinked and closed,
         // so the kernel's lookup counts need no tracking.
         self.stats.record(Op::Forget, Instant::now(), false);
+        self.pace_forgets();
+    }
+
+    fn batch_forget(&self, _req: &Request, nodes: &[fuser::ForgetOne]) {
+        for _ in nodes {
+            self.stats.record(Op::Forget, Instant::now(), false);
+        }
+        self.pace_forgets();
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -16,6 +16,7 @@ pub mod mountinfo;
 mod options;
 mod serve;
 pub mod stats;
+mod uring;
 
 pub use filesystem::{HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR};
 pub use options::MountOptions;

@@ -30,6 +30,10 @@ pub struct MountOptions {
     pub commit_interval: Option<Duration>,
     /// Memory bound of the engine's block cache in bytes (0: none).
     pub cache_bytes: Option<u64>,
+    /// Serve requests through per-CPU io_uring queues where the kernel
+    /// offers FUSE over io_uring (as root, the mount turns the kernel's
+    /// `enable_uring` on); `nouring` keeps to /dev/fuse reads.
+    pub uring: bool,
 }
 
 impl Default for MountOptions {
@@ -50,6 +54,7 @@ impl Default for MountOptions {
             log: None,
             commit_interval: None,
             cache_bytes: None,
+            uring: true,
         }
     }
 }
@@ -159,6 +164,8 @@ impl MountOptions {
                         o.commit_interval = Some(d);
                     }
                     "cache" => o.cache_bytes = Some(parse_size(key, need()?)?),
+                    "uring" if val.is_none() => o.uring = true,
+                    "nouring" if val.is_none() => o.uring = false,
                     "log" => o.log = Some(PathBuf::from(need()?)),
                     k if ignored(k) => {}
                     _ => return Err(format!("unknown mount option {item:?}")),
@@ -280,6 +287,9 @@ mod tests {
         assert_eq!(MountOptions::parse(&["cache=64M"]).unwrap().cache_bytes, Some(64 << 20));
         assert_eq!(MountOptions::parse(&["cache=0"]).unwrap().cache_bytes, Some(0));
         assert!(MountOptions::parse(&["cache=lots"]).is_err());
+        assert!(MountOptions::parse::<&str>(&[]).unwrap().uring);
+        assert!(!MountOptions::parse(&["nouring"]).unwrap().uring);
+        assert!(MountOptions::parse(&["uring=1"]).is_err());
         assert!(MountOptions::parse(&["cache=99999999999T"]).is_err());
     }
 }

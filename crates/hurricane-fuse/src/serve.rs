@@ -133,7 +133,9 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         mountpoint: mnt.to_string_lossy().into_owned(),
         threads: o.thread_count(),
     };
-    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.entry_timeout(), info);
+    let want_uring = o.uring && crate::uring::kernel_allows(true);
+    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.entry_timeout(), info, want_uring);
+    let handlers = fuse.secondary();
     let config = o.fuser_config(&pool_name);
     let mut session = match fuser::Session::new(fuse, &mnt, &config) {
         Ok(s) => s,
@@ -147,6 +149,25 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     };
     tracing::info!("mounted {} on {} ({} threads)", pool.display(), mnt.display(), o.thread_count());
     raise_readahead(&mnt);
+    // Once the kernel agreed to io_uring it holds every request until the
+    // rings are registered (or their registration fails): start them now.
+    let rings = if handlers.uring_negotiated() {
+        let payload = (crate::MAX_WRITE.max(crate::MAX_READAHEAD) as usize).max(1 << 13);
+        match session.device_fd().and_then(|dev| crate::uring::start(&handlers, &dev, config.acl, payload)) {
+            Ok(r) => {
+                handlers.set_rings_ready();
+                tracing::info!("serving {} through per-CPU io_uring queues", mnt.display());
+                Some(r)
+            }
+            Err(e) => {
+                tracing::error!("FUSE over io_uring: {e}; aborting the mount");
+                abort_connection(&mnt);
+                None
+            }
+        }
+    } else {
+        None
+    };
 
     let mut unmounter = session.unmount_callable();
     let (wfs, wmnt) = (fs.clone(), mnt.clone());
@@ -173,6 +194,9 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     }
 
     let run = session.run();
+    if let Some(r) = rings {
+        r.join(std::time::Duration::from_secs(10));
+    }
     tracing::info!("{} unmounted; closing the pool", mnt.display());
     let closed = fs.close();
     run.map_err(|e| format!("serving {}: {e}", mnt.display()))?;
