@@ -144,17 +144,18 @@ impl ReplySink for EntrySink {
         let mut out = 0usize;
         let mut body = 0usize;
         for part in data {
-            for &b in part.iter() {
-                if out < OUT_HEADER {
-                    header[IN_OUT + out] = b;
-                    out += 1;
-                } else if body < payload.len() {
-                    payload[body] = b;
-                    body += 1;
-                } else {
-                    return Err(io::Error::new(io::ErrorKind::InvalidInput, "reply larger than the ring payload"));
-                }
+            let mut part: &[u8] = part;
+            if out < OUT_HEADER {
+                let n = part.len().min(OUT_HEADER - out);
+                header[IN_OUT + out..IN_OUT + out + n].copy_from_slice(&part[..n]);
+                out += n;
+                part = &part[n..];
             }
+            let dst = payload
+                .get_mut(body..body + part.len())
+                .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "reply larger than the ring payload"))?;
+            dst.copy_from_slice(part);
+            body += part.len();
         }
         header[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4].copy_from_slice(&(body as u32).to_ne_bytes());
         self.q.done.lock().push(self.idx);
