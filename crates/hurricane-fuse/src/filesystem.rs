@@ -4,14 +4,15 @@
 //! runs several such threads, each with its own cloned /dev/fuse
 //! descriptor); nothing here takes a lock shared by all requests. Requests
 //! that wait for long (fsync, which waits for a journal commit, and a
-//! blocking POSIX lock) move to a thread of their own, so they never hold
-//! a serving thread.
+//! blocking POSIX lock) move to a thread of their own, and large reads to
+//! the I/O threads (`workers`), so they never hold a serving thread.
 //!
 //! File handles carry no state on our side: the handle number records the
 //! open flags, and the engine counts opens per inode so an unlinked file
 //! lives until its last release.
 
 use crate::stats::{Op, Stats};
+use crate::workers::Workers;
 use crossbeam_utils::CachePadded;
 use fuser::{
     AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -43,6 +44,9 @@ pub const MAX_READAHEAD: u32 = 1 << 20;
 /// How long a /dev/fuse reader pauses after FORGETs while the rings serve
 /// everything else (see `pace_forgets`).
 const FORGET_PACE: Duration = Duration::from_millis(2);
+/// Reads at least this large (the kernel's readahead requests) are served
+/// by the I/O threads (see `workers`), so a window's reads run together.
+const OFF_THREAD_READ: u32 = 128 << 10;
 /// Largest copy one copy_file_range request does (callers loop on short counts).
 const MAX_COPY: u64 = 64 << 20;
 
@@ -107,6 +111,8 @@ pub struct Shared {
     rings_ready: std::sync::atomic::AtomicBool,
     /// Requests served through each CPU's io_uring queue.
     ring_requests: Box<[CachePadded<std::sync::atomic::AtomicU64>]>,
+    /// Threads that serve large reads.
+    readers: Workers,
 }
 
 impl std::ops::Deref for HurricaneFuse {
@@ -224,6 +230,9 @@ fn open_mask(flags: i32) -> u32 {
 impl HurricaneFuse {
     pub fn new(fs: Fs, ttl: Duration, entry_ttl: Duration, info: MountInfo, want_uring: bool) -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
+        // Two reads in flight per device keep every device busy while the
+        // one before is being copied out.
+        let readers = (fs.pool_info().devices as usize * 2).clamp(4, 32);
         let shared = Shared {
             fs,
             opens: (0..n).map(|_| CachePadded::new(Mutex::new(std::collections::HashMap::new()))).collect(),
@@ -238,6 +247,7 @@ impl HurricaneFuse {
             want_uring,
             rings_ready: std::sync::atomic::AtomicBool::new(false),
             ring_requests: (0..crate::uring::possible_cpus()).map(|_| Default::default()).collect(),
+            readers: Workers::new(readers),
         };
         HurricaneFuse { shared: Arc::new(shared), primary: true }
     }
@@ -372,6 +382,31 @@ impl HurricaneFuse {
             // The reply went with the closure; fuser answers EIO for it.
             tracing::error!("cannot start a thread for {}: {e}", op.name());
         }
+    }
+
+    fn serve_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+        let t0 = Instant::now();
+        READ_BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            let want = size as usize;
+            if buf.len() < want {
+                buf.resize(want, 0);
+            }
+            let r = match self.instance(fh) {
+                Some(of) => of.read_at(&mut buf[..want], offset),
+                None => self.fs.read(ino.0, offset, &mut buf[..want]),
+            }
+            .map_err(errno);
+            self.done(Op::Read, t0, &r);
+            match r {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(e),
+            }
+            // Do not keep a large buffer on every thread forever.
+            if buf.len() > 4 * MAX_WRITE as usize {
+                *buf = Vec::new();
+            }
+        });
     }
 
     /// Clears set-user-id (and group-executable set-group-id) after a
@@ -733,28 +768,12 @@ impl Filesystem for HurricaneFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let t0 = Instant::now();
-        READ_BUF.with(|b| {
-            let mut buf = b.borrow_mut();
-            let want = size as usize;
-            if buf.len() < want {
-                buf.resize(want, 0);
-            }
-            let r = match self.instance(fh) {
-                Some(of) => of.read_at(&mut buf[..want], offset),
-                None => self.fs.read(ino.0, offset, &mut buf[..want]),
-            }
-            .map_err(errno);
-            self.done(Op::Read, t0, &r);
-            match r {
-                Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(e),
-            }
-            // Do not keep a large buffer on every thread forever.
-            if buf.len() > 4 * MAX_WRITE as usize {
-                *buf = Vec::new();
-            }
-        });
+        if size >= OFF_THREAD_READ {
+            let me = self.clone();
+            self.readers.run(move || me.serve_read(ino, fh, offset, size, reply));
+        } else {
+            self.serve_read(ino, fh, offset, size, reply);
+        }
     }
 
     fn write(

@@ -17,6 +17,7 @@ mod options;
 mod serve;
 pub mod stats;
 mod uring;
+mod workers;
 
 pub use filesystem::{HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR};
 pub use options::MountOptions;
