@@ -3,6 +3,7 @@
 mod common;
 use common::*;
 use hurricane::{Creds, Error, RenameFlags, SetAttr};
+use std::io::Write;
 
 fn errno(r: hurricane::Result<impl Sized>) -> i32 {
     match r {
@@ -276,4 +277,26 @@ fn many_threads_create_and_write() {
             assert_eq!(&data[o..o + 65536], &pattern(t * 100 + k, 65536)[..]);
         }
     }
+}
+
+/// Layouts that leave devices to the allocator land on the device with the
+/// most free space at creation time, also when earlier creations resolved
+/// the same spec while the devices ranked otherwise.
+#[test]
+fn unplaced_layouts_follow_free_space() {
+    let p = MemPool::new(3, 64 * MB);
+    let fs = p.open().unwrap();
+    for round in 0..6 {
+        let info = fs.pool_info();
+        let best = (0..info.devices).max_by_key(|&d| (info.free_blocks[d as usize], std::cmp::Reverse(d))).unwrap();
+        let path = format!("/f{round}");
+        let mut f = fs.create(&path, Some("extent")).unwrap();
+        assert_eq!(fs.layout_of(&path).unwrap(), format!("extent@{best}"), "round {round}");
+        // Enough data that this device falls behind the others.
+        f.write_all(&pattern(round, 6 * MB as usize)).unwrap();
+        f.sync_all().unwrap();
+    }
+    // Every device was chosen at some point.
+    let used: std::collections::BTreeSet<String> = (0..6).map(|r| fs.layout_of(&format!("/f{r}")).unwrap()).collect();
+    assert_eq!(used.len(), 3, "{used:?}");
 }

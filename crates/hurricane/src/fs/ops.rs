@@ -139,6 +139,34 @@ fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
 }
 
+/// Resolving a layout spec (parse, pick devices, validate, build, encode)
+/// took half of a file creation's time. The result depends only on the
+/// pool, the spec, and the devices' order by free space (with which are
+/// full: see `layout::spec::pick`), so each thread keeps its latest few.
+#[derive(PartialEq, Eq)]
+struct ResolvedKey {
+    pool: u64,
+    order: Vec<u32>,
+    spec: String,
+}
+
+const RESOLVED_KEEP: usize = 8;
+
+thread_local! {
+    static RESOLVED: std::cell::RefCell<Vec<(ResolvedKey, Vec<u8>)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Devices as the resolver ranks them: full ones last, then by free space
+/// (most first), then by index. A full device's index is offset past the
+/// others' so that which devices are full is part of the order too.
+fn device_order(info: &layout::PoolInfo) -> Vec<u32> {
+    let free = |d: u32| info.free_blocks.get(d as usize).copied().unwrap_or(0);
+    let mut order: Vec<u32> = (0..info.devices).collect();
+    order.sort_by_key(|&d| (free(d) == 0, std::cmp::Reverse(free(d)), d));
+    let n = info.devices;
+    order.iter().map(|&d| if free(d) == 0 { d.saturating_add(n) } else { d }).collect()
+}
+
 impl Fs {
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
         let n = self.state().inode(ino)?;
@@ -241,11 +269,22 @@ impl Fs {
                 }
             }
         };
-        let spec = layout::resolve(&layout::parse(&spec_text)?, &self.pool_info())?;
+        let info = self.pool_info();
+        let key = ResolvedKey { pool: self.inner.salt, order: device_order(&info), spec: spec_text };
+        if let Some(hit) = RESOLVED.with(|c| c.borrow().iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone())) {
+            return Ok(hit);
+        }
+        let spec = layout::resolve(&layout::parse(&key.spec)?, &info)?;
         let l = Layout::build(&spec)?;
         let mut e = Encoder::new();
         l.encode(&mut e);
-        Ok(e.into_inner())
+        let encoded = e.into_inner();
+        RESOLVED.with(|c| {
+            let mut c = c.borrow_mut();
+            c.truncate(RESOLVED_KEEP - 1);
+            c.insert(0, (key, encoded.clone()));
+        });
+        Ok(encoded)
     }
 
     /// Creates a node (file, directory, symlink, device, FIFO, socket) and
