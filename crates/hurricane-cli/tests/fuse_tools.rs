@@ -215,6 +215,8 @@ fn fio_verify() {
                 "--do_verify=1",
                 "--verify_fatal=1",
                 "--group_reporting",
+                // The state files would land in the working directory.
+                "--verify_state_save=0",
             ],
         );
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
