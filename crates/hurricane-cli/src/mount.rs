@@ -34,8 +34,9 @@ pub struct MountArgs {
     /// Mount options, comma-separated, repeatable: allow_other, allow_root,
     /// ro, rw, nodev, nosuid, noexec, noatime, sync, dirsync, auto_unmount,
     /// fsname=NAME, subtype=NAME, threads=N, attr_timeout=SECS,
-    /// commit_interval=SECS, cache=SIZE, log=FILE, engine_permissions (the kernel's
-    /// default_permissions checks are on unless this is given).
+    /// commit_interval=SECS, cache=SIZE, log=FILE, nouring, default_permissions
+    /// (the kernel checks permissions too; by default the engine alone checks
+    /// and the kernel keeps only names every user may reach).
     #[arg(short = 'o')]
     pub options: Vec<String>,
 }

@@ -1,9 +1,10 @@
 //! Permissions through the mount for an unprivileged user (uid and gid
 //! 65534 with supplementary group 4242): owner/group/other bits, sticky
 //! and setgid directories, ownership and time changes, set-id clearing,
-//! O_NOATIME. Run twice: with the engine alone checking permissions
-//! (`engine_permissions`), and as mounted by default (the kernel checks
-//! first, then the engine); the results must agree.
+//! O_NOATIME. Run twice: as mounted by default (the engine alone checks
+//! permissions, the kernel keeps only names every user may reach), and with
+//! `default_permissions` (the kernel checks first, then the engine); the
+//! results must agree.
 
 mod fuse_util;
 
@@ -209,7 +210,7 @@ fn prerequisites() -> bool {
 fn unprivileged_user_engine_checks() {
     require_fuse!();
     if prerequisites() {
-        run_as_nobody(&["allow_other,engine_permissions"]);
+        run_as_nobody(&["allow_other"]);
     }
 }
 
@@ -217,7 +218,86 @@ fn unprivileged_user_engine_checks() {
 fn unprivileged_user_kernel_checks() {
     require_fuse!();
     if prerequisites() {
-        run_as_nobody(&["allow_other"]);
+        run_as_nobody(&["allow_other,default_permissions"]);
+    }
+}
+
+/// What another user's attempt gives: "ok" or the errno.
+const TRY: &str = r#"
+import os, subprocess, sys
+op, path = sys.argv[1], sys.argv[2]
+try:
+    if op == "read":
+        open(path, "rb").read()
+    elif op == "stat":
+        os.stat(path)
+    elif op == "exec":
+        subprocess.run([path], check=True, capture_output=True)
+    print("ok")
+except OSError as e:
+    print(e.errno)
+"#;
+
+fn as_nobody(op: &str, path: &Path) -> String {
+    let (_, out) = python(TRY, &[op, s(path)], Some((UID, GID, &[])));
+    out.trim().to_string()
+}
+
+/// Names the kernel has kept stop letting another user through once the
+/// directory they are in no longer lets that user search it: after a chmod
+/// of the directory and after a rename into a private directory. Execution
+/// needs the x bit of the caller's class, not just any x bit.
+fn names_follow_permission_changes(opts: &[&str]) {
+    let pool = Pool::new(2, "64M");
+    let m = pool.mount(opts);
+    let mode = |rel: &str, bits: u32| fs::set_permissions(m.path(rel), fs::Permissions::from_mode(bits)).unwrap();
+    let eacces = libc::EACCES.to_string();
+    mode("", 0o755);
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/f"), b"data").unwrap();
+    fs::create_dir(m.path("pub")).unwrap();
+    fs::write(m.path("pub/g"), b"g").unwrap();
+    mode("pub/g", 0o644);
+    fs::create_dir(m.path("priv")).unwrap();
+    mode("priv", 0o700);
+    fs::write(m.path("x.sh"), b"#!/bin/sh\necho ran\n").unwrap();
+    mode("x.sh", 0o744);
+
+    // Looked up (and kept by the kernel) while everyone may search d.
+    assert_eq!(as_nobody("read", &m.path("d/f")), "ok", "{opts:?}");
+    assert_eq!(as_nobody("stat", &m.path("d/none")), libc::ENOENT.to_string(), "{opts:?}");
+    mode("d", 0o700);
+    assert_eq!(as_nobody("read", &m.path("d/f")), eacces, "kept name after chmod, {opts:?}");
+    assert_eq!(as_nobody("stat", &m.path("d/none")), eacces, "kept negative name after chmod, {opts:?}");
+    mode("d", 0o755);
+    assert_eq!(as_nobody("read", &m.path("d/f")), "ok", "{opts:?}");
+
+    assert_eq!(as_nobody("read", &m.path("pub/g")), "ok", "{opts:?}");
+    fs::rename(m.path("pub/g"), m.path("priv/g")).unwrap();
+    assert_eq!(as_nobody("read", &m.path("priv/g")), eacces, "kept name moved into a private directory, {opts:?}");
+    fs::rename(m.path("priv/g"), m.path("pub/g")).unwrap();
+    assert_eq!(as_nobody("read", &m.path("pub/g")), "ok", "{opts:?}");
+
+    assert_eq!(as_nobody("exec", &m.path("x.sh")), eacces, "exec without x for others, {opts:?}");
+    mode("x.sh", 0o755);
+    assert_eq!(as_nobody("exec", &m.path("x.sh")), "ok", "{opts:?}");
+    m.unmount();
+    pool.fsck_clean();
+}
+
+#[test]
+fn kept_names_engine_checks() {
+    require_fuse!();
+    if prerequisites() {
+        names_follow_permission_changes(&["allow_other"]);
+    }
+}
+
+#[test]
+fn kept_names_kernel_checks() {
+    require_fuse!();
+    if prerequisites() {
+        names_follow_permission_changes(&["allow_other,default_permissions"]);
     }
 }
 

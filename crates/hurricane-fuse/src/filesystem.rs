@@ -7,6 +7,10 @@
 //! blocking POSIX lock) move to a thread of their own, and large reads to
 //! the I/O threads (`workers`), so they never hold a serving thread.
 //!
+//! Permissions are the engine's to check (unless mounted with
+//! `default_permissions`), and the kernel keeps only names that every user
+//! may reach anyway: see [`NameCache`].
+//!
 //! File handles carry no state on our side: the handle number records the
 //! open flags, and the engine counts opens per inode so an unlinked file
 //! lives until its last release.
@@ -61,6 +65,11 @@ const FH_ID_SHIFT: u32 = 41;
 
 const R: u32 = 4;
 const W: u32 = 2;
+const X: u32 = 1;
+/// Open flag the kernel adds for execve (`__FMODE_EXEC`).
+const FMODE_EXEC: i32 = 0x20;
+/// `FUSE_NOTIFY_INC_EPOCH` (protocol 7.44, Linux 6.16).
+const NOTIFY_INC_EPOCH: i32 = 8;
 
 thread_local! {
     /// Read buffer of the serving thread, reused so large reads neither
@@ -74,6 +83,55 @@ pub struct MountInfo {
     pub pool: String,
     pub mountpoint: String,
     pub threads: usize,
+}
+
+/// Which names (dentries) the kernel may keep, and so answer path steps
+/// with, without asking the engine.
+///
+/// With `default_permissions` the kernel checks every step against the
+/// attributes it holds, which it must refresh after each change of a
+/// directory: one more round trip for every create or unlink. Without it
+/// the engine checks each request, and a name the kernel keeps must not
+/// let anyone through a directory they may not search. So names are kept
+/// only in directories that every user may search (all three x bits); a
+/// change that would leave a kept name where that no longer holds (chmod
+/// of such a directory, a rename out of one into another) first makes
+/// the kernel revalidate every name it holds (FUSE_NOTIFY_INC_EPOCH), so
+/// the next step through it reaches the engine's check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum NameCache {
+    /// The kernel checks permissions too: any name may be kept.
+    All = 0,
+    /// The engine checks: names in directories every user may search.
+    Searchable = 1,
+    /// The engine checks and the kernel cannot be made to revalidate
+    /// names: none are kept, every step reaches the engine.
+    Nothing = 2,
+}
+
+/// Whether every user may search a directory of this mode.
+fn searchable(mode: u32) -> bool {
+    mode & 0o111 == 0o111
+}
+
+/// Sends FUSE_NOTIFY_INC_EPOCH: every name the kernel holds is revalidated
+/// (looked up again) at its next use.
+fn inc_epoch(dev: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // struct fuse_out_header { u32 len; i32 error (the notify code); u64 unique (0) }
+    let mut h = [0u8; 16];
+    h[0..4].copy_from_slice(&16u32.to_ne_bytes());
+    h[4..8].copy_from_slice(&NOTIFY_INC_EPOCH.to_ne_bytes());
+    // SAFETY: writing 16 bytes from a live buffer to an open descriptor.
+    let n = unsafe { libc::write(dev.as_raw_fd(), h.as_ptr().cast(), h.len()) };
+    if n == h.len() as isize {
+        Ok(())
+    } else if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Err(std::io::Error::other(format!("short write of {n} bytes")))
+    }
 }
 
 type OpenShard = CachePadded<Mutex<std::collections::HashMap<u64, hurricane::open::OpenFile>>>;
@@ -95,8 +153,13 @@ pub struct Shared {
     next_open: std::sync::atomic::AtomicU64,
     /// How long the kernel may cache attributes.
     ttl: Duration,
-    /// How long the kernel may cache names.
-    entry_ttl: Duration,
+    /// Which names the kernel may keep (a `NameCache`).
+    names: std::sync::atomic::AtomicU8,
+    /// /dev/fuse, for notifications, once the kernel accepted one.
+    notify: std::sync::OnceLock<std::os::fd::OwnedFd>,
+    /// The name rule the mount asked for (`names` starts as `Nothing`
+    /// until the kernel has shown it can revalidate names on demand).
+    names_wanted: NameCache,
     stats: Arc<Stats>,
     /// Serialises O_APPEND writes per inode (striped), so two appenders
     /// cannot both write at the same end of file.
@@ -228,7 +291,7 @@ fn open_mask(flags: i32) -> u32 {
 }
 
 impl HurricaneFuse {
-    pub fn new(fs: Fs, ttl: Duration, entry_ttl: Duration, info: MountInfo, want_uring: bool) -> Self {
+    pub fn new(fs: Fs, ttl: Duration, names: NameCache, info: MountInfo, want_uring: bool) -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
         // Two reads in flight per device keep every device busy while the
         // one before is being copied out.
@@ -238,7 +301,12 @@ impl HurricaneFuse {
             opens: (0..n).map(|_| CachePadded::new(Mutex::new(std::collections::HashMap::new()))).collect(),
             next_open: std::sync::atomic::AtomicU64::new(1),
             ttl,
-            entry_ttl,
+            names: std::sync::atomic::AtomicU8::new(match names {
+                NameCache::Searchable => NameCache::Nothing as u8,
+                n => n as u8,
+            }),
+            notify: std::sync::OnceLock::new(),
+            names_wanted: names,
             stats: Arc::new(Stats::new()),
             append: (0..n).map(|_| CachePadded::new(Mutex::new(()))).collect(),
             info,
@@ -256,6 +324,64 @@ impl HurricaneFuse {
     /// `destroy` leaves the pool open.
     pub fn secondary(&self) -> Self {
         HurricaneFuse { shared: self.shared.clone(), primary: false }
+    }
+
+    fn names(&self) -> NameCache {
+        match self.names.load(std::sync::atomic::Ordering::Acquire) {
+            0 => NameCache::All,
+            1 => NameCache::Searchable,
+            _ => NameCache::Nothing,
+        }
+    }
+
+    /// Takes the mount's /dev/fuse descriptor for notifications and, where
+    /// the mount leaves names to the engine's rule, checks that the kernel
+    /// revalidates names on demand before any name is kept.
+    pub fn start_notifications(&self, dev: std::os::fd::OwnedFd) {
+        if self.names_wanted != NameCache::Searchable {
+            return;
+        }
+        match inc_epoch(&dev) {
+            Ok(()) => {
+                let _ = self.notify.set(dev);
+                self.names.store(NameCache::Searchable as u8, std::sync::atomic::Ordering::Release);
+            }
+            Err(e) => tracing::info!(
+                "the kernel cannot revalidate names on demand (FUSE_NOTIFY_INC_EPOCH, Linux 6.16+: {e}); \
+                 names are not cached, every path step reaches the engine"
+            ),
+        }
+    }
+
+    /// How long the kernel may keep a name in directory `dir`.
+    fn name_ttl(&self, dir: u64) -> Duration {
+        match self.names() {
+            NameCache::All => self.ttl,
+            NameCache::Nothing => Duration::ZERO,
+            NameCache::Searchable => match self.fs.getattr(dir) {
+                Ok(a) if searchable(a.mode) => self.ttl,
+                _ => Duration::ZERO,
+            },
+        }
+    }
+
+    /// Called before replying to a change that may leave a kept name in a
+    /// directory not every user may search: the kernel revalidates every
+    /// name at its next use, so the engine checks the next step through it.
+    fn expire_names(&self) {
+        if self.names() != NameCache::Searchable {
+            return;
+        }
+        let r = match self.notify.get() {
+            Some(dev) => inc_epoch(dev),
+            None => Err(std::io::Error::other("no notification channel")),
+        };
+        if let Err(e) = r {
+            // Keep no more names from now on; the engine still checks
+            // every request that reaches it.
+            tracing::error!("cannot make the kernel revalidate names: {e}; names are no longer cached");
+            self.names.store(NameCache::Nothing as u8, std::sync::atomic::Ordering::Release);
+        }
     }
 
     /// Once the rings serve every request, /dev/fuse carries only FORGETs
@@ -339,10 +465,10 @@ impl HurricaneFuse {
         self.stats.record(op, t0, r.is_err());
     }
 
-    fn entry(&self, reply: ReplyEntry, op: Op, t0: Instant, r: Result<Attr, Errno>) {
+    fn entry(&self, reply: ReplyEntry, op: Op, t0: Instant, dir: u64, r: Result<Attr, Errno>) {
         self.done(op, t0, &r);
         match r {
-            Ok(a) => reply.entry_with_ttls(&self.ttl, &self.entry_ttl, &file_attr(&a), GEN),
+            Ok(a) => reply.entry_with_ttls(&self.ttl, &self.name_ttl(dir), &file_attr(&a), GEN),
             Err(e) => reply.error(e),
         }
     }
@@ -557,10 +683,10 @@ impl Filesystem for HurricaneFuse {
                 blksize: 4096,
             });
             a.ino = INodeNo(0);
-            reply.entry_with_ttls(&self.ttl, &self.entry_ttl, &a, GEN);
+            reply.entry_with_ttls(&self.ttl, &self.name_ttl(parent.0), &a, GEN);
             return;
         }
-        self.entry(reply, Op::Lookup, t0, r);
+        self.entry(reply, Op::Lookup, t0, parent.0, r);
     }
 
     fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
@@ -607,6 +733,7 @@ impl Filesystem for HurricaneFuse {
     ) {
         let t0 = Instant::now();
         let ino = ino.0;
+        let before = mode.and_then(|_| self.fs.getattr(ino).ok());
         let r = (|| {
             let mut s = SetAttr { mode, uid, gid, size: None, atime: when(atime), mtime: when(mtime) };
             if let Some(sz) = size {
@@ -630,6 +757,11 @@ impl Filesystem for HurricaneFuse {
             }
             Ok(a)
         })();
+        if let (Some(b), Ok(a)) = (&before, &r) {
+            if a.is_dir() && searchable(b.mode) && !searchable(a.mode) {
+                self.expire_names();
+            }
+        }
         self.done(Op::Setattr, t0, &r);
         match r {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
@@ -660,13 +792,13 @@ impl Filesystem for HurricaneFuse {
         let t0 = Instant::now();
         let f = |c: &Creds| self.fs.mknod(c, parent.0, name.as_bytes(), mode, rdev, None, None);
         let r = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, f) } else { self.as_user(req, f) };
-        self.entry(reply, Op::Mknod, t0, r);
+        self.entry(reply, Op::Mknod, t0, parent.0, r);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let t0 = Instant::now();
         let r = self.as_user(req, |c| self.fs.mkdir(c, parent.0, name.as_bytes(), mode));
-        self.entry(reply, Op::Mkdir, t0, r);
+        self.entry(reply, Op::Mkdir, t0, parent.0, r);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -685,7 +817,7 @@ impl Filesystem for HurricaneFuse {
         let t0 = Instant::now();
         let r =
             self.as_user(req, |c| self.fs.symlink(c, parent.0, link_name.as_bytes(), target.as_os_str().as_bytes()));
-        self.entry(reply, Op::Symlink, t0, r);
+        self.entry(reply, Op::Symlink, t0, parent.0, r);
     }
 
     fn rename(
@@ -710,13 +842,21 @@ impl Filesystem for HurricaneFuse {
             };
             self.as_user(req, |c| self.fs.rename(c, parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), f))
         };
+        // A name kept in a directory everyone may search, moved into one
+        // not everyone may: the kernel keeps it under its new parent.
+        if r.is_ok() && parent != newparent {
+            let open = |d: INodeNo| self.fs.getattr(d.0).is_ok_and(|a| searchable(a.mode));
+            if open(parent) != open(newparent) {
+                self.expire_names();
+            }
+        }
         self.empty(reply, Op::Rename, t0, r);
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let t0 = Instant::now();
         let r = self.as_user(req, |c| self.fs.link(c, ino.0, newparent.0, newname.as_bytes()));
-        self.entry(reply, Op::Link, t0, r);
+        self.entry(reply, Op::Link, t0, newparent.0, r);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -728,7 +868,10 @@ impl Filesystem for HurricaneFuse {
             if a.is_dir() && f & libc::O_ACCMODE != libc::O_RDONLY {
                 return Err(Errno::EISDIR);
             }
-            self.as_user(req, |c| self.fs.access(c, ino, open_mask(f)))?;
+            // An execve open needs execute permission, not read (the kernel,
+            // without default_permissions, checked only that some x bit is set).
+            let need = if f & FMODE_EXEC != 0 && a.is_file() { X } else { open_mask(f) };
+            self.as_user(req, |c| self.fs.access(c, ino, need))?;
             if f & libc::O_NOATIME != 0 && req.uid() != 0 && req.uid() != a.uid {
                 return Err(Errno::EPERM);
             }
@@ -909,17 +1052,11 @@ impl Filesystem for HurricaneFuse {
         self.done(Op::Readdirplus, t0, &r);
         match r {
             Ok(()) => {
+                let names = self.name_ttl(ino.0);
                 for it in items {
                     // An entry removed since the listing is skipped.
                     let Ok(a) = self.fs.getattr(it.ino) else { continue };
-                    if reply.add(
-                        INodeNo(it.ino),
-                        it.next,
-                        OsStr::from_bytes(&it.name),
-                        &self.entry_ttl,
-                        &file_attr(&a),
-                        GEN,
-                    ) {
+                    if reply.add(INodeNo(it.ino), it.next, OsStr::from_bytes(&it.name), &names, &file_attr(&a), GEN) {
                         break;
                     }
                 }
@@ -1062,7 +1199,11 @@ impl Filesystem for HurricaneFuse {
         })();
         self.done(Op::Create, t0, &r);
         match r {
-            Ok(a) => reply.created(&self.entry_ttl, &file_attr(&a), GEN, fh_of(flags), FopenFlags::FOPEN_NOFLUSH),
+            // One timeout for the name and the attributes: in a directory
+            // whose names are not kept, the attributes are not either.
+            Ok(a) => {
+                reply.created(&self.name_ttl(parent.0), &file_attr(&a), GEN, fh_of(flags), FopenFlags::FOPEN_NOFLUSH)
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -19,6 +19,8 @@ pub mod stats;
 mod uring;
 mod workers;
 
-pub use filesystem::{HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR};
+pub use filesystem::{
+    HurricaneFuse, MountInfo, NameCache, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR,
+};
 pub use options::MountOptions;
 pub use serve::{serve, DEAD_MOUNT_HINT};

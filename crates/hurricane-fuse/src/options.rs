@@ -1,6 +1,7 @@
 //! Mount options: the `-o` list of `hurricane mount`, `mount -t
 //! fuse.hurricane` and /etc/fstab, turned into a fuser configuration.
 
+use crate::filesystem::NameCache;
 use fuser::{Config, MountOption, SessionACL};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,10 +11,12 @@ use std::time::Duration;
 pub struct MountOptions {
     pub allow_other: bool,
     pub allow_root: bool,
-    /// Leave permission checks to the engine alone (no kernel
-    /// `default_permissions`); names are then not cached, so the engine
-    /// sees every lookup and checks every directory searched.
-    pub engine_permissions: bool,
+    /// Have the kernel check permissions too (`default_permissions`): it
+    /// then refreshes a directory's attributes after every change to it,
+    /// one more round trip per create or unlink. By default the engine
+    /// checks every request alone and the kernel keeps only names every
+    /// user may reach (see `NameCache`).
+    pub kernel_permissions: bool,
     pub read_only: bool,
     pub auto_unmount: bool,
     /// Kernel mount flags passed through (nodev, noexec, noatime, ...).
@@ -41,7 +44,7 @@ impl Default for MountOptions {
         MountOptions {
             allow_other: false,
             allow_root: false,
-            engine_permissions: false,
+            kernel_permissions: false,
             read_only: false,
             auto_unmount: false,
             flags: Vec::new(),
@@ -128,9 +131,9 @@ impl MountOptions {
                 match key {
                     "allow_other" => o.allow_other = true,
                     "allow_root" => o.allow_root = true,
-                    // The default: the kernel checks too (see engine_permissions).
-                    "default_permissions" => o.engine_permissions = false,
-                    "engine_permissions" => o.engine_permissions = true,
+                    "default_permissions" => o.kernel_permissions = true,
+                    // The default: the engine alone checks.
+                    "engine_permissions" => o.kernel_permissions = false,
                     "ro" => o.read_only = true,
                     "rw" => o.read_only = false,
                     "auto_unmount" => o.auto_unmount = true,
@@ -203,13 +206,12 @@ impl MountOptions {
         Ok(o)
     }
 
-    /// How long the kernel may cache a name (0 when the engine alone
-    /// checks permissions: every path step must reach it).
-    pub fn entry_timeout(&self) -> Duration {
-        if self.engine_permissions {
-            Duration::ZERO
+    /// Which names the kernel may keep.
+    pub fn name_cache(&self) -> NameCache {
+        if self.kernel_permissions {
+            NameCache::All
         } else {
-            self.attr_timeout
+            NameCache::Searchable
         }
     }
 
@@ -223,10 +225,7 @@ impl MountOptions {
             MountOption::FSName(self.fsname.clone().unwrap_or_else(|| pool_name.to_string())),
             MountOption::Subtype(self.subtype.clone()),
         ];
-        // Without the kernel's checks, a name the kernel has cached would
-        // let anyone through a directory it was looked up in; so they stay
-        // on unless the engine sees every lookup (engine_permissions).
-        if !self.engine_permissions {
+        if self.kernel_permissions {
             mo.push(MountOption::DefaultPermissions);
         }
         if self.auto_unmount {
@@ -261,7 +260,8 @@ mod tests {
             "noexec,exec,x-systemd.automount,defaults",
         ])
         .unwrap();
-        assert!(o.allow_other && o.read_only && !o.engine_permissions);
+        assert!(o.allow_other && o.read_only && o.kernel_permissions);
+        assert_eq!(o.name_cache(), NameCache::All);
         assert_eq!(o.threads, Some(3));
         assert_eq!(o.flags, vec![MountOption::Exec]);
         let c = o.fuser_config("/pool");
@@ -272,7 +272,9 @@ mod tests {
         assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
         let e = MountOptions::parse(&["engine_permissions"]).unwrap();
         assert!(!e.fuser_config("/p").mount_options.contains(&MountOption::DefaultPermissions));
-        assert_eq!(e.entry_timeout(), Duration::ZERO);
+        assert_eq!(e.name_cache(), NameCache::Searchable);
+        let d = MountOptions::parse::<&str>(&[]).unwrap();
+        assert!(!d.fuser_config("/p").mount_options.contains(&MountOption::DefaultPermissions));
     }
 
     #[test]

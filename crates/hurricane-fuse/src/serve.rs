@@ -142,7 +142,7 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         threads: o.thread_count(),
     };
     let want_uring = o.uring && crate::uring::kernel_allows(true);
-    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.entry_timeout(), info, want_uring);
+    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.name_cache(), info, want_uring);
     let handlers = fuse.secondary();
     let config = o.fuser_config(&pool_name);
     let mut session = match fuser::Session::new(fuse, &mnt, &config) {
@@ -156,6 +156,10 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         }
     };
     tracing::info!("mounted {} on {} ({} threads)", pool.display(), mnt.display(), o.thread_count());
+    match session.device_fd() {
+        Ok(dev) => handlers.start_notifications(dev),
+        Err(e) => tracing::warn!("no notification channel ({e}); names are not cached"),
+    }
     raise_readahead(&mnt);
     // Once the kernel agreed to io_uring it holds every request until the
     // rings are registered (or their registration fails): start them now.
