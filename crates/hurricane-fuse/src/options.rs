@@ -208,7 +208,13 @@ impl MountOptions {
 
     /// Which names the kernel may keep.
     pub fn name_cache(&self) -> NameCache {
-        if self.kernel_permissions {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if self.kernel_permissions || (root && !self.allow_other) {
+            // Without allow_other, the kernel lets only processes of the
+            // mounting user and group (here uid and gid 0) use the mount,
+            // and the engine lets uid 0 search every directory: a kept
+            // name can let nobody through a directory they may not search.
             NameCache::All
         } else {
             NameCache::Searchable
@@ -270,9 +276,13 @@ mod tests {
         assert!(c.mount_options.contains(&MountOption::FSName("/pool".into())));
         assert_eq!(c.n_threads, Some(3));
         assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
-        let e = MountOptions::parse(&["engine_permissions"]).unwrap();
+        let e = MountOptions::parse(&["engine_permissions,allow_other"]).unwrap();
         assert!(!e.fuser_config("/p").mount_options.contains(&MountOption::DefaultPermissions));
         assert_eq!(e.name_cache(), NameCache::Searchable);
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let own = MountOptions::parse(&["engine_permissions"]).unwrap();
+        assert_eq!(own.name_cache(), if root { NameCache::All } else { NameCache::Searchable });
         let d = MountOptions::parse::<&str>(&[]).unwrap();
         assert!(!d.fuser_config("/p").mount_options.contains(&MountOption::DefaultPermissions));
     }
