@@ -3,7 +3,7 @@
 # pool of 4 image files) and on ext4 over a loop device, both backed by files
 # on the same disk, in the same run.
 #   bench/mount.sh [SEQ_MIB] [FILES] [RUNS]     (defaults 4096 100000 3)
-# Results: bench/results/mount.jsonl, summary on stdout.
+# Results: bench/results/mount.jsonl and mount.png, summary on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=${1:-4096}; files=${2:-100000}; runs=${3:-3}
@@ -13,7 +13,14 @@ mkdir -p bench/results "$work"; : > "$out"
 cargo build --release --locked -p hurricane-cli >/dev/null 2>&1
 cargo build --release --locked -p hurricane --example core_bench >/dev/null 2>&1
 hc=$PWD/target/release/hurricane; cb=$PWD/target/release/examples/core_bench
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
+# Cold caches: the host's page cache, and for Hurricane its own block cache
+# in the mount process (which drop_caches cannot reach): remount.
+drop() {
+    local dir=${1:-}
+    if [ "$dir" = "$work/mnt" ]; then "$hc" umount "$dir"; fi
+    sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+    if [ "$dir" = "$work/mnt" ]; then "$hc" mount "$work/pool" "$dir"; fi
+}
 # A source tree tarball to extract: this project's own sources plus /usr/include.
 tarball=$work/src.tar
 [ -f "$tarball" ] || tar -cf "$tarball" -C / usr/include -C "$PWD" crates docs 2>/dev/null
@@ -29,16 +36,16 @@ print(round((j["read"]["bw"]+j["write"]["bw"])/1024,1), round(j["read"]["iops"]+
 one() { # system dir
     local sys=$1 dir=$2 run=$3
     read -r w _ < <(fio_json seqw write 1M "${seq}M" "$dir" --end_fsync=1)
-    drop
+    drop "$dir"
     read -r r _ < <(fio_json seqw read 1M "${seq}M" "$dir")
     rm -f "$dir"/seqw*
     fio_json rnd write 4k 256M "$dir" --end_fsync=1 >/dev/null   # lay the file out first
-    drop
+    drop "$dir"
     read -r _ rr < <(fio_json rnd randread 4k 256M "$dir" --runtime=15 --time_based)
     read -r _ rw < <(fio_json rnd randwrite 4k 256M "$dir" --runtime=15 --time_based --fsync=256)
     rm -f "$dir"/rnd*
     meta=$("$cb" posix-meta "$dir" "$files")
-    drop
+    drop "$dir"
     local t0=$(date +%s.%N)
     mkdir -p "$dir/x"; tar -xf "$tarball" -C "$dir/x"; sync
     local tx=$(python3 -c "import time;print(round(time.time()-$t0,2))")
@@ -64,13 +71,4 @@ for run in $(seq "$runs"); do
     one ext4-loop "$work/ext4" "$run"
     umount "$work/ext4"; losetup -d "$loop"; rm -f "$work/ext4.img"; rm -rf "$work/pool"
 done
-python3 - "$out" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-keys = [k for k in rows[0] if k not in ("bench", "system", "run")]
-med = {s: {k: statistics.median(r[k] for r in rows if r["system"] == s) for k in keys} for s in {r["system"] for r in rows}}
-for k in keys:
-    h, e = med["hurricane"][k], med["ext4-loop"][k]
-    ratio = (e / h if k == "tar_extract_s" else h / e) if e and h else float("nan")
-    print(f"{k:18} hurricane {h:>12,.1f}   ext4 {e:>12,.1f}   hurricane/ext4 speed {ratio:.2f}")
-PY
+"$hc" bench mount-report --out bench/results   # medians, ratios, bench/results/mount.png

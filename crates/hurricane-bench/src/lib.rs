@@ -15,9 +15,11 @@
 //! (so the reference does not move with the host's load).
 
 mod exp;
+mod mount_report;
 mod plot;
 mod pool;
 
+pub use mount_report::{mount_report, mount_rows, MountRow};
 pub use pool::{RamDisk, SimPool};
 
 use serde_json::Value;
@@ -31,6 +33,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
     ("hfs-layers", "HFS 5.5, Fig. 16: structure A with 0 and 10 extra layers of regions blocks: cost per block request, throughput lost"),
     ("hfs-getattr", "HFS Fig. 9: getattr from 1..N threads on one file and on different files, native API and mount"),
 ];
+
+/// Not an experiment: summarises `OUT/mount.jsonl` from `bench/mount.sh`
+/// (medians, ratios to ext4, `OUT/mount.png`).
+pub const MOUNT_REPORT: &str = "mount-report";
 
 /// What an experiment produced.
 #[derive(Debug, Clone)]
@@ -117,6 +123,9 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 for (n, what) in EXPERIMENTS {
                     println!("{n:20} {what}");
                 }
+                println!(
+                    "{MOUNT_REPORT:20} summary of bench/mount.sh's OUT/mount.jsonl: medians, ratios to ext4, mount.png"
+                );
                 return 0;
             }
             s if s.starts_with('-') => {
@@ -134,6 +143,18 @@ pub fn main_with_args(args: &[String]) -> i32 {
         eprintln!("usage: hurricane bench NAME [--quick] [--out DIR]   (hurricane bench list)");
         return 2;
     };
+    if name == MOUNT_REPORT {
+        return match mount_report(&out) {
+            Ok(t) => {
+                print!("{t}");
+                0
+            }
+            Err(e) => {
+                eprintln!("hurricane bench {name}: {e}");
+                1
+            }
+        };
+    }
     match run(&name, quick, &out) {
         Ok(s) => {
             print!("{}", s.table);

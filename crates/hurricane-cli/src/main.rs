@@ -79,7 +79,7 @@ enum Cmd {
 
 #[derive(clap::Args, Debug)]
 struct BenchArgs {
-    /// Experiment name, or `list`.
+    /// Experiment name, `list`, or `mount-report` (summary of bench/mount.sh's results).
     name: String,
     /// Small sizes: checks that the experiment runs, not its figures.
     #[arg(long)]
@@ -94,6 +94,12 @@ fn bench(a: &BenchArgs) -> CliResult {
         for (n, what) in hurricane_bench::EXPERIMENTS {
             println!("{n:20} {what}");
         }
+        let r = hurricane_bench::MOUNT_REPORT;
+        println!("{r:20} summary of bench/mount.sh's OUT/mount.jsonl: medians, ratios to ext4, mount.png");
+        return Ok(());
+    }
+    if a.name == hurricane_bench::MOUNT_REPORT {
+        print!("{}", hurricane_bench::mount_report(&a.out).map_err(Fail::new)?);
         return Ok(());
     }
     let s = hurricane_bench::run(&a.name, a.quick, &a.out).map_err(Fail::new)?;
