@@ -36,7 +36,8 @@ pub struct MountArgs {
     /// fsname=NAME, subtype=NAME, threads=N, attr_timeout=SECS,
     /// commit_interval=SECS, cache=SIZE, log=FILE, nouring, default_permissions
     /// (the kernel checks permissions too; by default the engine alone checks
-    /// and the kernel keeps only names every user may reach).
+    /// and the kernel keeps only names every user may reach), writeback_cache
+    /// (the kernel merges writes; their errors come at fsync or close).
     #[arg(short = 'o')]
     pub options: Vec<String>,
 }
@@ -64,7 +65,7 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
     let pool = args.pool.canonicalize().map_err(|e| format!("{}: {e}", args.pool.display()))?;
     let mnt = absolute(&args.mountpoint);
     match std::fs::metadata(&mnt) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+        Err(e) if hurricane_fuse::is_dead_mount(&e) => {
             return Err(format!("{}: {}", mnt.display(), hurricane_fuse::DEAD_MOUNT_HINT));
         }
         Err(e) => return Err(format!("{}: {e}", mnt.display())),

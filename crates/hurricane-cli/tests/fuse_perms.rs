@@ -215,6 +215,14 @@ fn unprivileged_user_engine_checks() {
 }
 
 #[test]
+fn unprivileged_user_writeback_cache() {
+    require_fuse!();
+    if prerequisites() {
+        run_as_nobody(&["allow_other,writeback_cache"]);
+    }
+}
+
+#[test]
 fn unprivileged_user_kernel_checks() {
     require_fuse!();
     if prerequisites() {

@@ -249,7 +249,8 @@ fn one_server_per_pool() {
     assert!(wait_gone(m.pid, Duration::from_secs(10)));
     assert!(is_fuse_mount(&pool.mnt), "a dead server leaves its mount behind");
     let again = cmd(BIN, &["mount", s(&pool.dir), s(&pool.mnt)]);
-    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("hurricane umount"));
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && said.contains("hurricane umount"), "{:?}: {said}", again.status);
     hurricane(&["umount", s(&pool.mnt)]);
     assert!(!is_fuse_mount(&pool.mnt));
     m.forget();

@@ -110,6 +110,103 @@ fn names_lookup_and_directories() {
     pool.fsck_clean();
 }
 
+/// The whole suite again with the kernel's writeback cache, and what that
+/// cache changes: writes and times reach the engine later, merged; a writer
+/// who is not the owner still updates the file's time; O_APPEND is the
+/// kernel's; fsync still makes data survive a killed mount.
+#[test]
+fn writeback_cache_mount() {
+    require_fuse!();
+    type Check = fn(&Pool, &Mounted);
+    let checks: [(&str, Check); 5] = [
+        ("names", |p, m| names_lookup_and_directories_on(p, m)),
+        ("data", |_, m| file_data_attributes_and_links_on(m)),
+        ("rename", |_, m| rename_variants_on(m)),
+        ("xattrs", |p, m| xattrs_and_layouts_on(p, m)),
+        ("fallocate", |_, m| fallocate_seek_copy_and_locks_on(m)),
+    ];
+    for (what, check) in checks {
+        let pool = Pool::new(3, "256M");
+        let m = pool.mount(&["writeback_cache"]);
+        let v: serde_json::Value = serde_json::from_str(&hurricane(&["stats", "--json", s(&m.mnt)])).unwrap();
+        assert!(v["kernel_features"].as_array().unwrap().iter().any(|f| f == "writeback_cache"), "{what}: {v}");
+        check(&pool, &m);
+        m.unmount();
+        pool.fsck_clean();
+    }
+
+    let pool = Pool::new(2, "128M");
+    let m = pool.mount(&["writeback_cache,allow_other"]);
+    // Small writes are merged before they reach the engine.
+    let before: serde_json::Value = serde_json::from_str(&hurricane(&["stats", "--json", s(&m.mnt)])).unwrap();
+    let mut f = File::create(m.path("small")).unwrap();
+    for i in 0..1000u32 {
+        f.write_all(&i.to_le_bytes()).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    let after: serde_json::Value = serde_json::from_str(&hurricane(&["stats", "--json", s(&m.mnt)])).unwrap();
+    let writes = |v: &serde_json::Value| v["ops"]["write"]["count"].as_u64().unwrap_or(0);
+    assert!(writes(&after) - writes(&before) < 100, "1000 writes of 4 bytes were not merged: {after}");
+    let want: Vec<u8> = (0..1000u32).flat_map(|i| i.to_le_bytes()).collect();
+    assert_eq!(fs::read(m.path("small")).unwrap(), want);
+
+    // Two appending descriptors: every record lands whole, none lost.
+    {
+        let mut a = OpenOptions::new().append(true).create(true).open(m.path("log")).unwrap();
+        let mut b = OpenOptions::new().append(true).open(m.path("log")).unwrap();
+        for i in 0..50 {
+            a.write_all(format!("a{i:03}\n").as_bytes()).unwrap();
+            b.write_all(format!("b{i:03}\n").as_bytes()).unwrap();
+        }
+    }
+    let log = fs::read_to_string(m.path("log")).unwrap();
+    assert_eq!(log.lines().count(), 100, "{log}");
+    assert!((0..50).all(|i| log.contains(&format!("a{i:03}\n")) && log.contains(&format!("b{i:03}\n"))));
+
+    // A writer who is not the owner: its writes set the time, and close
+    // reports no error.
+    if is_root() {
+        fs::write(m.path("shared"), b"").unwrap();
+        fs::set_permissions(m.path("shared"), fs::Permissions::from_mode(0o666)).unwrap();
+        utimens(&m.path("shared"), [ts(1_000_000, 0), ts(1_000_000, 0)], 0).unwrap();
+        let script =
+            "import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY)\nos.write(fd,b'by nobody')\nos.fsync(fd)\nos.close(fd)";
+        let (ok, out) = python(script, &[s(&m.path("shared"))], Some((65534, 65534, &[])));
+        assert!(ok, "{out}");
+        let md = fs::metadata(m.path("shared")).unwrap();
+        assert_eq!((md.len(), md.uid()), (9, 0));
+        assert!(md.mtime() > 1_000_000, "mtime {}", md.mtime());
+        assert_eq!(fs::read(m.path("shared")).unwrap(), b"by nobody");
+    }
+
+    // fsync'd data survives a killed mount; the log shows the mount asked.
+    let mut f = File::create(m.path("durable")).unwrap();
+    f.write_all(&data(300_000, 5)).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    m.kill9();
+    let m = pool.mount(&[]);
+    assert_eq!(fs::read(m.path("durable")).unwrap(), data(300_000, 5));
+    assert_eq!(fs::read(m.path("small")).unwrap(), want);
+    m.unmount();
+    pool.fsck_clean();
+
+    // A full pool: writes land in the kernel's cache, the error comes at
+    // fsync, and the pool stays consistent.
+    let pool = Pool::new(2, "16M");
+    let m = pool.mount(&["writeback_cache"]);
+    let mut f = File::create(m.path("big")).unwrap();
+    let chunk = data(1 << 20, 9);
+    for _ in 0..60 {
+        f.write_all(&chunk).unwrap();
+    }
+    assert_eq!(errno(f.sync_all()), libc::ENOSPC);
+    drop(f);
+    m.unmount();
+    pool.fsck_clean();
+}
+
 fn names_lookup_and_directories_on(pool: &Pool, m: &Mounted) {
     let p = |r: &str| m.path(r);
 

@@ -170,6 +170,8 @@ pub struct Shared {
     negotiated: Mutex<Vec<String>>,
     /// Ask the kernel for FUSE over io_uring at init.
     want_uring: bool,
+    /// Ask the kernel for its writeback cache at init (`-o writeback_cache`).
+    want_writeback: bool,
     /// The io_uring queues serve every request but FORGET and INTERRUPT.
     rings_ready: std::sync::atomic::AtomicBool,
     /// Requests served through each CPU's io_uring queue.
@@ -245,6 +247,13 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// Whether a time the kernel sent is its clock's "now" (within 2 s of ours).
+fn near_now(t: SystemTime) -> bool {
+    let now = SystemTime::now();
+    let d = now.duration_since(t).unwrap_or_else(|e| e.duration());
+    d <= Duration::from_secs(2)
+}
+
 fn when(t: Option<TimeOrNow>) -> Option<Option<i64>> {
     t.map(|t| match t {
         TimeOrNow::Now => None,
@@ -291,7 +300,7 @@ fn open_mask(flags: i32) -> u32 {
 }
 
 impl HurricaneFuse {
-    pub fn new(fs: Fs, ttl: Duration, names: NameCache, info: MountInfo, want_uring: bool) -> Self {
+    pub fn new(fs: Fs, ttl: Duration, names: NameCache, info: MountInfo, want_uring: bool, writeback: bool) -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
         // Two reads in flight per device keep every device busy while the
         // one before is being copied out.
@@ -313,6 +322,7 @@ impl HurricaneFuse {
             started: Instant::now(),
             negotiated: Mutex::new(Vec::new()),
             want_uring,
+            want_writeback: writeback,
             rings_ready: std::sync::atomic::AtomicBool::new(false),
             ring_requests: (0..crate::uring::possible_cpus()).map(|_| Default::default()).collect(),
             readers: Workers::new(readers),
@@ -621,12 +631,13 @@ impl Filesystem for HurricaneFuse {
         // manager is exact for a single-host mount, wakes F_SETLKW waiters
         // on signals, detects deadlocks, and drops a process's locks on any
         // close without a FLUSH request per close(2) (opens are NOFLUSH).
-        // Writeback caching stays off: with it the kernel holds writes and
-        // file times in its page cache and sends them later (times as a
-        // setattr under whatever credentials flush them), and resolves
-        // O_APPEND against its own idea of the size. Every write reaching
-        // the engine when the program makes it is what fsync, O_APPEND and
-        // the crash guarantees are built on.
+        // Writeback caching is off unless asked for: with it the kernel
+        // holds writes and file times in its page cache and sends them
+        // later (times as a setattr under whatever credentials flush them),
+        // and resolves O_APPEND against its own idea of the size. fsync
+        // still reaches the disk, but a write not yet fsync'd is lost with
+        // the mount process, and appenders on two hosts' views (or the
+        // native API beside the mount) would not see each other's ends.
         let wanted = [
             ("atomic_o_trunc", InitFlags::FUSE_ATOMIC_O_TRUNC),
             ("readdirplus", InitFlags::FUSE_DO_READDIRPLUS),
@@ -641,8 +652,9 @@ impl Filesystem for HurricaneFuse {
             ("max_pages", InitFlags::FUSE_MAX_PAGES),
         ];
         let uring = self.want_uring.then_some(("over_io_uring", InitFlags::FUSE_OVER_IO_URING));
+        let writeback = self.want_writeback.then_some(("writeback_cache", InitFlags::FUSE_WRITEBACK_CACHE));
         let mut negotiated = self.negotiated.lock();
-        for (name, f) in wanted.into_iter().chain(uring) {
+        for (name, f) in wanted.into_iter().chain(uring).chain(writeback) {
             match cfg.add_capabilities(f) {
                 Ok(()) => negotiated.push(name.to_string()),
                 Err(_) => tracing::info!("kernel lacks FUSE capability {name}"),
@@ -734,8 +746,29 @@ impl Filesystem for HurricaneFuse {
         let t0 = Instant::now();
         let ino = ino.0;
         let before = mode.and_then(|_| self.fs.getattr(ino).ok());
+        // With the writeback cache, the kernel sends the modification time
+        // of the writes it flushes as an explicit-time setattr through a
+        // descriptor open for writing, under the credentials of whoever
+        // flushes: the writer's own update, allowed to any writer (an
+        // explicit time from utimensat(2) carries no descriptor).
+        let flushed_mtime = self.want_writeback
+            && matches!(mtime, Some(TimeOrNow::SpecificTime(_)))
+            && fh.is_some_and(fh_writable)
+            && (mode, uid, gid, size, atime) == (None, None, None, None, None);
+        // It also sends "now" (utimensat with no times, truncate, a write
+        // clearing set-id bits) as the time read from its clock. A time
+        // within a moment of ours, refused to a caller who is not the
+        // owner, is taken as that "now", which any writer may set; the
+        // kernel's exact value is kept.
+        let writer_now = self.want_writeback
+            && (mode, uid, gid) == (None, None, None)
+            && matches!(atime, None | Some(TimeOrNow::Now))
+            && matches!(mtime, Some(TimeOrNow::SpecificTime(t)) if near_now(t));
         let r = (|| {
             let mut s = SetAttr { mode, uid, gid, size: None, atime: when(atime), mtime: when(mtime) };
+            if flushed_mtime {
+                return self.fs.setattr(&Creds { uid: 0, gid: 0, groups: Vec::new() }, ino, &s).map_err(errno);
+            }
             if let Some(sz) = size {
                 // ftruncate on a descriptor open for writing needs no
                 // permission check now (it was checked at open).
@@ -749,7 +782,13 @@ impl Filesystem for HurricaneFuse {
             let a = if needs_groups {
                 self.as_user_with_groups(req, |c| self.fs.setattr(c, ino, &s))?
             } else {
-                self.as_user(req, |c| self.fs.setattr(c, ino, &s))?
+                match self.as_user(req, |c| self.fs.setattr(c, ino, &s)) {
+                    Err(Errno::EPERM) if writer_now => {
+                        self.as_user(req, |c| self.fs.access(c, ino, W))?;
+                        self.fs.setattr(&Creds { uid: 0, gid: 0, groups: Vec::new() }, ino, &s).map_err(errno)?
+                    }
+                    r => r?,
+                }
             };
             if size.is_some() && a.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
                 self.kill_priv(req, ino);
@@ -1335,6 +1374,17 @@ impl HurricaneFuse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_now_is_recognised() {
+        let now = SystemTime::now();
+        assert!(near_now(now));
+        assert!(near_now(now - Duration::from_millis(1500)));
+        assert!(near_now(now + Duration::from_millis(500)), "a clock a little ahead");
+        assert!(!near_now(now - Duration::from_secs(30)), "a flush of old writes, or a chosen time");
+        assert!(!near_now(now + Duration::from_secs(3600)));
+        assert!(!near_now(UNIX_EPOCH));
+    }
 
     #[test]
     fn times_round_trip() {

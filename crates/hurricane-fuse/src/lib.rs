@@ -23,4 +23,4 @@ pub use filesystem::{
     HurricaneFuse, MountInfo, NameCache, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR,
 };
 pub use options::MountOptions;
-pub use serve::{serve, DEAD_MOUNT_HINT};
+pub use serve::{is_dead_mount, serve, DEAD_MOUNT_HINT};

@@ -37,6 +37,9 @@ pub struct MountOptions {
     /// offers FUSE over io_uring (as root, the mount turns the kernel's
     /// `enable_uring` on); `nouring` keeps to /dev/fuse reads.
     pub uring: bool,
+    /// Let the kernel cache writes and send them later, merged
+    /// (`writeback_cache`; off by default, see `docs/ARCHITECTURE.md`).
+    pub writeback_cache: bool,
 }
 
 impl Default for MountOptions {
@@ -58,6 +61,7 @@ impl Default for MountOptions {
             commit_interval: None,
             cache_bytes: None,
             uring: true,
+            writeback_cache: false,
         }
     }
 }
@@ -169,6 +173,8 @@ impl MountOptions {
                     "cache" => o.cache_bytes = Some(parse_size(key, need()?)?),
                     "uring" if val.is_none() => o.uring = true,
                     "nouring" if val.is_none() => o.uring = false,
+                    "writeback_cache" if val.is_none() => o.writeback_cache = true,
+                    "nowriteback_cache" if val.is_none() => o.writeback_cache = false,
                     "log" => o.log = Some(PathBuf::from(need()?)),
                     k if ignored(k) => {}
                     _ => return Err(format!("unknown mount option {item:?}")),
@@ -301,6 +307,10 @@ mod tests {
         assert!(MountOptions::parse(&["cache=lots"]).is_err());
         assert!(MountOptions::parse::<&str>(&[]).unwrap().uring);
         assert!(!MountOptions::parse(&["nouring"]).unwrap().uring);
+        assert!(!MountOptions::parse::<&str>(&[]).unwrap().writeback_cache);
+        assert!(MountOptions::parse(&["writeback_cache"]).unwrap().writeback_cache);
+        assert!(!MountOptions::parse(&["writeback_cache,nowriteback_cache"]).unwrap().writeback_cache);
+        assert!(MountOptions::parse(&["writeback_cache=1"]).is_err());
         assert!(MountOptions::parse(&["uring=1"]).is_err());
         assert!(MountOptions::parse(&["cache=99999999999T"]).is_err());
     }

@@ -12,6 +12,12 @@ use std::path::{Path, PathBuf};
 /// What to do about a mount point whose server has died.
 pub const DEAD_MOUNT_HINT: &str = "a mount whose server died is still there; `hurricane umount` it first";
 
+/// Whether an error from a mount point says its server is gone: ENOTCONN
+/// once the connection is closed, ECONNABORTED while it is being torn down.
+pub fn is_dead_mount(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+}
+
 const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 fn signal_set() -> libc::sigset_t {
@@ -103,7 +109,7 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     let pool = pool_dir.canonicalize().map_err(|e| format!("{}: {e}", pool_dir.display()))?;
     let mnt = crate::mountinfo::absolute(mountpoint);
     match std::fs::metadata(&mnt) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+        Err(e) if is_dead_mount(&e) => {
             return Err(format!("{}: {DEAD_MOUNT_HINT}", mnt.display()));
         }
         Err(e) => return Err(format!("{}: {e}", mnt.display())),
@@ -142,14 +148,14 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         threads: o.thread_count(),
     };
     let want_uring = o.uring && crate::uring::kernel_allows(true);
-    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.name_cache(), info, want_uring);
+    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.name_cache(), info, want_uring, o.writeback_cache);
     let handlers = fuse.secondary();
     let config = o.fuser_config(&pool_name);
     let mut session = match fuser::Session::new(fuse, &mnt, &config) {
         Ok(s) => s,
         Err(e) => {
             let _ = fs.close();
-            if e.raw_os_error() == Some(libc::ENOTCONN) {
+            if is_dead_mount(&e) {
                 return Err(format!("{}: {DEAD_MOUNT_HINT}", mnt.display()));
             }
             return Err(format!("cannot mount on {}: {e}", mnt.display()));
