@@ -37,6 +37,8 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
 /// Not an experiment: summarises `OUT/mount.jsonl` from `bench/mount.sh`
 /// (medians, ratios to ext4, `OUT/mount.png`).
 pub const MOUNT_REPORT: &str = "mount-report";
+/// What `list` says of [`MOUNT_REPORT`].
+pub const MOUNT_REPORT_ABOUT: &str = "summary of bench/mount.sh's OUT/mount.jsonl: medians, ratios to ext4, mount.png";
 
 /// What an experiment produced.
 #[derive(Debug, Clone)]
@@ -123,9 +125,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 for (n, what) in EXPERIMENTS {
                     println!("{n:20} {what}");
                 }
-                println!(
-                    "{MOUNT_REPORT:20} summary of bench/mount.sh's OUT/mount.jsonl: medians, ratios to ext4, mount.png"
-                );
+                println!("{MOUNT_REPORT:20} {MOUNT_REPORT_ABOUT}");
                 return 0;
             }
             s if s.starts_with('-') => {

@@ -94,8 +94,7 @@ fn bench(a: &BenchArgs) -> CliResult {
         for (n, what) in hurricane_bench::EXPERIMENTS {
             println!("{n:20} {what}");
         }
-        let r = hurricane_bench::MOUNT_REPORT;
-        println!("{r:20} summary of bench/mount.sh's OUT/mount.jsonl: medians, ratios to ext4, mount.png");
+        println!("{:20} {}", hurricane_bench::MOUNT_REPORT, hurricane_bench::MOUNT_REPORT_ABOUT);
         return Ok(());
     }
     if a.name == hurricane_bench::MOUNT_REPORT {

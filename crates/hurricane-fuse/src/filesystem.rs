@@ -745,30 +745,26 @@ impl Filesystem for HurricaneFuse {
     ) {
         let t0 = Instant::now();
         let ino = ino.0;
-        let before = mode.and_then(|_| self.fs.getattr(ino).ok());
-        // With the writeback cache, the kernel sends the modification time
-        // of the writes it flushes as an explicit-time setattr through a
-        // descriptor open for writing, under the credentials of whoever
-        // flushes: the writer's own update, allowed to any writer (an
-        // explicit time from utimensat(2) carries no descriptor).
-        let flushed_mtime = self.want_writeback
-            && matches!(mtime, Some(TimeOrNow::SpecificTime(_)))
-            && fh.is_some_and(fh_writable)
-            && (mode, uid, gid, size, atime) == (None, None, None, None, None);
-        // It also sends "now" (utimensat with no times, truncate, a write
-        // clearing set-id bits) as the time read from its clock. A time
-        // within a moment of ours, refused to a caller who is not the
-        // owner, is taken as that "now", which any writer may set; the
-        // kernel's exact value is kept.
-        let writer_now = self.want_writeback
-            && (mode, uid, gid) == (None, None, None)
-            && matches!(atime, None | Some(TimeOrNow::Now))
-            && matches!(mtime, Some(TimeOrNow::SpecificTime(t)) if near_now(t));
+        // The mode before a chmod, where kept names may depend on it.
+        let before = mode.filter(|_| self.names() == NameCache::Searchable).and_then(|_| self.fs.getattr(ino).ok());
+        // With the writeback cache the kernel sends times it keeps itself
+        // as explicit times, under the credentials of whoever flushes or
+        // asks: the mtime of the writes it flushes, through a descriptor
+        // open for writing (an explicit time from utimensat(2) carries no
+        // descriptor), and its clock's "now" (utimensat with no times,
+        // truncate, a write clearing set-id bits), a time within a moment
+        // of ours. Either is a writer's own update: refused to a caller who
+        // is not the owner, it is made for any writer, with the kernel's
+        // exact value.
+        let (flushed_mtime, kernel_now) = match mtime {
+            Some(TimeOrNow::SpecificTime(t)) if self.want_writeback && (mode, uid, gid) == (None, None, None) => (
+                fh.is_some_and(fh_writable) && (size, atime) == (None, None),
+                matches!(atime, None | Some(TimeOrNow::Now)) && near_now(t),
+            ),
+            _ => (false, false),
+        };
         let r = (|| {
             let mut s = SetAttr { mode, uid, gid, size: None, atime: when(atime), mtime: when(mtime) };
-            if flushed_mtime {
-                return self.fs.setattr(&Creds { uid: 0, gid: 0, groups: Vec::new() }, ino, &s).map_err(errno);
-            }
             if let Some(sz) = size {
                 // ftruncate on a descriptor open for writing needs no
                 // permission check now (it was checked at open).
@@ -783,9 +779,11 @@ impl Filesystem for HurricaneFuse {
                 self.as_user_with_groups(req, |c| self.fs.setattr(c, ino, &s))?
             } else {
                 match self.as_user(req, |c| self.fs.setattr(c, ino, &s)) {
-                    Err(Errno::EPERM) if writer_now => {
-                        self.as_user(req, |c| self.fs.access(c, ino, W))?;
-                        self.fs.setattr(&Creds { uid: 0, gid: 0, groups: Vec::new() }, ino, &s).map_err(errno)?
+                    Err(Errno::EPERM) if flushed_mtime || kernel_now => {
+                        if !flushed_mtime {
+                            self.as_user(req, |c| self.fs.access(c, ino, W))?;
+                        }
+                        self.fs.setattr(&Creds::root(), ino, &s).map_err(errno)?
                     }
                     r => r?,
                 }
@@ -883,7 +881,7 @@ impl Filesystem for HurricaneFuse {
         };
         // A name kept in a directory everyone may search, moved into one
         // not everyone may: the kernel keeps it under its new parent.
-        if r.is_ok() && parent != newparent {
+        if r.is_ok() && parent != newparent && self.names() == NameCache::Searchable {
             let open = |d: INodeNo| self.fs.getattr(d.0).is_ok_and(|a| searchable(a.mode));
             if open(parent) != open(newparent) {
                 self.expire_names();

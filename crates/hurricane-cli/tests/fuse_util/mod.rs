@@ -158,10 +158,14 @@ pub struct Mounted {
     done: bool,
 }
 
+/// `hurricane stats --json` of the mount at `mnt`.
+pub fn stats_json(mnt: &Path) -> serde_json::Value {
+    let out = ok(BIN, &["stats", "--json", s(mnt)]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("stats JSON: {e}: {out}"))
+}
+
 pub fn server_pid(mnt: &Path) -> u32 {
-    let json = ok(BIN, &["stats", "--json", s(mnt)]);
-    let v: serde_json::Value = serde_json::from_str(&json).expect("stats JSON");
-    v["pid"].as_u64().expect("pid in stats") as u32
+    stats_json(mnt)["pid"].as_u64().expect("pid in stats") as u32
 }
 
 pub fn alive(pid: u32) -> bool {
@@ -213,6 +217,10 @@ impl Mounted {
 
     pub fn path(&self, rel: &str) -> PathBuf {
         self.mnt.join(rel)
+    }
+
+    pub fn stats(&self) -> serde_json::Value {
+        stats_json(&self.mnt)
     }
 
     /// Clean unmount through `hurricane umount` (waits for the server).
