@@ -10,6 +10,9 @@ command -v rsync >/dev/null || need+=(rsync)
 command -v git >/dev/null || need+=(git)
 command -v setfattr >/dev/null || need+=(attr)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+# The POSIX conformance suite (vendor/pjdfstest) is C, driven by Perl's prove.
+command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v prove >/dev/null || need+=(perl)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "setup: please install: ${need[*]}" >&2
