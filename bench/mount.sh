@@ -4,6 +4,9 @@
 # on the same disk, in the same run.
 #   bench/mount.sh [SEQ_MIB] [FILES] [RUNS]     (defaults 4096 100000 3)
 # Results: bench/results/mount.jsonl and mount.png, summary on stdout.
+# A/B against another version: BASE=DIR, a directory holding that version's
+# `hurricane` and `core_bench` (bench/build-base.sh REV makes one); every run
+# then also measures it, as system "hurricane-base", between the other two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=${1:-4096}; files=${2:-100000}; runs=${3:-3}
@@ -12,7 +15,8 @@ out=bench/results/mount.jsonl
 mkdir -p bench/results "$work"; : > "$out"
 cargo build --release --locked -p hurricane-cli >/dev/null 2>&1
 cargo build --release --locked -p hurricane --example core_bench >/dev/null 2>&1
-hc=$PWD/target/release/hurricane; cb=$PWD/target/release/examples/core_bench
+new_hc=$PWD/target/release/hurricane; new_cb=$PWD/target/release/examples/core_bench
+hc=$new_hc; cb=$new_cb
 # Cold caches: the host's page cache, and for Hurricane its own block cache
 # in the mount process (which drop_caches cannot reach): remount.
 drop() {
@@ -66,9 +70,18 @@ for run in $(seq "$runs"); do
     "$hc" mount "$work/pool" "$work/mnt"
     one hurricane "$work/mnt" "$run"
     "$hc" umount "$work/mnt"
+    if [ -n "${BASE:-}" ]; then
+        hc=$BASE/hurricane; cb=$BASE/core_bench
+        rm -rf "$work/pool"; "$hc" mkfs "$work/pool" --devices 4 --device-size 4G >/dev/null
+        "$hc" mount "$work/pool" "$work/mnt"
+        one hurricane-base "$work/mnt" "$run"
+        "$hc" umount "$work/mnt"
+        hc=$new_hc; cb=$new_cb
+    fi
     truncate -s 16G "$work/ext4.img"; mkfs.ext4 -q -F "$work/ext4.img"
     loop=$(losetup -f --show "$work/ext4.img"); mount "$loop" "$work/ext4"
     one ext4-loop "$work/ext4" "$run"
     umount "$work/ext4"; losetup -d "$loop"; rm -f "$work/ext4.img"; rm -rf "$work/pool"
 done
 "$hc" bench mount-report --out bench/results   # medians, ratios, bench/results/mount.png
+if [ -n "${BASE:-}" ]; then python3 bench/summarize.py "$out"; fi   # medians with the base version beside
