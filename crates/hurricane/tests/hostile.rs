@@ -5,6 +5,9 @@
 //! Every case must give a clear error, never a panic, and leave the pool
 //! fsck-clean with everything committed before still there.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 use common::*;
 use hurricane::device::{CrashMode, Device, MemDevice, BLOCK_SIZE};
