@@ -14,7 +14,8 @@ use hurricane::journal::{self, Cursor, Op, Region};
 use hurricane::layout::{self, PoolInfo};
 use hurricane::namespace::{Body, Dir, InodeData, State};
 use hurricane::pool::{Allocator, Storage, Superblock};
-use std::sync::Arc;
+use hurricane::{FormatOptions, Fs, Options};
+use std::sync::{Arc, OnceLock};
 
 /// A target's body.
 pub type Target = fn(&[u8]);
@@ -28,6 +29,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("checkpoint", checkpoint),
     ("inode", inode),
     ("layout_spec", layout_spec),
+    ("superblock_open", superblock_open),
 ];
 
 /// A superblock slot as read from a device.
@@ -218,5 +220,110 @@ pub fn layout_spec(data: &[u8]) {
         let mut e = Encoder::new();
         l.encode(&mut e);
         Layout::decode(&mut Decoder::new(&e.buf, "fuzz")).expect("built layout decodes");
+    }
+}
+
+/// Device images of a small pool with live journal records (a crash after
+/// a sync), made once.
+fn open_pool_images() -> &'static [Vec<u8>] {
+    static IMAGES: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        use hurricane::device::CrashMode;
+        let devs: Vec<Arc<MemDevice>> = (0..3).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 2 << 20))).collect();
+        let dyns = || devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect::<Vec<_>>();
+        let fo = FormatOptions { journal_size: Some(256 << 10), ..Default::default() };
+        Fs::format(dyns(), &fo).expect("format");
+        let fs =
+            Fs::open(dyns(), Options { background_commit: false, io_threads: 1, ..Default::default() }).expect("open");
+        fs.mkdir_all("/d", 0o755).expect("mkdir");
+        fs.write_file("/d/f", &[5u8; 20_000], Some("stripe(unit=4K,width=3)")).expect("write");
+        fs.sync().expect("sync");
+        drop(fs);
+        devs.iter().map(|d| d.crash_image(CrashMode::KeepAll)).collect()
+    })
+}
+
+/// Superblock fields changed on a real pool, checksums fixed up, then the
+/// pool identified and opened. Input: a flags byte (bit 0: read-only), then
+/// 9-byte edits: a selector (bits 0-3 the field, 4-5 the device, 3 meaning
+/// all, bit 6 add to the field rather than set it, bit 7 only the newest
+/// slot) and a little-endian u64 value. Open must refuse or succeed, never
+/// panic or allocate by a field's value.
+pub fn superblock_open(data: &[u8]) {
+    let mut imgs = open_pool_images().to_vec();
+    let mut d = Decoder::new(data, "fuzz");
+    let Ok(flags) = d.u8() else { return };
+    while let (Ok(sel), Ok(v)) = (d.u8(), d.u64()) {
+        let devs = match (sel >> 4) & 3 {
+            3 => 0..imgs.len(),
+            i => i as usize..i as usize + 1,
+        };
+        for img in &mut imgs[devs] {
+            let mut slots: Vec<(usize, Superblock)> = (0..2)
+                .filter_map(|s| {
+                    Superblock::decode(&img[s * BLOCK_SIZE..(s + 1) * BLOCK_SIZE], "fuzz")
+                        .ok()
+                        .flatten()
+                        .map(|sb| (s, sb))
+                })
+                .collect();
+            if sel & 0x80 != 0 {
+                slots.sort_by_key(|(_, sb)| sb.generation);
+                slots.drain(..slots.len().saturating_sub(1));
+            }
+            for (s, mut sb) in slots {
+                edit(&mut sb, sel & 0xf, sel & 0x40 != 0, v);
+                if let Ok(b) = sb.encode() {
+                    img[s * BLOCK_SIZE..(s + 1) * BLOCK_SIZE].copy_from_slice(&b);
+                }
+            }
+        }
+    }
+    let devs: Vec<Arc<dyn Device>> = imgs
+        .into_iter()
+        .enumerate()
+        .map(|(i, img)| Arc::new(MemDevice::from_image(format!("mem{i}"), img)) as Arc<dyn Device>)
+        .collect();
+    let opts = Options { read_only: flags & 1 != 0, background_commit: false, io_threads: 1, ..Default::default() };
+    if let Ok(fs) = Fs::open(devs, opts) {
+        let _ = fs.read_dir("/d");
+        let _ = fs.read_file("/d/f");
+    }
+}
+
+/// One field of a superblock set to `v`, or moved by it.
+fn edit(sb: &mut Superblock, field: u8, add: bool, v: u64) {
+    fn put64(x: &mut u64, add: bool, v: u64) {
+        *x = if add { x.wrapping_add(v) } else { v };
+    }
+    fn put32(x: &mut u32, add: bool, v: u64) {
+        *x = if add { x.wrapping_add(v as u32) } else { v as u32 };
+    }
+    match field {
+        0 => put32(&mut sb.version, add, v),
+        1 => put32(&mut sb.dev_index, add, v),
+        2 => put32(&mut sb.dev_count, add, v),
+        3 => put32(&mut sb.block_size, add, v),
+        4 => put64(&mut sb.dev_blocks, add, v),
+        5 => put64(&mut sb.generation, add, v),
+        6 => put32(&mut sb.journal.dev, add, v),
+        7 => put64(&mut sb.journal.start, add, v),
+        8 => put64(&mut sb.journal.blocks, add, v),
+        9 => put64(&mut sb.cursor.tail, add, v),
+        10 => put64(&mut sb.cursor.seq, add, v),
+        11 => put64(&mut sb.meta_len, add, v),
+        12 => put32(&mut sb.meta_crc, add, v),
+        13 => sb.clean = v & 1 != 0,
+        14 if !sb.meta_layout.is_empty() => {
+            // One byte of the meta-file's layout record.
+            let i = (v as usize) % sb.meta_layout.len();
+            sb.meta_layout[i] = if add { sb.meta_layout[i] ^ (v >> 32) as u8 } else { (v >> 32) as u8 };
+        }
+        15 => {
+            sb.default_layout = ["", "inline", "extent@7", "stripe(width=9)", "replicate(copies=0)", "garbage("]
+                [(v % 6) as usize]
+                .to_string()
+        }
+        _ => {}
     }
 }

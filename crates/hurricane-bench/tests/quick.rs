@@ -1,6 +1,9 @@
 //! Every experiment runs in --quick mode and writes its files (correctness
 //! only: no timing is asserted).
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use hurricane_bench::{run, EXPERIMENTS};
 use serde_json::Value;
 

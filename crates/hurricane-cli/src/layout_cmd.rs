@@ -4,14 +4,10 @@
 use crate::files::abs;
 use crate::util::{CliResult, Fail, Pool};
 use clap::{Args, Subcommand};
-use hurricane::{Error, OpenOptions};
+use hurricane::{xattr, Error, OpenOptions};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// The attributes a mount exposes layouts through (BRIEF: the contract).
-pub const LAYOUT_XATTR: &str = "user.hurricane.layout";
-pub const DIR_LAYOUT_XATTR: &str = "user.hurricane.dir_layout";
 
 #[derive(Subcommand, Debug)]
 pub enum LayoutCmd {
@@ -98,7 +94,7 @@ fn is_dir(p: &Path) -> CliResult<bool> {
 
 fn get_mounted(p: &Path) -> CliResult {
     let dir = is_dir(p)?;
-    let name = if dir { DIR_LAYOUT_XATTR } else { LAYOUT_XATTR };
+    let name = if dir { xattr::DIR_LAYOUT } else { xattr::LAYOUT };
     let (cp, cn) = (cpath(p)?, CString::new(name).map_err(|_| Fail::new("bad attribute name"))?);
     let mut buf = vec![0u8; 4096];
     loop {
@@ -132,7 +128,7 @@ fn set_mounted(p: &Path, spec: &str) -> CliResult {
     // The mount can only answer EINVAL: check what can be checked here.
     hurricane::layout::parse(spec)?;
     let meta = std::fs::metadata(p).map_err(|e| Fail::new(format!("{}: {e}", p.display())))?;
-    let name = if meta.is_dir() { DIR_LAYOUT_XATTR } else { LAYOUT_XATTR };
+    let name = if meta.is_dir() { xattr::DIR_LAYOUT } else { xattr::LAYOUT };
     if meta.is_file() && meta.len() > 0 {
         return Err(Fail::new(format!(
             "{}: already holds data: a layout can be set only on an empty file",

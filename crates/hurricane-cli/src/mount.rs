@@ -169,20 +169,7 @@ pub fn umount(args: &UmountArgs) -> Result<(), String> {
     unmount_and_wait(&args.mountpoint, UMOUNT_TIMEOUT)
 }
 
-fn human(n: u64) -> String {
-    const U: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < U.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", U[i])
-    }
-}
+use hurricane::units::human;
 
 pub fn stats(args: &StatsArgs) -> Result<(), String> {
     let mnt = absolute(&args.mountpoint);

@@ -68,48 +68,11 @@ impl<T, E: fmt::Display> Context<T> for Result<T, E> {
 
 /// Parses a size: `4096`, `64K`, `1.5G`, `2GiB`, `1T` (binary multiples).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let body = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
-    let (num, mult) = match body.chars().last() {
-        Some('k') => (&body[..body.len() - 1], 1u64 << 10),
-        Some('m') => (&body[..body.len() - 1], 1 << 20),
-        Some('g') => (&body[..body.len() - 1], 1 << 30),
-        Some('t') => (&body[..body.len() - 1], 1 << 40),
-        _ => (body, 1),
-    };
-    let bad = || format!("{s:?} is not a size (examples: 4096, 64K, 512M, 2G, 1T)");
-    if num.is_empty() {
-        return Err(bad());
-    }
-    if let Ok(n) = num.parse::<u64>() {
-        return n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"));
-    }
-    let f: f64 = num.parse().map_err(|_| bad())?;
-    let v = f * mult as f64;
-    if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(v.round() as u64)
+    hurricane::units::parse_size(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// `1.5 GiB` style.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = bytes as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{bytes} B")
-    } else if v >= 100.0 {
-        format!("{v:.0} {}", UNITS[i])
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
-}
+pub use hurricane::units::human;
 
 /// `-rw-r--r--` for a mode.
 pub fn mode_string(mode: u32) -> String {
@@ -171,8 +134,11 @@ pub fn kind_word(mode: u32) -> &'static str {
 /// Local time of nanoseconds since the epoch: (y, mon, d, h, min, s, utc offset in s).
 fn local(ns: i64) -> Option<(i32, u32, u32, u32, u32, u32, i64)> {
     let secs = ns.div_euclid(1_000_000_000) as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, which outlives the call.
+    // SAFETY: `libc::tm` holds integers and one pointer (`tm_zone`), for
+    // all of which zero is a valid value (a null pointer).
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: localtime_r reads `secs` and writes only into `tm`, both of
+    // which outlive the call.
     let r = unsafe { libc::localtime_r(&secs, &mut tm) };
     if r.is_null() {
         return None;

@@ -1,5 +1,8 @@
 //! End-to-end tests of the `hurricane` command on pools of image files.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

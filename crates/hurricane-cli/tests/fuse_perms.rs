@@ -6,6 +6,9 @@
 //! `default_permissions` (the kernel checks first, then the engine); the
 //! results must agree.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod fuse_util;
 
 use fuse_util::*;

@@ -2,6 +2,9 @@
 //! fsync'd file after kill -9 of the server, a flushed and clean pool after
 //! SIGTERM or SIGINT.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod fuse_util;
 
 use fuse_util::*;

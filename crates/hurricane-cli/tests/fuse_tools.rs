@@ -1,5 +1,8 @@
 //! Ordinary tools on a mounted pool: cp -a, tar, rsync, git, SQLite, fio.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod fuse_util;
 
 use fuse_util::*;

@@ -3,6 +3,9 @@
 //! /dev/fuse (`-o nouring`). Both must serve the same operations with the
 //! same results; the statistics say which one did.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod fuse_util;
 
 use fuse_util::*;

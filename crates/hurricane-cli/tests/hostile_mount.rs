@@ -5,6 +5,9 @@
 //! unmounted. Each gets its errno (or a clear message), nothing committed
 //! is lost, and the pool is fsck-clean afterwards.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine (and, until the rework of the mount's tests lands, unsafe blocks without SAFETY comments).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::undocumented_unsafe_blocks)]
+
 mod fuse_util;
 
 use fuse_util::*;

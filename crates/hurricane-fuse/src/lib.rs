@@ -12,10 +12,14 @@
 //! directory, and `user.hurricane.stats` on the root gives the statistics.
 
 mod filesystem;
+// Until this crate's rework for issue 12 lands (SAFETY comments).
+#[allow(clippy::undocumented_unsafe_blocks)]
 pub mod mountinfo;
 mod options;
 mod serve;
 pub mod stats;
+// Until this crate's rework for issue 12 lands (SAFETY comments).
+#[allow(clippy::undocumented_unsafe_blocks)]
 mod uring;
 mod workers;
 

@@ -101,16 +101,7 @@ fn parse_secs(key: &str, v: &str) -> Result<Duration, String> {
 
 /// A byte count with an optional K, M, G or T suffix (powers of 1024).
 fn parse_size(key: &str, v: &str) -> Result<u64, String> {
-    let bad = || format!("mount option {key}={v}: not a size (like 512M or 2G)");
-    let (num, shift) = match v.as_bytes().last().map(|c| c.to_ascii_uppercase()) {
-        Some(b'K') => (&v[..v.len() - 1], 10),
-        Some(b'M') => (&v[..v.len() - 1], 20),
-        Some(b'G') => (&v[..v.len() - 1], 30),
-        Some(b'T') => (&v[..v.len() - 1], 40),
-        _ => (v, 0),
-    };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    n.checked_mul(1u64 << shift).ok_or_else(bad)
+    hurricane::units::parse_size(v).map_err(|e| format!("mount option {key}={v}: {e}"))
 }
 
 impl MountOptions {

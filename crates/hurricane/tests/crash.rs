@@ -3,6 +3,9 @@
 //! dropped, kept at random, or cut short by a failing device mid-commit).
 //! Whatever was synced must be there exactly; nothing half-done may show.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 use common::*;
 use hurricane::device::{CrashMode, Device};

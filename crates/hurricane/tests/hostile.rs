@@ -5,6 +5,9 @@
 //! Every case must give a clear error, never a panic, and leave the pool
 //! fsck-clean with everything committed before still there.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 use common::*;
 use hurricane::device::{CrashMode, Device, MemDevice, BLOCK_SIZE};
@@ -116,7 +119,14 @@ fn fuzz_corpus_replay() {
             target(extreme);
         }
     }
-    assert!(files >= 7 * 3, "{files} corpus files");
+    assert!(files >= fuzz_targets::TARGETS.len() * 3, "{files} corpus files");
+    // Every cargo-fuzz binary is replayed here.
+    let bins = std::fs::read_dir(corpus_dir().join("../fuzz_targets")).unwrap();
+    for b in bins {
+        let p = b.unwrap().path();
+        let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+        assert!(fuzz_targets::TARGETS.iter().any(|(n, _)| *n == stem), "fuzz target {stem} is not replayed");
+    }
 }
 
 /// Writes the seed corpora from real structures of a populated pool:
@@ -1021,4 +1031,93 @@ fn fsck_repair_of_meta_data_damaged_on_disk() {
             Err(_) => assert!(find_in_lost_found(&fs, data), "{path} lost"),
         }
     }
+}
+
+// ---------------------------------------------------------------- crafted superblocks
+
+/// Rewrites every valid superblock slot of every image with `f` applied,
+/// re-encoded so its checksum is valid again.
+fn craft(imgs: &[Vec<u8>], f: &dyn Fn(&mut hurricane::pool::Superblock)) -> Vec<Vec<u8>> {
+    use hurricane::pool::Superblock;
+    let mut out = imgs.to_vec();
+    for img in &mut out {
+        for slot in 0..2 {
+            let at = slot * BLOCK_SIZE..(slot + 1) * BLOCK_SIZE;
+            if let Ok(Some(mut sb)) = Superblock::decode(&img[at.clone()], "img") {
+                f(&mut sb);
+                img[at].copy_from_slice(&sb.encode().unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Opens crafted images read-write and read-only; neither may panic, and
+/// both must refuse with a message naming `words` (the device, the field).
+fn refused_clearly(imgs: &[Vec<u8>], what: &str, words: &[&str]) {
+    for read_only in [false, true] {
+        let devs = devs_from(imgs);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Fs::open(devs, Options { read_only, ..quiet() }).map(|_| ())
+        }));
+        let r = r.unwrap_or_else(|_| panic!("{what}: open panicked"));
+        let msg = r.expect_err(&format!("{what}: opened")).to_string();
+        for w in words {
+            assert!(msg.contains(w), "{what}: {msg:?} does not name {w:?}");
+        }
+    }
+}
+
+/// A superblock with a valid checksum and extreme values in one field at a
+/// time: a clear error naming the device and the field, never an overflow
+/// panic or an allocation sized by the field.
+#[test]
+fn crafted_superblocks_with_extreme_fields_are_refused() {
+    use hurricane::pool::Superblock;
+    let (p, files) = closed_pool();
+    let imgs = images(&p);
+    type Case = (&'static str, Box<dyn Fn(&mut Superblock)>, &'static [&'static str]);
+    let cases: Vec<Case> = vec![
+        ("dev_count = u32::MAX", Box::new(|s| s.dev_count = u32::MAX), &["mem", "device count"]),
+        ("dev_count = 2^20", Box::new(|s| s.dev_count = 1 << 20), &["mem", "device count"]),
+        ("dev_count = 0", Box::new(|s| s.dev_count = 0), &["mem", "device"]),
+        ("dev_index = u32::MAX", Box::new(|s| s.dev_index = u32::MAX), &["mem", "device index"]),
+        ("dev_blocks = u64::MAX", Box::new(|s| s.dev_blocks = u64::MAX), &["mem", "device size"]),
+        ("dev_blocks = 2^52", Box::new(|s| s.dev_blocks = 1 << 52), &["mem", "device size"]),
+        ("dev_blocks = 1", Box::new(|s| s.dev_blocks = 1), &["mem", "device size"]),
+        ("journal.start = u64::MAX", Box::new(|s| s.journal.start = u64::MAX), &["mem", "journal"]),
+        ("journal.start = u64::MAX - 8", Box::new(|s| s.journal.start = u64::MAX - 8), &["mem", "journal"]),
+        ("journal.start = 0", Box::new(|s| s.journal.start = 0), &["mem", "journal"]),
+        ("journal.blocks = u64::MAX", Box::new(|s| s.journal.blocks = u64::MAX), &["mem", "journal"]),
+        ("journal.dev = u32::MAX", Box::new(|s| s.journal.dev = u32::MAX), &["mem", "journal"]),
+        (
+            "journal past the device",
+            Box::new(|s| s.journal.start = s.dev_blocks - s.journal.blocks + 1),
+            &["mem", "journal"],
+        ),
+        ("cursor.tail = u64::MAX", Box::new(|s| s.cursor.tail = u64::MAX), &["mem", "journal"]),
+        ("cursor.seq = u64::MAX", Box::new(|s| s.cursor.seq = u64::MAX), &["mem", "sequence"]),
+        ("generation = u64::MAX", Box::new(|s| s.generation = u64::MAX), &["mem", "generation"]),
+        ("meta_len = u64::MAX", Box::new(|s| s.meta_len = u64::MAX), &["meta-file", "length"]),
+        ("meta_len = 2^40", Box::new(|s| s.meta_len = 1 << 40), &["meta-file", "length"]),
+        ("meta_len past its extents", Box::new(|s| s.meta_len += 64 << 20), &["meta-file", "length"]),
+    ];
+    for (what, f, words) in &cases {
+        refused_clearly(&craft(&imgs, f.as_ref()), what, words);
+    }
+    // The untouched pool still opens with everything in it.
+    let fs = Fs::open(devs_from(&imgs), quiet()).unwrap();
+    check_files(&fs, &files, "after crafted superblocks");
+}
+
+/// More devices than the superblock's count allows, each claiming a huge
+/// pool: refused before anything is sized by the count.
+#[test]
+fn a_pool_claiming_billions_of_devices_is_refused_by_name() {
+    let (p, _) = closed_pool();
+    let imgs = craft(&images(&p), &|s| {
+        s.dev_count = u32::MAX;
+        s.dev_index = u32::MAX - 1 - s.dev_index;
+    });
+    refused_clearly(&imgs, "dev_count = u32::MAX, high indices", &["mem", "device count"]);
 }

@@ -3,6 +3,9 @@
 //! each access pattern, the cache bound holds under concurrent load and
 //! writes leave no stale data, and open specs are checked and inherited.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::{pattern, quiet, MB};

@@ -1,6 +1,9 @@
 //! Bad input gives a clear error and loses nothing committed: corrupt
 //! superblocks, truncated images, missing and foreign devices, full devices.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 use common::*;
 use hurricane::device::{CrashMode, Device, MemDevice};

@@ -1,6 +1,9 @@
 //! Shared helpers of the FUSE integration tests: pools in temporary
 //! directories, mounts that clean up after themselves even when a test
 //! fails, libc wrappers and deterministic data.
+
+// Test helpers: a panic is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use std::ffi::CString;

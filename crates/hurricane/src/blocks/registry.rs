@@ -103,27 +103,11 @@ pub fn show(p: &ParamSpec, n: u64) -> String {
 }
 
 pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (digits, mult) = match s.char_indices().last()? {
-        (i, 'K' | 'k') => (&s[..i], 1u64 << 10),
-        (i, 'M' | 'm') => (&s[..i], 1 << 20),
-        (i, 'G' | 'g') => (&s[..i], 1 << 30),
-        (i, 'T' | 't') => (&s[..i], 1 << 40),
-        _ => (s, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<u64>().ok()?.checked_mul(mult)
+    crate::units::parse_size(s).ok()
 }
 
 pub fn format_size(n: u64) -> String {
-    for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if n != 0 && n.is_multiple_of(1u64 << shift) {
-            return format!("{}{}", n >> shift, suffix);
-        }
-    }
-    n.to_string()
+    crate::units::format_exact(n)
 }
 
 /// A node's full parameter set: the given values over the type's defaults.

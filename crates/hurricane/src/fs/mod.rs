@@ -235,21 +235,42 @@ impl Fs {
         let storage = Storage { devs: handles, allocs };
         let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };
         let j = sb.journal;
-        if j.dev as usize >= storage.devs.len() || j.start + j.blocks > storage.devs[j.dev as usize].blocks() {
+        // pool::identify checked the region against the device; checked
+        // again here because the allocator below trusts it.
+        let jdev = storage.devs.get(j.dev as usize);
+        if jdev.is_none_or(|d| j.start.checked_add(j.blocks).is_none_or(|end| end > d.blocks())) {
             return Err(Error::corrupt("superblock", "journal region outside its device"));
         }
         storage.allocs[j.dev as usize].mark_used(j.start, j.blocks);
         let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta-file layout"))?;
         let claim = |d: u32, s: u64, l: u64, what: &str, report: &mut OpenReport| {
-            let ok = storage.allocs.get(d as usize).is_some_and(|a| s + l <= a.total_blocks() && a.mark_used(s, l));
+            let end = s.checked_add(l);
+            let ok = storage
+                .allocs
+                .get(d as usize)
+                .is_some_and(|a| end.is_some_and(|e| e <= a.total_blocks()) && a.mark_used(s, l));
             if !ok {
-                report.double_claims.push(format!("{what}: device {d} blocks {s}..{}", s + l));
+                report.double_claims.push(format!("{what}: device {d} blocks {s}+{l}"));
             }
         };
         meta.extents(&mut |d, s, l| claim(d, s, l, "meta-file", &mut report));
         set_meta_reserve(&storage, &meta, &j);
 
         // The checkpoint, read through the meta-file's own building blocks.
+        // Its length is held to what the meta-file's extents on the real
+        // devices can hold before a buffer is sized by it.
+        let mut room = 0u64;
+        meta.extents(&mut |d, s, l| {
+            if storage.devs.get(d as usize).is_some_and(|dev| s.checked_add(l).is_some_and(|e| e <= dev.blocks())) {
+                room = room.saturating_add(l.saturating_mul(BLOCK_SIZE as u64));
+            }
+        });
+        if sb.meta_len > room {
+            return Err(Error::corrupt(
+                "superblock",
+                format!("meta-file length {} bytes is more than its extents hold ({room} bytes)", sb.meta_len),
+            ));
+        }
         let nblk = (sb.meta_len as usize).div_ceil(BLOCK_SIZE);
         let io = IoCtx { storage: &storage, epoch: 0, sink: &ignore };
         let read_copy = |b: &Arc<dyn crate::blocks::Block>| -> Result<Vec<u8>> {
@@ -661,11 +682,11 @@ fn set_meta_reserve(storage: &Storage, meta: &Layout, journal: &Region) {
     let mut per_dev = vec![0u64; storage.allocs.len()];
     meta.extents(&mut |d, _, l| {
         if let Some(x) = per_dev.get_mut(d as usize) {
-            *x += l;
+            *x = x.saturating_add(l);
         }
     });
     for (a, used) in storage.allocs.iter().zip(per_dev) {
-        a.set_reserve(if used == 0 { 0 } else { 2 * used + journal.blocks / 2 + 16 });
+        a.set_reserve(if used == 0 { 0 } else { used.saturating_mul(2).saturating_add(journal.blocks / 2 + 16) });
     }
 }
 

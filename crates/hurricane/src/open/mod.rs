@@ -88,7 +88,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// The extended attribute holding a file's or directory's default open spec.
-pub const OPEN_XATTR: &str = "user.hurricane.open";
+pub const OPEN_XATTR: &str = crate::xattr::OPEN;
 
 const BS: u64 = BLOCK_SIZE as u64;
 const SHARDS: usize = 16;

@@ -5,7 +5,7 @@ pub mod alloc;
 pub mod superblock;
 
 pub use alloc::Allocator;
-pub use superblock::{Superblock, FORMAT_VERSION, RESERVED_BLOCKS};
+pub use superblock::{Superblock, FORMAT_VERSION, MAX_COUNTER, MAX_DEVICES, RESERVED_BLOCKS};
 
 use crate::device::{Device, DeviceHandle, FileDevice, BLOCK_SIZE};
 use crate::error::{Error, Result};
@@ -175,7 +175,8 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
             }
             None => return Err(Error::Device(format!("{}: no valid superblock ({})", dev.name(), errs.join("; ")))),
         };
-        let expect = sb.dev_blocks * BLOCK_SIZE as u64;
+        // `decode` holds dev_blocks to what fits in a byte count.
+        let expect = sb.dev_blocks.saturating_mul(BLOCK_SIZE as u64);
         if dev.size() < expect {
             return Err(Error::Device(format!(
                 "{}: truncated: {} bytes, its superblock says {} bytes",
@@ -187,35 +188,62 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
         found.push((sb, dev));
     }
     let first = found.first().ok_or_else(|| Error::Device("no devices given".into()))?.0.clone();
-    let count = first.dev_count as usize;
-    let mut slots: Vec<Option<(Superblock, Arc<dyn Device>)>> = (0..count).map(|_| None).collect();
+    let count = first.dev_count;
+    // Indexed by device number; sized by the devices given, never by the
+    // count a superblock claims.
+    let mut slots: std::collections::BTreeMap<u32, (Superblock, Arc<dyn Device>)> = Default::default();
     for (sb, dev) in found {
         if sb.pool_id != first.pool_id {
             return Err(Error::Device(format!("{}: belongs to another pool", dev.name())));
         }
-        if sb.dev_count as usize != count {
+        if sb.dev_count != count {
             return Err(Error::Device(format!(
                 "{}: says the pool has {} devices, another says {count}",
                 dev.name(),
                 sb.dev_count
             )));
         }
-        let i = sb.dev_index as usize;
-        if let Some((_, other)) = &slots[i] {
+        let i = sb.dev_index;
+        if let Some((_, other)) = slots.get(&i) {
             return Err(Error::Device(format!("{} and {} are both device {i} of the pool", other.name(), dev.name())));
         }
-        slots[i] = Some((sb, dev));
+        slots.insert(i, (sb, dev));
+    }
+    // Every index is below `count`, so the first gap (or the end) is the
+    // lowest missing device; it lies within the devices given.
+    if let Some(i) = (0..count).zip(slots.keys()).find(|(want, have)| want != *have).map(|(w, _)| w) {
+        return Err(Error::Device(format!("{i} of {count} is missing")));
+    }
+    if slots.len() as u64 != u64::from(count) {
+        return Err(Error::Device(format!("{} of {count} is missing", slots.len())));
     }
     let mut best = first;
-    let mut handles = Vec::with_capacity(count);
-    for (i, s) in slots.into_iter().enumerate() {
-        let (sb, dev) = s.ok_or_else(|| Error::Device(format!("{i} of {count} is missing")))?;
+    let mut handles = Vec::with_capacity(slots.len());
+    for (i, (sb, dev)) in slots {
         if sb.generation > best.generation {
             best = sb;
         }
-        handles.push(DeviceHandle::new(i as u32, dev));
+        handles.push(DeviceHandle::new(i, dev));
     }
+    check_journal(&best, &handles)?;
     Ok((best, handles))
+}
+
+/// The journal region of the chosen superblock against the real size of
+/// the device it names.
+fn check_journal(sb: &Superblock, handles: &[DeviceHandle]) -> Result<()> {
+    let j = &sb.journal;
+    let dev = handles.get(j.dev as usize).ok_or_else(|| {
+        Error::corrupt("superblock", format!("journal on device {} of a pool of {}", j.dev, handles.len()))
+    })?;
+    let blocks = dev.blocks();
+    if j.start.checked_add(j.blocks).is_none_or(|end| end > blocks) {
+        return Err(Error::corrupt(
+            format!("superblock of {}", dev.dev.name()),
+            format!("journal region {}+{} blocks ends past the device's {blocks} blocks", j.start, j.blocks),
+        ));
+    }
+    Ok(())
 }
 
 /// Random pool identity.

@@ -13,6 +13,13 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"HURRICAN");
 pub const FORMAT_VERSION: u32 = 1;
 /// Blocks reserved at the start of every device (the two superblock slots).
 pub const RESERVED_BLOCKS: u64 = 2;
+/// The most devices a pool may have. Opening sizes tables by the device
+/// count, so a count read from disk is held to this before anything is.
+pub const MAX_DEVICES: u32 = 4096;
+/// The largest generation and journal sequence number a superblock may
+/// carry: each only ever counts up by one, so a value past this is damage,
+/// and every later increment stays far from overflow.
+pub const MAX_COUNTER: u64 = i64::MAX as u64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
@@ -90,11 +97,40 @@ impl Superblock {
         if crc(&b[..end]) != stored {
             return Err(Error::corrupt(format!("superblock of {device}"), "checksum mismatch"));
         }
+        let bad = |detail: String| Err(Error::corrupt(format!("superblock of {device}"), detail));
         if block_size as usize != BLOCK_SIZE {
-            return Err(Error::corrupt(format!("superblock of {device}"), format!("block size {block_size}")));
+            return bad(format!("block size {block_size}, expected {BLOCK_SIZE}"));
         }
-        if dev_index >= dev_count || journal.blocks == 0 || tail >= journal.blocks {
-            return Err(Error::corrupt(format!("superblock of {device}"), "geometry out of range"));
+        if dev_count == 0 || dev_count > MAX_DEVICES {
+            return bad(format!("device count {dev_count} out of range (1..={MAX_DEVICES})"));
+        }
+        if dev_index >= dev_count {
+            return bad(format!("device index {dev_index} is not below the device count {dev_count}"));
+        }
+        if dev_blocks < RESERVED_BLOCKS || dev_blocks.checked_mul(BLOCK_SIZE as u64).is_none() {
+            return bad(format!("device size of {dev_blocks} blocks out of range"));
+        }
+        if generation > MAX_COUNTER {
+            return bad(format!("generation {generation} out of range (at most {MAX_COUNTER})"));
+        }
+        if seq > MAX_COUNTER {
+            return bad(format!("journal sequence number {seq} out of range (at most {MAX_COUNTER})"));
+        }
+        if journal.dev >= dev_count {
+            return bad(format!("journal on device {} of a pool of {dev_count}", journal.dev));
+        }
+        let journal_end = journal.start.checked_add(journal.blocks);
+        if journal.blocks == 0 || journal.start < RESERVED_BLOCKS || journal_end.is_none() {
+            return bad(format!("journal region {}+{} blocks out of range", journal.start, journal.blocks));
+        }
+        if journal.dev == dev_index && journal_end.is_some_and(|e| e > dev_blocks) {
+            return bad(format!(
+                "journal region {}+{} blocks ends past the device's {dev_blocks} blocks",
+                journal.start, journal.blocks
+            ));
+        }
+        if tail >= journal.blocks {
+            return bad(format!("journal tail {tail} outside the journal's {} blocks", journal.blocks));
         }
         Ok(Some(Superblock {
             version,

@@ -1,4 +1,5 @@
-#![allow(dead_code)]
+// Test helpers: a panic is how a test fails.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 use hurricane::device::{CrashMode, Device, MemDevice};
 use hurricane::{FormatOptions, Fs, Options};
 use std::sync::Arc;

@@ -1,0 +1,15 @@
+//! The extended attributes through which Hurricane's own settings are read
+//! and changed (`getfattr`/`setfattr` on a mount, `Fs::getxattr`/`setxattr`
+//! in process). Every crate names them through these constants.
+
+/// A file's layout: reading gives its layout spec; setting it on an empty
+/// file chooses the layout its data will have.
+pub const LAYOUT: &str = "user.hurricane.layout";
+/// A directory's default layout for files created in it (and, unless they
+/// set their own, in its subdirectories).
+pub const DIR_LAYOUT: &str = "user.hurricane.dir_layout";
+/// How a file (or the files of a directory) is opened by default: an
+/// [`crate::open::OpenSpec`].
+pub const OPEN: &str = "user.hurricane.open";
+/// On a mount's root: the mount's statistics report.
+pub const STATS: &str = "user.hurricane.stats";
