@@ -23,6 +23,21 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "setup: cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
+# rust-toolchain.toml names an exact release; where rustup lacks it under that
+# name but its stable toolchain is that release, use it (no download).
+pin=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
+if command -v rustup >/dev/null && [ -n "$pin" ] && ! (cd / && rustup toolchain list) | grep -q "^$pin-"; then
+    stable=$( (cd / && rustup run stable rustc --version) 2>/dev/null | awk '{print $2}')
+    if [ "$stable" = "$pin" ]; then
+        # `rustup toolchain link` refuses release-like names: name the
+        # stable toolchain's directory as that release too.
+        host=$( (cd / && rustup run stable rustc -vV) | sed -n 's/^host: //p')
+        ln -s "$(cd / && rustup run stable rustc --print sysroot)" "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$pin-$host"
+    else
+        echo "setup: Rust $pin is required (rust-toolchain.toml): rustup toolchain install $pin" >&2
+        exit 1
+    fi
+fi
 # mount -t fuse.hurricane and /etc/fstab find the helper by this name.
 if [ "$(id -u)" -eq 0 ] && [ -n "${HURRICANE_BIN:-}" ]; then
     ln -sf "$HURRICANE_BIN" /sbin/mount.fuse.hurricane
