@@ -11,10 +11,11 @@
 //! `default_permissions`), and the kernel keeps only names that every user
 //! may reach anyway: see [`NameCache`].
 //!
-//! File handles carry no state on our side: the handle number records the
-//! open flags, and the engine counts opens per inode so an unlinked file
-//! lives until its last release.
+//! Each open has an entry in the handle table (`handles`), which names its
+//! inode; the handle number records the open flags, and the engine counts
+//! opens per inode so an unlinked file lives until its last release.
 
+use crate::handles::{self, Handles};
 use crate::stats::{Op, Stats};
 use crate::workers::Workers;
 use crossbeam_utils::CachePadded;
@@ -56,12 +57,6 @@ const MAX_COPY: u64 = 64 << 20;
 
 const ROOT: u64 = 1;
 const GEN: Generation = Generation(0);
-/// Marks a handle number as ours; the low bits keep the open flags.
-const FH_MARK: u64 = 1 << 40;
-const FH_FLAGS: i32 = libc::O_ACCMODE | libc::O_APPEND;
-/// Handles of files opened for reading carry an instance id above the mark:
-/// the open-file building blocks (prefetch policy) of that open.
-const FH_ID_SHIFT: u32 = 41;
 
 const R: u32 = 4;
 const W: u32 = 2;
@@ -134,8 +129,6 @@ fn inc_epoch(dev: &std::os::fd::OwnedFd) -> std::io::Result<()> {
     }
 }
 
-type OpenShard = CachePadded<Mutex<std::collections::HashMap<u64, hurricane::open::OpenFile>>>;
-
 /// The request handlers. Cheap to clone: the /dev/fuse session and each
 /// io_uring queue hold one, all over the same `Shared` state; only the
 /// session's (the primary) closes the pool at `destroy`.
@@ -147,10 +140,9 @@ pub struct HurricaneFuse {
 
 pub struct Shared {
     fs: Fs,
-    /// Open instances by id (HFS 3.1: each open has its own composition,
-    /// from `user.hurricane.open` or the adaptive default), sharded by id.
-    opens: Box<[OpenShard]>,
-    next_open: std::sync::atomic::AtomicU64,
+    /// Live opens (HFS 3.1: each open of a file for reading has its own
+    /// composition, from `user.hurricane.open` or the adaptive default).
+    handles: Handles,
     /// How long the kernel may cache attributes.
     ttl: Duration,
     /// Which names the kernel may keep (a `NameCache`).
@@ -277,14 +269,6 @@ fn creds(req: &Request) -> Creds {
     Creds { uid: req.uid(), gid: req.gid(), groups: Vec::new() }
 }
 
-fn fh_of(flags: i32) -> FileHandle {
-    FileHandle(FH_MARK | (flags & FH_FLAGS) as u32 as u64)
-}
-
-fn fh_writable(fh: FileHandle) -> bool {
-    fh.0 & FH_MARK != 0 && (fh.0 as i32 & libc::O_ACCMODE) != libc::O_RDONLY
-}
-
 /// Permission bits an open with these flags needs.
 fn open_mask(flags: i32) -> u32 {
     let m = match flags & libc::O_ACCMODE {
@@ -307,8 +291,7 @@ impl HurricaneFuse {
         let readers = (fs.pool_info().devices as usize * 2).clamp(4, 32);
         let shared = Shared {
             fs,
-            opens: (0..n).map(|_| CachePadded::new(Mutex::new(std::collections::HashMap::new()))).collect(),
-            next_open: std::sync::atomic::AtomicU64::new(1),
+            handles: Handles::new(n),
             ttl,
             names: std::sync::atomic::AtomicU8::new(match names {
                 NameCache::Searchable => NameCache::Nothing as u8,
@@ -427,22 +410,6 @@ impl HurricaneFuse {
         self.stats.clone()
     }
 
-    fn open_id(fh: FileHandle) -> u64 {
-        if fh.0 & FH_MARK != 0 {
-            fh.0 >> FH_ID_SHIFT
-        } else {
-            0
-        }
-    }
-
-    fn instance(&self, fh: FileHandle) -> Option<hurricane::open::OpenFile> {
-        let id = Self::open_id(fh);
-        if id == 0 {
-            return None;
-        }
-        self.opens[id as usize % self.opens.len()].lock().get(&id).cloned()
-    }
-
     /// Runs `f` with the caller's uid and gid; if that is refused, once
     /// more with its supplementary groups (read only when needed).
     fn as_user<T>(&self, req: &Request, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
@@ -528,11 +495,13 @@ impl HurricaneFuse {
             if buf.len() < want {
                 buf.resize(want, 0);
             }
-            let r = match self.instance(fh) {
-                Some(of) => of.read_at(&mut buf[..want], offset),
-                None => self.fs.read(ino.0, offset, &mut buf[..want]),
-            }
-            .map_err(errno);
+            let r = self.handles.file(fh, ino.0).and_then(|of| {
+                match of {
+                    Some(of) => of.read_at(&mut buf[..want], offset),
+                    None => self.fs.read(ino.0, offset, &mut buf[..want]),
+                }
+                .map_err(errno)
+            });
             self.done(Op::Read, t0, &r);
             match r {
                 Ok(n) => reply.data(&buf[..n]),
@@ -758,7 +727,7 @@ impl Filesystem for HurricaneFuse {
         // exact value.
         let (flushed_mtime, kernel_now) = match mtime {
             Some(TimeOrNow::SpecificTime(t)) if self.want_writeback && (mode, uid, gid) == (None, None, None) => (
-                fh.is_some_and(fh_writable) && (size, atime) == (None, None),
+                fh.is_some_and(|fh| self.handles.writable_on(fh, ino)) && (size, atime) == (None, None),
                 matches!(atime, None | Some(TimeOrNow::Now)) && near_now(t),
             ),
             _ => (false, false),
@@ -768,7 +737,7 @@ impl Filesystem for HurricaneFuse {
             if let Some(sz) = size {
                 // ftruncate on a descriptor open for writing needs no
                 // permission check now (it was checked at open).
-                if fh.is_some_and(fh_writable) {
+                if fh.is_some_and(|fh| self.handles.writable_on(fh, ino)) {
                     self.fs.truncate(ino, sz).map_err(errno)?;
                 } else {
                     s.size = Some(sz);
@@ -922,13 +891,10 @@ impl Filesystem for HurricaneFuse {
                 // Reads through this handle use the file's open policy.
                 let spec = self.fs.open_policy_for(ino);
                 let of = hurricane::open::OpenFile::from_ino(&self.fs, ino, true, false, spec).map_err(errno)?;
-                let id = self.next_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & ((1 << 22) - 1);
-                let id = id.max(1);
-                self.opens[id as usize % self.opens.len()].lock().insert(id, of);
-                return Ok(FileHandle(fh_of(f).0 | (id << FH_ID_SHIFT)));
+                return Ok(self.handles.insert(ino, f, Some(of)));
             }
             self.fs.open_inode(ino).map_err(errno)?;
-            Ok(fh_of(f))
+            Ok(self.handles.insert(ino, f, None))
         })();
         self.done(Op::Open, t0, &r);
         match r {
@@ -1014,16 +980,14 @@ impl Filesystem for HurricaneFuse {
         reply: ReplyEmpty,
     ) {
         let t0 = Instant::now();
-        let id = Self::open_id(fh);
-        let instance = (id != 0).then(|| self.opens[id as usize % self.opens.len()].lock().remove(&id)).flatten();
-        // Dropping the instance releases its hold on the inode.
-        let r = match instance {
+        // Dropping an instance releases its hold on the inode.
+        let r = self.handles.remove(fh, ino.0).and_then(|open| match open.file {
             Some(of) => {
                 drop(of);
                 Ok(())
             }
             None => self.fs.release_inode(ino.0).map_err(errno),
-        };
+        });
         self.empty(reply, Op::Release, t0, r);
     }
 
@@ -1041,7 +1005,7 @@ impl Filesystem for HurricaneFuse {
             }
             // Reading the entries is checked here, once, like open(2).
             self.as_user(req, |c| self.fs.access(c, ino.0, R))?;
-            Ok(fh_of(flags.0))
+            Ok(handles::plain(flags.0))
         })();
         self.done(Op::Opendir, t0, &r);
         match r {
@@ -1232,15 +1196,13 @@ impl Filesystem for HurricaneFuse {
                 Err(e) => return Err(e),
             };
             self.fs.open_inode(a.ino).map_err(errno)?;
-            Ok(a)
+            Ok((a, self.handles.insert(a.ino, flags, None)))
         })();
         self.done(Op::Create, t0, &r);
         match r {
             // One timeout for the name and the attributes: in a directory
             // whose names are not kept, the attributes are not either.
-            Ok(a) => {
-                reply.created(&self.name_ttl(parent.0), &file_attr(&a), GEN, fh_of(flags), FopenFlags::FOPEN_NOFLUSH)
-            }
+            Ok((a, fh)) => reply.created(&self.name_ttl(parent.0), &file_attr(&a), GEN, fh, FopenFlags::FOPEN_NOFLUSH),
             Err(e) => reply.error(e),
         }
     }
@@ -1401,10 +1363,7 @@ mod tests {
     }
 
     #[test]
-    fn handles_and_masks() {
-        assert!(fh_writable(fh_of(libc::O_RDWR | libc::O_APPEND)));
-        assert!(!fh_writable(fh_of(libc::O_RDONLY)));
-        assert!(!fh_writable(FileHandle(libc::O_WRONLY as u64)), "not one of ours");
+    fn open_masks() {
         assert_eq!(open_mask(libc::O_RDONLY | libc::O_TRUNC), R | W);
         assert_eq!(open_mask(libc::O_WRONLY), W);
     }

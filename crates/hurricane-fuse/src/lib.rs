@@ -12,6 +12,7 @@
 //! directory, and `user.hurricane.stats` on the root gives the statistics.
 
 mod filesystem;
+mod handles;
 pub mod mountinfo;
 mod options;
 mod serve;
