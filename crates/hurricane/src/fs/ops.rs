@@ -673,14 +673,17 @@ impl Fs {
                 mode = Some(m & !libc::S_ISGID);
             }
         }
+        // POSIX: only the owner may chown to the owner it has, or chgrp to
+        // the group it has or one of the caller's; naming the current
+        // owner or group is no exception for anyone else.
         if let Some(u) = s.uid {
-            if u != d.uid && !cred.is_root() {
+            if !cred.is_root() && !(cred.uid == d.uid && u == d.uid) {
                 return Err(Error::Perm(format!("chown of inode {ino}")));
             }
             uid = Some(u);
         }
         if let Some(gr) = s.gid {
-            if gr != d.gid && !cred.is_root() && !(cred.uid == d.uid && cred.in_group(gr)) {
+            if !cred.is_root() && !(cred.uid == d.uid && (gr == d.gid || cred.in_group(gr))) {
                 return Err(Error::Perm(format!("chgrp of inode {ino}")));
             }
             gid = Some(gr);
