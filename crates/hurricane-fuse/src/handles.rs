@@ -132,6 +132,7 @@ impl Handles {
     }
 
     /// How many opens are live.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }

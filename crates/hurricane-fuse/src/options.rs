@@ -1,7 +1,7 @@
 //! Mount options: the `-o` list of `hurricane mount`, `mount -t
 //! fuse.hurricane` and /etc/fstab, turned into a fuser configuration.
 
-use crate::filesystem::NameCache;
+use crate::names::NameCache;
 use fuser::{Config, MountOption, SessionACL};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -50,3 +50,82 @@ fn chown_by_a_non_owner_naming_the_current_owner_fails() {
         assert_eq!((a.uid, a.gid), (1000, 1000));
     }
 }
+
+fn mode_of(fs: &hurricane::Fs, ino: u64) -> u32 {
+    fs.getattr(ino).unwrap().mode & 0o7777
+}
+
+/// open(2)'s rules, as `Fs::open_as` applies them for the mount and the
+/// native API alike.
+#[test]
+fn open_rules() {
+    let p = MemPool::new(1, 32 * MB);
+    let fs = p.open().unwrap();
+    let root = Creds::root();
+    let alice = Creds::user(1000, 1000);
+    let bob = Creds::user(1001, 1001);
+    let top = fs.mkdir(&root, 1, b"tmp", 0o1777).unwrap().ino;
+    let mk = |name: &[u8], mode: u32| {
+        let ino = fs.mknod(&alice, top, name, libc::S_IFREG | 0o644, 0, None, None).unwrap().ino;
+        fs.write(ino, 0, b"data").unwrap();
+        fs.setattr(&alice, ino, &SetAttr { mode: Some(mode), ..Default::default() }).unwrap();
+        ino
+    };
+    use libc::{O_NOATIME, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY};
+    let exec = hurricane::fs::O_EXEC_OPEN;
+
+    // Access modes against the mode bits.
+    let f = mk(b"f", 0o640);
+    fs.open_as(&alice, f, O_RDWR).unwrap();
+    assert_eq!(errno(fs.open_as(&bob, f, O_RDONLY)), libc::EACCES);
+    let g = mk(b"g", 0o644);
+    fs.open_as(&bob, g, O_RDONLY).unwrap();
+    assert_eq!(errno(fs.open_as(&bob, g, O_WRONLY)), libc::EACCES);
+    // O_TRUNC needs write permission even with O_RDONLY, and then truncates nothing.
+    assert_eq!(errno(fs.open_as(&bob, g, O_RDONLY | O_TRUNC)), libc::EACCES);
+    assert_eq!(fs.getattr(g).unwrap().size, 4);
+
+    // O_NOATIME: the owner or root only.
+    assert_eq!(errno(fs.open_as(&bob, g, O_RDONLY | O_NOATIME)), libc::EPERM);
+    fs.open_as(&alice, g, O_RDONLY | O_NOATIME).unwrap();
+    fs.open_as(&root, g, O_RDONLY | O_NOATIME).unwrap();
+
+    // Execve opens need the caller's own x bit, not read.
+    let x = mk(b"x", 0o711);
+    fs.open_as(&bob, x, O_RDONLY | exec).unwrap();
+    assert_eq!(errno(fs.open_as(&bob, x, O_RDONLY)), libc::EACCES, "no read bit for others");
+    let y = mk(b"y", 0o744);
+    fs.open_as(&alice, y, O_RDONLY | exec).unwrap();
+    assert_eq!(errno(fs.open_as(&bob, y, O_RDONLY | exec)), libc::EACCES, "x for the owner only");
+    fs.open_as(&root, y, O_RDONLY | exec).unwrap();
+    let z = mk(b"z", 0o644);
+    assert_eq!(errno(fs.open_as(&root, z, O_RDONLY | exec)), libc::EACCES, "root needs some x bit");
+
+    // Directories: no writing open, no O_TRUNC.
+    let d = fs.mkdir(&alice, top, b"d", 0o777).unwrap().ino;
+    fs.open_as(&alice, d, O_RDONLY).unwrap();
+    assert_eq!(errno(fs.open_as(&alice, d, O_WRONLY)), libc::EISDIR);
+    assert_eq!(errno(fs.open_as(&alice, d, O_RDONLY | O_TRUNC)), libc::EISDIR);
+
+    // O_TRUNC truncates; by an unprivileged caller it clears set-user-id,
+    // and set-group-id of a group-executable file.
+    let s1 = mk(b"s1", 0o6777);
+    fs.open_as(&bob, s1, O_WRONLY | O_TRUNC).unwrap();
+    assert_eq!(fs.getattr(s1).unwrap().size, 0);
+    assert_eq!(mode_of(&fs, s1), 0o777);
+    let s2 = mk(b"s2", 0o6767);
+    fs.open_as(&bob, s2, O_WRONLY | O_TRUNC).unwrap();
+    assert_eq!(mode_of(&fs, s2), 0o2767, "set-group-id of a file no group may execute stays");
+    let s3 = mk(b"s3", 0o6777);
+    fs.open_as(&root, s3, O_WRONLY | O_TRUNC).unwrap();
+    assert_eq!(fs.getattr(s3).unwrap().size, 0);
+    assert_eq!(mode_of(&fs, s3), 0o6777, "root keeps set-id bits");
+
+    // The native API opens through the same rules.
+    let n = mk(b"n", 0o644);
+    let mut o = hurricane::OpenOptions::new();
+    o.write(true).truncate(true);
+    o.open(&fs, "/tmp/n").unwrap();
+    assert_eq!(fs.getattr(n).unwrap().size, 0);
+    assert_eq!(errno(hurricane::OpenOptions::new().write(true).open(&fs, "/tmp/d")), libc::EISDIR);
+}

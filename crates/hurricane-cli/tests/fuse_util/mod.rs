@@ -204,13 +204,13 @@ pub struct Mounted {
 }
 
 /// `hurricane stats --json` of the mount at `mnt`.
-pub fn stats_json(mnt: &Path) -> serde_json::Value {
+pub fn stats_json(mnt: &Path) -> hurricane_fuse::StatsReport {
     let out = ok(BIN, &["stats", "--json", s(mnt)]);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("stats JSON: {e}: {out}"))
+    hurricane_fuse::StatsReport::from_json(out.as_bytes()).unwrap_or_else(|e| panic!("stats: {e}: {out}"))
 }
 
 pub fn server_pid(mnt: &Path) -> u32 {
-    stats_json(mnt)["pid"].as_u64().expect("pid in stats") as u32
+    stats_json(mnt).pid
 }
 
 pub fn alive(pid: u32) -> bool {
@@ -264,7 +264,7 @@ impl Mounted {
         self.mnt.join(rel)
     }
 
-    pub fn stats(&self) -> serde_json::Value {
+    pub fn stats(&self) -> hurricane_fuse::StatsReport {
         stats_json(&self.mnt)
     }
 
