@@ -695,13 +695,13 @@ impl Fs {
         // the group it has or one of the caller's; naming the current
         // owner or group is no exception for anyone else.
         if let Some(u) = s.uid {
-            if !cred.is_root() && !(cred.uid == d.uid && u == d.uid) {
+            if !(cred.is_root() || (cred.uid == d.uid && u == d.uid)) {
                 return Err(Error::Perm(format!("chown of inode {ino}")));
             }
             uid = Some(u);
         }
         if let Some(gr) = s.gid {
-            if !cred.is_root() && !(cred.uid == d.uid && (gr == d.gid || cred.in_group(gr))) {
+            if !(cred.is_root() || (cred.uid == d.uid && (gr == d.gid || cred.in_group(gr)))) {
                 return Err(Error::Perm(format!("chgrp of inode {ino}")));
             }
             gid = Some(gr);
