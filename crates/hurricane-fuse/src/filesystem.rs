@@ -123,6 +123,14 @@ impl std::ops::Deref for HurricaneFuse {
     }
 }
 
+/// Environment variable that sets the first handle id (tests start it
+/// near the wrap of the id counter).
+pub const FIRST_HANDLE_ENV: &str = "HURRICANE_TEST_FIRST_HANDLE";
+
+fn first_handle() -> u64 {
+    std::env::var(FIRST_HANDLE_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+}
+
 impl HurricaneFuse {
     pub fn new(fs: Fs, ttl: Duration, names: NameCache, info: MountInfo, want_uring: bool, writeback: bool) -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
@@ -131,7 +139,7 @@ impl HurricaneFuse {
         let readers = (fs.pool_info().devices as usize * 2).clamp(4, 32);
         let shared = Shared {
             fs,
-            handles: Handles::new(n),
+            handles: Handles::starting_at(n, first_handle()),
             ttl,
             names: Names::new(names),
             stats: Arc::new(Stats::new()),

@@ -69,6 +69,7 @@ fn id_of(fh: FileHandle) -> Option<u64> {
 }
 
 impl Handles {
+    #[cfg(test)]
     pub fn new(shards: usize) -> Handles {
         Handles::starting_at(shards, 1)
     }
