@@ -175,101 +175,73 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
     let mnt = absolute(&args.mountpoint);
     let v = read_stats(&mnt)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        println!("{}", String::from_utf8_lossy(&v.to_json()));
         return Ok(());
     }
-    let u = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-    let s = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("?").to_string();
+    println!("{} on {}  (pid {}, up {:.1} s, {} threads)", v.pool, v.mountpoint, v.pid, v.uptime_s, v.threads);
+    let sp = &v.space;
+    let bs = u64::from(sp.block_size);
     println!(
-        "{} on {}  (pid {}, up {:.1} s, {} threads)",
-        s(&v, "pool"),
-        s(&v, "mountpoint"),
-        u(&v, "pid"),
-        v.get("uptime_s").and_then(|x| x.as_f64()).unwrap_or(0.0),
-        u(&v, "threads")
+        "space: {} free of {}, {} inodes",
+        human(sp.free_blocks.saturating_mul(bs)),
+        human(sp.blocks.saturating_mul(bs)),
+        sp.inodes
     );
-    if let Some(sp) = v.get("space") {
-        let bs = u(sp, "block_size");
-        println!(
-            "space: {} free of {}, {} inodes",
-            human(u(sp, "free_blocks") * bs),
-            human(u(sp, "blocks") * bs),
-            u(sp, "inodes")
-        );
-    }
     println!("\n{:<24} {:>10} {:>11} {:>10} {:>11} {:>8}", "device", "reads", "read", "writes", "written", "flushes");
-    for d in v.get("devices").and_then(|d| d.as_array()).into_iter().flatten() {
-        let name = s(d, "name");
-        let chars: Vec<char> = name.chars().collect();
+    for d in &v.devices {
+        let chars: Vec<char> = d.name.chars().collect();
         let name = if chars.len() > 24 {
             format!("...{}", chars[chars.len() - 21..].iter().collect::<String>())
         } else {
-            name
+            d.name.clone()
         };
         println!(
             "{:<24} {:>10} {:>11} {:>10} {:>11} {:>8}",
             name,
-            u(d, "reads"),
-            human(u(d, "read_bytes")),
-            u(d, "writes"),
-            human(u(d, "write_bytes")),
-            u(d, "flushes")
+            d.reads,
+            human(d.read_bytes),
+            d.writes,
+            human(d.write_bytes),
+            d.flushes
         );
     }
-    if let Some(t) = v.get("transport") {
-        let per_queue: Vec<u64> = t
-            .get("ring_requests")
-            .and_then(|r| r.as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_u64())
-            .collect();
-        if t.get("io_uring").and_then(|x| x.as_bool()).unwrap_or(false) {
-            println!(
-                "\nrequests through io_uring: {} ({} per-CPU queues: {:?})",
-                per_queue.iter().sum::<u64>(),
-                per_queue.len(),
-                per_queue
-            );
-        } else {
-            println!("\nrequests through /dev/fuse reads (no io_uring)");
-        }
-    }
-    if let Some(j) = v.get("journal") {
-        println!("\njournal: {} commits, {} checkpoints", u(j, "commits"), u(j, "checkpoints"));
-    }
-    if let Some(c) = v.get("cache").filter(|c| !c.is_null()) {
-        let looked = u(c, "hits") + u(c, "waits") + u(c, "misses");
+    let per_queue = &v.transport.ring_requests;
+    if v.transport.io_uring {
         println!(
-            "cache: {:.1}% hits of {} block lookups; {} of {} in use; {} prefetched ({} used), {} evictions",
-            c.get("hit_rate").and_then(|x| x.as_f64()).unwrap_or(0.0) * 100.0,
-            looked,
-            human(u(c, "bytes")),
-            human(u(c, "capacity")),
-            u(c, "prefetched"),
-            u(c, "prefetch_used"),
-            u(c, "evictions")
+            "\nrequests through io_uring: {} ({} per-CPU queues: {:?})",
+            per_queue.iter().sum::<u64>(),
+            per_queue.len(),
+            per_queue
         );
+    } else {
+        println!("\nrequests through /dev/fuse reads (no io_uring)");
     }
+    println!("\njournal: {} commits, {} checkpoints", v.journal.commits, v.journal.checkpoints);
+    let c = &v.cache;
+    println!(
+        "cache: {:.1}% hits of {} block lookups; {} of {} in use; {} prefetched ({} used), {} evictions",
+        c.hit_rate * 100.0,
+        c.hits + c.waits + c.misses,
+        human(c.bytes),
+        human(c.capacity),
+        c.prefetched,
+        c.prefetch_used,
+        c.evictions
+    );
     println!(
         "\n{:<16} {:>12} {:>8} {:>11} {:>11} {:>12}",
         "request", "count", "errors", "avg us", "max us", "total ms"
     );
-    if let Some(ops) = v.get("ops").and_then(|o| o.as_object()) {
-        for (name, o) in ops {
-            if u(o, "count") == 0 {
-                continue;
-            }
-            println!(
-                "{:<16} {:>12} {:>8} {:>11.1} {:>11.1} {:>12.1}",
-                name,
-                u(o, "count"),
-                u(o, "errors"),
-                u(o, "avg_ns") as f64 / 1e3,
-                u(o, "max_ns") as f64 / 1e3,
-                u(o, "total_ns") as f64 / 1e6
-            );
-        }
+    for (name, o) in v.ops.iter().filter(|(_, o)| o.count != 0) {
+        println!(
+            "{:<16} {:>12} {:>8} {:>11.1} {:>11.1} {:>12.1}",
+            name,
+            o.count,
+            o.errors,
+            o.avg_ns as f64 / 1e3,
+            o.max_ns as f64 / 1e3,
+            o.total_ns as f64 / 1e6
+        );
     }
     Ok(())
 }

@@ -1,10 +1,11 @@
 //! Permissions through the mount for an unprivileged user (uid and gid
 //! 65534 with supplementary group 4242): owner/group/other bits, sticky
 //! and setgid directories, ownership and time changes, set-id clearing,
-//! O_NOATIME. Run twice: as mounted by default (the engine alone checks
-//! permissions, the kernel keeps only names every user may reach), and with
-//! `default_permissions` (the kernel checks first, then the engine); the
-//! results must agree.
+//! O_NOATIME, opens of FIFOs and device nodes, chown rules. A mount with
+//! `allow_other` always has the kernel check first (`default_permissions`:
+//! FIFO and device opens never reach the engine), then the engine checks
+//! every request that reaches it; run with and without the writeback
+//! cache.
 
 // A test crate: a panic is how a test fails, so unwrap and expect are fine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -130,6 +131,31 @@ truth("read group file", must("read group file", read, P("grp", "f")) == "group 
 must("write group file", append, P("grp", "f"), "+")
 expect(errno.EACCES, "list foreign group dir", os.listdir, P("grp0"))
 
+# Another user's 0600 FIFO and device node: no open, for reading or for
+# writing (O_NONBLOCK: a FIFO open must not wait for the other end).
+def opener(flags):
+    return lambda p: os.close(os.open(p, flags | os.O_NONBLOCK))
+for f in ("rootfifo", "rootdev"):
+    expect(errno.EACCES, f"open {f} 0600 for reading", opener(os.O_RDONLY), P(f))
+    expect(errno.EACCES, f"open {f} 0600 for writing", opener(os.O_WRONLY), P(f))
+    expect(errno.EACCES, f"open {f} 0600 read-write", opener(os.O_RDWR), P(f))
+# Our own 0600 FIFO and device node open.
+must("open own fifo for reading", opener(os.O_RDONLY), P("pub", "myfifo"))
+must("open own fifo read-write", opener(os.O_RDWR), P("pub", "myfifo"))
+must("open own device for writing", opener(os.O_WRONLY), P("pub", "mydev"))
+
+# chown by a non-owner fails even when it names the current owner and
+# group, for every file type (lchown for the symlink); chown(-1, -1)
+# changes nothing and succeeds, as on ext4.
+for f in ("rootfile", "rootfifo", "rootdev", "rodir"):
+    expect(errno.EPERM, f"chown {f} to its own owner", os.chown, P(f), 0, 0)
+    expect(errno.EPERM, f"chown {f} to its own owner only", os.chown, P(f), 0, -1)
+    expect(errno.EPERM, f"chgrp {f} to its own group", os.chown, P(f), -1, 0)
+    must(f"chown {f} -1 -1", os.chown, P(f), -1, -1)
+expect(errno.EPERM, "lchown symlink to its own owner", os.lchown, P("rootlink"), 0, 0)
+must("lchown symlink -1 -1", os.lchown, P("rootlink"), -1, -1)
+truth("symlink kept its owner", os.lstat(P("rootlink")).st_uid == 0)
+
 # Writes and truncates by others clear set-id bits.
 fd = os.open(P("suid"), os.O_WRONLY)
 os.write(fd, b"x")
@@ -181,6 +207,19 @@ fn setup(m: &Path) {
     mode("grp0", 0o070);
     fs::write(p("suid"), b"s").unwrap();
     mode("suid", 0o4646);
+    std::os::unix::fs::symlink("rootfile", p("rootlink")).unwrap();
+    let node = |rel: &str, kind: libc::mode_t, dev: libc::dev_t, owner: u32| {
+        let c = cpath(&p(rel));
+        // SAFETY: a valid C string.
+        check(unsafe { libc::mknod(c.as_ptr(), kind | 0o600, dev) }).unwrap();
+        chown(p(rel), Some(owner), Some(owner)).unwrap();
+        mode(rel, 0o600);
+    };
+    let null = libc::makedev(1, 3);
+    node("rootfifo", libc::S_IFIFO, 0, 0);
+    node("rootdev", libc::S_IFCHR, null, 0);
+    node("pub/myfifo", libc::S_IFIFO, 0, UID);
+    node("pub/mydev", libc::S_IFCHR, null, UID);
     fs::write(p("suid2"), b"s").unwrap();
     mode("suid2", 0o6777);
 }
@@ -210,10 +249,10 @@ fn prerequisites() -> bool {
 }
 
 #[test]
-fn unprivileged_user_engine_checks() {
+fn unprivileged_user_allow_other() {
     require_fuse!();
     if prerequisites() {
-        run_as_nobody(&["allow_other"]);
+        run_as_nobody(&["allow_other,dev"]);
     }
 }
 
@@ -221,15 +260,7 @@ fn unprivileged_user_engine_checks() {
 fn unprivileged_user_writeback_cache() {
     require_fuse!();
     if prerequisites() {
-        run_as_nobody(&["allow_other,writeback_cache"]);
-    }
-}
-
-#[test]
-fn unprivileged_user_kernel_checks() {
-    require_fuse!();
-    if prerequisites() {
-        run_as_nobody(&["allow_other,default_permissions"]);
+        run_as_nobody(&["allow_other,dev,writeback_cache"]);
     }
 }
 
@@ -297,18 +328,10 @@ fn names_follow_permission_changes(opts: &[&str]) {
 }
 
 #[test]
-fn kept_names_engine_checks() {
+fn kept_names_allow_other() {
     require_fuse!();
     if prerequisites() {
         names_follow_permission_changes(&["allow_other"]);
-    }
-}
-
-#[test]
-fn kept_names_kernel_checks() {
-    require_fuse!();
-    if prerequisites() {
-        names_follow_permission_changes(&["allow_other,default_permissions"]);
     }
 }
 

@@ -113,13 +113,9 @@ fn names_lookup_and_directories() {
     pool.fsck_clean();
 }
 
-/// The whole suite again with the kernel's writeback cache, and what that
-/// cache changes: writes and times reach the engine later, merged; a writer
-/// who is not the owner still updates the file's time; O_APPEND is the
-/// kernel's; fsync still makes data survive a killed mount.
-#[test]
-fn writeback_cache_mount() {
-    require_fuse!();
+/// Runs every check of the suite, each on a fresh pool mounted with
+/// `opts`; `before` looks at the mount first.
+fn whole_suite(opts: &[&str], before: impl Fn(&str, &Mounted)) {
     type Check = fn(&Pool, &Mounted);
     let checks: [(&str, Check); 5] = [
         ("names", |p, m| names_lookup_and_directories_on(p, m)),
@@ -130,13 +126,38 @@ fn writeback_cache_mount() {
     ];
     for (what, check) in checks {
         let pool = Pool::new(3, "256M");
-        let m = pool.mount(&["writeback_cache"]);
-        let v = m.stats();
-        assert!(v["kernel_features"].as_array().unwrap().iter().any(|f| f == "writeback_cache"), "{what}: {v}");
+        let m = pool.mount(opts);
+        before(what, &m);
         check(&pool, &m);
+        // Every file the checks opened is closed again: a clean unmount.
         m.unmount();
         pool.fsck_clean();
     }
+}
+
+/// The whole suite on a mount other users may use: the kernel checks
+/// permissions as well (`default_permissions`) and keeps every name.
+#[test]
+fn allow_other_mount() {
+    require_fuse!();
+    whole_suite(&["allow_other"], |what, m| {
+        let opts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = opts.lines().find(|l| l.contains(s(&m.mnt))).unwrap_or_default().to_string();
+        assert!(line.contains("default_permissions") && line.contains("allow_other"), "{what}: {line}");
+    });
+}
+
+/// The whole suite again with the kernel's writeback cache, and what that
+/// cache changes: writes and times reach the engine later, merged; a writer
+/// who is not the owner still updates the file's time; O_APPEND is the
+/// kernel's; fsync still makes data survive a killed mount.
+#[test]
+fn writeback_cache_mount() {
+    require_fuse!();
+    whole_suite(&["writeback_cache"], |what, m| {
+        let v = m.stats();
+        assert!(v.kernel_features.iter().any(|f| f == "writeback_cache"), "{what}: {v:?}");
+    });
 
     let pool = Pool::new(2, "128M");
     let m = pool.mount(&["writeback_cache,allow_other"]);
@@ -149,8 +170,8 @@ fn writeback_cache_mount() {
     f.sync_all().unwrap();
     drop(f);
     let after = m.stats();
-    let writes = |v: &serde_json::Value| v["ops"]["write"]["count"].as_u64().unwrap_or(0);
-    assert!(writes(&after) - writes(&before) < 100, "1000 writes of 4 bytes were not merged: {after}");
+    let writes = |v: &hurricane_fuse::StatsReport| v.ops.get("write").map_or(0, |o| o.count);
+    assert!(writes(&after) - writes(&before) < 100, "1000 writes of 4 bytes were not merged: {after:?}");
     let want: Vec<u8> = (0..1000u32).flat_map(|i| i.to_le_bytes()).collect();
     assert_eq!(fs::read(m.path("small")).unwrap(), want);
 
@@ -644,9 +665,9 @@ fn xattrs_and_layouts_on(pool: &Pool, m: &Mounted) {
 
     // Statistics on the root.
     let st = getxattr(&m.mnt, "user.hurricane.stats", 1 << 20).unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&st).unwrap();
-    assert!(v["ops"]["setxattr"]["count"].as_u64().unwrap() > 10);
-    assert_eq!(v["devices"].as_array().unwrap().len(), 3);
+    let v = hurricane_fuse::StatsReport::from_json(&st).unwrap();
+    assert!(v.ops["setxattr"].count > 10);
+    assert_eq!(v.devices.len(), 3);
     assert_eq!(errno(getxattr(&p("f"), "user.hurricane.stats", 4096)), ENODATA);
     assert_eq!(errno(setxattr(&m.mnt, "user.hurricane.stats", b"x", 0)), EPERM);
     let table = hurricane(&["stats", s(&m.mnt)]);
@@ -866,9 +887,8 @@ fn open_policies_apply_to_mounted_reads() {
     assert!(String::from_utf8_lossy(&spec).contains("distance"), "{spec:?}");
     assert_eq!(errno(setxattr(&m.path("explicit"), "user.hurricane.open", b"prefetch=sideways", 0)), EINVAL);
     let prefetched = || -> (u64, u64) {
-        let stats = hurricane(&["stats", s(&m.path("")), "--json"]);
-        let j: serde_json::Value = serde_json::from_str(&stats).unwrap();
-        (j["cache"]["prefetched"].as_u64().unwrap(), j["cache"]["prefetch_used"].as_u64().unwrap())
+        let j = stats_json(&m.path(""));
+        (j.cache.prefetched, j.cache.prefetch_used)
     };
     fs::write(m.path("plain"), &body).unwrap();
     setxattr(&m.path("adaptive"), "user.hurricane.open", b"prefetch=adaptive", 0).unwrap();

@@ -11,18 +11,22 @@
 //! `default_permissions`), and the kernel keeps only names that every user
 //! may reach anyway: see [`NameCache`].
 //!
-//! File handles carry no state on our side: the handle number records the
-//! open flags, and the engine counts opens per inode so an unlinked file
-//! lives until its last release.
+//! Each open has an entry in the handle table (`handles`), which names its
+//! inode; the handle number records the open flags, and the engine counts
+//! opens per inode so an unlinked file lives until its last release.
 
+use crate::convert::{creds, errno, file_attr, groups_of, kind, near_now, when};
+use crate::handles::{self, Handles};
+use crate::names::{searchable, NameCache, Names};
+use crate::report::{CacheReport, DeviceReport, JournalReport, OpReport, Space, StatsReport, Transport};
 use crate::stats::{Op, Stats};
 use crate::workers::Workers;
 use crossbeam_utils::CachePadded;
 use fuser::{
-    AccessFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use hurricane::{Attr, Creds, Fs, SetAttr};
 use parking_lot::Mutex;
@@ -31,14 +35,9 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
-/// Virtual attribute of the root directory: the mount's statistics as JSON.
-pub const STATS_XATTR: &str = "user.hurricane.stats";
-/// A file's layout (the engine serves it; named here for the log).
-pub const LAYOUT_XATTR: &str = "user.hurricane.layout";
-/// A directory's default layout for new files.
-pub const DIR_LAYOUT_XATTR: &str = "user.hurricane.dir_layout";
+pub use hurricane::xattr::{DIR_LAYOUT as DIR_LAYOUT_XATTR, LAYOUT as LAYOUT_XATTR, STATS as STATS_XATTR};
 
 /// Largest write request we ask the kernel for (it may cap it lower).
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -56,20 +55,9 @@ const MAX_COPY: u64 = 64 << 20;
 
 const ROOT: u64 = 1;
 const GEN: Generation = Generation(0);
-/// Marks a handle number as ours; the low bits keep the open flags.
-const FH_MARK: u64 = 1 << 40;
-const FH_FLAGS: i32 = libc::O_ACCMODE | libc::O_APPEND;
-/// Handles of files opened for reading carry an instance id above the mark:
-/// the open-file building blocks (prefetch policy) of that open.
-const FH_ID_SHIFT: u32 = 41;
 
 const R: u32 = 4;
 const W: u32 = 2;
-const X: u32 = 1;
-/// Open flag the kernel adds for execve (`__FMODE_EXEC`).
-const FMODE_EXEC: i32 = 0x20;
-/// `FUSE_NOTIFY_INC_EPOCH` (protocol 7.44, Linux 6.16).
-const NOTIFY_INC_EPOCH: i32 = 8;
 
 thread_local! {
     /// Read buffer of the serving thread, reused so large reads neither
@@ -85,57 +73,6 @@ pub struct MountInfo {
     pub threads: usize,
 }
 
-/// Which names (dentries) the kernel may keep, and so answer path steps
-/// with, without asking the engine.
-///
-/// With `default_permissions` the kernel checks every step against the
-/// attributes it holds, which it must refresh after each change of a
-/// directory: one more round trip for every create or unlink. Without it
-/// the engine checks each request, and a name the kernel keeps must not
-/// let anyone through a directory they may not search. So names are kept
-/// only in directories that every user may search (all three x bits); a
-/// change that would leave a kept name where that no longer holds (chmod
-/// of such a directory, a rename out of one into another) first makes
-/// the kernel revalidate every name it holds (FUSE_NOTIFY_INC_EPOCH), so
-/// the next step through it reaches the engine's check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum NameCache {
-    /// The kernel checks permissions too: any name may be kept.
-    All = 0,
-    /// The engine checks: names in directories every user may search.
-    Searchable = 1,
-    /// The engine checks and the kernel cannot be made to revalidate
-    /// names: none are kept, every step reaches the engine.
-    Nothing = 2,
-}
-
-/// Whether every user may search a directory of this mode.
-fn searchable(mode: u32) -> bool {
-    mode & 0o111 == 0o111
-}
-
-/// Sends FUSE_NOTIFY_INC_EPOCH: every name the kernel holds is revalidated
-/// (looked up again) at its next use.
-fn inc_epoch(dev: &std::os::fd::OwnedFd) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // struct fuse_out_header { u32 len; i32 error (the notify code); u64 unique (0) }
-    let mut h = [0u8; 16];
-    h[0..4].copy_from_slice(&16u32.to_ne_bytes());
-    h[4..8].copy_from_slice(&NOTIFY_INC_EPOCH.to_ne_bytes());
-    // SAFETY: writing 16 bytes from a live buffer to an open descriptor.
-    let n = unsafe { libc::write(dev.as_raw_fd(), h.as_ptr().cast(), h.len()) };
-    if n == h.len() as isize {
-        Ok(())
-    } else if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Err(std::io::Error::other(format!("short write of {n} bytes")))
-    }
-}
-
-type OpenShard = CachePadded<Mutex<std::collections::HashMap<u64, hurricane::open::OpenFile>>>;
-
 /// The request handlers. Cheap to clone: the /dev/fuse session and each
 /// io_uring queue hold one, all over the same `Shared` state; only the
 /// session's (the primary) closes the pool at `destroy`.
@@ -147,19 +84,13 @@ pub struct HurricaneFuse {
 
 pub struct Shared {
     fs: Fs,
-    /// Open instances by id (HFS 3.1: each open has its own composition,
-    /// from `user.hurricane.open` or the adaptive default), sharded by id.
-    opens: Box<[OpenShard]>,
-    next_open: std::sync::atomic::AtomicU64,
+    /// Live opens (HFS 3.1: each open of a file for reading has its own
+    /// composition, from `user.hurricane.open` or the adaptive default).
+    handles: Handles,
     /// How long the kernel may cache attributes.
     ttl: Duration,
-    /// Which names the kernel may keep (a `NameCache`).
-    names: std::sync::atomic::AtomicU8,
-    /// /dev/fuse, for notifications, once the kernel accepted one.
-    notify: std::sync::OnceLock<std::os::fd::OwnedFd>,
-    /// The name rule the mount asked for (`names` starts as `Nothing`
-    /// until the kernel has shown it can revalidate names on demand).
-    names_wanted: NameCache,
+    /// Which names the kernel may keep.
+    names: Names,
     stats: Arc<Stats>,
     /// Serialises O_APPEND writes per inode (striped), so two appenders
     /// cannot both write at the same end of file.
@@ -187,116 +118,12 @@ impl std::ops::Deref for HurricaneFuse {
     }
 }
 
-fn errno(e: hurricane::Error) -> Errno {
-    let n = e.errno();
-    if n == libc::EIO {
-        tracing::warn!("I/O error: {e}");
-    }
-    Errno::from_i32(n)
-}
+/// Environment variable that sets the first handle id (tests start it
+/// near the wrap of the id counter).
+pub const FIRST_HANDLE_ENV: &str = "HURRICANE_TEST_FIRST_HANDLE";
 
-fn time(ns: i64) -> SystemTime {
-    if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH.checked_sub(Duration::from_nanos(ns.unsigned_abs())).unwrap_or(UNIX_EPOCH)
-    }
-}
-
-/// Nanoseconds since 1970 of a time fuser decoded from a request.
-/// fuser 0.18 decodes a time before 1970, (secs < 0, nsec), as 1970 minus
-/// (|secs| s + nsec ns) rather than minus |secs| s plus nsec ns; this
-/// undoes that, so `touch -d 1969-...` keeps its nanoseconds right.
-fn nanos(t: SystemTime) -> i64 {
-    let v = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos() as i128,
-        Err(e) => -(e.duration().as_secs() as i128) * 1_000_000_000 + e.duration().subsec_nanos() as i128,
-    };
-    v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
-}
-
-fn kind(mode: u32) -> FileType {
-    match mode & libc::S_IFMT {
-        libc::S_IFDIR => FileType::Directory,
-        libc::S_IFLNK => FileType::Symlink,
-        libc::S_IFIFO => FileType::NamedPipe,
-        libc::S_IFCHR => FileType::CharDevice,
-        libc::S_IFBLK => FileType::BlockDevice,
-        libc::S_IFSOCK => FileType::Socket,
-        _ => FileType::RegularFile,
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: time(a.atime),
-        mtime: time(a.mtime),
-        ctime: time(a.ctime),
-        crtime: time(a.btime),
-        kind: kind(a.mode),
-        perm: (a.mode & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: a.blksize,
-        flags: 0,
-    }
-}
-
-/// Whether a time the kernel sent is its clock's "now" (within 2 s of ours).
-fn near_now(t: SystemTime) -> bool {
-    let now = SystemTime::now();
-    let d = now.duration_since(t).unwrap_or_else(|e| e.duration());
-    d <= Duration::from_secs(2)
-}
-
-fn when(t: Option<TimeOrNow>) -> Option<Option<i64>> {
-    t.map(|t| match t {
-        TimeOrNow::Now => None,
-        TimeOrNow::SpecificTime(s) => Some(nanos(s)),
-    })
-}
-
-/// Supplementary groups of the calling thread, from /proc.
-fn groups_of(pid: u32) -> Vec<u32> {
-    if pid == 0 {
-        return Vec::new();
-    }
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return Vec::new() };
-    s.lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_default()
-}
-
-fn creds(req: &Request) -> Creds {
-    Creds { uid: req.uid(), gid: req.gid(), groups: Vec::new() }
-}
-
-fn fh_of(flags: i32) -> FileHandle {
-    FileHandle(FH_MARK | (flags & FH_FLAGS) as u32 as u64)
-}
-
-fn fh_writable(fh: FileHandle) -> bool {
-    fh.0 & FH_MARK != 0 && (fh.0 as i32 & libc::O_ACCMODE) != libc::O_RDONLY
-}
-
-/// Permission bits an open with these flags needs.
-fn open_mask(flags: i32) -> u32 {
-    let m = match flags & libc::O_ACCMODE {
-        libc::O_WRONLY => W,
-        libc::O_RDWR => R | W,
-        _ => R,
-    };
-    if flags & libc::O_TRUNC != 0 {
-        m | W
-    } else {
-        m
-    }
+fn first_handle() -> u64 {
+    std::env::var(FIRST_HANDLE_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(1)
 }
 
 impl HurricaneFuse {
@@ -307,15 +134,9 @@ impl HurricaneFuse {
         let readers = (fs.pool_info().devices as usize * 2).clamp(4, 32);
         let shared = Shared {
             fs,
-            opens: (0..n).map(|_| CachePadded::new(Mutex::new(std::collections::HashMap::new()))).collect(),
-            next_open: std::sync::atomic::AtomicU64::new(1),
+            handles: Handles::starting_at(n, first_handle()),
             ttl,
-            names: std::sync::atomic::AtomicU8::new(match names {
-                NameCache::Searchable => NameCache::Nothing as u8,
-                n => n as u8,
-            }),
-            notify: std::sync::OnceLock::new(),
-            names_wanted: names,
+            names: Names::new(names),
             stats: Arc::new(Stats::new()),
             append: (0..n).map(|_| CachePadded::new(Mutex::new(()))).collect(),
             info,
@@ -324,7 +145,7 @@ impl HurricaneFuse {
             want_uring,
             want_writeback: writeback,
             rings_ready: std::sync::atomic::AtomicBool::new(false),
-            ring_requests: (0..crate::uring::possible_cpus()).map(|_| Default::default()).collect(),
+            ring_requests: (0..crate::workers::possible_cpus()).map(|_| Default::default()).collect(),
             readers: Workers::new(readers),
         };
         HurricaneFuse { shared: Arc::new(shared), primary: true }
@@ -337,61 +158,22 @@ impl HurricaneFuse {
     }
 
     fn names(&self) -> NameCache {
-        match self.names.load(std::sync::atomic::Ordering::Acquire) {
-            0 => NameCache::All,
-            1 => NameCache::Searchable,
-            _ => NameCache::Nothing,
-        }
+        self.names.get()
     }
 
-    /// Takes the mount's /dev/fuse descriptor for notifications and, where
-    /// the mount leaves names to the engine's rule, checks that the kernel
-    /// revalidates names on demand before any name is kept.
+    /// Takes the mount's /dev/fuse descriptor for notifications (see
+    /// `Names::start`).
     pub fn start_notifications(&self, dev: std::os::fd::OwnedFd) {
-        if self.names_wanted != NameCache::Searchable {
-            return;
-        }
-        match inc_epoch(&dev) {
-            Ok(()) => {
-                let _ = self.notify.set(dev);
-                self.names.store(NameCache::Searchable as u8, std::sync::atomic::Ordering::Release);
-            }
-            Err(e) => tracing::info!(
-                "the kernel cannot revalidate names on demand (FUSE_NOTIFY_INC_EPOCH, Linux 6.16+: {e}); \
-                 names are not cached, every path step reaches the engine"
-            ),
-        }
+        self.names.start(dev);
     }
 
     /// How long the kernel may keep a name in directory `dir`.
     fn name_ttl(&self, dir: u64) -> Duration {
-        match self.names() {
-            NameCache::All => self.ttl,
-            NameCache::Nothing => Duration::ZERO,
-            NameCache::Searchable => match self.fs.getattr(dir) {
-                Ok(a) if searchable(a.mode) => self.ttl,
-                _ => Duration::ZERO,
-            },
-        }
+        self.names.ttl(self.ttl, || self.fs.getattr(dir).ok().map(|a| a.mode))
     }
 
-    /// Called before replying to a change that may leave a kept name in a
-    /// directory not every user may search: the kernel revalidates every
-    /// name at its next use, so the engine checks the next step through it.
     fn expire_names(&self) {
-        if self.names() != NameCache::Searchable {
-            return;
-        }
-        let r = match self.notify.get() {
-            Some(dev) => inc_epoch(dev),
-            None => Err(std::io::Error::other("no notification channel")),
-        };
-        if let Err(e) = r {
-            // Keep no more names from now on; the engine still checks
-            // every request that reaches it.
-            tracing::error!("cannot make the kernel revalidate names: {e}; names are no longer cached");
-            self.names.store(NameCache::Nothing as u8, std::sync::atomic::Ordering::Release);
-        }
+        self.names.expire();
     }
 
     /// Once the rings serve every request, /dev/fuse carries only FORGETs
@@ -425,22 +207,6 @@ impl HurricaneFuse {
 
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
-    }
-
-    fn open_id(fh: FileHandle) -> u64 {
-        if fh.0 & FH_MARK != 0 {
-            fh.0 >> FH_ID_SHIFT
-        } else {
-            0
-        }
-    }
-
-    fn instance(&self, fh: FileHandle) -> Option<hurricane::open::OpenFile> {
-        let id = Self::open_id(fh);
-        if id == 0 {
-            return None;
-        }
-        self.opens[id as usize % self.opens.len()].lock().get(&id).cloned()
     }
 
     /// Runs `f` with the caller's uid and gid; if that is refused, once
@@ -528,11 +294,13 @@ impl HurricaneFuse {
             if buf.len() < want {
                 buf.resize(want, 0);
             }
-            let r = match self.instance(fh) {
-                Some(of) => of.read_at(&mut buf[..want], offset),
-                None => self.fs.read(ino.0, offset, &mut buf[..want]),
-            }
-            .map_err(errno);
+            let r = self.handles.file(fh, ino.0).and_then(|of| {
+                match of {
+                    Some(of) => of.read_at(&mut buf[..want], offset),
+                    None => self.fs.read(ino.0, offset, &mut buf[..want]),
+                }
+                .map_err(errno)
+            });
             self.done(Op::Read, t0, &r);
             match r {
                 Ok(n) => reply.data(&buf[..n]),
@@ -571,49 +339,76 @@ impl HurricaneFuse {
         }
     }
 
-    /// The statistics report (JSON) served as `user.hurricane.stats`.
-    pub fn stats_json(&self) -> Vec<u8> {
-        use serde_json::{json, Map, Value};
-        let devices: Vec<Value> = self
+    /// The statistics report served as `user.hurricane.stats`.
+    pub fn stats_report(&self) -> StatsReport {
+        let devices = self
             .fs
             .device_stats()
             .into_iter()
-            .map(|(name, s)| {
-                json!({"name": name, "reads": s.reads, "read_bytes": s.read_bytes, "writes": s.writes,
-                       "write_bytes": s.write_bytes, "flushes": s.flushes, "in_flight": s.in_flight})
+            .map(|(name, s)| DeviceReport {
+                name,
+                reads: s.reads,
+                read_bytes: s.read_bytes,
+                writes: s.writes,
+                write_bytes: s.write_bytes,
+                flushes: s.flushes,
+                in_flight: s.in_flight,
             })
             .collect();
-        let mut ops = Map::new();
-        for &op in Op::ALL {
-            let t = self.stats.totals(op);
-            let avg = t.total_ns.checked_div(t.count).unwrap_or(0);
-            ops.insert(op.name().into(), json!({"count": t.count, "errors": t.errors, "total_ns": t.total_ns, "avg_ns": avg, "max_ns": t.max_ns}));
-        }
+        let ops = Op::ALL
+            .iter()
+            .map(|&op| {
+                let t = self.stats.totals(op);
+                let avg_ns = t.total_ns.checked_div(t.count).unwrap_or(0);
+                let r = OpReport { count: t.count, errors: t.errors, total_ns: t.total_ns, avg_ns, max_ns: t.max_ns };
+                (op.name().to_string(), r)
+            })
+            .collect();
         let (commits, checkpoints) = self.fs.commit_counts();
         let st = self.fs.statfs();
         let report = self.fs.report();
         let cache = self.fs.cache_stats();
-        let v = json!({
-            "pool": self.info.pool,
-            "mountpoint": self.info.mountpoint,
-            "pid": std::process::id(),
-            "uptime_s": self.started.elapsed().as_secs_f64(),
-            "threads": self.info.threads,
-            "kernel_features": *self.negotiated.lock(),
-            "transport": {"io_uring": self.uring_negotiated(),
-                          "ring_requests": self.ring_requests.iter()
-                              .map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect::<Vec<_>>()},
-            "space": {"block_size": st.bsize, "blocks": st.blocks, "free_blocks": st.bfree, "inodes": st.files},
-            "devices": devices,
-            "journal": {"commits": commits, "checkpoints": checkpoints,
-                        "replayed_ops_at_mount": report.replayed_ops, "was_clean_at_mount": report.was_clean},
-            "cache": {"capacity": cache.capacity, "bytes": cache.bytes, "blocks": cache.blocks, "hits": cache.hits,
-                      "misses": cache.misses, "waits": cache.waits, "hit_rate": cache.hit_rate(),
-                      "prefetched": cache.prefetched, "prefetch_used": cache.prefetch_used,
-                      "evictions": cache.evictions, "invalidations": cache.invalidations},
-            "ops": ops,
-        });
-        serde_json::to_vec_pretty(&v).unwrap_or_default()
+        // Taken before the report is built: the lock is not reentrant.
+        let kernel_features = self.negotiated.lock().clone();
+        let io_uring = kernel_features.iter().any(|n| n == "over_io_uring");
+        StatsReport {
+            pool: self.info.pool.clone(),
+            mountpoint: self.info.mountpoint.clone(),
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            threads: self.info.threads,
+            kernel_features,
+            transport: Transport {
+                io_uring,
+                ring_requests: self
+                    .ring_requests
+                    .iter()
+                    .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+                    .collect(),
+            },
+            space: Space { block_size: st.bsize, blocks: st.blocks, free_blocks: st.bfree, inodes: st.files },
+            devices,
+            journal: JournalReport {
+                commits,
+                checkpoints,
+                replayed_ops_at_mount: report.replayed_ops as u64,
+                was_clean_at_mount: report.was_clean,
+            },
+            cache: CacheReport {
+                capacity: cache.capacity,
+                bytes: cache.bytes,
+                blocks: cache.blocks,
+                hits: cache.hits,
+                misses: cache.misses,
+                waits: cache.waits,
+                hit_rate: cache.hit_rate(),
+                prefetched: cache.prefetched,
+                prefetch_used: cache.prefetch_used,
+                evictions: cache.evictions,
+                invalidations: cache.invalidations,
+            },
+            ops,
+        }
     }
 }
 
@@ -758,7 +553,7 @@ impl Filesystem for HurricaneFuse {
         // exact value.
         let (flushed_mtime, kernel_now) = match mtime {
             Some(TimeOrNow::SpecificTime(t)) if self.want_writeback && (mode, uid, gid) == (None, None, None) => (
-                fh.is_some_and(fh_writable) && (size, atime) == (None, None),
+                fh.is_some_and(|fh| self.handles.writable_on(fh, ino)) && (size, atime) == (None, None),
                 matches!(atime, None | Some(TimeOrNow::Now)) && near_now(t),
             ),
             _ => (false, false),
@@ -768,7 +563,7 @@ impl Filesystem for HurricaneFuse {
             if let Some(sz) = size {
                 // ftruncate on a descriptor open for writing needs no
                 // permission check now (it was checked at open).
-                if fh.is_some_and(fh_writable) {
+                if fh.is_some_and(|fh| self.handles.writable_on(fh, ino)) {
                     self.fs.truncate(ino, sz).map_err(errno)?;
                 } else {
                     s.size = Some(sz);
@@ -901,34 +696,17 @@ impl Filesystem for HurricaneFuse {
         let ino = ino.0;
         let f = flags.0;
         let r = (|| {
-            let a = self.fs.getattr(ino).map_err(errno)?;
-            if a.is_dir() && f & libc::O_ACCMODE != libc::O_RDONLY {
-                return Err(Errno::EISDIR);
-            }
-            // An execve open needs execute permission, not read (the kernel,
-            // without default_permissions, checked only that some x bit is set).
-            let need = if f & FMODE_EXEC != 0 && a.is_file() { X } else { open_mask(f) };
-            self.as_user(req, |c| self.fs.access(c, ino, need))?;
-            if f & libc::O_NOATIME != 0 && req.uid() != 0 && req.uid() != a.uid {
-                return Err(Errno::EPERM);
-            }
-            if f & libc::O_TRUNC != 0 && a.is_file() {
-                self.fs.truncate(ino, 0).map_err(errno)?;
-                if a.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
-                    self.kill_priv(req, ino);
-                }
-            }
+            // Permission for the access mode (execute for an execve open),
+            // O_NOATIME, O_TRUNC and set-id clearing: the engine's rules.
+            let a = self.as_user(req, |c| self.fs.open_as(c, ino, f))?;
             if a.is_file() && f & libc::O_ACCMODE != libc::O_WRONLY {
                 // Reads through this handle use the file's open policy.
                 let spec = self.fs.open_policy_for(ino);
                 let of = hurricane::open::OpenFile::from_ino(&self.fs, ino, true, false, spec).map_err(errno)?;
-                let id = self.next_open.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & ((1 << 22) - 1);
-                let id = id.max(1);
-                self.opens[id as usize % self.opens.len()].lock().insert(id, of);
-                return Ok(FileHandle(fh_of(f).0 | (id << FH_ID_SHIFT)));
+                return Ok(self.handles.insert(ino, f, Some(of)));
             }
             self.fs.open_inode(ino).map_err(errno)?;
-            Ok(fh_of(f))
+            Ok(self.handles.insert(ino, f, None))
         })();
         self.done(Op::Open, t0, &r);
         match r {
@@ -1014,16 +792,14 @@ impl Filesystem for HurricaneFuse {
         reply: ReplyEmpty,
     ) {
         let t0 = Instant::now();
-        let id = Self::open_id(fh);
-        let instance = (id != 0).then(|| self.opens[id as usize % self.opens.len()].lock().remove(&id)).flatten();
-        // Dropping the instance releases its hold on the inode.
-        let r = match instance {
+        // Dropping an instance releases its hold on the inode.
+        let r = self.handles.remove(fh, ino.0).and_then(|open| match open.file {
             Some(of) => {
                 drop(of);
                 Ok(())
             }
             None => self.fs.release_inode(ino.0).map_err(errno),
-        };
+        });
         self.empty(reply, Op::Release, t0, r);
     }
 
@@ -1041,7 +817,7 @@ impl Filesystem for HurricaneFuse {
             }
             // Reading the entries is checked here, once, like open(2).
             self.as_user(req, |c| self.fs.access(c, ino.0, R))?;
-            Ok(fh_of(flags.0))
+            Ok(handles::plain(flags.0))
         })();
         self.done(Op::Opendir, t0, &r);
         match r {
@@ -1160,7 +936,7 @@ impl Filesystem for HurricaneFuse {
         let t0 = Instant::now();
         let n = name.as_bytes();
         let r = if ino.0 == ROOT && n == STATS_XATTR.as_bytes() {
-            let mut v = self.stats_json();
+            let mut v = self.stats_report().to_json();
             if size == 0 {
                 // The counters grow between a size probe and the read:
                 // leave room so the read that follows fits.
@@ -1223,24 +999,18 @@ impl Filesystem for HurricaneFuse {
                     if a.is_dir() {
                         return Err(Errno::EISDIR);
                     }
-                    self.as_user(req, |c| self.fs.access(c, a.ino, open_mask(flags)))?;
-                    if flags & libc::O_TRUNC != 0 && a.is_file() {
-                        self.fs.truncate(a.ino, 0).map_err(errno)?;
-                    }
-                    self.fs.getattr(a.ino).map_err(errno)?
+                    self.as_user(req, |c| self.fs.open_as(c, a.ino, flags))?
                 }
                 Err(e) => return Err(e),
             };
             self.fs.open_inode(a.ino).map_err(errno)?;
-            Ok(a)
+            Ok((a, self.handles.insert(a.ino, flags, None)))
         })();
         self.done(Op::Create, t0, &r);
         match r {
             // One timeout for the name and the attributes: in a directory
             // whose names are not kept, the attributes are not either.
-            Ok(a) => {
-                reply.created(&self.name_ttl(parent.0), &file_attr(&a), GEN, fh_of(flags), FopenFlags::FOPEN_NOFLUSH)
-            }
+            Ok((a, fh)) => reply.created(&self.name_ttl(parent.0), &file_attr(&a), GEN, fh, FopenFlags::FOPEN_NOFLUSH),
             Err(e) => reply.error(e),
         }
     }
@@ -1366,46 +1136,5 @@ impl HurricaneFuse {
             Ok(_) => "refused by the engine (permissions or file type)".into(),
             Err(e) => e.to_string(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_now_is_recognised() {
-        let now = SystemTime::now();
-        assert!(near_now(now));
-        assert!(near_now(now - Duration::from_millis(1500)));
-        assert!(near_now(now + Duration::from_millis(500)), "a clock a little ahead");
-        assert!(!near_now(now - Duration::from_secs(30)), "a flush of old writes, or a chosen time");
-        assert!(!near_now(now + Duration::from_secs(3600)));
-        assert!(!near_now(UNIX_EPOCH));
-    }
-
-    #[test]
-    fn times_round_trip() {
-        for ns in [0i64, 1, 1_500_000_000_123, -1, -86_400_000_000_000, i64::MAX] {
-            let t = time(ns);
-            let d = t
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as i128)
-                .unwrap_or_else(|e| -(e.duration().as_nanos() as i128));
-            assert_eq!(d, ns as i128);
-        }
-        // What fuser 0.18 hands over for (secs = -2, nsec = 5): 1970 - 2.000000005 s.
-        let from_fuser = UNIX_EPOCH - Duration::new(2, 5);
-        assert_eq!(nanos(from_fuser), -2_000_000_000 + 5);
-        assert_eq!(nanos(UNIX_EPOCH + Duration::new(3, 7)), 3_000_000_007);
-    }
-
-    #[test]
-    fn handles_and_masks() {
-        assert!(fh_writable(fh_of(libc::O_RDWR | libc::O_APPEND)));
-        assert!(!fh_writable(fh_of(libc::O_RDONLY)));
-        assert!(!fh_writable(FileHandle(libc::O_WRONLY as u64)), "not one of ours");
-        assert_eq!(open_mask(libc::O_RDONLY | libc::O_TRUNC), R | W);
-        assert_eq!(open_mask(libc::O_WRONLY), W);
     }
 }

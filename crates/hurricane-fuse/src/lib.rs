@@ -11,11 +11,15 @@
 //! `user.hurricane.layout` on a file, `user.hurricane.dir_layout` on a
 //! directory, and `user.hurricane.stats` on the root gives the statistics.
 
+mod convert;
 mod filesystem;
+mod handles;
 // Until this crate's rework for issue 12 lands (SAFETY comments).
 #[allow(clippy::undocumented_unsafe_blocks)]
 pub mod mountinfo;
+mod names;
 mod options;
+pub mod report;
 mod serve;
 pub mod stats;
 // Until this crate's rework for issue 12 lands (SAFETY comments).
@@ -23,8 +27,8 @@ pub mod stats;
 mod uring;
 mod workers;
 
-pub use filesystem::{
-    HurricaneFuse, MountInfo, NameCache, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR,
-};
+pub use filesystem::{HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR};
+pub use names::NameCache;
 pub use options::MountOptions;
+pub use report::StatsReport;
 pub use serve::{is_dead_mount, serve, DEAD_MOUNT_HINT};

@@ -116,13 +116,13 @@ pub fn get_xattr(path: &Path, name: &str) -> Result<Vec<u8>, std::io::Error> {
     Err(std::io::Error::from_raw_os_error(libc::ERANGE))
 }
 
-/// The statistics JSON of a mounted pool.
-pub fn read_stats(mnt: &Path) -> Result<serde_json::Value, String> {
+/// The statistics of a mounted pool.
+pub fn read_stats(mnt: &Path) -> Result<crate::StatsReport, String> {
     let raw = get_xattr(mnt, crate::STATS_XATTR).map_err(|e| match e.raw_os_error() {
         Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => format!("{}: not the root of a Hurricane mount", mnt.display()),
         _ => format!("{}: reading {}: {e}", mnt.display(), crate::STATS_XATTR),
     })?;
-    serde_json::from_slice(&raw).map_err(|e| format!("{}: statistics are not valid JSON: {e}", mnt.display()))
+    crate::StatsReport::from_json(&raw).map_err(|e| format!("{}: {e}", mnt.display()))
 }
 
 /// Whether process `pid` still runs (a zombie counts as gone).
@@ -174,7 +174,7 @@ pub fn unmount_and_wait(mnt: &Path, timeout: Duration) -> Result<(), String> {
     };
     // The serving process names itself in the statistics (a dead mount
     // cannot answer: then there is nothing to wait for).
-    let pid = read_stats(&mnt).ok().and_then(|v| v.get("pid").and_then(|p| p.as_u64())).map(|p| p as u32);
+    let pid = read_stats(&mnt).ok().map(|r| r.pid);
     unmount(&mnt, false).map_err(|e| format!("{}: cannot unmount: {e}", mnt.display()))?;
     let deadline = Instant::now() + timeout;
     loop {

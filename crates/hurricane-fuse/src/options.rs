@@ -1,7 +1,7 @@
 //! Mount options: the `-o` list of `hurricane mount`, `mount -t
 //! fuse.hurricane` and /etc/fstab, turned into a fuser configuration.
 
-use crate::filesystem::NameCache;
+use crate::names::NameCache;
 use fuser::{Config, MountOption, SessionACL};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,7 +13,9 @@ pub struct MountOptions {
     pub allow_root: bool,
     /// Have the kernel check permissions too (`default_permissions`): it
     /// then refreshes a directory's attributes after every change to it,
-    /// one more round trip per create or unlink. By default the engine
+    /// one more round trip per create or unlink. Always on with
+    /// `allow_other`: opens of FIFOs and device nodes never reach the
+    /// engine, so only the kernel can check them. Otherwise the engine
     /// checks every request alone and the kernel keeps only names every
     /// user may reach (see `NameCache`).
     pub kernel_permissions: bool,
@@ -108,6 +110,7 @@ impl MountOptions {
     /// Parses option lists such as `["allow_other,ro", "threads=8"]`.
     pub fn parse<S: AsRef<str>>(lists: &[S]) -> Result<MountOptions, String> {
         let mut o = MountOptions::default();
+        let mut engine_only = false;
         for list in lists {
             for item in list.as_ref().split(',').map(str::trim).filter(|s| !s.is_empty()) {
                 let (key, val) = match item.split_once('=') {
@@ -126,9 +129,15 @@ impl MountOptions {
                 match key {
                     "allow_other" => o.allow_other = true,
                     "allow_root" => o.allow_root = true,
-                    "default_permissions" => o.kernel_permissions = true,
-                    // The default: the engine alone checks.
-                    "engine_permissions" => o.kernel_permissions = false,
+                    "default_permissions" => {
+                        o.kernel_permissions = true;
+                        engine_only = false;
+                    }
+                    // The default without allow_other: the engine alone checks.
+                    "engine_permissions" => {
+                        o.kernel_permissions = false;
+                        engine_only = true;
+                    }
                     "ro" => o.read_only = true,
                     "rw" => o.read_only = false,
                     "auto_unmount" => o.auto_unmount = true,
@@ -199,6 +208,17 @@ impl MountOptions {
         o.flags = seen;
         if o.auto_unmount && !(o.allow_other || o.allow_root) {
             return Err("auto_unmount needs allow_other or allow_root".into());
+        }
+        if o.allow_other {
+            // Opens of FIFOs and device nodes are served by the kernel and
+            // never reach the engine: without default_permissions another
+            // user could open any of them, whatever their mode.
+            if engine_only {
+                return Err("engine_permissions cannot be combined with allow_other: the kernel must check \
+                            opens of FIFOs and device nodes, which never reach the engine"
+                    .into());
+            }
+            o.kernel_permissions = true;
         }
         Ok(o)
     }
@@ -273,9 +293,15 @@ mod tests {
         assert!(c.mount_options.contains(&MountOption::FSName("/pool".into())));
         assert_eq!(c.n_threads, Some(3));
         assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
-        let e = MountOptions::parse(&["engine_permissions,allow_other"]).unwrap();
-        assert!(!e.fuser_config("/p").mount_options.contains(&MountOption::DefaultPermissions));
-        assert_eq!(e.name_cache(), NameCache::Searchable);
+        // Other users: the kernel checks too (FIFO and device opens never
+        // reach the engine), and cannot be talked out of it.
+        let a = MountOptions::parse(&["allow_other"]).unwrap();
+        assert!(a.kernel_permissions);
+        assert!(a.fuser_config("/p").mount_options.contains(&MountOption::DefaultPermissions));
+        assert_eq!(a.name_cache(), NameCache::All);
+        let e = MountOptions::parse(&["engine_permissions,allow_other"]).unwrap_err();
+        assert!(e.contains("engine_permissions"), "{e}");
+        assert!(MountOptions::parse(&["engine_permissions", "default_permissions,allow_other"]).is_ok());
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         let own = MountOptions::parse(&["engine_permissions"]).unwrap();

@@ -225,7 +225,7 @@ pub fn kernel_allows(enable: bool) -> bool {
 /// Registers `ENTRIES` entries on one ring per possible CPU and serves them.
 /// `payload` is the connection's largest request or reply body.
 pub fn start(fs: &HurricaneFuse, dev: &OwnedFd, acl: SessionACL, payload: usize) -> io::Result<Rings> {
-    let cpus = possible_cpus();
+    let cpus = crate::workers::possible_cpus();
     let mut threads = Vec::with_capacity(cpus);
     let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let (ended_tx, ended) = std::sync::mpsc::channel::<()>();
@@ -463,17 +463,6 @@ fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
     raw[LEN_OFFSET..LEN_OFFSET + 4].copy_from_slice(&len.to_ne_bytes());
     // SAFETY: as above; every bit pattern of the bytes is a valid SQE.
     unsafe { std::mem::transmute(raw) }
-}
-
-/// Number of CPU queues the kernel creates: one per possible CPU.
-pub(crate) fn possible_cpus() -> usize {
-    std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|s| {
-            s.trim().split(',').map(|r| r.split('-').next_back().and_then(|x| x.parse::<usize>().ok())).max().flatten()
-        })
-        .map(|last| last + 1)
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
 }
 
 fn set_policy(policy: i32) {

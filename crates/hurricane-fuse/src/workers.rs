@@ -46,6 +46,17 @@ impl Workers {
     }
 }
 
+/// Number of CPU queues the kernel creates: one per possible CPU.
+pub(crate) fn possible_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|s| {
+            s.trim().split(',').map(|r| r.split('-').next_back().and_then(|x| x.parse::<usize>().ok())).max().flatten()
+        })
+        .map(|last| last + 1)
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,15 +26,60 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
-/// Returns early from a test, saying why, when FUSE is not available.
+/// What a FUSE test does where FUSE may be missing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FuseCheck {
+    Run,
+    /// Say why and return: a developer's machine without FUSE.
+    Skip(String),
+    /// Fail the test: under CI a missing FUSE must not pass silently.
+    Fail(String),
+}
+
+/// Whether the environment says it is a CI run (`CI` set, and not to
+/// an empty string, `0` or `false`).
+pub fn is_ci(ci: Option<&str>) -> bool {
+    ci.is_some_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no"))
+}
+
+/// The decision for a missing-FUSE reason (None: FUSE is there) and the
+/// value of `CI`.
+pub fn fuse_check(missing: Option<String>, ci: Option<&str>) -> FuseCheck {
+    match missing {
+        None => FuseCheck::Run,
+        Some(why) if is_ci(ci) => FuseCheck::Fail(why),
+        Some(why) => FuseCheck::Skip(why),
+    }
+}
+
+/// Returns early from a test, saying why, when FUSE is not available;
+/// fails the test instead under `CI=true`.
 #[macro_export]
 macro_rules! require_fuse {
     () => {
-        if let Some(why) = fuse_util::skip_reason() {
-            eprintln!("SKIPPED {}: {why}", module_path!());
-            return;
+        match fuse_util::fuse_check(fuse_util::skip_reason(), std::env::var("CI").ok().as_deref()) {
+            fuse_util::FuseCheck::Run => {}
+            fuse_util::FuseCheck::Skip(why) => {
+                eprintln!("SKIPPED {}: {why}", module_path!());
+                return;
+            }
+            fuse_util::FuseCheck::Fail(why) => {
+                panic!("{}: FUSE is required under CI but {why}", module_path!())
+            }
         }
     };
+}
+
+#[test]
+fn missing_fuse_fails_under_ci() {
+    let why = || Some("/dev/fuse is missing".to_string());
+    assert_eq!(fuse_check(None, Some("true")), FuseCheck::Run);
+    assert_eq!(fuse_check(None, None), FuseCheck::Run);
+    assert_eq!(fuse_check(why(), Some("true")), FuseCheck::Fail("/dev/fuse is missing".into()));
+    assert_eq!(fuse_check(why(), Some("1")), FuseCheck::Fail("/dev/fuse is missing".into()));
+    assert_eq!(fuse_check(why(), None), FuseCheck::Skip("/dev/fuse is missing".into()));
+    assert_eq!(fuse_check(why(), Some("false")), FuseCheck::Skip("/dev/fuse is missing".into()));
+    assert_eq!(fuse_check(why(), Some("")), FuseCheck::Skip("/dev/fuse is missing".into()));
 }
 
 pub fn have(cmd: &str) -> bool {
@@ -162,13 +207,13 @@ pub struct Mounted {
 }
 
 /// `hurricane stats --json` of the mount at `mnt`.
-pub fn stats_json(mnt: &Path) -> serde_json::Value {
+pub fn stats_json(mnt: &Path) -> hurricane_fuse::StatsReport {
     let out = ok(BIN, &["stats", "--json", s(mnt)]);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("stats JSON: {e}: {out}"))
+    hurricane_fuse::StatsReport::from_json(out.as_bytes()).unwrap_or_else(|e| panic!("stats: {e}: {out}"))
 }
 
 pub fn server_pid(mnt: &Path) -> u32 {
-    stats_json(mnt)["pid"].as_u64().expect("pid in stats") as u32
+    stats_json(mnt).pid
 }
 
 pub fn alive(pid: u32) -> bool {
@@ -222,7 +267,7 @@ impl Mounted {
         self.mnt.join(rel)
     }
 
-    pub fn stats(&self) -> serde_json::Value {
+    pub fn stats(&self) -> hurricane_fuse::StatsReport {
         stats_json(&self.mnt)
     }
 

@@ -9,7 +9,7 @@ mod io;
 mod ops;
 mod path;
 
-pub use ops::{Attr, DirItem, RenameFlags, SetAttr, StatFs};
+pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
 
 use crate::blocks::{IoCtx, Layout, MapChange};

@@ -22,8 +22,25 @@ pub const XATTR_SIZE_MAX: usize = 65536;
 pub const XATTR_TOTAL_MAX: usize = 1 << 20;
 pub const SYMLINK_MAX: usize = 4095;
 
-pub const LAYOUT_XATTR: &str = "user.hurricane.layout";
-pub const DIR_LAYOUT_XATTR: &str = "user.hurricane.dir_layout";
+/// Open flag of an execve open (the kernel's `__FMODE_EXEC`, which FUSE
+/// passes on): it needs execute permission rather than read.
+pub const O_EXEC_OPEN: i32 = 0x20;
+
+/// Permission bits an open with these flags needs (O_TRUNC needs write).
+pub fn open_mask(flags: i32) -> u32 {
+    let m = match flags & libc::O_ACCMODE {
+        libc::O_WRONLY => W,
+        libc::O_RDWR => R | W,
+        _ => R,
+    };
+    if flags & libc::O_TRUNC != 0 {
+        m | W
+    } else {
+        m
+    }
+}
+
+pub use crate::xattr::{DIR_LAYOUT as DIR_LAYOUT_XATTR, LAYOUT as LAYOUT_XATTR};
 
 /// File attributes, as `stat` reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -673,14 +690,17 @@ impl Fs {
                 mode = Some(m & !libc::S_ISGID);
             }
         }
+        // POSIX: only the owner may chown to the owner it has, or chgrp to
+        // the group it has or one of the caller's; naming the current
+        // owner or group is no exception for anyone else.
         if let Some(u) = s.uid {
-            if u != d.uid && !cred.is_root() {
+            if !(cred.is_root() || (cred.uid == d.uid && u == d.uid)) {
                 return Err(Error::Perm(format!("chown of inode {ino}")));
             }
             uid = Some(u);
         }
         if let Some(gr) = s.gid {
-            if gr != d.gid && !cred.is_root() && !(cred.uid == d.uid && cred.in_group(gr)) {
+            if !(cred.is_root() || (cred.uid == d.uid && (gr == d.gid || cred.in_group(gr)))) {
                 return Err(Error::Perm(format!("chgrp of inode {ino}")));
             }
             gid = Some(gr);
@@ -888,6 +908,41 @@ impl Fs {
         self.state().apply(&op, &mut l)?;
         g.log(&[op]);
         Ok(())
+    }
+
+    /// The checks and effects of open(2) on an existing inode, for every
+    /// front end (the mount and the native API call it alike): permission
+    /// for the access mode (write for O_TRUNC; execute, not read, for an
+    /// execve open, `O_EXEC_OPEN`), O_NOATIME only for the owner or root,
+    /// EISDIR for a directory opened for writing, and O_TRUNC of a regular
+    /// file, which for an unprivileged caller also clears set-user-id (and
+    /// set-group-id of a group-executable file). The open is not counted:
+    /// the caller does that with `open_inode` (or an open instance).
+    pub fn open_as(&self, cred: &Creds, ino: Ino, flags: i32) -> Result<Attr> {
+        let a = self.getattr(ino)?;
+        let acc = flags & libc::O_ACCMODE;
+        if a.is_dir() && (acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0) {
+            return Err(Error::IsDir(format!("inode {ino}")));
+        }
+        let need = if flags & O_EXEC_OPEN != 0 && a.is_file() { X } else { open_mask(flags) };
+        self.access(cred, ino, need)?;
+        if flags & libc::O_NOATIME != 0 && !cred.is_root() && cred.uid != a.uid {
+            return Err(Error::Perm(format!("O_NOATIME on inode {ino}")));
+        }
+        if flags & libc::O_TRUNC == 0 || !a.is_file() {
+            return Ok(a);
+        }
+        self.truncate(ino, 0)?;
+        let m = a.mode & 0o7777;
+        let mut cleared = m & !libc::S_ISUID;
+        if m & 0o010 != 0 {
+            cleared &= !libc::S_ISGID;
+        }
+        if !cred.is_root() && cleared != m {
+            let s = SetAttr { mode: Some(cleared), ..Default::default() };
+            return self.setattr(&Creds::root(), ino, &s);
+        }
+        self.getattr(ino)
     }
 
     /// Counts an open handle: an unlinked inode stays until the last close.

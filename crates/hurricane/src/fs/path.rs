@@ -264,9 +264,16 @@ impl Fs {
             return Err(Error::IsDir(path.to_string()));
         }
         let writable = o.write || o.append;
-        if o.truncate && writable && a.size > 0 {
-            self.truncate(ino, 0)?;
+        // The same rules as an open through the mount.
+        let mut flags = match (o.read || !writable, writable) {
+            (true, true) => libc::O_RDWR,
+            (false, true) => libc::O_WRONLY,
+            _ => libc::O_RDONLY,
+        };
+        if o.truncate && writable {
+            flags |= libc::O_TRUNC;
         }
+        self.open_as(&root, ino, flags)?;
         self.open_inode(ino)?;
         Ok(File { fs: self.clone(), ino, pos: 0, append: o.append, readable: o.read || !writable, writable })
     }
