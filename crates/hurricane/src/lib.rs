@@ -42,6 +42,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod base;
 pub mod blocks;
 pub mod cache;
 pub mod codec;

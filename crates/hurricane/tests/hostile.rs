@@ -124,7 +124,7 @@ fn fuzz_corpus_replay() {
 #[test]
 #[ignore]
 fn generate_fuzz_corpus() {
-    use hurricane::blocks::{IoCtx, Layout, MapChange};
+    use hurricane::blocks::{IoCtx, Layout, NodeRecord};
     use hurricane::codec::{Decoder, Encoder};
     use hurricane::journal;
     use hurricane::namespace::{Body, InodeData};
@@ -214,7 +214,7 @@ fn generate_fuzz_corpus() {
         let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta")).unwrap();
         let devs = p.devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
         let rfs = Fs::open(devs, Options { read_only: true, ..quiet() }).unwrap();
-        let sink = |_: MapChange| {};
+        let sink = |_: NodeRecord| {};
         let io = IoCtx { storage: rfs.storage(), epoch: 0, sink: &sink };
         let mut buf = vec![0u8; (sb.meta_len as usize).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
         meta.root().read(&io, 0, &mut buf).unwrap();
@@ -938,7 +938,7 @@ fn find_in_lost_found(fs: &Fs, data: &[u8]) -> bool {
 /// meta-data would leave it. Repair must fix the pool as found on disk.
 #[test]
 fn fsck_repair_of_meta_data_damaged_on_disk() {
-    use hurricane::blocks::{IoCtx, Layout, MapChange};
+    use hurricane::blocks::{IoCtx, Layout, NodeRecord};
     use hurricane::codec::{crc, Decoder, Encoder};
     use hurricane::device::DeviceHandle;
     use hurricane::namespace::State;
@@ -973,7 +973,7 @@ fn fsck_repair_of_meta_data_damaged_on_disk() {
         })
         .collect();
     let meta = Layout::decode(&mut Decoder::new(&sbs[0].meta_layout, "meta")).unwrap();
-    let sink = |_: MapChange| {};
+    let sink = |_: NodeRecord| {};
     let io = IoCtx { storage: &storage, epoch: 0, sink: &sink };
     let mut buf = vec![0u8; (sbs[0].meta_len as usize).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
     meta.root().read(&io, 0, &mut buf).unwrap();

@@ -12,7 +12,7 @@ mod path;
 pub use ops::{Attr, DirItem, RenameFlags, SetAttr, StatFs};
 pub use path::{File, OpenOptions};
 
-use crate::blocks::{IoCtx, Layout, MapChange};
+use crate::blocks::{IoCtx, Layout, NodeRecord};
 use crate::codec::{crc, Decoder, Encoder};
 use crate::device::{Device, StatsSnapshot, BLOCK_SIZE};
 use crate::error::{Error, Result};
@@ -128,7 +128,7 @@ fn shards() -> usize {
 }
 
 /// A sink for requests that record nothing (reads, meta-file writes).
-pub(crate) fn ignore(_: MapChange) {}
+pub(crate) fn ignore(_: NodeRecord) {}
 
 impl Fs {
     /// Makes a new pool on `devs` (erasing what they held).

@@ -3,10 +3,10 @@
 //! slot intact. Every device carries the same pool-wide contents apart from
 //! its own index, and opening takes the valid copy with the highest generation.
 
+use crate::base::{Cursor, Region};
 use crate::codec::{crc, Decoder, Encoder};
 use crate::device::BLOCK_SIZE;
 use crate::error::{Error, Result};
-use crate::journal::{Cursor, Region};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HURRICAN");
 /// On-disk format version this build writes and the newest it reads.
