@@ -201,6 +201,36 @@ pub fn params_with_defaults(t: &BlockType, given: &[(String, Value)]) -> Result<
     Ok(out)
 }
 
+/// Every type of `types` with its shape and parameters (kind, default,
+/// range, doc), as `hurricane layout types` and the CLI's help print it.
+pub fn describe(types: &[&BlockType]) -> String {
+    let mut out = String::new();
+    for t in types {
+        let shape = if t.per_device {
+            "@DEV".to_string()
+        } else if t.max_children == 0 {
+            String::new()
+        } else {
+            format!("[{}..{} children]", t.min_children, t.max_children)
+        };
+        out.push_str(&format!("{}{shape}\n    {}\n", t.name, t.doc));
+        for p in t.params {
+            let (kind, range) = match p.kind {
+                ParamKind::Size => ("SIZE".to_string(), format!("{}..{}, ", show(p, p.min), show(p, p.max))),
+                ParamKind::Int => ("N".to_string(), format!("{}..{}, ", p.min, p.max)),
+                ParamKind::Choice(words) => (words.join("|"), String::new()),
+            };
+            let default = match p.default {
+                Some(d) => format!("default {d}"),
+                None if Some(p.key) == t.width_param => "default: the number of children".to_string(),
+                None => "required".to_string(),
+            };
+            out.push_str(&format!("    {}={kind} ({range}{default}): {}\n", p.key, p.doc));
+        }
+    }
+    out
+}
+
 pub fn known(t: &BlockType) -> String {
     if t.params.is_empty() {
         "none".into()
