@@ -1022,3 +1022,23 @@ fn fsck_repair_of_meta_data_damaged_on_disk() {
         }
     }
 }
+
+/// A pool of an older format (here: its superblocks say one version below
+/// this build's, checksums fixed up) is refused by name at open, not misread.
+#[test]
+fn older_format_pools_are_refused_by_name() {
+    use hurricane::pool::{Superblock, FORMAT_VERSION};
+    let p = MemPool::new(2, 8 * MB);
+    p.open().unwrap().close().unwrap();
+    for d in &p.devs {
+        for slot in 0..2u64 {
+            let mut b = vec![0u8; BLOCK_SIZE];
+            d.read_at(&mut b, slot * BLOCK_SIZE as u64).unwrap();
+            let Some(mut sb) = Superblock::decode(&b, "d").unwrap() else { continue };
+            sb.version = FORMAT_VERSION - 1;
+            d.write_at(&sb.encode().unwrap(), slot * BLOCK_SIZE as u64).unwrap();
+        }
+    }
+    let msg = p.open().err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg.contains(&format!("format version {}", FORMAT_VERSION - 1)) && msg.contains("older"), "{msg}");
+}

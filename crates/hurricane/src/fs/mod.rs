@@ -231,6 +231,13 @@ impl Fs {
     /// loads the last checkpoint and replays the journal after it.
     pub fn open(devs: Vec<Arc<dyn Device>>, opts: Options) -> Result<Fs> {
         let (sb, handles) = pool::identify(devs)?;
+        if sb.version < FORMAT_VERSION {
+            // Older formats frame layout state differently (docs/FORMAT.md).
+            return Err(Error::Invalid(format!(
+                "pool format version {} is older than this build reads ({FORMAT_VERSION})",
+                sb.version
+            )));
+        }
         let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
         let storage = Storage { devs: handles, allocs };
         let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };
