@@ -274,14 +274,14 @@ impl Fs {
             let t = now();
             match r {
                 Ok(()) => {
-                    let (size, mode) = (d.size, d.mode);
+                    let (size, mode, atime) = (d.size, d.mode, d.atime);
                     let mut meta = Vec::new();
                     if end > size {
                         meta.push(Op::SetSize { ino, size: end, mtime: t });
                     } else {
-                        // Lazy: journalled as Times when the inode is flushed.
-                        d.mtime = t;
-                        d.ctime = t;
+                        // Lazy: applied now, journalled as Times by the
+                        // committer (`mark_dirty` below).
+                        self.state().apply(&Op::Times { ino, atime, mtime: t, ctime: t }, &mut l)?;
                     }
                     // Clear set-id bits on write, as the kernel does.
                     if mode & (libc::S_ISUID | libc::S_ISGID) != 0 && mode & 0o010 != 0 {
