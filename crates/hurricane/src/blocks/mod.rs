@@ -7,7 +7,11 @@
 //! they stack in any order. A file's layout is a tree of blocks ([`Layout`]).
 //!
 //! Adding a type: write one file beside the others exporting a
-//! `pub static TYPE: BlockType`, and list it in [`registry::TYPES`].
+//! `pub static TYPE: BlockType`, and list it in [`registry::TYPES`]. The type
+//! owns the encoding of its state and of its journal records; the framework
+//! checks every node's arguments and state version before the type sees them
+//! and carries records as opaque bytes (docs/ARCHITECTURE.md, "Adding a block
+//! type", walks through `example.rs`).
 
 pub mod registry;
 
