@@ -7,7 +7,7 @@
 //! Where a decoder accepts its input, the target also checks that encoding
 //! the result and decoding it again gives the same thing back.
 
-use hurricane::blocks::{IoCtx, Layout, MapChange};
+use hurricane::blocks::{IoCtx, Layout, NodeRecord};
 use hurricane::codec::{Decoder, Encoder};
 use hurricane::device::{Device, DeviceHandle, MemDevice, BLOCK_SIZE};
 use hurricane::journal::{self, Cursor, Op, Region};
@@ -167,7 +167,7 @@ pub fn layout_decode(data: &[u8]) {
     let dev = Arc::new(MemDevice::new("fuzz", 64 * BLOCK_SIZE as u64));
     let storage =
         Storage { devs: vec![DeviceHandle::new(0, dev as Arc<dyn Device>)], allocs: vec![Allocator::new(0, 64)] };
-    let sink = |_: MapChange| {};
+    let sink = |_: NodeRecord| {};
     let io = IoCtx { storage: &storage, epoch: 0, sink: &sink };
     let mut buf = vec![0u8; 2 * BLOCK_SIZE];
     let _ = l.root().read(&io, 0, &mut buf);

@@ -17,6 +17,23 @@ pub enum LayoutCmd {
     /// Give an empty (or new) file a layout, or a directory a default.
     /// `layout set POOL_DIR PATH SPEC`, or `layout set MOUNTED_PATH SPEC`.
     Set(SetArgs),
+    /// List every block type with its parameters (kind, range, default).
+    Types,
+}
+
+/// The block types, from the engine's registry (for `layout types` and the
+/// layout commands' help).
+pub fn types_text() -> String {
+    hurricane::blocks::registry::describe(hurricane::blocks::TYPES)
+}
+
+/// Help shown after the layout commands' usage.
+pub fn help() -> String {
+    format!(
+        "Layout specs: name[(k=v,...)][[child,...]][@dev], e.g. stripe(unit=64K,width=3); \
+sizes take K, M, G, T.\n\nBlock types:\n{}",
+        types_text()
+    )
 }
 
 #[derive(Args, Debug)]
@@ -45,6 +62,10 @@ pub fn run(c: &LayoutCmd) -> CliResult {
             [mounted, spec] => set_mounted(Path::new(mounted), spec),
             _ => Err(Fail::code(2, "layout set takes POOL_DIR PATH SPEC, or MOUNTED_PATH SPEC")),
         },
+        LayoutCmd::Types => {
+            print!("{}", types_text());
+            Ok(())
+        }
     }
 }
 

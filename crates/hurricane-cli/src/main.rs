@@ -29,8 +29,8 @@ use util::{CliResult, Fail};
     version,
     about = "Hurricane file system: pools of devices whose files are compositions of building blocks"
 )]
-#[command(after_help = "Layout specs: name[(k=v,...)][[child,...]][@dev], e.g. extent@0, stripe(unit=64K,width=3), \
-regions(size=16M,width=4), replicate(copies=2)[stripe(width=2),stripe(width=2)], inline.\n\
+#[command(after_help = "Layout specs: name[(k=v,...)][[child,...]][@dev], e.g. stripe(unit=64K,width=3); \
+`hurricane layout types` lists the block types.\n\
 Logging: RUST_LOG=info (default warn) on stderr.")]
 struct Cli {
     #[command(subcommand)]
@@ -65,8 +65,8 @@ enum Cmd {
     Mv(files::MvArgs),
     /// Show attributes and layout of files in a pool.
     Stat(files::StatArgs),
-    /// Show or set file layouts and directory default layouts.
-    #[command(subcommand)]
+    /// Show or set file layouts and directory default layouts; list the block types.
+    #[command(subcommand, after_help = layout_cmd::help())]
     Layout(layout_cmd::LayoutCmd),
     /// Space and I/O per device of a pool.
     #[command(disable_help_flag = true)]

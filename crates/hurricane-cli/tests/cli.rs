@@ -545,3 +545,32 @@ fn layout_on_a_mounted_pool_through_xattrs() {
     assert_eq!(ok(&["layout", "get", pool.p(), "/d/x"]).trim(), "extent@1");
     pool.fsck_clean();
 }
+
+#[test]
+fn layout_types_lists_every_type_and_parameter_from_the_registry() {
+    let listed = ok(&["layout", "types"]);
+    let help = ok(&["layout", "--help"]);
+    assert!(help.contains(&listed), "the help carries the same list:\n{help}");
+    for t in hurricane::blocks::TYPES {
+        // The type's section: its line and the indented lines after it.
+        let section: Vec<&str> = listed
+            .lines()
+            .skip_while(|l| !l.starts_with(t.name))
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || l.starts_with(' '))
+            .map(|(_, l)| l)
+            .collect();
+        assert!(!section.is_empty(), "{} missing:\n{listed}", t.name);
+        assert!(section.iter().any(|l| l.contains(t.doc)), "{}: doc missing", t.name);
+        for p in t.params {
+            let line = section.iter().find(|l| l.trim_start().starts_with(&format!("{}=", p.key)));
+            let line = line.unwrap_or_else(|| panic!("{}.{} missing:\n{listed}", t.name, p.key));
+            assert!(line.contains(p.doc), "{line}");
+            if let Some(d) = p.default {
+                assert!(line.contains(&format!("default {d}")), "{line}");
+            }
+        }
+    }
+    assert!(listed.contains("max=SIZE (4K..1T, default 128M): longest single extent"), "{listed}");
+    assert!(listed.contains("read=least-loaded|nearest|primary (default least-loaded)"), "{listed}");
+}

@@ -8,6 +8,8 @@
 //! `prove` is missing the test says so and is skipped, except under
 //! `CI=true`, where that fails the run (scripts/setup.sh installs them).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod fuse_util;
 
 use fuse_util::*;

@@ -134,7 +134,7 @@ fn fuzz_corpus_replay() {
 #[test]
 #[ignore]
 fn generate_fuzz_corpus() {
-    use hurricane::blocks::{IoCtx, Layout, MapChange};
+    use hurricane::blocks::{IoCtx, Layout, NodeRecord};
     use hurricane::codec::{Decoder, Encoder};
     use hurricane::journal;
     use hurricane::namespace::{Body, InodeData};
@@ -224,7 +224,7 @@ fn generate_fuzz_corpus() {
         let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta")).unwrap();
         let devs = p.devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
         let rfs = Fs::open(devs, Options { read_only: true, ..quiet() }).unwrap();
-        let sink = |_: MapChange| {};
+        let sink = |_: NodeRecord| {};
         let io = IoCtx { storage: rfs.storage(), epoch: 0, sink: &sink };
         let mut buf = vec![0u8; (sb.meta_len as usize).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
         meta.root().read(&io, 0, &mut buf).unwrap();
@@ -948,7 +948,7 @@ fn find_in_lost_found(fs: &Fs, data: &[u8]) -> bool {
 /// meta-data would leave it. Repair must fix the pool as found on disk.
 #[test]
 fn fsck_repair_of_meta_data_damaged_on_disk() {
-    use hurricane::blocks::{IoCtx, Layout, MapChange};
+    use hurricane::blocks::{IoCtx, Layout, NodeRecord};
     use hurricane::codec::{crc, Decoder, Encoder};
     use hurricane::device::DeviceHandle;
     use hurricane::namespace::State;
@@ -983,7 +983,7 @@ fn fsck_repair_of_meta_data_damaged_on_disk() {
         })
         .collect();
     let meta = Layout::decode(&mut Decoder::new(&sbs[0].meta_layout, "meta")).unwrap();
-    let sink = |_: MapChange| {};
+    let sink = |_: NodeRecord| {};
     let io = IoCtx { storage: &storage, epoch: 0, sink: &sink };
     let mut buf = vec![0u8; (sbs[0].meta_len as usize).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
     meta.root().read(&io, 0, &mut buf).unwrap();
@@ -1120,4 +1120,24 @@ fn a_pool_claiming_billions_of_devices_is_refused_by_name() {
         s.dev_index = u32::MAX - 1 - s.dev_index;
     });
     refused_clearly(&imgs, "dev_count = u32::MAX, high indices", &["mem", "device count"]);
+}
+
+/// A pool of an older format (here: its superblocks say one version below
+/// this build's, checksums fixed up) is refused by name at open, not misread.
+#[test]
+fn older_format_pools_are_refused_by_name() {
+    use hurricane::pool::{Superblock, FORMAT_VERSION};
+    let p = MemPool::new(2, 8 * MB);
+    p.open().unwrap().close().unwrap();
+    for d in &p.devs {
+        for slot in 0..2u64 {
+            let mut b = vec![0u8; BLOCK_SIZE];
+            d.read_at(&mut b, slot * BLOCK_SIZE as u64).unwrap();
+            let Some(mut sb) = Superblock::decode(&b, "d").unwrap() else { continue };
+            sb.version = FORMAT_VERSION - 1;
+            d.write_at(&sb.encode().unwrap(), slot * BLOCK_SIZE as u64).unwrap();
+        }
+    }
+    let msg = p.open().err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg.contains(&format!("format version {}", FORMAT_VERSION - 1)) && msg.contains("older"), "{msg}");
 }

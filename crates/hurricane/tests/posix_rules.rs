@@ -1,6 +1,8 @@
 //! POSIX rules that the engine enforces for every front end: the native
 //! API and the mount call the same checks.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 use common::*;
 use hurricane::{Creds, SetAttr};

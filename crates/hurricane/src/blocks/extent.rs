@@ -11,12 +11,11 @@
 //! and if a truncate drops them meanwhile the writer, not the truncate, gives
 //! their space back.
 
-use super::stripe::{check_args, span};
-use super::{Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE};
+use super::common::span;
+use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
 use crate::codec::{Decoder, Encoder};
 use crate::device::DeviceHandle;
 use crate::error::{Error, Result};
-use crate::layout::Value;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,8 +36,53 @@ pub static TYPE: BlockType = BlockType {
     max_children: 0,
     distinct_devices: false,
     width_param: None,
+    state_version: Some(1),
+    in_metadata: false,
     build,
 };
+
+/// A change to an extent node's map: its journal record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// File blocks [fblk, fblk+len) now live at device blocks [pblk, pblk+len).
+    Map { fblk: u64, pblk: u64, len: u64 },
+    /// Every mapping at or past file block `from` is dropped.
+    Truncate { from: u64 },
+}
+
+impl Change {
+    fn encode(&self) -> Vec<u8> {
+        let mut e = Encoder::new();
+        match *self {
+            Change::Map { fblk, pblk, len } => e.u8(1).u64(fblk).u64(pblk).u64(len),
+            Change::Truncate { from } => e.u8(2).u64(from),
+        };
+        e.into_inner()
+    }
+
+    /// Strict: unknown tags, trailing bytes and runs that are empty,
+    /// longer than `max` or past 2^64 are corrupt.
+    fn decode(b: &[u8], id: u32, max: u64) -> Result<Change> {
+        let mut d = Decoder::new(b, "extent record");
+        let c = match d.u8()? {
+            1 => Change::Map { fblk: d.u64()?, pblk: d.u64()?, len: d.u64()? },
+            2 => Change::Truncate { from: d.u64()? },
+            t => return Err(d.err(format!("unknown extent change {t}"))),
+        };
+        d.expect_end()?;
+        if let Change::Map { fblk, pblk, len } = c {
+            // Writes record runs of at most `max` blocks; a longer one is
+            // corrupt (and would cost len/max map entries to apply).
+            if len == 0 || len > max || fblk.checked_add(len).is_none() || pblk.checked_add(len).is_none() {
+                return Err(Error::corrupt(
+                    "journal",
+                    format!("extent node {id}: bad map of {len} blocks at {fblk} -> {pblk}"),
+                ));
+            }
+        }
+        Ok(c)
+    }
+}
 
 /// (file block, device block, length) of one mapped piece.
 type Seg = (u64, u64, u64);
@@ -62,7 +106,6 @@ struct Map {
 }
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
-    check_args(&TYPE, &a)?;
     let bytes = a.params.num("max")?;
     // Rounding would make the built tree print back as another layout.
     if !bytes.is_multiple_of(BLOCK_SIZE as u64) {
@@ -106,6 +149,20 @@ fn decode_runs(s: &[u8], max: u64) -> Result<BTreeMap<u64, (u64, u64)>> {
 }
 
 impl Map {
+    /// Applies a change (live and at replay alike); returns the device
+    /// ranges it unmapped. Replacing whatever was mapped makes replay
+    /// idempotent.
+    fn apply(&mut self, c: Change, max: u64) -> Vec<(u64, u64)> {
+        match c {
+            Change::Map { fblk, pblk, len } => {
+                let old = self.remove(fblk, fblk + len);
+                self.insert(fblk, pblk, len, max);
+                old
+            }
+            Change::Truncate { from } => self.remove(from, u64::MAX),
+        }
+    }
+
     /// Mapped pieces of [f, end) in file order, adjacent ones joined when
     /// they are contiguous on the device too (one request each).
     fn segments(&self, f: u64, end: u64) -> Vec<Seg> {
@@ -355,7 +412,10 @@ impl Block for Extent {
                 alloc.free_now(pos, sp - pos);
                 pos = sp + sl;
                 if res.is_ok() {
-                    io.record(MapChange::Map { node: self.id, fblk: sf, pblk: sp, len: sl });
+                    // Publishing goes through the same apply as replay.
+                    let c = Change::Map { fblk: sf, pblk: sp, len: sl };
+                    m.apply(c, self.max);
+                    io.record(&TYPE, self.id, &c.encode());
                 } else {
                     m.remove(sf, sf + sl);
                     alloc.free_now(sp, sl);
@@ -368,7 +428,8 @@ impl Block for Extent {
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
         let mut m = self.map.write();
-        let freed = m.remove(nblocks, u64::MAX);
+        let c = Change::Truncate { from: nblocks };
+        let freed = m.apply(c, self.max);
         if freed.is_empty() {
             return Ok(());
         }
@@ -378,7 +439,7 @@ impl Block for Extent {
                 io.free(self.dev, p, l);
             }
         }
-        io.record(MapChange::Truncate { node: self.id, from: nblocks });
+        io.record(&TYPE, self.id, &c.encode());
         Ok(())
     }
 
@@ -397,27 +458,9 @@ impl Block for Extent {
         }
     }
 
-    fn apply(&self, c: &MapChange) -> Result<()> {
-        let mut m = self.map.write();
-        match *c {
-            MapChange::Map { fblk, pblk, len, .. } => {
-                // Writes record runs of at most `max` blocks; a longer one is
-                // corrupt (and would cost len/max map entries to apply).
-                if len == 0 || len > self.max || fblk.checked_add(len).is_none() || pblk.checked_add(len).is_none() {
-                    return Err(Error::corrupt(
-                        "journal",
-                        format!("extent node {}: bad map of {len} blocks at {fblk} -> {pblk}", self.id),
-                    ));
-                }
-                // Replacing whatever was there makes replay idempotent.
-                m.remove(fblk, fblk + len);
-                m.insert(fblk, pblk, len, self.max);
-            }
-            MapChange::Truncate { from, .. } => {
-                m.remove(from, u64::MAX);
-            }
-            ref other => return Err(Error::corrupt("journal", format!("extent block cannot apply {other:?}"))),
-        }
+    fn apply(&self, payload: &[u8]) -> Result<()> {
+        let c = Change::decode(payload, self.id, self.max)?;
+        self.map.write().apply(c, self.max);
         Ok(())
     }
 

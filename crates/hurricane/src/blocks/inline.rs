@@ -3,11 +3,10 @@
 //! costs no device request beyond the meta-data, and many such files pack into
 //! one meta-file block. Holds at most `max` bytes, all in file block 0.
 
-use super::stripe::{check_args, span};
-use super::{Block, BlockType, BuildArgs, IoCtx, MapChange, ParamKind, ParamSpec, Params, BLOCK_SIZE};
+use super::common::span;
+use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
-use crate::layout::Value;
 use parking_lot::RwLock;
 use std::sync::Arc;
 
@@ -27,6 +26,8 @@ pub static TYPE: BlockType = BlockType {
     max_children: 0,
     distinct_devices: false,
     width_param: None,
+    state_version: Some(1),
+    in_metadata: true,
     build,
 };
 
@@ -39,21 +40,27 @@ struct Inline {
 }
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
-    check_args(&TYPE, &a)?;
     let max = a.params.num("max")? as usize;
     let data = match a.state {
         None => Vec::new(),
-        Some(s) => {
-            let mut d = Decoder::new(s, "inline block");
-            let data = d.bytes()?;
-            d.expect_end()?;
-            if data.len() > max {
-                return Err(d.err(format!("{} bytes of data, more than max={max}", data.len())));
-            }
-            trimmed(data).to_vec()
-        }
+        Some(s) => decode_data(s, "inline block", max)?.to_vec(),
     };
     Ok(Arc::new(Inline { id: a.id, max, data: RwLock::new(data) }))
+}
+
+/// The node's state and its only record are the same: the bytes it holds,
+/// length-prefixed (at most `max`, trailing zeros trimmed, nothing after).
+fn decode_data<'a>(b: &'a [u8], what: &'static str, max: usize) -> Result<&'a [u8]> {
+    let mut d = Decoder::new(b, what);
+    let data = d.bytes()?;
+    d.expect_end()?;
+    if data.len() > max {
+        return Err(d.err(format!("{} bytes of data, more than max={max}", data.len())));
+    }
+    if data.last() == Some(&0) {
+        return Err(d.err("data with trailing zeros (they are trimmed when stored)"));
+    }
+    Ok(data)
 }
 
 fn trimmed(b: &[u8]) -> &[u8] {
@@ -62,6 +69,18 @@ fn trimmed(b: &[u8]) -> &[u8] {
 }
 
 impl Inline {
+    /// Sets the held bytes and journals the change, through the same
+    /// decode-and-apply as replay. Called under the data lock, so records
+    /// reach the journal in the order the changes were made.
+    fn set(&self, io: &IoCtx, d: &mut Vec<u8>, new: &[u8]) -> Result<()> {
+        let mut e = Encoder::new();
+        e.bytes(new);
+        let rec = e.into_inner();
+        *d = decode_data(&rec, "inline record", self.max)?.to_vec();
+        io.record(&TYPE, self.id, &rec);
+        Ok(())
+    }
+
     fn too_big(&self) -> Error {
         Error::TooBig(format!("inline block holds at most {} bytes", self.max))
     }
@@ -105,11 +124,7 @@ impl Block for Inline {
         let new = trimmed(&buf[..limit]);
         let mut d = self.data.write();
         if *d != new {
-            d.clear();
-            d.extend_from_slice(new);
-            // Recorded under the lock so records reach the journal in the order
-            // the changes were made.
-            io.record(MapChange::Inline { node: self.id, data: d.clone() });
+            self.set(io, &mut d, new)?;
         }
         Ok(())
     }
@@ -117,8 +132,7 @@ impl Block for Inline {
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
         let mut d = self.data.write();
         if nblocks == 0 && !d.is_empty() {
-            d.clear();
-            io.record(MapChange::Inline { node: self.id, data: Vec::new() });
+            self.set(io, &mut d, &[])?;
         }
         Ok(())
     }
@@ -127,18 +141,11 @@ impl Block for Inline {
         e.bytes(&self.data.read());
     }
 
-    fn apply(&self, c: &MapChange) -> Result<()> {
-        match c {
-            MapChange::Inline { data, .. } if data.len() <= self.max => {
-                *self.data.write() = trimmed(data).to_vec();
-                Ok(())
-            }
-            MapChange::Inline { data, .. } => Err(Error::corrupt(
-                "journal",
-                format!("inline node {} given {} bytes, max {}", self.id, data.len(), self.max),
-            )),
-            other => Err(Error::corrupt("journal", format!("inline block cannot apply {other:?}"))),
-        }
+    fn apply(&self, payload: &[u8]) -> Result<()> {
+        let data = decode_data(payload, "inline record", self.max)
+            .map_err(|e| Error::corrupt("journal", format!("inline node {}: {e}", self.id)))?;
+        *self.data.write() = data.to_vec();
+        Ok(())
     }
 
     fn next_data(&self, fblk: u64) -> Option<u64> {

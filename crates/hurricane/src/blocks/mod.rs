@@ -7,70 +7,52 @@
 //! they stack in any order. A file's layout is a tree of blocks ([`Layout`]).
 //!
 //! Adding a type: write one file beside the others exporting a
-//! `pub static TYPE: BlockType`, and list it in [`registry::TYPES`].
+//! `pub static TYPE: BlockType`, and list it in [`registry::TYPES`]. The type
+//! owns the encoding of its state and of its journal records; the framework
+//! checks every node's arguments and state version before the type sees them
+//! and carries records as opaque bytes (docs/ARCHITECTURE.md, "Adding a block
+//! type", walks through `example.rs`).
 
 pub mod registry;
 
+mod common;
+#[cfg(test)]
+mod example;
 mod extent;
 mod inline;
 mod regions;
 mod replicate;
+mod roundrobin;
 mod stripe;
 #[cfg(test)]
 mod tests;
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
-use crate::layout::{Spec, Value};
 use crate::pool::Storage;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use crate::device::BLOCK_SIZE;
-pub use registry::{lookup, BlockType, ParamKind, ParamSpec, TYPES};
+pub use crate::base::BLOCK_SIZE;
+pub use crate::journal::NodeRecord;
+pub use common::{chunks, span};
+pub use registry::{canonical, lookup, BlockType, ParamKind, ParamSpec, Registry, TYPES};
 
-/// A change to the persistent state of one node of a layout tree. Blocks emit
-/// these through [`IoCtx::record`]; the file layer journals them, and replay
-/// feeds them back through [`Layout::apply`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MapChange {
-    /// Node maps file blocks [fblk, fblk+len) to device blocks [pblk, pblk+len).
-    Map { node: u32, fblk: u64, pblk: u64, len: u64 },
-    /// Node dropped every mapping at or past file block `from`.
-    Truncate { node: u32, from: u64 },
-    /// Inline node now holds exactly `data`.
-    Inline { node: u32, data: Vec<u8> },
+/// A parameter value: a number (sizes in bytes) or a word.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Value {
+    Num(u64),
+    Word(String),
 }
 
-impl MapChange {
-    pub fn node(&self) -> u32 {
-        match self {
-            MapChange::Map { node, .. } | MapChange::Truncate { node, .. } | MapChange::Inline { node, .. } => *node,
-        }
-    }
-
-    pub fn encode(&self, e: &mut Encoder) {
-        match self {
-            MapChange::Map { node, fblk, pblk, len } => {
-                e.u8(1).u32(*node).u64(*fblk).u64(*pblk).u64(*len);
-            }
-            MapChange::Truncate { node, from } => {
-                e.u8(2).u32(*node).u64(*from);
-            }
-            MapChange::Inline { node, data } => {
-                e.u8(3).u32(*node).bytes(data);
-            }
-        }
-    }
-
-    pub fn decode(d: &mut Decoder) -> Result<Self> {
-        Ok(match d.u8()? {
-            1 => MapChange::Map { node: d.u32()?, fblk: d.u64()?, pblk: d.u64()?, len: d.u64()? },
-            2 => MapChange::Truncate { node: d.u32()?, from: d.u64()? },
-            3 => MapChange::Inline { node: d.u32()?, data: d.bytes()?.to_vec() },
-            t => return Err(d.err(format!("unknown map change tag {t}"))),
-        })
-    }
+/// One node of a layout as written: type, parameters, children, device.
+/// (The text form is parsed and printed by `layout`.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub kind: String,
+    pub params: Vec<(String, Value)>,
+    pub children: Vec<Spec>,
+    pub device: Option<u32>,
 }
 
 /// What a request carries down a composition.
@@ -78,13 +60,22 @@ pub struct IoCtx<'a> {
     pub storage: &'a Storage,
     /// Journal batch the request belongs to: frees wait for it to commit.
     pub epoch: u64,
-    /// Receives every persistent-state change the request makes.
-    pub sink: &'a (dyn Fn(MapChange) + Sync),
+    /// Receives every persistent-state change the request makes, framed
+    /// for the journal.
+    pub sink: &'a (dyn Fn(NodeRecord) + Sync),
 }
 
 impl IoCtx<'_> {
-    pub fn record(&self, c: MapChange) {
-        (self.sink)(c)
+    /// Journals a change node `node` of type `kind` made to its state:
+    /// `payload` is the type's own encoding of the change, which its
+    /// [`Block::apply`] reads back at replay. The framework prefixes the
+    /// type's record version.
+    pub fn record(&self, kind: &BlockType, node: u32, payload: &[u8]) {
+        let version = kind.state_version.unwrap_or(0);
+        let mut bytes = Vec::with_capacity(1 + payload.len());
+        bytes.push(version);
+        bytes.extend_from_slice(payload);
+        (self.sink)(NodeRecord { node, bytes })
     }
     /// Gives device blocks back once this request's batch has committed.
     pub fn free(&self, dev: u32, start: u64, len: u64) {
@@ -117,12 +108,14 @@ impl Params {
 
 /// What a type's constructor receives.
 pub struct BuildArgs<'a> {
-    /// Preorder index of this node in its tree (the `node` of its MapChanges).
+    /// Preorder index of this node in its tree (the `node` of its records).
     pub id: u32,
     pub params: &'a Params,
     pub device: Option<u32>,
     pub children: Vec<Arc<dyn Block>>,
-    /// Persistent state when decoding from disk; None for a new, empty node.
+    /// Persistent state when decoding from disk, without its version byte
+    /// (already checked against the type's); None for a new, empty node and
+    /// always None for types without state.
     pub state: Option<&'a [u8]>,
 }
 
@@ -145,11 +138,23 @@ pub trait Block: Send + Sync {
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()>;
     /// Drops every file block at or past `nblocks`.
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()>;
-    /// This node's own persistent state (children encode theirs).
+    /// This node's own persistent state (children encode theirs), without
+    /// the version byte the framework adds. Only called for types with a
+    /// `state_version`.
     fn encode_state(&self, _e: &mut Encoder) {}
-    /// Replays a change recorded by this node.
-    fn apply(&self, c: &MapChange) -> Result<()> {
-        Err(Error::corrupt("journal", format!("{} block cannot apply {:?}", self.kind().name, c)))
+    /// Applies a change this node recorded (`payload` as given to
+    /// [`IoCtx::record`], its version already checked). The type decodes it
+    /// strictly (trailing bytes, bad lengths and out-of-range values are
+    /// corrupt) and applies it with the same code its live path used, so
+    /// replay does exactly what was done. Only called for types with a
+    /// `state_version`.
+    fn apply(&self, _payload: &[u8]) -> Result<()> {
+        Err(Error::corrupt("journal", format!("{} block keeps no state", self.kind().name)))
+    }
+    /// The node keeps the file's data in the meta-data record itself: a file
+    /// that outgrows it moves to the pool's default layout.
+    fn holds_data_in_metadata(&self) -> bool {
+        self.kind().in_metadata
     }
     /// Device extents owned by this node itself: (device, start, len).
     fn extents(&self, _f: &mut dyn FnMut(u32, u64, u64)) {}
@@ -178,8 +183,13 @@ pub const MAX_FANOUT: usize = 256;
 impl Layout {
     /// Builds an empty tree from a resolved, validated spec.
     pub fn build(spec: &Spec) -> Result<Layout> {
+        Self::build_in(&Registry::BUILTIN, spec)
+    }
+
+    /// [`Layout::build`] with the types of `reg`.
+    pub fn build_in(reg: &Registry, spec: &Spec) -> Result<Layout> {
         let mut next = 0u32;
-        let root = build_node(spec, &mut next, 0)?;
+        let root = build_node(reg, spec, &mut next, 0)?;
         Ok(Self::index(root))
     }
 
@@ -215,16 +225,26 @@ impl Layout {
                 device: b.device(),
             }
         }
-        crate::layout::canonical(walk(&self.root))
+        canonical(walk(&self.root))
     }
 
-    pub fn apply(&self, c: &MapChange) -> Result<()> {
-        match self.nodes.get(c.node() as usize) {
-            Some(n) => n.apply(c),
-            None => Err(Error::corrupt(
+    /// Applies a journalled record to its node: the one way a node's state
+    /// changes at replay, and the code the node's live path runs too.
+    pub fn apply(&self, r: &NodeRecord) -> Result<()> {
+        let n = self.nodes.get(r.node as usize).ok_or_else(|| {
+            Error::corrupt("journal", format!("record for node {} of a {}-node layout", r.node, self.nodes.len()))
+        })?;
+        let t = n.kind();
+        let want = t.state_version.ok_or_else(|| {
+            Error::corrupt("journal", format!("record for {} node {}, a type that keeps no state", t.name, r.node))
+        })?;
+        match r.bytes.split_first() {
+            Some((&v, payload)) if v == want => n.apply(payload),
+            Some((&v, _)) => Err(Error::corrupt(
                 "journal",
-                format!("map change for node {} of a {}-node layout", c.node(), self.nodes.len()),
+                format!("{} node {}: record version {v}, this build reads version {want}", t.name, r.node),
             )),
+            None => Err(Error::corrupt("journal", format!("{} node {}: empty record", t.name, r.node))),
         }
     }
 
@@ -252,12 +272,20 @@ impl Layout {
             e.u32(n.device().unwrap_or(u32::MAX));
             e.u32(n.children().len() as u32);
             let mut st = Encoder::new();
-            n.encode_state(&mut st);
+            if let Some(v) = n.kind().state_version {
+                st.u8(v);
+                n.encode_state(&mut st);
+            }
             e.bytes(&st.buf);
         }
     }
 
     pub fn decode(d: &mut Decoder) -> Result<Layout> {
+        Self::decode_in(&Registry::BUILTIN, d)
+    }
+
+    /// [`Layout::decode`] with the types of `reg`.
+    pub fn decode_in(reg: &Registry, d: &mut Decoder) -> Result<Layout> {
         let count = d.count(16)?;
         if count == 0 || count > MAX_NODES {
             return Err(d.err(format!("layout with {count} nodes")));
@@ -272,7 +300,7 @@ impl Layout {
         let mut raws = Vec::with_capacity(count);
         for _ in 0..count {
             let name = d.str()?;
-            let kind = lookup(name).ok_or_else(|| d.err(format!("unknown block type {name:?}")))?;
+            let kind = reg.lookup(name).ok_or_else(|| d.err(format!("unknown block type {name:?}")))?;
             let np = d.count(6)?;
             let mut params = Params::default();
             for _ in 0..np {
@@ -301,13 +329,7 @@ impl Layout {
             for _ in 0..r.nchildren {
                 children.push(take(raws, pos, depth + 1)?);
             }
-            (r.kind.build)(BuildArgs {
-                id: id as u32,
-                params: &r.params,
-                device: r.device,
-                children,
-                state: Some(r.state),
-            })
+            decode_node(r.kind, id as u32, &r.params, r.device, children, r.state)
         }
         let mut pos = 0;
         let root = take(&raws, &mut pos, 0)?;
@@ -318,11 +340,11 @@ impl Layout {
     }
 }
 
-fn build_node(spec: &Spec, next: &mut u32, depth: usize) -> Result<Arc<dyn Block>> {
+fn build_node(reg: &Registry, spec: &Spec, next: &mut u32, depth: usize) -> Result<Arc<dyn Block>> {
     if depth > MAX_DEPTH {
         return Err(Error::Layout(format!("deeper than {MAX_DEPTH} levels")));
     }
-    let kind = lookup(&spec.kind).ok_or_else(|| Error::Layout(format!("unknown block type {:?}", spec.kind)))?;
+    let kind = reg.lookup(&spec.kind).ok_or_else(|| Error::Layout(format!("unknown block type {:?}", spec.kind)))?;
     let id = *next;
     *next += 1;
     if *next as usize > MAX_NODES {
@@ -331,28 +353,29 @@ fn build_node(spec: &Spec, next: &mut u32, depth: usize) -> Result<Arc<dyn Block
     let params = registry::params_with_defaults(kind, &spec.params)?;
     let mut children = Vec::with_capacity(spec.children.len());
     for c in &spec.children {
-        children.push(build_node(c, next, depth + 1)?);
+        children.push(build_node(reg, c, next, depth + 1)?);
     }
-    (kind.build)(BuildArgs { id, params: &params, device: spec.device, children, state: None })
+    construct(kind, BuildArgs { id, params: &params, device: spec.device, children, state: None })
 }
 
-/// Splits a run of file blocks [fblk, fblk+n) into pieces that each stay in
-/// one `unit`-sized chunk: yields (chunk index, offset in chunk, length).
-pub fn chunks(fblk: u64, n: u64, unit: u64) -> impl Iterator<Item = (u64, u64, u64)> {
-    let mut pos = fblk;
-    let end = fblk + n;
-    std::iter::from_fn(move || {
-        if pos >= end {
-            return None;
-        }
-        let idx = pos / unit;
-        let off = pos % unit;
-        let len = (unit - off).min(end - pos);
-        pos += len;
-        Some((idx, off, len))
-    })
+/// Makes a node decoded from disk: its state framing is checked and its
+/// version byte stripped, then it is built like any other node.
+fn decode_node(
+    kind: &'static BlockType,
+    id: u32,
+    params: &Params,
+    device: Option<u32>,
+    children: Vec<Arc<dyn Block>>,
+    state: &[u8],
+) -> Result<Arc<dyn Block>> {
+    let state = common::check_state(kind, id, state)?;
+    construct(kind, BuildArgs { id, params, device, children, state })
 }
 
-pub(crate) fn nblocks(buf_len: usize) -> u64 {
-    (buf_len / BLOCK_SIZE) as u64
+/// Every node, built or decoded, comes through here: the framework checks
+/// its arguments against the registry entry before the type's constructor
+/// sees them (decoded layouts bypass the parser, so this is the last line).
+fn construct(kind: &'static BlockType, a: BuildArgs) -> Result<Arc<dyn Block>> {
+    common::check_args(kind, &a)?;
+    (kind.build)(a)
 }

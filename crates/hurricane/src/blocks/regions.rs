@@ -4,7 +4,7 @@
 //! on its own device. The arithmetic is the stripe's with one region per turn,
 //! so the type shares its implementation.
 
-use super::stripe::RoundRobin;
+use super::roundrobin::RoundRobin;
 use super::{Block, BlockType, BuildArgs, ParamKind, ParamSpec, BLOCK_SIZE};
 use crate::error::Result;
 use std::sync::Arc;
@@ -28,6 +28,8 @@ pub static TYPE: BlockType = BlockType {
     max_children: 256,
     distinct_devices: true,
     width_param: Some("width"),
+    state_version: None,
+    in_metadata: false,
     build,
 };
 

@@ -2,9 +2,8 @@
 //! parser, the validator and the decoder all consult it, so a type exists
 //! everywhere as soon as it is listed here.
 
-use super::{Block, BuildArgs, Params};
+use super::{Block, BuildArgs, Params, Spec, Value};
 use crate::error::{Error, Result};
-use crate::layout::Value;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +42,17 @@ pub struct BlockType {
     /// Parameter that gives the number of children when none are written
     /// (`width` or `copies`), and the child type used to fill them.
     pub width_param: Option<&'static str>,
+    /// Version of the type's persistent state and journal records (the first
+    /// byte of each, written and checked by the framework); None for types
+    /// that keep no state, whose nodes may have neither. A type bumps it when
+    /// it changes either encoding, and then decodes (or refuses) older ones.
+    pub state_version: Option<u8>,
+    /// Keeps the file's data in the meta-data record itself, so a file that
+    /// outgrows the node moves to the pool's default layout.
+    pub in_metadata: bool,
+    /// Makes a node from arguments the framework has already checked
+    /// against this entry (and, for decoded nodes, state whose version it
+    /// has checked).
     pub build: fn(BuildArgs) -> Result<Arc<dyn Block>>,
 }
 
@@ -57,7 +67,48 @@ pub static TYPES: &[&BlockType] =
     &[&super::extent::TYPE, &super::stripe::TYPE, &super::regions::TYPE, &super::replicate::TYPE, &super::inline::TYPE];
 
 pub fn lookup(name: &str) -> Option<&'static BlockType> {
-    TYPES.iter().copied().find(|t| t.name == name)
+    Registry::BUILTIN.lookup(name)
+}
+
+/// A set of block types layouts are built and decoded from: [`TYPES`] in the
+/// engine, more in tests that add a type of their own.
+#[derive(Clone, Copy)]
+pub struct Registry<'r> {
+    pub types: &'r [&'static BlockType],
+}
+
+impl Registry<'_> {
+    pub const BUILTIN: Registry<'static> = Registry { types: TYPES };
+
+    pub fn lookup(&self, name: &str) -> Option<&'static BlockType> {
+        self.types.iter().copied().find(|t| t.name == name)
+    }
+}
+
+/// The canonical form of a spec: parameters at their defaults and widths
+/// restated by the child count dropped, the rest in the type's order.
+pub fn canonical(mut s: Spec) -> Spec {
+    s.children = s.children.into_iter().map(canonical).collect();
+    if let Some(t) = lookup(&s.kind) {
+        let n = s.children.len() as u64;
+        s.params.retain(|(k, v)| {
+            let Some(p) = t.params.iter().find(|p| p.key == k) else { return true };
+            let default = p.default.and_then(|d| parse_value(t, p, d).ok());
+            let restated = n > 0 && Some(p.key) == t.width_param && *v == Value::Num(n);
+            default.as_ref() != Some(v) && !restated
+        });
+        s.params = ordered(Some(t), &s.params).into_iter().cloned().collect();
+    }
+    s
+}
+
+/// Parameters in the order the type lists them (unknown ones last).
+pub fn ordered<'s>(t: Option<&BlockType>, params: &'s [(String, Value)]) -> Vec<&'s (String, Value)> {
+    let mut out: Vec<_> = params.iter().collect();
+    if let Some(t) = t {
+        out.sort_by_key(|(k, _)| t.params.iter().position(|p| p.key == k).unwrap_or(usize::MAX));
+    }
+    out
 }
 
 /// Parses a parameter value as written in a spec (`64K`, `3`, `zstd`).
@@ -132,6 +183,36 @@ pub fn params_with_defaults(t: &BlockType, given: &[(String, Value)]) -> Result<
         }
     }
     Ok(out)
+}
+
+/// Every type of `types` with its shape and parameters (kind, default,
+/// range, doc), as `hurricane layout types` and the CLI's help print it.
+pub fn describe(types: &[&BlockType]) -> String {
+    let mut out = String::new();
+    for t in types {
+        let shape = if t.per_device {
+            "@DEV".to_string()
+        } else if t.max_children == 0 {
+            String::new()
+        } else {
+            format!("[{}..{} children]", t.min_children, t.max_children)
+        };
+        out.push_str(&format!("{}{shape}\n    {}\n", t.name, t.doc));
+        for p in t.params {
+            let (kind, range) = match p.kind {
+                ParamKind::Size => ("SIZE".to_string(), format!("{}..{}, ", show(p, p.min), show(p, p.max))),
+                ParamKind::Int => ("N".to_string(), format!("{}..{}, ", p.min, p.max)),
+                ParamKind::Choice(words) => (words.join("|"), String::new()),
+            };
+            let default = match p.default {
+                Some(d) => format!("default {d}"),
+                None if Some(p.key) == t.width_param => "default: the number of children".to_string(),
+                None => "required".to_string(),
+            };
+            out.push_str(&format!("    {}={kind} ({range}{default}): {}\n", p.key, p.doc));
+        }
+    }
+    out
 }
 
 pub fn known(t: &BlockType) -> String {

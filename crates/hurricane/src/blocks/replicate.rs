@@ -2,10 +2,9 @@
 //! read goes to one, chosen by the `read` policy, and falls back to the others
 //! when that copy fails, so a file survives the loss of all but one replica.
 
-use super::stripe::{check_args, dispatch, no_state, span};
-use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params};
+use super::common::{dispatch, span};
+use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value};
 use crate::error::{Error, Result};
-use crate::layout::Value;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -30,6 +29,8 @@ pub static TYPE: BlockType = BlockType {
     max_children: 16,
     distinct_devices: false,
     width_param: Some("copies"),
+    state_version: None,
+    in_metadata: false,
     build,
 };
 
@@ -56,8 +57,6 @@ struct Replicate {
 }
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
-    check_args(&TYPE, &a)?;
-    no_state(&TYPE, &a)?;
     let policy = match a.params.word("read")? {
         "least-loaded" => Policy::LeastLoaded,
         "nearest" => Policy::Nearest,

@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::device::{Device, DeviceHandle, MemDevice};
-use crate::layout::{Spec, Value};
 use crate::pool::{Allocator, Storage};
 use parking_lot::Mutex;
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -37,11 +36,33 @@ fn inline(max: u64) -> Spec {
     node("inline", vec![("max", Value::Num(max))], vec![], None)
 }
 
+// ---- Records as the types write them ----
+
+/// A record framed as the framework frames it: version 1, then `payload`.
+fn rec(node: u32, payload: &[u8]) -> NodeRecord {
+    NodeRecord { node, bytes: [&[1u8][..], payload].concat() }
+}
+fn inline_rec(node: u32, data: &[u8]) -> NodeRecord {
+    let mut e = crate::codec::Encoder::new();
+    e.bytes(data);
+    rec(node, &e.buf)
+}
+fn extent_map_rec(node: u32, fblk: u64, pblk: u64, len: u64) -> NodeRecord {
+    let mut e = crate::codec::Encoder::new();
+    e.u8(1).u64(fblk).u64(pblk).u64(len);
+    rec(node, &e.buf)
+}
+fn extent_truncate_rec(node: u32, from: u64) -> NodeRecord {
+    let mut e = crate::codec::Encoder::new();
+    e.u8(2).u64(from);
+    rec(node, &e.buf)
+}
+
 // ---- Environment: devices, allocators, a change log ----
 
 struct Env {
     storage: Storage,
-    log: Mutex<Vec<MapChange>>,
+    log: Mutex<Vec<NodeRecord>>,
 }
 
 /// First device block handed out (block 0 stands for a superblock).
@@ -60,7 +81,7 @@ impl Env {
         Env { storage: Storage { devs, allocs }, log: Mutex::new(Vec::new()) }
     }
     fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
-        let sink = |c: MapChange| self.log.lock().push(c);
+        let sink = |c: NodeRecord| self.log.lock().push(c);
         f(&IoCtx { storage: &self.storage, epoch: 1, sink: &sink })
     }
     fn write(&self, l: &Layout, fblk: u64, data: &[u8]) -> Result<()> {
@@ -74,7 +95,7 @@ impl Env {
     fn truncate(&self, l: &Layout, n: u64) {
         self.io(|io| l.root().truncate(io, n)).unwrap();
     }
-    fn changes(&self) -> Vec<MapChange> {
+    fn changes(&self) -> Vec<NodeRecord> {
         self.log.lock().clone()
     }
     /// Every device block is either free or owned by exactly one extent of
@@ -460,7 +481,7 @@ fn inline_keeps_small_data() {
     blk[..100].copy_from_slice(&[7; 100]);
     env.write(&l, 0, &blk).unwrap();
     assert_eq!(env.read(&l, 0, 2), [blk.clone(), vec![0; BS]].concat());
-    assert_eq!(env.changes(), vec![MapChange::Inline { node: 0, data: vec![7; 100] }]);
+    assert_eq!(env.changes(), vec![inline_rec(0, &[7; 100])]);
     assert_eq!(l.root().next_data(0), Some(0));
     // Past `max`, and past block 0, only zeros fit.
     let mut big = blk.clone();
@@ -483,10 +504,11 @@ fn inline_keeps_small_data() {
     env.truncate(&l, 0);
     assert_eq!(env.read(&l, 0, 1), vec![0; BS]);
     assert_eq!(l.root().next_data(0), None);
-    assert_eq!(env.changes().last(), Some(&MapChange::Inline { node: 0, data: vec![] }));
+    assert_eq!(env.changes().last(), Some(&inline_rec(0, &[])));
     // Too much data in a change or in stored state is corruption.
-    assert!(r.apply(&MapChange::Inline { node: 0, data: vec![1; 3000] }).is_err());
-    assert!(r.apply(&MapChange::Truncate { node: 0, from: 0 }).is_err());
+    assert!(r.apply(&inline_rec(0, &[1; 3000])).is_err());
+    assert!(r.apply(&extent_truncate_rec(0, 0)).is_err());
+    assert!(r.apply(&inline_rec(0, &[1, 0])).is_err(), "untrimmed data");
     let mut e = crate::codec::Encoder::new();
     e.bytes(&[1; 3000]);
     let params = Params(BTreeMap::from([("max".into(), Value::Num(2048))]));
@@ -648,14 +670,14 @@ fn corrupt_state_is_an_error() {
     let l = build(&stripe(4 * KIB, vec![ext(0)]));
     let kids = l.root().children().to_vec();
     let p = l.root().params();
-    let r = (stripe::TYPE.build)(BuildArgs { id: 0, params: &p, device: None, children: kids, state: Some(&[1]) });
+    let r = decode_node(&stripe::TYPE, 0, &p, None, kids, &[1]);
     assert!(matches!(r, Err(Error::Corrupt { .. })));
     // Bad replayed changes.
     let e = build(&ext(0));
-    assert!(e.apply(&MapChange::Map { node: 0, fblk: u64::MAX, pblk: 1, len: 2 }).is_err());
-    assert!(e.apply(&MapChange::Map { node: 0, fblk: 0, pblk: 1, len: 0 }).is_err());
-    assert!(e.apply(&MapChange::Inline { node: 0, data: vec![] }).is_err());
-    assert!(l.apply(&MapChange::Truncate { node: 0, from: 0 }).is_err());
+    assert!(e.apply(&extent_map_rec(0, u64::MAX, 1, 2)).is_err());
+    assert!(e.apply(&extent_map_rec(0, 0, 1, 0)).is_err());
+    assert!(e.apply(&inline_rec(0, &[])).is_err());
+    assert!(l.apply(&extent_truncate_rec(0, 0)).is_err());
 }
 
 #[test]
@@ -685,4 +707,89 @@ fn mangled_layout_bytes_never_panic() {
             let _ = d.root().next_data(0);
         }
     }
+}
+
+// ---- The framework: a type added by a test registry, records, checks ----
+
+fn example_registry() -> Vec<&'static BlockType> {
+    TYPES.iter().copied().chain([&example::TYPE]).collect()
+}
+fn memory(blocks: u64) -> Spec {
+    node("memory", vec![("blocks", Value::Num(blocks))], vec![], None)
+}
+
+#[test]
+fn a_type_added_by_a_test_registry_builds_records_and_replays() {
+    let types = example_registry();
+    let reg = Registry { types: &types };
+    assert!(lookup("memory").is_none(), "the example type is not in the engine's registry");
+    let s = stripe(4 * KIB, vec![memory(4), ext(0)]);
+    assert!(Layout::build(&s).is_err());
+    let l = Layout::build_in(&reg, &s).unwrap();
+    let env = Env::new(1, 64);
+    let data = pattern(9, 6);
+    env.write(&l, 0, &data).unwrap();
+    env.truncate(&l, 5);
+    assert_eq!(env.read(&l, 0, 5), data[..5 * BS]);
+    // Every record of the memory node carries the type's version byte.
+    assert!(env.changes().iter().filter(|r| r.node == 1).all(|r| r.bytes[0] == 1));
+    // Replayed onto an empty tree: the same contents.
+    let r = Layout::build_in(&reg, &s).unwrap();
+    for c in env.changes() {
+        r.apply(&c).unwrap();
+    }
+    assert_eq!(env.read(&r, 0, 5), data[..5 * BS]);
+    // Encoded and decoded with the registry that knows the type.
+    let bytes = encode(&l);
+    let d = Layout::decode_in(&reg, &mut crate::codec::Decoder::new(&bytes, "t")).unwrap();
+    assert_eq!(env.read(&d, 0, 5), data[..5 * BS]);
+    assert_eq!(encode(&d), bytes);
+    let e = decode(&bytes).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("unknown block type \"memory\""), "{e}");
+}
+
+#[test]
+fn the_framework_checks_arguments_before_a_constructor() {
+    // `memory`'s constructor checks nothing itself.
+    let types = example_registry();
+    let reg = Registry { types: &types };
+    let err = |s: &Spec| Layout::build_in(&reg, s).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err(&memory(0)).contains("blocks=0 must be in [1, 16]"), "{}", err(&memory(0)));
+    assert!(err(&node("memory", vec![], vec![], Some(0))).contains("takes no device"));
+    assert!(err(&node("memory", vec![], vec![ext(0)], None)).contains("takes no children"));
+    // Decoded nodes too: parameters, state version, and the type's own
+    // strict decoding of what follows the version.
+    let p = Params(BTreeMap::from([("blocks".into(), Value::Num(4))]));
+    let bad = Params(BTreeMap::from([("blocks".into(), Value::Num(99))]));
+    let dec = |p: &Params, state: &[u8]| decode_node(&example::TYPE, 0, p, None, vec![], state).map(|_| ());
+    assert!(dec(&p, &[]).is_ok());
+    assert!(dec(&p, &[1, 0, 0, 0, 0]).is_ok());
+    assert!(matches!(dec(&bad, &[]), Err(Error::Layout(_))));
+    let e = dec(&p, &[2, 0, 0, 0, 0]).unwrap_err().to_string();
+    assert!(e.contains("state version 2, this build reads version 1"), "{e}");
+    assert!(matches!(dec(&p, &[1, 0, 0, 0, 0, 7]), Err(Error::Corrupt { .. })), "trailing bytes");
+    // A type without state has none.
+    let e = decode_node(&stripe::TYPE, 3, &Params::default(), None, vec![], &[1]).err().unwrap().to_string();
+    assert!(e.contains("stripe node 3"), "{e}");
+}
+
+#[test]
+fn records_are_framed_and_checked_before_a_type_applies_them() {
+    let l = build(&stripe(4 * KIB, vec![ext(0), ext(1)]));
+    // A record of another version, or for a stateless node, or past the tree.
+    let mut v2 = extent_truncate_rec(1, 0);
+    v2.bytes[0] = 2;
+    let e = l.apply(&v2).unwrap_err().to_string();
+    assert!(e.contains("extent node 1: record version 2, this build reads version 1"), "{e}");
+    assert!(l.apply(&extent_truncate_rec(0, 0)).unwrap_err().to_string().contains("keeps no state"));
+    assert!(l.apply(&extent_truncate_rec(9, 0)).is_err());
+    assert!(l.apply(&NodeRecord { node: 1, bytes: vec![] }).is_err());
+    // The type decodes strictly: trailing bytes, unknown changes, bad values.
+    let mut trailing = extent_truncate_rec(1, 0);
+    trailing.bytes.push(0);
+    assert!(matches!(l.apply(&trailing), Err(Error::Corrupt { .. })));
+    assert!(matches!(l.apply(&rec(1, &[9])), Err(Error::Corrupt { .. })));
+    assert!(matches!(l.apply(&extent_map_rec(1, 0, 10, 1 << 40)), Err(Error::Corrupt { .. })));
+    l.apply(&extent_map_rec(1, 0, 10, 2)).unwrap();
+    assert_eq!(l.root().children()[0].next_data(0), Some(0));
 }

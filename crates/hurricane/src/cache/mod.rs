@@ -56,8 +56,7 @@
 
 pub mod pool;
 
-use crate::device::BLOCK_SIZE;
-use crate::journal::Ino;
+use crate::base::{Ino, BLOCK_SIZE};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};

@@ -18,7 +18,7 @@ use crate::error::Result;
 use std::sync::Arc;
 
 /// The unit of allocation and I/O for every device and building block.
-pub const BLOCK_SIZE: usize = 4096;
+pub use crate::base::BLOCK_SIZE;
 pub const BLOCK_SHIFT: u32 = 12;
 
 /// A byte-addressed store. Implementations must be safe to call from many

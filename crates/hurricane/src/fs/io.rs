@@ -6,7 +6,7 @@
 //! exposes old data.
 
 use super::{now, Fs};
-use crate::blocks::{IoCtx, Layout, MapChange, BLOCK_SIZE};
+use crate::blocks::{IoCtx, Layout, NodeRecord, BLOCK_SIZE};
 use crate::cache::{BlockCache, Claim, Lookup};
 use crate::codec::Encoder;
 use crate::error::{Error, Result};
@@ -263,7 +263,7 @@ impl Fs {
             let lay = node.data.read().layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?;
             let g = self.inner.gate.enter();
             let changes = Mutex::new(Vec::new());
-            let sink = |c: MapChange| changes.lock().push(c);
+            let sink = |c: NodeRecord| changes.lock().push(c);
             let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
             let r = write_range(&lay, &io, off, data);
             // Written through: cached copies (and loads racing the write) go.
@@ -274,22 +274,20 @@ impl Fs {
             let t = now();
             match r {
                 Ok(()) => {
-                    if end > d.size {
-                        d.size = end;
-                        d.mtime = t;
-                        d.ctime = t;
-                        ops.push(Op::SetSize { ino, size: end, mtime: t });
+                    let (size, mode, atime) = (d.size, d.mode, d.atime);
+                    let mut meta = Vec::new();
+                    if end > size {
+                        meta.push(Op::SetSize { ino, size: end, mtime: t });
                     } else {
-                        d.mtime = t;
-                        d.ctime = t;
+                        // Lazy: applied now, journalled as Times by the
+                        // committer (`mark_dirty` below).
+                        self.state().apply(&Op::Times { ino, atime, mtime: t, ctime: t }, &mut l)?;
                     }
                     // Clear set-id bits on write, as the kernel does.
-                    if d.mode & (libc::S_ISUID | libc::S_ISGID) != 0 && d.mode & 0o010 != 0 {
-                        let mode = d.mode & 0o7777 & !(libc::S_ISUID | libc::S_ISGID);
-                        d.mode = (d.mode & !0o7777) | mode;
-                        ops.push(Op::SetAttr {
+                    if mode & (libc::S_ISUID | libc::S_ISGID) != 0 && mode & 0o010 != 0 {
+                        meta.push(Op::SetAttr {
                             ino,
-                            mode: Some(mode),
+                            mode: Some(mode & 0o7777 & !(libc::S_ISUID | libc::S_ISGID)),
                             uid: None,
                             gid: None,
                             atime: None,
@@ -297,6 +295,12 @@ impl Fs {
                             ctime: t,
                         });
                     }
+                    // The same apply as replay (the Map records were applied
+                    // by their nodes as the write made them).
+                    for op in &meta {
+                        self.state().apply(op, &mut l)?;
+                    }
+                    ops.extend(meta);
                     let logged_size = ops.iter().any(|o| matches!(o, Op::SetSize { .. }));
                     g.log(&ops);
                     drop(l);
@@ -312,7 +316,7 @@ impl Fs {
                     drop(l);
                     drop(g);
                     match e {
-                        Error::TooBig(_) if attempt == 0 && lay.root().kind().name == "inline" => {
+                        Error::TooBig(_) if attempt == 0 && lay.root().holds_data_in_metadata() => {
                             drop(guard);
                             self.promote(ino)?;
                             continue;
@@ -332,7 +336,7 @@ impl Fs {
         if end.div_ceil(BS) <= lay.root().capacity() {
             return Ok(());
         }
-        if lay.root().kind().name == "inline" {
+        if lay.root().holds_data_in_metadata() {
             return self.promote(ino);
         }
         Err(Error::TooBig(format!("inode {ino}: {end} bytes exceed what its layout can hold")))
@@ -347,7 +351,7 @@ impl Fs {
             let d = node.data.read();
             (d.layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
         };
-        if old.root().kind().name != "inline" {
+        if !old.root().holds_data_in_metadata() {
             return Ok(());
         }
         let spec = layout::resolve(&layout::parse(self.default_layout())?, &self.pool_info())?;
@@ -359,7 +363,7 @@ impl Fs {
         old.root().read(&rio, 0, &mut buf)?;
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
-        let sink = |c: MapChange| changes.lock().push(c);
+        let sink = |c: NodeRecord| changes.lock().push(c);
         let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
         if !buf.is_empty() {
             fresh.root().write(&io, 0, &buf)?;
@@ -367,7 +371,11 @@ impl Fs {
         let mut ops = vec![Op::SetLayout { ino, layout: e.into_inner() }];
         ops.extend(changes.into_inner().into_iter().map(|change| Op::Map { ino, change }));
         let mut l = self.state().lock(&[ino]);
-        l.get(ino)?.body = crate::namespace::Body::File(fresh);
+        // The new tree is installed the way replay installs it: decoded
+        // from the logged layout, then the logged records applied to it.
+        for op in &ops {
+            self.state().apply(op, &mut l)?;
+        }
         g.log(&ops);
         tracing::debug!("inode {ino}: inline data moved to the default layout");
         Ok(())
@@ -388,7 +396,7 @@ impl Fs {
         };
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
-        let sink = |c: MapChange| changes.lock().push(c);
+        let sink = |c: NodeRecord| changes.lock().push(c);
         let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
         if size < old {
             let keep = size.div_ceil(BS);
@@ -406,12 +414,10 @@ impl Fs {
         self.inner.cache.invalidate_from(ino, size.min(old) / BS);
         let t = now();
         let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
-        ops.push(Op::SetSize { ino, size, mtime: t });
+        let set = Op::SetSize { ino, size, mtime: t };
         let mut l = self.state().lock(&[ino]);
-        let d = l.get(ino)?;
-        d.size = size;
-        d.mtime = t;
-        d.ctime = t;
+        self.state().apply(&set, &mut l)?;
+        ops.push(set);
         g.log(&ops);
         Ok(())
     }
@@ -446,7 +452,7 @@ impl Fs {
                 let _io = node.io.read();
                 let g = self.inner.gate.enter();
                 let changes = Mutex::new(Vec::new());
-                let sink = |c: MapChange| changes.lock().push(c);
+                let sink = |c: NodeRecord| changes.lock().push(c);
                 let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
                 let r = lay.root().write(&io, b, &zero[..n as usize * BLOCK_SIZE]);
                 self.inner.cache.invalidate(ino, b, n);
@@ -459,13 +465,10 @@ impl Fs {
         if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > size {
             let g = self.inner.gate.enter();
             let mut l = self.state().lock(&[ino]);
-            let d = l.get(ino)?;
-            if end > d.size {
-                let t = now();
-                d.size = end;
-                d.mtime = t;
-                d.ctime = t;
-                g.log(&[Op::SetSize { ino, size: end, mtime: t }]);
+            if end > l.get(ino)?.size {
+                let op = Op::SetSize { ino, size: end, mtime: now() };
+                self.state().apply(&op, &mut l)?;
+                g.log(&[op]);
             }
         }
         Ok(())

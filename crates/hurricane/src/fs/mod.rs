@@ -12,7 +12,7 @@ mod path;
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
 
-use crate::blocks::{IoCtx, Layout, MapChange};
+use crate::blocks::{IoCtx, Layout, NodeRecord};
 use crate::codec::{crc, Decoder, Encoder};
 use crate::device::{Device, StatsSnapshot, BLOCK_SIZE};
 use crate::error::{Error, Result};
@@ -128,7 +128,7 @@ fn shards() -> usize {
 }
 
 /// A sink for requests that record nothing (reads, meta-file writes).
-pub(crate) fn ignore(_: MapChange) {}
+pub(crate) fn ignore(_: NodeRecord) {}
 
 impl Fs {
     /// Makes a new pool on `devs` (erasing what they held).
@@ -231,6 +231,13 @@ impl Fs {
     /// loads the last checkpoint and replays the journal after it.
     pub fn open(devs: Vec<Arc<dyn Device>>, opts: Options) -> Result<Fs> {
         let (sb, handles) = pool::identify(devs)?;
+        if sb.version < FORMAT_VERSION {
+            // Older formats frame layout state differently (docs/FORMAT.md).
+            return Err(Error::Invalid(format!(
+                "pool format version {} is older than this build reads ({FORMAT_VERSION})",
+                sb.version
+            )));
+        }
         let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
         let storage = Storage { devs: handles, allocs };
         let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };

@@ -3,7 +3,7 @@
 //! atomic group, all inside the journal gate.
 
 use super::{ignore, now, Fs};
-use crate::blocks::{IoCtx, Layout, MapChange};
+use crate::blocks::{IoCtx, Layout, NodeRecord};
 use crate::codec::Encoder;
 use crate::error::{Error, Result};
 use crate::journal::{Entered, Ino, NewInode, Op};
@@ -115,7 +115,7 @@ pub(crate) fn attr_of(ino: Ino, d: &InodeData) -> Attr {
         Body::File(l) => {
             let mut n = 0u64;
             l.extents(&mut |_, _, len| n += len);
-            if n == 0 && d.size > 0 && l.root().kind().name == "inline" {
+            if n == 0 && d.size > 0 && l.root().holds_data_in_metadata() {
                 d.size.div_ceil(512)
             } else {
                 n * 8
@@ -473,7 +473,7 @@ impl Fs {
         }
         if let Some(lay) = l.get(ino)?.layout().cloned() {
             let changes = Mutex::new(Vec::new());
-            let sink = |c: MapChange| changes.lock().push(c);
+            let sink = |c: NodeRecord| changes.lock().push(c);
             let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
             lay.root().truncate(&io, 0)?;
         }
@@ -966,7 +966,7 @@ impl Fs {
         self.sync()
     }
 
-    pub(crate) fn no_sink() -> &'static (dyn Fn(MapChange) + Sync) {
+    pub(crate) fn no_sink() -> &'static (dyn Fn(NodeRecord) + Sync) {
         &ignore
     }
 }

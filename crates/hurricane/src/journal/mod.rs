@@ -14,10 +14,11 @@
 
 pub mod op;
 
-pub use op::{Ino, NewInode, Op};
+pub use op::{Ino, NewInode, NodeRecord, Op};
 
+use crate::base::BLOCK_SIZE;
+pub use crate::base::{Cursor, Region};
 use crate::codec::{crc, Decoder, Encoder};
-use crate::device::BLOCK_SIZE;
 use crate::error::{Error, Result};
 use crate::pool::Storage;
 use crossbeam_utils::CachePadded;
@@ -190,31 +191,6 @@ impl Gate {
 const REC_MAGIC: u64 = u64::from_le_bytes(*b"HCJRNL01");
 const WRAP_MAGIC: u64 = u64::from_le_bytes(*b"HCJWRAP1");
 const HDR: usize = 40;
-
-/// Where the journal lives: blocks [start, start+blocks) of device `dev`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Region {
-    pub dev: u32,
-    pub start: u64,
-    pub blocks: u64,
-}
-
-/// The append position of the circular journal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cursor {
-    /// Block offset (within the region) of the oldest record still needed.
-    pub tail: u64,
-    /// Block offset where the next record goes.
-    pub head: u64,
-    /// Sequence number of the next record.
-    pub seq: u64,
-}
-
-impl Cursor {
-    pub fn used(&self, r: &Region) -> u64 {
-        (self.head + r.blocks - self.tail) % r.blocks
-    }
-}
 
 fn header(magic: u64, salt: u64, seq: u64, nblocks: u32, payload: &[u8]) -> [u8; HDR] {
     let mut e = Encoder::with_capacity(HDR);

@@ -6,11 +6,20 @@
 //! (sets rather than adds), because a checkpoint may already contain an op
 //! that is replayed again after it.
 
-use crate::blocks::MapChange;
+pub use crate::base::Ino;
 use crate::codec::{Decoder, Encoder};
 use crate::error::Result;
 
-pub type Ino = u64;
+/// A change one node of a file's layout made to its persistent state: the
+/// node's preorder id and the record its block type wrote (the type's record
+/// version byte, then the type's own encoding). The journal carries it
+/// without knowing the type; `blocks::Layout::apply` checks the version and
+/// hands the rest to the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRecord {
+    pub node: u32,
+    pub bytes: Vec<u8>,
+}
 
 /// Attributes of a new inode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,9 +81,10 @@ pub enum Op {
         size: u64,
         mtime: i64,
     },
+    /// A change to the state of one node of a file's layout.
     Map {
         ino: Ino,
-        change: MapChange,
+        change: NodeRecord,
     },
     SetXattr {
         ino: Ino,
@@ -151,8 +161,7 @@ impl Op {
                 e.u8(7).u64(*ino).u64(*size).i64(*mtime);
             }
             Op::Map { ino, change } => {
-                e.u8(8).u64(*ino);
-                change.encode(e);
+                e.u8(8).u64(*ino).u32(change.node).bytes(&change.bytes);
             }
             Op::SetXattr { ino, name, value, time } => {
                 e.u8(9).u64(*ino).bytes(name).bytes(value).i64(*time);
@@ -207,7 +216,7 @@ impl Op {
                 ctime: d.i64()?,
             },
             7 => Op::SetSize { ino: d.u64()?, size: d.u64()?, mtime: d.i64()? },
-            8 => Op::Map { ino: d.u64()?, change: MapChange::decode(d)? },
+            8 => Op::Map { ino: d.u64()?, change: NodeRecord { node: d.u32()?, bytes: d.bytes()?.to_vec() } },
             9 => Op::SetXattr { ino: d.u64()?, name: d.bytes()?.to_vec(), value: d.bytes()?.to_vec(), time: d.i64()? },
             10 => Op::RemoveXattr { ino: d.u64()?, name: d.bytes()?.to_vec(), time: d.i64()? },
             11 => Op::SetLayout { ino: d.u64()?, layout: d.bytes()?.to_vec() },

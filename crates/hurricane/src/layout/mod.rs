@@ -9,20 +9,5 @@
 
 mod spec;
 
-pub use spec::{canonical, parse, resolve, PoolInfo};
-
-/// A parameter value: a number (sizes in bytes) or a word.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Value {
-    Num(u64),
-    Word(String),
-}
-
-/// One node of a layout as written: type, parameters, children, device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spec {
-    pub kind: String,
-    pub params: Vec<(String, Value)>,
-    pub children: Vec<Spec>,
-    pub device: Option<u32>,
-}
+pub use crate::blocks::{canonical, Spec, Value};
+pub use spec::{parse, resolve, PoolInfo};

@@ -7,7 +7,7 @@
 //! without bound.
 
 use super::{Spec, Value};
-use crate::blocks::registry::{self, BlockType, ParamSpec};
+use crate::blocks::registry::{self, canonical, ordered, BlockType, ParamSpec};
 use crate::blocks::{lookup, MAX_DEPTH, MAX_FANOUT, MAX_NODES, TYPES};
 use crate::error::{Error, Result};
 use std::cmp::Reverse;
@@ -300,15 +300,6 @@ fn value_text(p: Option<&ParamSpec>, v: &Value) -> String {
     }
 }
 
-/// Params in the type's schema order (unknown keys last, as given).
-fn ordered<'s>(t: Option<&BlockType>, params: &'s [(String, Value)]) -> Vec<&'s (String, Value)> {
-    let mut out: Vec<_> = params.iter().collect();
-    if let Some(t) = t {
-        out.sort_by_key(|(k, _)| t.params.iter().position(|p| p.key == k).unwrap_or(usize::MAX));
-    }
-    out
-}
-
 /// Canonical text: `name(k=v,...)[child,...]@dev`, no spaces.
 impl fmt::Display for Spec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -333,24 +324,6 @@ impl fmt::Display for Spec {
         }
         Ok(())
     }
-}
-
-/// Params in schema order, without those equal to the type's default, and
-/// without a width that merely restates the child count; so equal layouts
-/// print equal. Unknown types are left as they are.
-pub fn canonical(mut s: Spec) -> Spec {
-    s.children = s.children.into_iter().map(canonical).collect();
-    if let Some(t) = lookup(&s.kind) {
-        let n = s.children.len() as u64;
-        s.params.retain(|(k, v)| {
-            let Some(p) = param(t, k) else { return true };
-            let default = p.default.and_then(|d| registry::parse_value(t, p, d).ok());
-            let restated = n > 0 && Some(p.key) == t.width_param && *v == Value::Num(n);
-            default.as_ref() != Some(v) && !restated
-        });
-        s.params = ordered(Some(t), &s.params).into_iter().cloned().collect();
-    }
-    s
 }
 
 // ---------------------------------------------------------------- resolving

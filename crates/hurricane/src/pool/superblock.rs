@@ -3,14 +3,14 @@
 //! slot intact. Every device carries the same pool-wide contents apart from
 //! its own index, and opening takes the valid copy with the highest generation.
 
+use crate::base::{Cursor, Region};
 use crate::codec::{crc, Decoder, Encoder};
 use crate::device::BLOCK_SIZE;
 use crate::error::{Error, Result};
-use crate::journal::{Cursor, Region};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HURRICAN");
 /// On-disk format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Blocks reserved at the start of every device (the two superblock slots).
 pub const RESERVED_BLOCKS: u64 = 2;
 /// The most devices a pool may have. Opening sizes tables by the device

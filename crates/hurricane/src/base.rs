@@ -1,0 +1,37 @@
+//! Plain values shared by the storage layers: inode numbers, the block size,
+//! and where the journal lives and how far it has been written. This module
+//! depends on nothing else in the crate, so `device`, `pool`, `journal`,
+//! `cache`, `blocks` and `layout` can all use it without depending on each
+//! other (the order is checked by `tests::module_order` in `lib.rs`).
+
+/// An inode number.
+pub type Ino = u64;
+
+/// Size of a block in bytes: the unit of every device request and of a
+/// file's block numbers.
+pub const BLOCK_SIZE: usize = 4096;
+
+/// Where the journal lives: blocks [start, start+blocks) of device `dev`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    pub dev: u32,
+    pub start: u64,
+    pub blocks: u64,
+}
+
+/// The append position of the circular journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// Block offset (within the region) of the oldest record still needed.
+    pub tail: u64,
+    /// Block offset where the next record goes.
+    pub head: u64,
+    /// Sequence number of the next record.
+    pub seq: u64,
+}
+
+impl Cursor {
+    pub fn used(&self, r: &Region) -> u64 {
+        (self.head + r.blocks - self.tail) % r.blocks
+    }
+}

@@ -1,0 +1,173 @@
+//! Helpers shared by every block type: request checks, the argument and
+//! state checks the framework runs before a constructor, block-range
+//! arithmetic, and the split-and-dispatch of a request over children.
+
+use super::ParamKind;
+use super::{BlockType, BuildArgs, Value, BLOCK_SIZE};
+use crate::error::{Error, Result};
+
+/// Splits a run of file blocks [fblk, fblk+n) into pieces that each stay in
+/// one `unit`-sized chunk: yields (chunk index, offset in chunk, length).
+pub fn chunks(fblk: u64, n: u64, unit: u64) -> impl Iterator<Item = (u64, u64, u64)> {
+    let mut pos = fblk;
+    let end = fblk + n;
+    std::iter::from_fn(move || {
+        if pos >= end {
+            return None;
+        }
+        let idx = pos / unit;
+        let off = pos % unit;
+        let len = (unit - off).min(end - pos);
+        pos += len;
+        Some((idx, off, len))
+    })
+}
+
+pub(crate) fn nblocks(buf_len: usize) -> u64 {
+    (buf_len / BLOCK_SIZE) as u64
+}
+
+/// A buffer that can be cut in two: `&[u8]` for writes, `&mut [u8]` for reads,
+/// so one splitting routine serves both without copying.
+pub(super) trait Split: Sized + Send {
+    fn split(self, at: usize) -> (Self, Self);
+}
+
+impl Split for &[u8] {
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at(at)
+    }
+}
+
+impl Split for &mut [u8] {
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at_mut(at)
+    }
+}
+
+/// Runs each child's pieces in order. With `parallel`, different children run
+/// on their own threads so their devices work at the same time. Returns the
+/// first error, after every piece has been tried.
+pub(super) fn dispatch<S: Send>(
+    groups: Vec<(usize, Vec<(u64, S)>)>,
+    parallel: bool,
+    f: &(dyn Fn(usize, u64, S) -> Result<()> + Sync),
+) -> Result<()> {
+    let run = |(c, pieces): (usize, Vec<(u64, S)>)| -> Result<()> {
+        let mut res = Ok(());
+        for (cb, piece) in pieces {
+            let r = f(c, cb, piece);
+            if res.is_ok() {
+                res = r;
+            }
+        }
+        res
+    };
+    if !parallel || groups.len() < 2 {
+        let mut res = Ok(());
+        for g in groups {
+            let r = run(g);
+            if res.is_ok() {
+                res = r;
+            }
+        }
+        return res;
+    }
+    std::thread::scope(|s| {
+        let run = &run;
+        let mut groups = groups.into_iter();
+        let first = groups.next();
+        let handles: Vec<_> = groups.map(|g| s.spawn(move || run(g))).collect();
+        // The calling thread takes one share instead of idling.
+        let mut res = first.map_or(Ok(()), run);
+        for h in handles {
+            let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            if res.is_ok() {
+                res = r;
+            }
+        }
+        res
+    })
+}
+
+/// Number of blocks in a request, refusing partial blocks and block numbers
+/// past 2^64.
+pub fn span(fblk: u64, len: usize) -> Result<u64> {
+    if !len.is_multiple_of(BLOCK_SIZE) {
+        return Err(Error::Invalid(format!("request of {len} bytes is not whole {BLOCK_SIZE}-byte blocks")));
+    }
+    let n = nblocks(len);
+    fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
+    Ok(n)
+}
+
+/// The checks the framework makes on every node before its type's
+/// constructor runs: parameters known, of the right kind and in range
+/// (decoded layouts bypass the parser, so this is the last line), the width
+/// parameter matching the children, the child count in bounds, and a device
+/// exactly when the type is per-device.
+pub(super) fn check_args(t: &BlockType, a: &BuildArgs) -> Result<()> {
+    let name = t.name;
+    for (k, v) in &a.params.0 {
+        let p = t
+            .params
+            .iter()
+            .find(|p| p.key == k)
+            .ok_or_else(|| Error::Layout(format!("{name}: unknown parameter {k:?}")))?;
+        let ok = match (p.kind, v) {
+            (ParamKind::Size | ParamKind::Int, Value::Num(n)) => (p.min..=p.max).contains(n),
+            (ParamKind::Choice(words), Value::Word(w)) => words.contains(&w.as_str()),
+            _ => false,
+        };
+        if !ok {
+            let shown = match v {
+                Value::Num(n) => super::registry::show(p, *n),
+                Value::Word(w) => w.clone(),
+            };
+            let want = match p.kind {
+                ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
+                _ => format!("in [{}, {}]", super::registry::show(p, p.min), super::registry::show(p, p.max)),
+            };
+            return Err(Error::Layout(format!("{name}: {k}={shown} must be {want}")));
+        }
+    }
+    for p in t.params {
+        if !a.params.0.contains_key(p.key) && Some(p.key) != t.width_param {
+            return Err(Error::Layout(format!("{name}: missing parameter {}", p.key)));
+        }
+    }
+    let n = a.children.len();
+    if n < t.min_children || n > t.max_children {
+        let want = if t.max_children == 0 {
+            "no children".to_string()
+        } else {
+            format!("{} to {} children", t.min_children, t.max_children)
+        };
+        return Err(Error::Layout(format!("{name} takes {want}, got {n}")));
+    }
+    if let Some(key) = t.width_param {
+        if let Some(Value::Num(w)) = a.params.0.get(key) {
+            if *w != n as u64 {
+                return Err(Error::Layout(format!("{name}: {key}={w} but {n} children given")));
+            }
+        }
+    }
+    match (t.per_device, a.device) {
+        (true, None) => Err(Error::Layout(format!("{name} needs a device (write {name}@N)"))),
+        (false, Some(d)) => Err(Error::Layout(format!("{name} takes no device (got @{d})"))),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a decoded node's state framing against its type and strips the
+/// version byte: a type without state must have none, and a stateful type's
+/// state is empty (a new node) or starts with the type's state version.
+pub(super) fn check_state<'s>(t: &BlockType, id: u32, state: &'s [u8]) -> Result<Option<&'s [u8]>> {
+    let corrupt = |what: String| Error::corrupt("layout", format!("{} node {id}: {what}", t.name));
+    match (t.state_version, state.split_first()) {
+        (_, None) => Ok(None),
+        (None, Some(_)) => Err(corrupt(format!("{} bytes of state for a type that keeps none", state.len()))),
+        (Some(want), Some((&v, rest))) if v == want => Ok(Some(rest)),
+        (Some(want), Some((&v, _))) => Err(corrupt(format!("state version {v}, this build reads version {want}"))),
+    }
+}
