@@ -14,16 +14,12 @@
 mod convert;
 mod filesystem;
 mod handles;
-// Until this crate's rework for issue 12 lands (SAFETY comments).
-#[allow(clippy::undocumented_unsafe_blocks)]
 pub mod mountinfo;
 mod names;
 mod options;
 pub mod report;
 mod serve;
 pub mod stats;
-// Until this crate's rework for issue 12 lands (SAFETY comments).
-#[allow(clippy::undocumented_unsafe_blocks)]
 mod uring;
 mod workers;
 

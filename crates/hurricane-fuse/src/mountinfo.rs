@@ -95,8 +95,8 @@ pub fn get_xattr(path: &Path, name: &str) -> Result<Vec<u8>, std::io::Error> {
     let n = CString::new(name).map_err(std::io::Error::other)?;
     let mut size = 0usize;
     for _ in 0..8 {
-        // SAFETY: valid C strings; the buffer is `size` bytes long.
         let mut buf = vec![0u8; size];
+        // SAFETY: valid C strings; the buffer is `size` bytes long.
         let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
         if r < 0 {
             let e = std::io::Error::last_os_error();

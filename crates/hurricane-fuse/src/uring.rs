@@ -96,6 +96,8 @@ struct Entry {
 
 // SAFETY: access follows the ownership hand-over described on `Entry`.
 unsafe impl Sync for Entry {}
+// SAFETY: the buffers are owned boxes; the raw pointers in `iov` point into
+// them, so they stay valid wherever the entry moves.
 unsafe impl Send for Entry {}
 
 impl Entry {

@@ -2,7 +2,6 @@ use super::Device;
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt};
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -84,16 +83,9 @@ impl FileDevice {
             return;
         }
         self.ahead_end.store(to, Relaxed);
-        // SAFETY: fadvise on an owned, open descriptor with plain integers.
         // A hint only: when it fails, reads are just not helped.
-        unsafe {
-            libc::posix_fadvise(
-                self.file.as_raw_fd(),
-                from as libc::off_t,
-                (to - from) as libc::off_t,
-                libc::POSIX_FADV_WILLNEED,
-            );
-        }
+        let _ =
+            rustix::fs::fadvise(&self.file, from, std::num::NonZeroU64::new(to - from), rustix::fs::Advice::WillNeed);
     }
 
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
@@ -157,17 +149,11 @@ impl Device for FileDevice {
         if self.is_block {
             return Ok(());
         }
-        // SAFETY: fallocate on an owned, open descriptor with plain integers.
-        let rc = unsafe {
-            libc::fallocate(
-                self.file.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                offset as libc::off_t,
-                len as libc::off_t,
-            )
-        };
-        if rc != 0 {
-            tracing::debug!("{}: hole punch failed: {}", self.name, std::io::Error::last_os_error());
+        use rustix::fs::FallocateFlags;
+        if let Err(e) =
+            rustix::fs::fallocate(&self.file, FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, len)
+        {
+            tracing::debug!("{}: hole punch failed: {e}", self.name);
         }
         Ok(())
     }

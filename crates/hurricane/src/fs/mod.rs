@@ -185,7 +185,7 @@ impl Fs {
 
         let state = State::new(4);
         let t = now();
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
         state.insert(
             ROOT,
             InodeData {

@@ -23,8 +23,7 @@ impl Creds {
     }
     /// The credentials of this process.
     pub fn current() -> Self {
-        // SAFETY: these calls have no preconditions.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
         Creds { uid, gid, groups: vec![] }
     }
     pub fn in_group(&self, gid: u32) -> bool {
