@@ -772,7 +772,7 @@ impl Fs {
     pub fn setxattr(&self, cred: &Creds, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         self.check_writable()?;
         // user.hurricane.open must be a valid open spec; it is kept canonical.
-        let value = &crate::open::check_xattr(name, value)?[..];
+        let value = &crate::open_spec::check_xattr(name, value)?[..];
         if name == LAYOUT_XATTR.as_bytes() {
             let spec = std::str::from_utf8(value).map_err(|_| Error::Layout("layout spec is not UTF-8".into()))?;
             return self.layout_set(cred, ino, spec.trim_end_matches(['\n', '\0']));

@@ -67,11 +67,10 @@
 
 mod locks;
 mod prefetch;
-mod spec;
 
+pub use crate::open_spec::{check_xattr, CursorKind, LockPolicy, OpenSpec, Prefetch, Scope, MAX_AMOUNT, MAX_DISTANCE};
 pub use locks::{LockMode, RangeGuard, RangeLocks};
 pub use prefetch::{Pattern, PrefetchState, Request};
-pub use spec::{CursorKind, LockPolicy, OpenSpec, Prefetch, Scope, MAX_AMOUNT, MAX_DISTANCE};
 
 use crate::cache::Presence;
 use crate::device::BLOCK_SIZE;
@@ -81,7 +80,6 @@ use crate::journal::Ino;
 use crate::namespace::ROOT;
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock};
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::SeekFrom;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -103,17 +101,6 @@ pub(crate) fn thread_key() -> u64 {
         static KEY: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
     }
     KEY.with(|k| *k)
-}
-
-/// Checks a value for `user.hurricane.open` and returns its canonical form;
-/// other attributes pass unchanged. Called from `setxattr`.
-pub fn check_xattr<'a>(name: &[u8], value: &'a [u8]) -> Result<Cow<'a, [u8]>> {
-    if name != OPEN_XATTR.as_bytes() {
-        return Ok(Cow::Borrowed(value));
-    }
-    let text = std::str::from_utf8(value).map_err(|_| Error::Invalid(format!("{OPEN_XATTR}: value is not UTF-8")))?;
-    let spec = OpenSpec::parse(text.trim_end_matches(['\n', '\0']))?;
-    Ok(Cow::Owned(spec.to_string().into_bytes()))
 }
 
 impl Fs {

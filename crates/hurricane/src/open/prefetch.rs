@@ -16,7 +16,7 @@
 //!   busy; strided threads get the next few strides. A distance grows
 //!   whenever the reader catches up with its prefetches.
 
-use super::spec::{Prefetch, Scope};
+use crate::open_spec::{Prefetch, Scope};
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::collections::HashMap;

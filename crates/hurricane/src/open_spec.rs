@@ -1,5 +1,7 @@
 //! The textual open spec: which application-layer building blocks an open
-//! instance is made of.
+//! instance is made of. A value type of its own, below both `fs` (which
+//! checks it when `user.hurricane.open` is set) and `open` (which builds
+//! instances from it).
 //!
 //! ```text
 //! spec     := [ item ("," item)* ]
@@ -14,6 +16,7 @@
 //! parses back to the same spec.
 
 use crate::error::{Error, Result};
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -247,6 +250,18 @@ impl fmt::Display for OpenSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "cursor={},prefetch={},locks={}", self.cursor, self.prefetch, self.locks)
     }
+}
+
+/// Checks a value for `user.hurricane.open` and returns its canonical form;
+/// other attributes pass unchanged. Called from `setxattr`.
+pub fn check_xattr<'a>(name: &[u8], value: &'a [u8]) -> Result<Cow<'a, [u8]>> {
+    if name != crate::xattr::OPEN.as_bytes() {
+        return Ok(Cow::Borrowed(value));
+    }
+    let text = std::str::from_utf8(value)
+        .map_err(|_| Error::Invalid(format!("{}: value is not UTF-8", crate::xattr::OPEN)))?;
+    let spec = OpenSpec::parse(text.trim_end_matches(['\n', '\0']))?;
+    Ok(Cow::Owned(spec.to_string().into_bytes()))
 }
 
 #[cfg(test)]
