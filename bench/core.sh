@@ -7,13 +7,14 @@
 # Results: bench/results/core.jsonl (one JSON object per measurement).
 # A/B against another version: BASE=DIR holding its `hurricane` and
 # `core_bench` (bench/build-base.sh REV); each run measures it too, with
-# "-base" added to the system name.
+# "-base" added to the system name. RESULTS=DIR writes DIR/core.jsonl instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-2048}; count=${2:-100000}; runs=${3:-3}
 work=${BENCH_DIR:-$PWD/target/bench-core}
-out=bench/results/core.jsonl
-mkdir -p bench/results "$work"
+res=${RESULTS:-bench/results}
+out=$res/core.jsonl
+mkdir -p "$res" "$work"
 : > "$out"
 cargo build --release --locked --example core_bench -p hurricane >/dev/null 2>&1
 cargo build --release --locked -p hurricane-cli >/dev/null 2>&1

@@ -7,12 +7,15 @@
 # A/B against another version: BASE=DIR, a directory holding that version's
 # `hurricane` and `core_bench` (bench/build-base.sh REV makes one); every run
 # then also measures it, as system "hurricane-base", between the other two.
+# MOUNT_OPTS=OPTS mounts both versions with `-o OPTS` (e.g. allow_other);
+# RESULTS=DIR writes DIR/mount.jsonl and DIR/mount.png instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=${1:-4096}; files=${2:-100000}; runs=${3:-3}
 work=${BENCH_DIR:-$PWD/target/bench-mount}
-out=bench/results/mount.jsonl
-mkdir -p bench/results "$work"; : > "$out"
+res=${RESULTS:-bench/results}
+out=$res/mount.jsonl
+mkdir -p "$res" "$work"; : > "$out"
 cargo build --release --locked -p hurricane-cli >/dev/null 2>&1
 cargo build --release --locked -p hurricane --example core_bench >/dev/null 2>&1
 new_hc=$PWD/target/release/hurricane; new_cb=$PWD/target/release/examples/core_bench
@@ -23,7 +26,7 @@ drop() {
     local dir=${1:-}
     if [ "$dir" = "$work/mnt" ]; then "$hc" umount "$dir"; fi
     sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-    if [ "$dir" = "$work/mnt" ]; then "$hc" mount "$work/pool" "$dir"; fi
+    if [ "$dir" = "$work/mnt" ]; then "$hc" mount "$work/pool" "$dir" ${MOUNT_OPTS:+-o "$MOUNT_OPTS"}; fi
 }
 # A source tree tarball to extract: this project's own sources plus /usr/include.
 tarball=$work/src.tar
@@ -67,13 +70,13 @@ PY
 for run in $(seq "$runs"); do
     rm -rf "$work/pool" "$work/mnt" "$work/ext4"; mkdir -p "$work/mnt" "$work/ext4"
     "$hc" mkfs "$work/pool" --devices 4 --device-size 4G >/dev/null
-    "$hc" mount "$work/pool" "$work/mnt"
+    "$hc" mount "$work/pool" "$work/mnt" ${MOUNT_OPTS:+-o "$MOUNT_OPTS"}
     one hurricane "$work/mnt" "$run"
     "$hc" umount "$work/mnt"
     if [ -n "${BASE:-}" ]; then
         hc=$BASE/hurricane; cb=$BASE/core_bench
         rm -rf "$work/pool"; "$hc" mkfs "$work/pool" --devices 4 --device-size 4G >/dev/null
-        "$hc" mount "$work/pool" "$work/mnt"
+        "$hc" mount "$work/pool" "$work/mnt" ${MOUNT_OPTS:+-o "$MOUNT_OPTS"}
         one hurricane-base "$work/mnt" "$run"
         "$hc" umount "$work/mnt"
         hc=$new_hc; cb=$new_cb
@@ -83,5 +86,5 @@ for run in $(seq "$runs"); do
     one ext4-loop "$work/ext4" "$run"
     umount "$work/ext4"; losetup -d "$loop"; rm -f "$work/ext4.img"; rm -rf "$work/pool"
 done
-"$hc" bench mount-report --out bench/results   # medians, ratios, bench/results/mount.png
+"$hc" bench mount-report --out "$res"   # medians, ratios, $res/mount.png
 if [ -n "${BASE:-}" ]; then python3 bench/summarize.py "$out"; fi   # medians with the base version beside
