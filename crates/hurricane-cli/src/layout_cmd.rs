@@ -5,8 +5,6 @@ use crate::files::abs;
 use crate::util::{CliResult, Fail, Pool};
 use clap::{Args, Subcommand};
 use hurricane::{xattr, Error, OpenOptions};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
@@ -105,10 +103,6 @@ fn set_pool(pool: &Path, path: &str, spec: &str) -> CliResult {
     })
 }
 
-fn cpath(p: &Path) -> CliResult<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| Fail::new(format!("{}: path contains a NUL byte", p.display())))
-}
-
 fn is_dir(p: &Path) -> CliResult<bool> {
     std::fs::metadata(p).map(|m| m.is_dir()).map_err(|e| Fail::new(format!("{}: {e}", p.display())))
 }
@@ -116,18 +110,17 @@ fn is_dir(p: &Path) -> CliResult<bool> {
 fn get_mounted(p: &Path) -> CliResult {
     let dir = is_dir(p)?;
     let name = if dir { xattr::DIR_LAYOUT } else { xattr::LAYOUT };
-    let (cp, cn) = (cpath(p)?, CString::new(name).map_err(|_| Fail::new("bad attribute name"))?);
     let mut buf = vec![0u8; 4096];
     loop {
-        // SAFETY: valid NUL-terminated strings and a buffer of the given length.
-        let n = unsafe { libc::getxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            buf.truncate(n as usize);
-            let s = String::from_utf8_lossy(&buf);
-            println!("{}", s.trim_end_matches(['\0', '\n']));
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
+        let e = match rustix::fs::getxattr(p, name, &mut buf[..]) {
+            Ok(n) => {
+                buf.truncate(n);
+                let s = String::from_utf8_lossy(&buf);
+                println!("{}", s.trim_end_matches(['\0', '\n']));
+                return Ok(());
+            }
+            Err(e) => std::io::Error::from(e),
+        };
         match e.raw_os_error() {
             Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
             Some(libc::ENODATA) if dir => {
@@ -156,11 +149,8 @@ fn set_mounted(p: &Path, spec: &str) -> CliResult {
             p.display()
         )));
     }
-    let (cp, cn) = (cpath(p)?, CString::new(name).map_err(|_| Fail::new("bad attribute name"))?);
-    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
-    let rc = unsafe { libc::setxattr(cp.as_ptr(), cn.as_ptr(), spec.as_ptr().cast(), spec.len(), 0) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = rustix::fs::setxattr(p, name, spec.as_bytes(), rustix::fs::XattrFlags::empty()) {
+        let e = std::io::Error::from(e);
         let why = match e.raw_os_error() {
             Some(libc::EINVAL) => why_refused(p, spec).unwrap_or_else(|| {
                 format!("the pool refused layout {spec:?} (device numbers, widths or sizes do not fit this pool)")

@@ -5,7 +5,6 @@ use hurricane::{Fs, Options};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt;
 use std::io::IsTerminal;
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
@@ -224,17 +223,14 @@ impl PoolLock {
         // Let the engine name what is wrong with a directory that is not a pool.
         hurricane::pool::device_paths(dir)?;
         let file = std::fs::File::open(dir).map_err(|e| Fail::new(format!("{}: {e}", dir.display())))?;
-        let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
-        // SAFETY: flock on a descriptor this function owns.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(Fail::new(format!("{}: pool is in use by another process (mounted?)", dir.display())));
+        use rustix::fs::FlockOperation::{NonBlockingLockExclusive, NonBlockingLockShared};
+        match rustix::fs::flock(&file, if exclusive { NonBlockingLockExclusive } else { NonBlockingLockShared }) {
+            Ok(()) => Ok(PoolLock { _file: file }),
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                Err(Fail::new(format!("{}: pool is in use by another process (mounted?)", dir.display())))
             }
-            return Err(Fail::new(format!("{}: cannot lock the pool: {e}", dir.display())));
+            Err(e) => Err(Fail::new(format!("{}: cannot lock the pool: {e}", dir.display()))),
         }
-        Ok(PoolLock { _file: file })
     }
 }
 
@@ -275,8 +271,7 @@ impl Pool {
 
 /// The invoking user, who owns what the CLI creates (the path API creates as root).
 pub fn owner() -> (u32, u32) {
-    // SAFETY: no preconditions.
-    unsafe { (libc::geteuid(), libc::getegid()) }
+    (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
 }
 
 /// Hands a new inode to the invoking user.

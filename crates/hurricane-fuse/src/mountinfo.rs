@@ -1,8 +1,8 @@
 //! Finding, unmounting and querying mounts: /proc/self/mountinfo parsing,
 //! fusermount3 calls, and the statistics xattr.
 
-use std::ffi::{CString, OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -85,33 +85,20 @@ pub fn absolute(p: &Path) -> PathBuf {
     }
 }
 
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{}: path contains a NUL byte", p.display()))
-}
-
 /// Reads an extended attribute of `path` whole (probing its size first).
 pub fn get_xattr(path: &Path, name: &str) -> Result<Vec<u8>, std::io::Error> {
-    let p = cstr(path).map_err(std::io::Error::other)?;
-    let n = CString::new(name).map_err(std::io::Error::other)?;
-    let mut size = 0usize;
+    let mut size = rustix::fs::getxattr_query(path, name)? + 1;
     for _ in 0..8 {
         let mut buf = vec![0u8; size];
-        // SAFETY: valid C strings; the buffer is `size` bytes long.
-        let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ERANGE) {
-                size = (size * 2).max(4096);
-                continue;
+        match rustix::fs::getxattr(path, name, &mut buf[..]) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(buf);
             }
-            return Err(e);
+            // It grew since the probe.
+            Err(rustix::io::Errno::RANGE) => size = (size * 2).max(4096),
+            Err(e) => return Err(e.into()),
         }
-        if size == 0 {
-            size = r as usize + 1;
-            continue;
-        }
-        buf.truncate(r as usize);
-        return Ok(buf);
     }
     Err(std::io::Error::from_raw_os_error(libc::ERANGE))
 }

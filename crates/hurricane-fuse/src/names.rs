@@ -42,19 +42,13 @@ pub(crate) fn searchable(mode: u32) -> bool {
 /// Sends FUSE_NOTIFY_INC_EPOCH: every name the kernel holds is revalidated
 /// (looked up again) at its next use.
 fn inc_epoch(dev: &OwnedFd) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
     // struct fuse_out_header { u32 len; i32 error (the notify code); u64 unique (0) }
     let mut h = [0u8; 16];
     h[0..4].copy_from_slice(&16u32.to_ne_bytes());
     h[4..8].copy_from_slice(&NOTIFY_INC_EPOCH.to_ne_bytes());
-    // SAFETY: writing 16 bytes from a live buffer to an open descriptor.
-    let n = unsafe { libc::write(dev.as_raw_fd(), h.as_ptr().cast(), h.len()) };
-    if n == h.len() as isize {
-        Ok(())
-    } else if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Err(std::io::Error::other(format!("short write of {n} bytes")))
+    match rustix::io::write(dev, &h)? {
+        16 => Ok(()),
+        n => Err(std::io::Error::other(format!("short write of {n} bytes"))),
     }
 }
 

@@ -225,8 +225,7 @@ impl MountOptions {
 
     /// Which names the kernel may keep.
     pub fn name_cache(&self) -> NameCache {
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = rustix::process::geteuid().is_root();
         if self.kernel_permissions || (root && !self.allow_other) {
             // Without allow_other, the kernel lets only processes of the
             // mounting user and group (here uid and gid 0) use the mount,
@@ -302,8 +301,7 @@ mod tests {
         let e = MountOptions::parse(&["engine_permissions,allow_other"]).unwrap_err();
         assert!(e.contains("engine_permissions"), "{e}");
         assert!(MountOptions::parse(&["engine_permissions", "default_permissions,allow_other"]).is_ok());
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = rustix::process::geteuid().is_root();
         let own = MountOptions::parse(&["engine_permissions"]).unwrap();
         assert_eq!(own.name_cache(), if root { NameCache::All } else { NameCache::Searchable });
         let d = MountOptions::parse::<&str>(&[]).unwrap();

@@ -6,7 +6,6 @@ use crate::filesystem::{HurricaneFuse, MountInfo};
 use crate::mountinfo::{fuse_mounts_at, unmount};
 use crate::options::MountOptions;
 use hurricane::{Fs, Options};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// What to do about a mount point whose server has died.
@@ -18,54 +17,41 @@ pub fn is_dead_mount(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
 }
 
-const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+use nix::sys::signal::{SigSet, Signal};
 
-fn signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset initialises the set before sigaddset uses it.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in SIGNALS {
-            libc::sigaddset(&mut set, s);
-        }
-        set
+fn signal_set() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        set.add(s);
     }
+    set
 }
 
 /// Blocks the shutdown signals in this thread and every thread it starts
 /// from now on, so only the watcher thread (sigwait) receives them.
 fn block_signals() {
-    let set = signal_set();
-    // SAFETY: a valid, initialised signal set.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    if let Err(e) = signal_set().thread_block() {
+        tracing::warn!("cannot block the shutdown signals: {e}");
     }
 }
 
-fn wait_signal() -> libc::c_int {
-    let set = signal_set();
-    let mut sig: libc::c_int = 0;
-    // SAFETY: valid set and output pointer; sigwait only fails for bad sets.
-    unsafe {
-        libc::sigwait(&set, &mut sig);
-    }
-    sig
+/// Waits for a shutdown signal (sigwait only fails for a bad set: taken
+/// as SIGTERM).
+fn wait_signal() -> Signal {
+    signal_set().wait().unwrap_or(Signal::SIGTERM)
 }
 
 /// Takes an exclusive lock on the pool directory for as long as the
 /// returned file lives: two servers on one pool would corrupt it.
 fn lock_pool(pool: &Path) -> Result<std::fs::File, String> {
     let f = std::fs::File::open(pool).map_err(|e| format!("{}: {e}", pool.display()))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            format!("{}: the pool is in use by another Hurricane process", pool.display())
-        } else {
-            format!("{}: cannot lock the pool: {e}", pool.display())
-        });
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(f),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            Err(format!("{}: the pool is in use by another Hurricane process", pool.display()))
+        }
+        Err(e) => Err(format!("{}: cannot lock the pool: {e}", pool.display())),
     }
-    Ok(f)
 }
 
 /// Readahead window of a mount, in KiB. The kernel cuts readahead into

@@ -162,9 +162,9 @@ impl ReplySink for EntrySink {
         header[ENT_PAYLOAD_SZ..ENT_PAYLOAD_SZ + 4].copy_from_slice(&(body as u32).to_ne_bytes());
         self.q.done.lock().push(self.idx);
         if RING_QID.with(|c| c.get()) != Some(self.q.qid) {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: writing 8 bytes to an eventfd we own.
-            unsafe { libc::write(self.q.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+            // Cannot fail short of a bad descriptor: an eventfd's counter
+            // takes 2^64-2 wake-ups before a write would block.
+            let _ = rustix::io::write(&self.q.wake, &1u64.to_ne_bytes());
         }
         Ok(())
     }
@@ -293,13 +293,7 @@ impl Ring {
             .setup_single_issuer()
             .setup_coop_taskrun()
             .build((2 * ENTRIES as u32 + 2).next_power_of_two())?;
-        // SAFETY: plain eventfd creation.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor we just created and own.
-        let wake = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) };
+        let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)?;
         let q = Arc::new(Queue {
             qid,
             entries: (0..ENTRIES).map(|_| Entry::new(payload)).collect(),
