@@ -69,10 +69,11 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
     use std::path::Path;
 
-    /// Top-level module -> the modules its code names as `crate::X`
-    /// (comments skipped, names re-exported at the root mapped to theirs).
-    fn module_edges() -> BTreeMap<String, BTreeSet<String>> {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    /// Top-level module of the crate at `src` -> the modules its code
+    /// names as `crate::X` (comments skipped, names re-exported at the root
+    /// mapped to theirs).
+    fn module_edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+        let src = src.to_path_buf();
         let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
         let mut reexports = BTreeMap::new();
         for line in lib.lines().filter_map(|l| l.strip_prefix("pub use ")) {
@@ -120,17 +121,8 @@ mod tests {
 
     /// The engine's modules form an order (no `use` cycles), so each layer
     /// can be read, tested and changed with only the layers below it in mind.
-    #[test]
-    fn module_order() {
-        let edges = module_edges();
-        for (m, to) in &edges {
-            assert!(edges.contains_key(m));
-            for t in to {
-                assert!(edges.contains_key(t) || t == "lib", "{m} names unknown module {t}");
-            }
-        }
-        assert!(edges["base"].is_empty(), "base is a leaf: {:?}", edges["base"]);
-        // Peel modules with no remaining dependencies; what is left is cycles.
+    /// The layers of `edges`, lowest first; fails on a cycle.
+    fn layers(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
         let mut left = edges.clone();
         let mut order = Vec::new();
         loop {
@@ -147,11 +139,35 @@ mod tests {
             order.push(ready);
         }
         assert!(left.is_empty(), "import cycle among {:?} (layers so far: {order:?})", left.keys().collect::<Vec<_>>());
+        order
+    }
+
+    #[test]
+    fn module_order() {
+        let edges = module_edges(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+        for (m, to) in &edges {
+            assert!(edges.contains_key(m));
+            for t in to {
+                assert!(edges.contains_key(t) || t == "lib", "{m} names unknown module {t}");
+            }
+        }
+        assert!(edges["base"].is_empty(), "base is a leaf: {:?}", edges["base"]);
+        let order = layers(&edges);
         // The storage layers come in this order.
         let pos = |m: &str| order.iter().position(|l| l.iter().any(|x| x == m)).unwrap_or(usize::MAX);
         for w in ["base", "device", "pool", "journal", "blocks", "layout"].windows(2) {
             assert!(pos(w[0]) < pos(w[1]), "{} should be below {}: {order:?}", w[0], w[1]);
         }
         assert!(pos("cache") < pos("fs"));
+    }
+
+    /// The mount crate's files form an order too (it is one directory of
+    /// flat modules, so the same reading of `crate::X` applies).
+    #[test]
+    fn mount_crate_file_order() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../hurricane-fuse/src");
+        let order = layers(&module_edges(&src));
+        let pos = |m: &str| order.iter().position(|l| l.iter().any(|x| x == m)).unwrap_or(usize::MAX);
+        assert!(pos("workers") < pos("uring") && pos("filesystem") < pos("uring") && pos("uring") < pos("serve"));
     }
 }
