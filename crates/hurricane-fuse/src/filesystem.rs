@@ -321,20 +321,9 @@ impl HurricaneFuse {
     }
 
     fn kill_setid(&self, unprivileged: bool, ino: u64) {
-        if !unprivileged {
-            return;
-        }
-        if let Ok(a) = self.fs.getattr(ino) {
-            let m = a.mode & 0o7777;
-            let mut n = m & !libc::S_ISUID;
-            if m & 0o010 != 0 {
-                n &= !libc::S_ISGID;
-            }
-            if n != m {
-                let s = SetAttr { mode: Some(n), ..Default::default() };
-                if let Err(e) = self.fs.setattr(&Creds::root(), ino, &s) {
-                    tracing::warn!("inode {ino}: clearing set-id bits: {e}");
-                }
+        if unprivileged {
+            if let Err(e) = self.fs.clear_setid(ino) {
+                tracing::warn!("inode {ino}: clearing set-id bits: {e}");
             }
         }
     }

@@ -42,6 +42,19 @@ pub fn open_mask(flags: i32) -> u32 {
 
 pub use crate::xattr::{DIR_LAYOUT as DIR_LAYOUT_XATTR, LAYOUT as LAYOUT_XATTR};
 
+/// Permission bits of `mode` once a change by an unprivileged caller (a
+/// write, a truncate, a chown) has dropped privilege: set-user-id always,
+/// set-group-id of a group-executable file (a set-group-id file without
+/// group execute marks mandatory locking, not privilege).
+pub(crate) fn without_setid(mode: u32) -> u32 {
+    let m = mode & 0o7777 & !libc::S_ISUID;
+    if mode & 0o010 != 0 {
+        m & !libc::S_ISGID
+    } else {
+        m
+    }
+}
+
 /// File attributes, as `stat` reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attr {
@@ -711,11 +724,7 @@ impl Fs {
             && d.mode & (libc::S_ISUID | libc::S_ISGID) != 0
             && mode.is_none()
         {
-            let mut m = d.mode & 0o7777 & !libc::S_ISUID;
-            if d.mode & 0o010 != 0 {
-                m &= !libc::S_ISGID;
-            }
-            mode = Some(m);
+            mode = Some(without_setid(d.mode));
         }
         let t = now();
         let times = |v: Option<Option<i64>>| -> Result<Option<i64>> {
@@ -933,16 +942,22 @@ impl Fs {
             return Ok(a);
         }
         self.truncate(ino, 0)?;
-        let m = a.mode & 0o7777;
-        let mut cleared = m & !libc::S_ISUID;
-        if m & 0o010 != 0 {
-            cleared &= !libc::S_ISGID;
+        if cred.is_root() {
+            self.getattr(ino)
+        } else {
+            self.clear_setid(ino)
         }
-        if !cred.is_root() && cleared != m {
-            let s = SetAttr { mode: Some(cleared), ..Default::default() };
-            return self.setattr(&Creds::root(), ino, &s);
+    }
+
+    /// Drops the set-id bits a change by an unprivileged caller drops
+    /// ([`without_setid`]); returns the attributes after.
+    pub fn clear_setid(&self, ino: Ino) -> Result<Attr> {
+        let a = self.getattr(ino)?;
+        let m = without_setid(a.mode);
+        if m == a.mode & 0o7777 {
+            return Ok(a);
         }
-        self.getattr(ino)
+        self.setattr(&Creds::root(), ino, &SetAttr { mode: Some(m), ..Default::default() })
     }
 
     /// Counts an open handle: an unlinked inode stays until the last close.
