@@ -21,6 +21,10 @@ pub enum Error {
     Layout(String),
     #[error("device {0}")]
     Device(String),
+    /// Data read back does not match the checksum kept for it: never
+    /// returned as data (EIO upward).
+    #[error("checksum mismatch: {0}")]
+    Checksum(String),
     #[error("no space left on device {0}")]
     NoSpace(String),
     #[error("{0}: no such file or directory")]
@@ -75,7 +79,7 @@ impl Error {
         use Error::*;
         match self {
             Io { source, .. } | RawIo(source) => source.raw_os_error().unwrap_or(libc::EIO),
-            Corrupt { .. } | Device(_) => libc::EIO,
+            Corrupt { .. } | Device(_) | Checksum(_) => libc::EIO,
             Layout(_) | Invalid(_) => libc::EINVAL,
             NoSpace(_) => libc::ENOSPC,
             NotFound(_) => libc::ENOENT,

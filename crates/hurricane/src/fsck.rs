@@ -376,7 +376,7 @@ fn read_superblock(fs: &Fs) -> Result<Superblock> {
     for d in &fs.storage().devs {
         for slot in 0..RESERVED_BLOCKS {
             d.read_blocks(slot, &mut buf)?;
-            if let Ok(Some(sb)) = Superblock::decode(&buf, d.dev.name()) {
+            if let Ok(Some(sb)) = Superblock::decode(&buf, &d.name()) {
                 if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
                     best = Some(sb);
                 }

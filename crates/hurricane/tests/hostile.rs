@@ -225,7 +225,7 @@ fn generate_fuzz_corpus() {
         let devs = p.devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
         let rfs = Fs::open(devs, Options { read_only: true, ..quiet() }).unwrap();
         let sink = |_: NodeRecord| {};
-        let io = IoCtx { storage: rfs.storage(), epoch: 0, sink: &sink };
+        let io = IoCtx { storage: rfs.storage(), epoch: 0, sink: &sink, repair: true };
         let mut buf = vec![0u8; (sb.meta_len as usize).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
         meta.root().read(&io, 0, &mut buf).unwrap();
         buf.truncate(sb.meta_len as usize);
@@ -984,7 +984,7 @@ fn fsck_repair_of_meta_data_damaged_on_disk() {
         .collect();
     let meta = Layout::decode(&mut Decoder::new(&sbs[0].meta_layout, "meta")).unwrap();
     let sink = |_: NodeRecord| {};
-    let io = IoCtx { storage: &storage, epoch: 0, sink: &sink };
+    let io = IoCtx { storage: &storage, epoch: 0, sink: &sink, repair: true };
     let mut buf = vec![0u8; (sbs[0].meta_len as usize).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
     meta.root().read(&io, 0, &mut buf).unwrap();
     buf.truncate(sbs[0].meta_len as usize);

@@ -335,7 +335,7 @@ impl Extent {
                         m.pending.remove(&sp);
                         alloc.free_now(sp, sl);
                     }
-                    return Err(Error::NoSpace(self.handle(io).map(|h| h.dev.name().to_string()).unwrap_or_default()));
+                    return Err(Error::NoSpace(self.handle(io).map(|h| h.name()).unwrap_or_default()));
                 };
                 m.insert(pos, p, got, self.max);
                 m.pending.insert(p, got);

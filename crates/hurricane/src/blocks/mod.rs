@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 pub use crate::base::BLOCK_SIZE;
 pub use crate::journal::NodeRecord;
-pub use common::{chunks, span};
+pub use common::{chunks, scrub_by_read, span};
 pub use registry::{canonical, lookup, BlockType, ParamKind, ParamSpec, Registry, TYPES};
 
 /// A parameter value: a number (sizes in bytes) or a word.
@@ -63,6 +63,11 @@ pub struct IoCtx<'a> {
     /// Receives every persistent-state change the request makes, framed
     /// for the journal.
     pub sink: &'a (dyn Fn(NodeRecord) + Sync),
+    /// The request may rewrite bad or missing copies it finds (self-heal):
+    /// it holds the file's I/O lock and journals what `sink` receives.
+    /// Reads that hold no lock or drop records (prefetch) leave repair to a
+    /// later read or scrub.
+    pub repair: bool,
 }
 
 impl IoCtx<'_> {
@@ -82,6 +87,53 @@ impl IoCtx<'_> {
         if let Some(a) = self.storage.allocs.get(dev as usize) {
             a.free_deferred(self.epoch, start, len);
         }
+    }
+}
+
+/// How much of a node's data survives the devices that are down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Health {
+    /// Every copy or piece is in place.
+    Ok,
+    /// Readable, but with less redundancy than the layout asks for
+    /// (a copy on a down device, ranges a copy missed, a parity piece gone).
+    Degraded,
+    /// Some data can no longer be read.
+    Lost,
+}
+
+/// What one scrub (or resilver) pass asks of every node, and what it found.
+pub struct Scrub<'a> {
+    /// Rewrite what can be rebuilt from redundancy (false: only report).
+    pub repair: bool,
+    /// Devices whose contents are rebuilt wholesale (a replacement being
+    /// resilvered): a redundant node treats every piece it keeps on them as
+    /// lost and rewrites it from the others.
+    pub rebuild: &'a (dyn Fn(u32) -> bool + Sync),
+    pub tally: &'a ScrubTally,
+}
+
+/// Counts of a scrub pass, shared by the nodes it visits.
+#[derive(Debug, Default)]
+pub struct ScrubTally {
+    /// File blocks read and verified (every copy counts).
+    pub checked: std::sync::atomic::AtomicU64,
+    /// Blocks rewritten from redundancy.
+    pub repaired: std::sync::atomic::AtomicU64,
+    /// File block ranges (start, length) of the node being scrubbed that no
+    /// copy could supply.
+    pub unrecoverable: parking_lot::Mutex<Vec<(u64, u64)>>,
+}
+
+impl ScrubTally {
+    pub fn checked(&self, n: u64) {
+        self.checked.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+    pub fn repaired(&self, n: u64) {
+        self.repaired.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+    pub fn lost(&self, fblk: u64, n: u64) {
+        self.unrecoverable.lock().push((fblk, n));
     }
 }
 
@@ -163,6 +215,37 @@ pub trait Block: Send + Sync {
     /// Largest number of file blocks this node can hold.
     fn capacity(&self) -> u64 {
         u64::MAX
+    }
+    /// Drops file blocks [fblk, fblk+n), giving their device space back once
+    /// the request's batch commits; they read as zeros afterwards.
+    fn punch(&self, _io: &IoCtx, _fblk: u64, _n: u64) -> Result<()> {
+        Err(Error::NotSupported(format!("{} block: punching holes", self.kind().name)))
+    }
+    /// What survives when the devices for which `down` is true are gone.
+    /// The default suits every type without redundancy: a leaf is lost with
+    /// its device, a composite is as bad as its worst child.
+    fn health(&self, down: &dyn Fn(u32) -> bool) -> Health {
+        let own = match self.device() {
+            Some(d) if down(d) => Health::Lost,
+            _ => Health::Ok,
+        };
+        self.children().iter().map(|c| c.health(down)).fold(own, Health::max)
+    }
+    /// For a composite that places each file block on exactly one child:
+    /// calls `f(file_fblk, child, child_fblk, n)` for the pieces of
+    /// [fblk, fblk+n) and returns true. Types that do not translate this way
+    /// return false.
+    fn map_range(&self, _fblk: u64, _n: u64, _f: &mut dyn FnMut(u64, usize, u64, u64)) -> bool {
+        false
+    }
+    /// Reads every copy of file blocks [fblk, fblk+n), verifies them, and
+    /// (with `s.repair`) rewrites bad or missing copies from good ones,
+    /// counting into `s.tally`. Redundant types override this; the default
+    /// goes down through [`Block::map_range`] where the type offers it, and
+    /// otherwise reads the range through [`Block::read`] and reports what
+    /// fails as unrecoverable.
+    fn scrub(&self, io: &IoCtx, s: &Scrub, fblk: u64, n: u64) -> Result<()> {
+        common::scrub_default(self, io, s, fblk, n)
     }
 }
 

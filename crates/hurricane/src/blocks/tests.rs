@@ -82,7 +82,7 @@ impl Env {
     }
     fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
         let sink = |c: NodeRecord| self.log.lock().push(c);
-        f(&IoCtx { storage: &self.storage, epoch: 1, sink: &sink })
+        f(&IoCtx { storage: &self.storage, epoch: 1, sink: &sink, repair: true })
     }
     fn write(&self, l: &Layout, fblk: u64, data: &[u8]) -> Result<()> {
         self.io(|io| l.root().write(io, fblk, data))

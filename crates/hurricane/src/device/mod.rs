@@ -38,54 +38,226 @@ pub trait Device: Send + Sync {
     }
 }
 
-/// A device together with its statistics; the handle the rest of the engine holds.
+/// Where a device of the pool stands. Kept per handle; how a state is
+/// entered and left (degraded open, faults, replace, remove) is the pool's
+/// business, what it allows is decided here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum DeviceState {
+    /// Present and serving reads and writes.
+    Online = 0,
+    /// Not there: its file or block device could not be opened, or it went
+    /// away while in use. Every request to it fails at once.
+    Missing = 1,
+    /// There, but failing: too many errors. Every request to it fails at once.
+    Faulted = 2,
+    /// A replacement being filled from redundancy: writes reach it, reads of
+    /// data not rebuilt yet must come from elsewhere, so reads fail at once.
+    Resilvering = 3,
+    /// Taken out of the pool; its slot stays so device numbers never change.
+    Removed = 4,
+}
+
+impl DeviceState {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceState::Online => "online",
+            DeviceState::Missing => "missing",
+            DeviceState::Faulted => "faulted",
+            DeviceState::Resilvering => "resilvering",
+            DeviceState::Removed => "removed",
+        }
+    }
+    fn from_u8(v: u8) -> DeviceState {
+        match v {
+            0 => DeviceState::Online,
+            1 => DeviceState::Missing,
+            2 => DeviceState::Faulted,
+            3 => DeviceState::Resilvering,
+            _ => DeviceState::Removed,
+        }
+    }
+    /// Reads may be served by a device in this state.
+    pub fn readable(self) -> bool {
+        self == DeviceState::Online
+    }
+    /// Writes may go to a device in this state.
+    pub fn writable(self) -> bool {
+        matches!(self, DeviceState::Online | DeviceState::Resilvering)
+    }
+}
+
+impl std::fmt::Display for DeviceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Errors seen on one device since the pool was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ErrorCounts {
+    pub read: u64,
+    pub write: u64,
+    /// Blocks whose data did not match their checksum.
+    pub checksum: u64,
+}
+
+/// A device slot with nothing behind it: every request fails naming the
+/// device. Holds the place of a missing device so device numbers stay put.
+pub struct MissingDevice {
+    name: String,
+    size: u64,
+}
+
+impl MissingDevice {
+    /// `size`: what the pool's superblocks say the device holds (bytes).
+    pub fn new(name: impl Into<String>, size: u64) -> Self {
+        MissingDevice { name: name.into(), size }
+    }
+    fn err(&self) -> crate::Error {
+        crate::Error::Device(format!("{} is missing", self.name))
+    }
+}
+
+impl Device for MissingDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, _buf: &mut [u8], _offset: u64) -> Result<()> {
+        Err(self.err())
+    }
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> Result<()> {
+        Err(self.err())
+    }
+    fn flush(&self) -> Result<()> {
+        Err(self.err())
+    }
+}
+
+/// A device together with its statistics, state and error counts; the
+/// handle the rest of the engine holds. The device behind it can be swapped
+/// (a replacement takes the slot of the device it replaces).
 pub struct DeviceHandle {
-    pub dev: Arc<dyn Device>,
+    dev: parking_lot::RwLock<Arc<dyn Device>>,
     pub stats: DeviceStats,
     /// Position in the pool (superblock `dev_index`).
     pub index: u32,
+    state: std::sync::atomic::AtomicU8,
+    read_errors: std::sync::atomic::AtomicU64,
+    write_errors: std::sync::atomic::AtomicU64,
+    checksum_errors: std::sync::atomic::AtomicU64,
 }
 
 impl DeviceHandle {
     pub fn new(index: u32, dev: Arc<dyn Device>) -> Self {
-        DeviceHandle { dev, stats: DeviceStats::default(), index }
+        Self::with_state(index, dev, DeviceState::Online)
+    }
+
+    pub fn with_state(index: u32, dev: Arc<dyn Device>, state: DeviceState) -> Self {
+        DeviceHandle {
+            dev: parking_lot::RwLock::new(dev),
+            stats: DeviceStats::default(),
+            index,
+            state: std::sync::atomic::AtomicU8::new(state as u8),
+            read_errors: Default::default(),
+            write_errors: Default::default(),
+            checksum_errors: Default::default(),
+        }
+    }
+
+    /// The device in this slot now.
+    pub fn dev(&self) -> Arc<dyn Device> {
+        self.dev.read().clone()
+    }
+
+    /// Puts another device in this slot (a replacement), returning the old one.
+    pub fn swap(&self, dev: Arc<dyn Device>) -> Arc<dyn Device> {
+        std::mem::replace(&mut *self.dev.write(), dev)
+    }
+
+    pub fn name(&self) -> String {
+        self.dev.read().name().to_string()
+    }
+
+    pub fn state(&self) -> DeviceState {
+        DeviceState::from_u8(self.state.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    pub fn set_state(&self, s: DeviceState) {
+        let old = DeviceState::from_u8(self.state.swap(s as u8, std::sync::atomic::Ordering::AcqRel));
+        if old != s {
+            tracing::warn!(device = self.index, name = %self.name(), from = %old, to = %s, "device state changed");
+        }
+    }
+
+    pub fn errors(&self) -> ErrorCounts {
+        use std::sync::atomic::Ordering::Relaxed;
+        ErrorCounts {
+            read: self.read_errors.load(Relaxed),
+            write: self.write_errors.load(Relaxed),
+            checksum: self.checksum_errors.load(Relaxed),
+        }
+    }
+
+    /// Counts a block whose data failed its checksum.
+    pub fn count_checksum_error(&self) {
+        self.checksum_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn blocks(&self) -> u64 {
-        self.dev.size() >> BLOCK_SHIFT
+        self.dev.read().size() >> BLOCK_SHIFT
     }
 
     pub fn read_blocks(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
+        let st = self.state();
+        if !st.readable() {
+            return Err(crate::Error::Device(format!("{} ({}) is {st}", self.index, self.name())));
+        }
         let _g = self.stats.begin();
-        self.check(blk, buf.len())?;
-        self.dev.read_at(buf, blk << BLOCK_SHIFT)?;
+        let dev = self.dev();
+        self.check(&*dev, blk, buf.len())?;
+        if let Err(e) = dev.read_at(buf, blk << BLOCK_SHIFT) {
+            self.read_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(e);
+        }
         self.stats.read(buf.len());
         Ok(())
     }
 
     pub fn write_blocks(&self, blk: u64, buf: &[u8]) -> Result<()> {
+        let st = self.state();
+        if !st.writable() {
+            return Err(crate::Error::Device(format!("{} ({}) is {st}", self.index, self.name())));
+        }
         let _g = self.stats.begin();
-        self.check(blk, buf.len())?;
-        self.dev.write_at(buf, blk << BLOCK_SHIFT)?;
+        let dev = self.dev();
+        self.check(&*dev, blk, buf.len())?;
+        if let Err(e) = dev.write_at(buf, blk << BLOCK_SHIFT) {
+            self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(e);
+        }
         self.stats.write(buf.len());
         Ok(())
     }
 
     pub fn flush(&self) -> Result<()> {
         self.stats.flush();
-        self.dev.flush()
+        self.dev().flush()
     }
 
-    fn check(&self, blk: u64, len: usize) -> Result<()> {
+    fn check(&self, dev: &dyn Device, blk: u64, len: usize) -> Result<()> {
         let end = blk.checked_mul(BLOCK_SIZE as u64).and_then(|o| o.checked_add(len as u64));
         match end {
-            Some(e) if e <= self.dev.size() => Ok(()),
+            Some(e) if e <= dev.size() => Ok(()),
             _ => Err(crate::Error::Device(format!(
                 "{}: access to block {} (+{} bytes) past the end ({} bytes)",
-                self.dev.name(),
+                dev.name(),
                 blk,
                 len,
-                self.dev.size()
+                dev.size()
             ))),
         }
     }

@@ -89,8 +89,22 @@ impl Fs {
             return Ok(0);
         }
         let n = (buf.len() as u64).min(size - off) as usize;
-        let io = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink() };
-        self.read_cached(ino, &lay, &io, off, &mut buf[..n])?;
+        // A read that finds a bad copy rewrites it (self-heal); the shared
+        // I/O lock keeps truncates out, and what the repair records (space
+        // it mapped) is journalled below like a write's changes.
+        let changes = Mutex::new(Vec::new());
+        let sink = |c: NodeRecord| changes.lock().push(c);
+        let io = IoCtx { storage: self.storage(), epoch: 0, sink: &sink, repair: !self.inner.read_only };
+        let r = self.read_cached(ino, &lay, &io, off, &mut buf[..n]);
+        let changes = changes.into_inner();
+        if !changes.is_empty() {
+            let ops: Vec<Op> = changes.into_iter().map(|change| Op::Map { ino, change }).collect();
+            let g = self.inner.gate.enter();
+            g.log(&ops);
+            drop(g);
+            self.mark_dirty(ino);
+        }
+        r?;
         Ok(n)
     }
 
@@ -237,7 +251,7 @@ impl Fs {
         let claims = Claims { cache, ino, start, n, filled: false };
         let Some(lay) = self.state().get(ino).and_then(|node| node.data.read().layout().cloned()) else { return };
         let mut tmp = vec![0u8; n as usize * BLOCK_SIZE];
-        let io = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink() };
+        let io = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
         match lay.root().read(&io, start, &mut tmp) {
             Ok(()) => claims.fill(&tmp),
             Err(e) => tracing::debug!("prefetch of inode {ino} blocks {start}+{n}: {e}"),
@@ -264,7 +278,7 @@ impl Fs {
             let g = self.inner.gate.enter();
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
             let r = write_range(&lay, &io, off, data);
             // Written through: cached copies (and loads racing the write) go.
             self.inner.cache.invalidate(ino, off / BS, end.div_ceil(BS) - off / BS);
@@ -358,13 +372,13 @@ impl Fs {
         let fresh = Arc::new(Layout::build(&spec)?);
         let mut e = Encoder::new();
         fresh.encode(&mut e);
-        let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink() };
+        let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
         let mut buf = vec![0u8; size.div_ceil(BS) as usize * BLOCK_SIZE];
         old.root().read(&rio, 0, &mut buf)?;
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
         if !buf.is_empty() {
             fresh.root().write(&io, 0, &buf)?;
         }
@@ -397,7 +411,7 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
         if size < old {
             let keep = size.div_ceil(BS);
             lay.root().truncate(&io, keep)?;
@@ -453,7 +467,7 @@ impl Fs {
                 let g = self.inner.gate.enter();
                 let changes = Mutex::new(Vec::new());
                 let sink = |c: NodeRecord| changes.lock().push(c);
-                let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+                let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
                 let r = lay.root().write(&io, b, &zero[..n as usize * BLOCK_SIZE]);
                 self.inner.cache.invalidate(ino, b, n);
                 let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();

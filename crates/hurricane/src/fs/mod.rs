@@ -150,7 +150,7 @@ impl Fs {
             if h.blocks() < need {
                 return Err(Error::Device(format!(
                     "{}: too small: {} KiB, needs at least {} KiB",
-                    h.dev.name(),
+                    h.name(),
                     h.blocks() * 4,
                     need * 4
                 )));
@@ -219,6 +219,9 @@ impl Fs {
             meta_crc: 0,
             clean: true,
             default_layout,
+            journal_mirror: None,
+            checksum: false,
+            dev_states: Vec::new(),
         };
         let mut e = Encoder::new();
         state.encode(&mut e);
@@ -231,13 +234,11 @@ impl Fs {
     /// loads the last checkpoint and replays the journal after it.
     pub fn open(devs: Vec<Arc<dyn Device>>, opts: Options) -> Result<Fs> {
         let (sb, handles) = pool::identify(devs)?;
-        if sb.version < FORMAT_VERSION {
-            // Older formats frame layout state differently (docs/FORMAT.md).
-            return Err(Error::Invalid(format!(
-                "pool format version {} is older than this build reads ({FORMAT_VERSION})",
-                sb.version
-            )));
-        }
+        // Superblock::decode refused formats older than version 2 (which
+        // framed layout state differently, docs/FORMAT.md); a version-2
+        // superblock is rewritten as version 3 by the next superblock write.
+        let mut sb = sb;
+        sb.version = FORMAT_VERSION;
         let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
         let storage = Storage { devs: handles, allocs };
         let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };
@@ -279,7 +280,7 @@ impl Fs {
             ));
         }
         let nblk = (sb.meta_len as usize).div_ceil(BLOCK_SIZE);
-        let io = IoCtx { storage: &storage, epoch: 0, sink: &ignore };
+        let io = IoCtx { storage: &storage, epoch: 0, sink: &ignore, repair: false };
         let read_copy = |b: &Arc<dyn crate::blocks::Block>| -> Result<Vec<u8>> {
             let mut buf = vec![0u8; nblk * BLOCK_SIZE];
             b.read(&io, 0, &mut buf)?;
@@ -465,7 +466,7 @@ impl Fs {
 
     /// Per-device I/O statistics.
     pub fn device_stats(&self) -> Vec<(String, StatsSnapshot)> {
-        self.inner.storage.devs.iter().map(|d| (d.dev.name().to_string(), d.stats.snapshot())).collect()
+        self.inner.storage.devs.iter().map(|d| (d.name(), d.stats.snapshot())).collect()
     }
 
     /// (commits, checkpoints) since open.
@@ -706,7 +707,7 @@ fn write_checkpoint(storage: &Storage, m: &mut MetaState, bytes: &[u8], format: 
     let fresh = Layout::build(&spec)?;
     let mut padded = bytes.to_vec();
     padded.resize(bytes.len().div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE, 0);
-    let io = IoCtx { storage, epoch: 0, sink: &ignore };
+    let io = IoCtx { storage, epoch: 0, sink: &ignore, repair: false };
     if let Err(e) = fresh.root().write(&io, 0, &padded) {
         fresh.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
         return Err(e);

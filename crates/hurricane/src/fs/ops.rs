@@ -487,7 +487,7 @@ impl Fs {
         if let Some(lay) = l.get(ino)?.layout().cloned() {
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink };
+            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
             lay.root().truncate(&io, 0)?;
         }
         let op = Op::Free { ino };

@@ -239,7 +239,7 @@ fn check_journal(sb: &Superblock, handles: &[DeviceHandle]) -> Result<()> {
     let blocks = dev.blocks();
     if j.start.checked_add(j.blocks).is_none_or(|end| end > blocks) {
         return Err(Error::corrupt(
-            format!("superblock of {}", dev.dev.name()),
+            format!("superblock of {}", dev.name()),
             format!("journal region {}+{} blocks ends past the device's {blocks} blocks", j.start, j.blocks),
         ));
     }

@@ -10,7 +10,13 @@ use crate::error::{Error, Result};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HURRICAN");
 /// On-disk format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format this build opens. Version 2 lacks the version-3
+/// superblock fields (journal mirror, checksum option, device states), which
+/// read as absent; the first write upgrades the pool.
+pub const OLDEST_READABLE: u32 = 2;
+/// The most device-state entries a superblock carries.
+pub const MAX_DEV_STATES: usize = 256;
 /// Blocks reserved at the start of every device (the two superblock slots).
 pub const RESERVED_BLOCKS: u64 = 2;
 /// The most devices a pool may have. Opening sizes tables by the device
@@ -43,6 +49,14 @@ pub struct Superblock {
     pub clean: bool,
     /// Pool default layout spec for new files.
     pub default_layout: String,
+    /// A second copy of the journal on another device (written with the
+    /// first, replayed when the first is unreadable). Version 3.
+    pub journal_mirror: Option<Region>,
+    /// New files get a `checksum` block under every per-device leaf. Version 3.
+    pub checksum: bool,
+    /// Devices that are not simply online, with their persistent state
+    /// (`DeviceState as u8`: removed, resilvering). Version 3.
+    pub dev_states: Vec<(u32, u8)>,
 }
 
 impl Superblock {
@@ -55,6 +69,17 @@ impl Superblock {
         e.u64(self.cursor.tail).u64(self.cursor.seq);
         e.bytes(&self.meta_layout).u64(self.meta_len).u32(self.meta_crc);
         e.u8(self.clean as u8).str(&self.default_layout);
+        if self.version >= 3 {
+            match self.journal_mirror {
+                Some(m) => e.u32(m.dev).u64(m.start).u64(m.blocks),
+                None => e.u32(u32::MAX).u64(0).u64(0),
+            };
+            e.u8(self.checksum as u8);
+            e.u32(self.dev_states.len() as u32);
+            for &(i, st) in &self.dev_states {
+                e.u32(i).u8(st);
+            }
+        }
         if e.len() + 4 > BLOCK_SIZE {
             return Err(Error::NoSpace("superblock: meta-file layout too fragmented to record".into()));
         }
@@ -72,6 +97,11 @@ impl Superblock {
             return Ok(None);
         }
         let version = d.u32()?;
+        if version < OLDEST_READABLE {
+            return Err(Error::Invalid(format!(
+                "{device}: pool format version {version} is older than this build reads ({OLDEST_READABLE})"
+            )));
+        }
         if version > FORMAT_VERSION {
             return Err(Error::Device(format!(
                 "{device}: format version {version} is newer than this build supports ({FORMAT_VERSION})"
@@ -92,6 +122,25 @@ impl Superblock {
         let meta_crc = d.u32()?;
         let clean = d.u8()? != 0;
         let default_layout = d.str()?.to_string();
+        let (mut journal_mirror, mut checksum, mut dev_states) = (None, false, Vec::new());
+        if version >= 3 {
+            let (dev, start, blocks) = (d.u32()?, d.u64()?, d.u64()?);
+            if dev != u32::MAX {
+                journal_mirror = Some(Region { dev, start, blocks });
+            }
+            checksum = match d.u8()? {
+                0 => false,
+                1 => true,
+                v => return Err(Error::corrupt(format!("superblock of {device}"), format!("checksum flag {v}"))),
+            };
+            let n = d.count(5)?;
+            if n > MAX_DEV_STATES {
+                return Err(Error::corrupt(format!("superblock of {device}"), format!("{n} device states")));
+            }
+            for _ in 0..n {
+                dev_states.push((d.u32()?, d.u8()?));
+            }
+        }
         let end = d.pos();
         let stored = d.u32()?;
         if crc(&b[..end]) != stored {
@@ -129,6 +178,19 @@ impl Superblock {
                 journal.start, journal.blocks
             ));
         }
+        if let Some(m) = journal_mirror {
+            if m.dev >= dev_count || m.dev == journal.dev || m.blocks != journal.blocks || m.start < RESERVED_BLOCKS {
+                return bad(format!("journal mirror {}:{}+{} does not match the journal", m.dev, m.start, m.blocks));
+            }
+            if m.start.checked_add(m.blocks).is_none_or(|e| m.dev == dev_index && e > dev_blocks) {
+                return bad(format!("journal mirror region {}+{} blocks out of range", m.start, m.blocks));
+            }
+        }
+        for &(i, st) in &dev_states {
+            if i >= dev_count || st == 0 || st > 4 {
+                return bad(format!("state {st} for device {i} of {dev_count}"));
+            }
+        }
         if tail >= journal.blocks {
             return bad(format!("journal tail {tail} outside the journal's {} blocks", journal.blocks));
         }
@@ -147,6 +209,9 @@ impl Superblock {
             meta_crc,
             clean,
             default_layout,
+            journal_mirror,
+            checksum,
+            dev_states,
         }))
     }
 }
@@ -171,6 +236,9 @@ mod tests {
             meta_crc: 42,
             clean: true,
             default_layout: "stripe".into(),
+            journal_mirror: Some(Region { dev: 2, start: 2, blocks: 100 }),
+            checksum: true,
+            dev_states: vec![(2, 3)],
         }
     }
 
@@ -187,5 +255,16 @@ mod tests {
         newer.version = FORMAT_VERSION + 1;
         let msg = Superblock::decode(&newer.encode().unwrap(), "d").unwrap_err().to_string();
         assert!(msg.contains("newer"), "{msg}");
+    }
+
+    #[test]
+    fn version_2_reads_without_the_new_fields() {
+        let mut sb = sample();
+        sb.version = 2;
+        let got = Superblock::decode(&sb.encode().unwrap(), "d").unwrap().unwrap();
+        assert_eq!((got.journal_mirror, got.checksum, got.dev_states.len()), (None, false, 0));
+        sb.version = 1;
+        let msg = Superblock::decode(&sb.encode().unwrap(), "d").unwrap_err().to_string();
+        assert!(msg.contains("older"), "{msg}");
     }
 }
