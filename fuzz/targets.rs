@@ -168,7 +168,7 @@ pub fn layout_decode(data: &[u8]) {
     let storage =
         Storage { devs: vec![DeviceHandle::new(0, dev as Arc<dyn Device>)], allocs: vec![Allocator::new(0, 64)] };
     let sink = |_: NodeRecord| {};
-    let io = IoCtx { storage: &storage, epoch: 0, sink: &sink };
+    let io = IoCtx { storage: &storage, epoch: 0, sink: &sink, repair: true };
     let mut buf = vec![0u8; 2 * BLOCK_SIZE];
     let _ = l.root().read(&io, 0, &mut buf);
     let _ = l.root().next_data(0);
