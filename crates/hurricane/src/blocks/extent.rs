@@ -312,6 +312,8 @@ impl Extent {
         if gaps.is_empty() {
             return Ok(Vec::new());
         }
+        // No space is handed out on a device that takes no writes.
+        self.handle(io)?.check_writable()?;
         let alloc = io
             .storage
             .allocs

@@ -3,7 +3,8 @@ use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 /// Reads at least this large that continue a sequential stream ask the host
 /// to read ahead (see `FileDevice::read_ahead`); smaller ones are left to
@@ -13,6 +14,8 @@ const STREAM_READ: usize = 256 << 10;
 /// a few of the mount's 1 MiB requests per device, so a device's next reads
 /// are under way while the others are being read.
 const READ_AHEAD: u64 = 8 << 20;
+/// How often a request checks that the file is still there (one fstat).
+const GONE_CHECK: Duration = Duration::from_millis(100);
 
 /// An image file or a block device, accessed with positioned reads and writes.
 pub struct FileDevice {
@@ -24,6 +27,11 @@ pub struct FileDevice {
     stream_end: AtomicU64,
     /// End of the range the host was last asked to read ahead.
     ahead_end: AtomicU64,
+    /// The file was deleted or the block device removed: every request fails.
+    gone: AtomicBool,
+    /// When the file was last checked (nanoseconds since `opened`).
+    checked: AtomicU64,
+    opened: Instant,
 }
 
 impl FileDevice {
@@ -47,7 +55,74 @@ impl FileDevice {
     }
 
     fn new(file: File, name: String, size: u64, is_block: bool) -> Self {
-        FileDevice { file, name, size, is_block, stream_end: AtomicU64::new(u64::MAX), ahead_end: AtomicU64::new(0) }
+        FileDevice {
+            file,
+            name,
+            size,
+            is_block,
+            stream_end: AtomicU64::new(u64::MAX),
+            ahead_end: AtomicU64::new(0),
+            gone: AtomicBool::new(false),
+            checked: AtomicU64::new(0),
+            opened: Instant::now(),
+        }
+    }
+
+    /// Whether the file is gone, checking again (one fstat) when the last
+    /// check is older than `GONE_CHECK` or `now` is set. A deleted image
+    /// file stays readable through its open descriptor, but nothing written
+    /// to it survives: it has no name left (`st_nlink == 0`). A removed
+    /// block device fails every request with ENXIO or ENODEV.
+    fn check_gone(&self, now: bool) -> bool {
+        if self.gone.load(Relaxed) {
+            return true;
+        }
+        let t = self.opened.elapsed().as_nanos() as u64;
+        let last = self.checked.load(Relaxed);
+        if !now && t.saturating_sub(last) < GONE_CHECK.as_nanos() as u64 {
+            return false;
+        }
+        self.checked.store(t, Relaxed);
+        let gone = match rustix::fs::fstat(&self.file) {
+            Ok(st) => st.st_nlink == 0,
+            Err(e) => matches!(e, rustix::io::Errno::NXIO | rustix::io::Errno::NODEV),
+        };
+        if gone {
+            tracing::warn!("{}: gone ({})", self.name, self.gone_why());
+            self.gone.store(true, Relaxed);
+        }
+        gone
+    }
+
+    fn gone_why(&self) -> &'static str {
+        if self.is_block {
+            "its block device was removed"
+        } else {
+            "its image file was deleted"
+        }
+    }
+
+    fn gone_err(&self) -> Error {
+        Error::Device(format!("{} is gone: {}", self.name, self.gone_why()))
+    }
+
+    /// Fails a request to a device that is gone; after an I/O error, checks
+    /// at once whether that is why.
+    fn guard<T>(&self, r: Result<T>) -> Result<T> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let lost = matches!(&e, Error::Io { source, .. }
+                    if matches!(source.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENODEV)));
+                if lost {
+                    self.gone.store(true, Relaxed);
+                }
+                if self.check_gone(true) {
+                    return Err(self.gone_err());
+                }
+                Err(e)
+            }
+        }
     }
 
     /// A layout spreads a sequential file read over its devices, so each
@@ -120,7 +195,10 @@ impl Device for FileDevice {
         self.size
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        match self.file.read_exact_at(buf, offset) {
+        if self.check_gone(false) {
+            return Err(self.gone_err());
+        }
+        let r = match self.file.read_exact_at(buf, offset) {
             Ok(()) => {
                 self.read_ahead(offset, buf.len());
                 Ok(())
@@ -134,16 +212,28 @@ impl Device for FileDevice {
                 offset
             ))),
             Err(e) => Err(Error::io(&self.name, e)),
-        }
+        };
+        self.guard(r)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        self.file.write_all_at(buf, offset).map_err(|e| match e.raw_os_error() {
+        if self.check_gone(false) {
+            return Err(self.gone_err());
+        }
+        let r = self.file.write_all_at(buf, offset).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOSPC) => Error::NoSpace(format!("{} (host file system full)", self.name)),
             _ => Error::io(&self.name, e),
-        })
+        });
+        self.guard(r)
     }
     fn flush(&self) -> Result<()> {
-        self.file.sync_data().map_err(|e| Error::io(&self.name, e))
+        if self.check_gone(false) {
+            return Err(self.gone_err());
+        }
+        let r = self.file.sync_data().map_err(|e| Error::io(&self.name, e));
+        self.guard(r)
+    }
+    fn gone(&self) -> bool {
+        self.check_gone(false)
     }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         if self.is_block {
@@ -162,6 +252,7 @@ impl Device for FileDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn pattern(len: usize, seed: u64) -> Vec<u8> {
         (0..len as u64).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect()
@@ -196,5 +287,29 @@ mod tests {
         assert!(small == data[4096..8192]);
         // Past the end is still an error, not a panic.
         assert!(dev.read_at(&mut tail, size - 4096).is_err());
+    }
+
+    /// A deleted image file is noticed (within the check interval, and at
+    /// once by a flush after an error check) and every request fails from
+    /// then on, naming the file; a handle on it turns Missing.
+    #[test]
+    fn deleted_image_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.img");
+        let dev = Arc::new(FileDevice::create(&path, 1 << 20).unwrap());
+        let h = crate::device::DeviceHandle::new(3, dev.clone());
+        h.write_blocks(1, &[7u8; 4096]).unwrap();
+        assert!(!dev.gone());
+        std::fs::remove_file(&path).unwrap();
+        std::thread::sleep(GONE_CHECK + Duration::from_millis(20));
+        let e = h.write_blocks(1, &[8u8; 4096]).unwrap_err().to_string();
+        assert!(e.contains("d.img") && e.contains("deleted"), "{e}");
+        assert!(dev.gone());
+        assert_eq!(h.state(), crate::device::DeviceState::Missing);
+        let mut b = [0u8; 4096];
+        let e = h.read_blocks(1, &mut b).unwrap_err().to_string();
+        assert!(e.contains("3 (") && e.contains("missing"), "{e}");
+        assert!(dev.read_at(&mut b, 4096).is_err());
+        assert!(dev.flush().is_err());
     }
 }

@@ -4,11 +4,13 @@
 //! Everything above this module addresses a device in whole `BLOCK_SIZE`
 //! blocks; a device never interprets what it stores.
 
+pub mod fault;
 mod file;
 mod mem;
 pub mod sim;
 mod stats;
 
+pub use fault::{FaultDevice, FaultPlan, FaultSpec};
 pub use file::FileDevice;
 pub use mem::{CrashMode, MemDevice, MemDeviceState};
 pub use sim::{SimDevice, SimParams};
@@ -35,6 +37,12 @@ pub trait Device: Send + Sync {
     /// image file). Best effort: the default does nothing.
     fn discard(&self, _offset: u64, _len: u64) -> Result<()> {
         Ok(())
+    }
+    /// The device went away for good (its image file was deleted, its
+    /// block device removed): every request fails from now on. A handle
+    /// that sees an error from a device that says so marks it Missing.
+    fn gone(&self) -> bool {
+        false
     }
 }
 
@@ -75,6 +83,15 @@ impl DeviceState {
             2 => DeviceState::Faulted,
             3 => DeviceState::Resilvering,
             _ => DeviceState::Removed,
+        }
+    }
+    /// A state kept in the superblock (`dev_states`): resilvering or
+    /// removed; anything else is not persistent.
+    pub fn from_persistent(v: u8) -> Option<DeviceState> {
+        match v {
+            3 => Some(DeviceState::Resilvering),
+            4 => Some(DeviceState::Removed),
+            _ => None,
         }
     }
     /// Reads may be served by a device in this state.
@@ -134,6 +151,9 @@ impl Device for MissingDevice {
     }
     fn flush(&self) -> Result<()> {
         Err(self.err())
+    }
+    fn gone(&self) -> bool {
+        true
     }
 }
 
@@ -211,16 +231,51 @@ impl DeviceHandle {
         self.dev.read().size() >> BLOCK_SHIFT
     }
 
-    pub fn read_blocks(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
+    /// Fails at once, naming the device and its state, unless reads may be
+    /// served by it.
+    pub fn check_readable(&self) -> Result<()> {
         let st = self.state();
-        if !st.readable() {
-            return Err(crate::Error::Device(format!("{} ({}) is {st}", self.index, self.name())));
+        if st.readable() {
+            return Ok(());
         }
+        Err(crate::Error::Device(format!("{} ({}) is {st}", self.index, self.name())))
+    }
+
+    /// Fails at once, naming the device and its state, unless writes may go
+    /// to it. Space is never allocated on a device that fails this.
+    pub fn check_writable(&self) -> Result<()> {
+        let st = self.state();
+        if st.writable() {
+            return Ok(());
+        }
+        Err(crate::Error::Device(format!("{} ({}) is {st}", self.index, self.name())))
+    }
+
+    /// What an error from the device means for its state: a device that
+    /// says it is gone is Missing; a failed write or flush makes it Faulted
+    /// (data that should be on it is not, so it must not serve reads until
+    /// it is resilvered); a failed read is only counted (the redundancy
+    /// above heals it, and a device with some bad sectors still holds the
+    /// rest of its data).
+    fn failed(&self, dev: &dyn Device, write: bool) {
+        let cur = self.state();
+        if dev.gone() {
+            if cur != DeviceState::Removed {
+                self.set_state(DeviceState::Missing);
+            }
+        } else if write && cur.writable() {
+            self.set_state(DeviceState::Faulted);
+        }
+    }
+
+    pub fn read_blocks(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_readable()?;
         let _g = self.stats.begin();
         let dev = self.dev();
         self.check(&*dev, blk, buf.len())?;
         if let Err(e) = dev.read_at(buf, blk << BLOCK_SHIFT) {
             self.read_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.failed(&*dev, false);
             return Err(e);
         }
         self.stats.read(buf.len());
@@ -228,24 +283,32 @@ impl DeviceHandle {
     }
 
     pub fn write_blocks(&self, blk: u64, buf: &[u8]) -> Result<()> {
-        let st = self.state();
-        if !st.writable() {
-            return Err(crate::Error::Device(format!("{} ({}) is {st}", self.index, self.name())));
-        }
+        self.check_writable()?;
         let _g = self.stats.begin();
         let dev = self.dev();
         self.check(&*dev, blk, buf.len())?;
         if let Err(e) = dev.write_at(buf, blk << BLOCK_SHIFT) {
             self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.failed(&*dev, true);
             return Err(e);
         }
         self.stats.write(buf.len());
         Ok(())
     }
 
+    /// Makes the device's completed writes durable. Fails at once on a
+    /// device that takes no writes; a failed flush makes it Faulted (or
+    /// Missing, if it is gone).
     pub fn flush(&self) -> Result<()> {
+        self.check_writable()?;
         self.stats.flush();
-        self.dev().flush()
+        let dev = self.dev();
+        if let Err(e) = dev.flush() {
+            self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.failed(&*dev, true);
+            return Err(e);
+        }
+        Ok(())
     }
 
     fn check(&self, dev: &dyn Device, blk: u64, len: usize) -> Result<()> {

@@ -5,10 +5,12 @@
 //! path-level API with [`File`] handles (in `path.rs`) is for programs that
 //! link the engine in-process.
 
+mod health;
 mod io;
 mod ops;
 mod path;
 
+pub use health::PoolHealth;
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
 
@@ -74,6 +76,12 @@ pub struct OpenReport {
     pub orphans_freed: usize,
     /// Blocks claimed by more than one owner (fsck reports these).
     pub double_claims: Vec<String>,
+    /// Devices of the pool that were not there (index, name): the pool
+    /// opened degraded.
+    pub missing_devices: Vec<(u32, String)>,
+    /// Which journal copy replay used (the mirror when device 0 was
+    /// unreadable or its copy ended sooner).
+    pub journal_copy: journal::JournalCopy,
 }
 
 struct MetaState {
@@ -145,8 +153,9 @@ impl Fs {
             None => (dev0 / 32).clamp(1024, 65536),
         };
         let min_blocks = RESERVED_BLOCKS + 64;
+        // Device 1 holds the journal's mirror in pools of two or more.
         for h in &handles {
-            let need = if h.index == 0 { min_blocks + jblocks } else { min_blocks };
+            let need = if h.index <= 1 { min_blocks + jblocks } else { min_blocks };
             if h.blocks() < need {
                 return Err(Error::Device(format!(
                     "{}: too small: {} KiB, needs at least {} KiB",
@@ -160,15 +169,20 @@ impl Fs {
             return Err(Error::Invalid(format!("journal of {jblocks} blocks is too small")));
         }
         let journal = Region { dev: 0, start: RESERVED_BLOCKS, blocks: jblocks };
+        let journal_mirror = (n >= 2).then_some(Region { dev: 1, ..journal });
         let allocs = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
         let storage = Storage { devs: handles, allocs };
-        storage.allocs[0].mark_used(journal.start, journal.blocks);
+        for j in std::iter::once(&journal).chain(journal_mirror.as_ref()) {
+            storage.allocs[j.dev as usize].mark_used(j.start, j.blocks);
+        }
         // Wipe both superblock slots and the journal head of a reused device.
         let zero = vec![0u8; BLOCK_SIZE * RESERVED_BLOCKS as usize];
         for d in &storage.devs {
             d.write_blocks(0, &zero)?;
         }
-        storage.devs[0].write_blocks(journal.start, &vec![0u8; BLOCK_SIZE * 4])?;
+        for j in std::iter::once(&journal).chain(journal_mirror.as_ref()) {
+            storage.devs[j.dev as usize].write_blocks(j.start, &vec![0u8; BLOCK_SIZE * 4])?;
+        }
 
         let default_layout = match &opts.default_layout {
             Some(s) => s.clone(),
@@ -219,7 +233,7 @@ impl Fs {
             meta_crc: 0,
             clean: true,
             default_layout,
-            journal_mirror: None,
+            journal_mirror,
             checksum: false,
             dev_states: Vec::new(),
         };
@@ -242,21 +256,33 @@ impl Fs {
         let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
         let storage = Storage { devs: handles, allocs };
         let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };
-        let j = sb.journal;
-        // pool::identify checked the region against the device; checked
-        // again here because the allocator below trusts it.
-        let jdev = storage.devs.get(j.dev as usize);
-        if jdev.is_none_or(|d| j.start.checked_add(j.blocks).is_none_or(|end| end > d.blocks())) {
-            return Err(Error::corrupt("superblock", "journal region outside its device"));
+        for d in &storage.devs {
+            if d.state() == crate::device::DeviceState::Missing {
+                report.missing_devices.push((d.index, d.name()));
+            }
         }
-        storage.allocs[j.dev as usize].mark_used(j.start, j.blocks);
+        let j = sb.journal;
+        let mirror = sb.journal_mirror;
+        for r in std::iter::once(&j).chain(mirror.as_ref()) {
+            // pool::identify checked the regions against the devices there;
+            // checked again here because the allocator below trusts them.
+            let jdev = storage.devs.get(r.dev as usize);
+            if jdev.is_none_or(|d| {
+                d.state().readable() && r.start.checked_add(r.blocks).is_none_or(|end| end > d.blocks())
+            }) {
+                return Err(Error::corrupt("superblock", "journal region outside its device"));
+            }
+            storage.allocs[r.dev as usize].mark_used(r.start, r.blocks);
+        }
         let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta-file layout"))?;
         let claim = |d: u32, s: u64, l: u64, what: &str, report: &mut OpenReport| {
             let end = s.checked_add(l);
-            let ok = storage
-                .allocs
-                .get(d as usize)
-                .is_some_and(|a| end.is_some_and(|e| e <= a.total_blocks()) && a.mark_used(s, l));
+            // The size of a device that is not there is a guess: what lies
+            // past it is not a claim on another owner's blocks.
+            let guessed = storage.devs.get(d as usize).is_some_and(|h| !h.state().readable());
+            let ok = storage.allocs.get(d as usize).is_some_and(|a| {
+                end.is_some_and(|e| e <= a.total_blocks()) && a.mark_used(s, l) || guessed && end.is_some()
+            });
             if !ok {
                 report.double_claims.push(format!("{what}: device {d} blocks {s}+{l}"));
             }
@@ -302,7 +328,22 @@ impl Fs {
 
         let salt = salt_of(&sb.pool_id);
         let t0 = Instant::now();
-        let (records, cursor) = journal::replay(&storage, &j, salt, sb.cursor)?;
+        let (records, cursor, copy) = journal::replay_mirrored(&storage, &j, mirror.as_ref(), salt, sb.cursor)?;
+        report.journal_copy = copy;
+        // The copy that fell behind (or lay on a device that was away) gets
+        // the records replay took from the other, so the two agree again.
+        if let (false, Some(m)) = (opts.read_only, mirror) {
+            let (from, to) = match copy {
+                journal::JournalCopy::Primary => (j, m),
+                journal::JournalCopy::Mirror => (m, j),
+            };
+            let live = Cursor { tail: sb.cursor.tail, head: cursor.head, seq: cursor.seq };
+            if storage.devs.get(to.dev as usize).is_some_and(|d| d.state().writable()) {
+                if let Err(e) = journal::resync(&storage, &from, &to, &live) {
+                    tracing::warn!("journal copy on device {} not brought up to date: {e}", to.dev);
+                }
+            }
+        }
         for rec in &records {
             for group in journal::decode_payload(rec)? {
                 for op in &group {
@@ -435,10 +476,22 @@ impl Fs {
         let paths = pool::device_paths(dir)?;
         let devs = pool::open_paths(&paths, !opts.read_only)?;
         // A pool made with `--sim` keeps its disk model in pool.conf.
-        let devs = match pool::sim_params(dir)? {
+        let mut devs = match pool::sim_params(dir)? {
             Some(p) => crate::device::SimDevice::wrap_all(devs, &p),
             None => devs,
         };
+        // Faults to inject (tests): `fault = DEV SPEC` lines.
+        for (i, spec) in pool::fault_specs(dir)? {
+            let n = devs.len();
+            let slot = devs.get_mut(i as usize).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{}: fault on device {i}, but the pool lists {n}",
+                    dir.join(pool::POOL_FILE).display()
+                ))
+            })?;
+            let plan = Arc::new(crate::device::FaultPlan::new(spec));
+            *slot = Arc::new(crate::device::FaultDevice::new(slot.clone(), plan));
+        }
         Fs::open(devs, opts)
     }
 
@@ -562,16 +615,22 @@ impl Fs {
                     inner.checkpoints.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
                 }
-                Err(Error::NoSpace(_))
-                    if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {}
+                // No room for a new meta-file, or a device it needs is down
+                // (degraded pool): the batch goes to the journal while it
+                // fits, and a later checkpoint tries again.
+                Err(e) if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {
+                    if !matches!(e, Error::NoSpace(_)) {
+                        tracing::warn!("checkpoint failed, committing to the journal instead: {e}");
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
         if !batch.is_empty() {
             let payload = batch.encode();
             let mut c = m.cursor;
-            journal::append(&inner.storage, &m.sb.journal, inner.salt, &mut c, &payload)?;
-            inner.storage.devs[m.sb.journal.dev as usize].flush()?;
+            let (j, mirror) = (m.sb.journal, m.sb.journal_mirror);
+            journal::append_mirrored(&inner.storage, &j, mirror.as_ref(), inner.salt, &mut c, &payload)?;
             m.cursor = c;
         }
         Ok(())
@@ -645,7 +704,16 @@ impl Fs {
             return Ok(());
         }
         let target = self.inner.gate.current_epoch();
-        self.commit(target, true)?;
+        if let Err(e) = self.commit(target, true) {
+            // A degraded pool may be unable to write a whole new meta-file:
+            // what was done still reaches the journal, and the next open
+            // replays it.
+            if self.inner.storage.degraded_devices().is_empty() {
+                return Err(e);
+            }
+            tracing::warn!("closing a degraded pool without a checkpoint: {e}");
+            self.commit(target, false)?;
+        }
         let mut m = self.inner.meta.lock();
         m.sb.clean = true;
         m.sb.generation += 1;
@@ -667,7 +735,9 @@ impl Drop for Inner {
 }
 
 fn pool_info(s: &Storage) -> PoolInfo {
-    PoolInfo { devices: s.device_count(), free_blocks: s.allocs.iter().map(|a| a.free_blocks()).collect() }
+    // No space is offered on a device that takes no writes.
+    let free = s.allocs.iter().zip(&s.devs).map(|(a, d)| if d.state().writable() { a.free_blocks() } else { 0 });
+    PoolInfo { devices: s.device_count(), free_blocks: free.collect() }
 }
 
 fn salt_of(id: &[u8; 16]) -> u64 {

@@ -6,7 +6,9 @@
 //! in-memory state and logs them into its shard's buffer as one *group* that
 //! commits atomically. The committer closes the gate for an instant (write
 //! locks on every shard), takes every buffer in sequence order as one batch,
-//! and writes it as a checksummed record to a circular region on device 0.
+//! and writes it as a checksummed record to a circular region on device 0,
+//! and to a mirror of that region on device 1 in pools of two or more
+//! devices (either copy alone replays the pool).
 //!
 //! Ordered mode: the committer flushes every data device before it writes
 //! the record, so data in newly allocated blocks is durable before the
@@ -253,6 +255,155 @@ pub fn append(storage: &Storage, r: &Region, salt: u64, c: &mut Cursor, payload:
     dev.write_blocks(r.start + c.head, &buf)?;
     c.head = (c.head + n) % r.blocks;
     c.seq += 1;
+    Ok(())
+}
+
+/// Appends one record to the journal and its mirror (in parallel) and
+/// flushes each copy. A copy whose device takes no writes is skipped; one
+/// that fails marks its device Faulted (the handle does) and is skipped from
+/// then on. Succeeds when at least one copy is durable.
+pub fn append_mirrored(
+    storage: &Storage,
+    r: &Region,
+    mirror: Option<&Region>,
+    salt: u64,
+    c: &mut Cursor,
+    payload: &[u8],
+) -> Result<()> {
+    let Some(m) = mirror else {
+        append(storage, r, salt, c, payload)?;
+        let dev = storage.devs.get(r.dev as usize);
+        return dev.ok_or_else(|| Error::Device(format!("journal device {} missing", r.dev)))?.flush();
+    };
+    let copy = |reg: &Region| -> Result<Cursor> {
+        let dev = storage
+            .devs
+            .get(reg.dev as usize)
+            .ok_or_else(|| Error::Device(format!("journal device {} missing", reg.dev)))?;
+        dev.check_writable()?;
+        let mut cc = *c;
+        append(storage, reg, salt, &mut cc, payload)?;
+        dev.flush()?;
+        Ok(cc)
+    };
+    let (a, b) = std::thread::scope(|s| {
+        let h = s.spawn(|| copy(m));
+        let a = copy(r);
+        let b = h.join().unwrap_or_else(|_| Err(Error::Device("journal mirror thread failed".into())));
+        (a, b)
+    });
+    match (a, b) {
+        (Ok(ca), _) => {
+            *c = ca;
+            Ok(())
+        }
+        (Err(ea), Ok(cb)) => {
+            tracing::warn!("journal copy on device {} failed, the mirror holds the record: {ea}", r.dev);
+            *c = cb;
+            Ok(())
+        }
+        (Err(ea), Err(eb)) => Err(Error::Device(format!(
+            "journal: no copy could be written (device {}: {ea}; mirror on device {}: {eb})",
+            r.dev, m.dev
+        ))),
+    }
+}
+
+/// Which copy of a mirrored journal replay took its records from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JournalCopy {
+    /// The journal itself (also: both copies agreed).
+    #[default]
+    Primary,
+    /// The mirror: the journal's device was unreadable or its copy ended sooner.
+    Mirror,
+}
+
+/// Replays a mirrored journal: reads both copies from the same cursor and
+/// takes the one whose valid record sequence reaches further (each record is
+/// checksummed; a torn or damaged record ends a copy). A copy on an
+/// unreadable device is skipped. When the copies differ, returns the blocks
+/// to copy onto the other one (see [`resync`]).
+pub fn replay_mirrored(
+    storage: &Storage,
+    r: &Region,
+    mirror: Option<&Region>,
+    salt: u64,
+    start: Cursor,
+) -> Result<(Vec<Vec<u8>>, Cursor, JournalCopy)> {
+    let Some(m) = mirror else {
+        let (recs, c) = replay(storage, r, salt, start)?;
+        return Ok((recs, c, JournalCopy::Primary));
+    };
+    let a = replay(storage, r, salt, start);
+    let b = replay(storage, m, salt, start);
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            if b.1.seq > a.1.seq {
+                tracing::warn!(
+                    "journal copy on device {} ends at record {}, its mirror on device {} at {}: replaying the mirror",
+                    r.dev,
+                    a.1.seq,
+                    m.dev,
+                    b.1.seq
+                );
+                Ok((b.0, b.1, JournalCopy::Mirror))
+            } else {
+                if a.1.seq > b.1.seq {
+                    tracing::warn!(
+                        "journal mirror on device {} ends at record {}, the journal on device {} at {}",
+                        m.dev,
+                        b.1.seq,
+                        r.dev,
+                        a.1.seq
+                    );
+                }
+                Ok((a.0, a.1, JournalCopy::Primary))
+            }
+        }
+        (Ok(a), Err(e)) => {
+            tracing::warn!("journal mirror on device {} unreadable, replaying the journal: {e}", m.dev);
+            Ok((a.0, a.1, JournalCopy::Primary))
+        }
+        (Err(e), Ok(b)) => {
+            tracing::warn!("journal on device {} unreadable, replaying its mirror: {e}", r.dev);
+            Ok((b.0, b.1, JournalCopy::Mirror))
+        }
+        (Err(ea), Err(eb)) => Err(Error::Device(format!(
+            "journal: no copy is readable (device {}: {ea}; mirror on device {}: {eb})",
+            r.dev, m.dev
+        ))),
+    }
+}
+
+/// Copies the live part of the journal (from the cursor's tail to its head)
+/// from one copy to the other, so both hold every record replay found and
+/// later appends continue both. `to`'s device must be writable; the caller
+/// flushes.
+pub fn resync(storage: &Storage, from: &Region, to: &Region, c: &Cursor) -> Result<()> {
+    let get = |reg: &Region| {
+        storage.devs.get(reg.dev as usize).ok_or_else(|| Error::Device(format!("journal device {} missing", reg.dev)))
+    };
+    let (src, dst) = (get(from)?, get(to)?);
+    let mut pieces = Vec::new();
+    if c.head >= c.tail {
+        pieces.push((c.tail, c.head - c.tail));
+    } else {
+        pieces.push((c.tail, from.blocks - c.tail));
+        pieces.push((0, c.head));
+    }
+    const STEP: u64 = 256;
+    let mut buf = Vec::new();
+    for (s, n) in pieces {
+        let mut pos = 0;
+        while pos < n {
+            let k = (n - pos).min(STEP);
+            buf.resize(k as usize * BLOCK_SIZE, 0);
+            src.read_blocks(from.start + s + pos, &mut buf)?;
+            dst.write_blocks(to.start + s + pos, &buf)?;
+            pos += k;
+        }
+    }
     Ok(())
 }
 

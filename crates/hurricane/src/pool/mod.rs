@@ -7,7 +7,7 @@ pub mod superblock;
 pub use alloc::Allocator;
 pub use superblock::{Superblock, FORMAT_VERSION, MAX_COUNTER, MAX_DEVICES, RESERVED_BLOCKS};
 
-use crate::device::{Device, DeviceHandle, FileDevice, BLOCK_SIZE};
+use crate::device::{Device, DeviceHandle, DeviceState, FaultSpec, FileDevice, MissingDevice, BLOCK_SIZE};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,30 +24,85 @@ impl Storage {
         self.devs.len() as u32
     }
 
-    /// Makes every completed write on every device durable.
+    /// Makes every completed write on every writable device durable, in
+    /// parallel. A device whose flush fails is marked Faulted (by its
+    /// handle) and left out from then on; the call fails only when no
+    /// device could be flushed at all.
     pub fn flush_all(&self) -> Result<()> {
-        // Devices are independent: flush them in parallel.
-        if self.devs.len() == 1 {
-            return self.devs[0].flush();
+        let live: Vec<&DeviceHandle> = self.devs.iter().filter(|d| d.state().writable()).collect();
+        let results: Vec<Result<()>> = if live.len() == 1 {
+            vec![live[0].flush()]
+        } else {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = live.iter().map(|d| s.spawn(move || d.flush())).collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
+                    .collect()
+            })
+        };
+        let mut first_err = None;
+        let mut ok = 0;
+        for (d, r) in live.iter().zip(results) {
+            match r {
+                Ok(()) => ok += 1,
+                Err(e) => {
+                    tracing::warn!(device = d.index, "flush failed: {e}");
+                    first_err.get_or_insert(e);
+                }
+            }
         }
-        std::thread::scope(|s| {
-            let hs: Vec<_> = self.devs.iter().map(|d| s.spawn(move || d.flush())).collect();
-            hs.into_iter()
-                .try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
-        })
+        match first_err {
+            Some(e) if ok == 0 => Err(e),
+            _ if ok == 0 => Err(self.none_writable()),
+            _ => Ok(()),
+        }
     }
 
-    /// Writes the superblock to every device (slot `generation % 2`) and
-    /// flushes each.
+    fn none_writable(&self) -> Error {
+        let states: Vec<String> =
+            self.devs.iter().map(|d| format!("{} ({}) is {}", d.index, d.name(), d.state())).collect();
+        Error::Device(format!("none of the pool's devices takes writes: {}", states.join(", ")))
+    }
+
+    /// Writes the superblock to every writable device (slot `generation %
+    /// 2`) and flushes each. A device that fails is marked Faulted and
+    /// skipped; the call succeeds while at least one device holds the new
+    /// superblock durably (opening takes the newest valid one).
     pub fn write_superblocks(&self, sb: &Superblock) -> Result<()> {
-        for d in &self.devs {
+        let mut first_err = None;
+        let mut written = Vec::new();
+        for d in self.devs.iter().filter(|d| d.state().writable()) {
             let mut s = sb.clone();
             s.dev_index = d.index;
             s.dev_blocks = d.blocks();
             let b = s.encode()?;
-            d.write_blocks(sb.generation % 2, &b)?;
+            match d.write_blocks(sb.generation % 2, &b) {
+                Ok(()) => written.push(d),
+                Err(e) => {
+                    tracing::warn!(device = d.index, "superblock write failed: {e}");
+                    first_err.get_or_insert(e);
+                }
+            }
         }
-        self.flush_all()
+        let mut durable = 0;
+        for d in written {
+            match d.flush() {
+                Ok(()) => durable += 1,
+                Err(e) => {
+                    tracing::warn!(device = d.index, "superblock flush failed: {e}");
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if durable == 0 {
+            return Err(first_err.unwrap_or_else(|| self.none_writable()));
+        }
+        Ok(())
+    }
+
+    /// Devices that are not online, with their state (for reports).
+    pub fn degraded_devices(&self) -> Vec<(u32, String, DeviceState)> {
+        self.devs.iter().filter(|d| d.state() != DeviceState::Online).map(|d| (d.index, d.name(), d.state())).collect()
     }
 }
 
@@ -67,7 +122,7 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || sim_line(line).is_some() {
+        if line.is_empty() || line.starts_with('#') || sim_line(line).is_some() || fault_line(line).is_some() {
             continue;
         }
         let p = line.strip_prefix("device").map(|r| r.trim_start().trim_start_matches('=').trim()).unwrap_or(line);
@@ -83,6 +138,28 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
 /// The value of a `sim = SPEC` line.
 fn sim_line(line: &str) -> Option<&str> {
     line.strip_prefix("sim")?.trim_start().strip_prefix('=').map(str::trim)
+}
+
+/// The value of a `fault = DEV SPEC` line.
+fn fault_line(line: &str) -> Option<&str> {
+    line.strip_prefix("fault")?.trim_start().strip_prefix('=').map(str::trim)
+}
+
+/// The faults a pool directory asks to inject (`fault = DEV SPEC` lines in
+/// pool.conf, SPEC as [`FaultSpec::parse`] reads it): `Fs::open_dir` wraps
+/// device DEV in a [`crate::device::FaultDevice`] with it. For tests.
+pub fn fault_specs(dir: &Path) -> Result<Vec<(u32, FaultSpec)>> {
+    let f = dir.join(POOL_FILE);
+    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().map(str::trim).enumerate() {
+        let Some(v) = fault_line(line) else { continue };
+        let bad = |m: String| Error::Invalid(format!("{} line {}: {m}", f.display(), n + 1));
+        let (dev, spec) = v.split_once(char::is_whitespace).ok_or_else(|| bad("expected `fault = DEV SPEC`".into()))?;
+        let dev: u32 = dev.parse().map_err(|_| bad(format!("fault: `{dev}` is not a device number")))?;
+        out.push((dev, FaultSpec::parse(spec).map_err(bad)?));
+    }
+    Ok(out)
 }
 
 /// The disk simulator a pool directory asks for (`sim = hdd...` in
@@ -125,26 +202,48 @@ pub fn write_pool_file(dir: &Path, paths: &[PathBuf]) -> Result<()> {
     std::fs::write(&f, s).map_err(|e| Error::io(f.display().to_string(), e))
 }
 
-/// Opens the named device files, naming any that is missing.
+/// Opens the named device files. One that does not exist or cannot be
+/// opened is logged and stands as a [`MissingDevice`] placeholder, so the
+/// pool can open degraded (`identify` gives it its slot).
 pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Device>>> {
-    paths
+    Ok(paths
         .iter()
         .enumerate()
         .map(|(i, p)| {
+            let name = p.display().to_string();
             if !p.exists() {
-                return Err(Error::Device(format!("{i} ({}) is missing", p.display())));
+                tracing::warn!("device {i} ({name}) is missing");
+                return Arc::new(MissingDevice::new(name, 0)) as Arc<dyn Device>;
             }
-            Ok(Arc::new(FileDevice::open(p, writable)?) as Arc<dyn Device>)
+            match FileDevice::open(p, writable) {
+                Ok(d) => Arc::new(d) as Arc<dyn Device>,
+                Err(e) => {
+                    tracing::warn!("device {i} ({name}) cannot be opened, taken as missing: {e}");
+                    Arc::new(MissingDevice::new(name, 0))
+                }
+            }
         })
-        .collect()
+        .collect())
 }
 
 /// Reads and cross-checks the superblocks of `devs`; returns the newest
-/// valid superblock and the devices ordered by their index. Refuses foreign,
-/// duplicated, missing and newer-format devices, naming them.
+/// valid superblock and the devices ordered by their index. Refuses
+/// foreign, duplicated and newer-format devices and devices whose
+/// superblocks are damaged, naming them. Devices of the pool that are not
+/// among `devs`, or that are gone (a [`MissingDevice`] placeholder, whose
+/// position in `devs` names the slot it stands for), get a placeholder
+/// handle in state Missing: the pool opens degraded as long as one device
+/// has a valid superblock, and what needs the missing ones fails naming
+/// them.
 pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHandle>)> {
     let mut found: Vec<(Superblock, Arc<dyn Device>)> = Vec::new();
-    for dev in devs {
+    // Position in `devs` and name of every device that is gone.
+    let mut gone: Vec<(usize, String)> = Vec::new();
+    for (pos, dev) in devs.into_iter().enumerate() {
+        if dev.gone() {
+            gone.push((pos, dev.name().to_string()));
+            continue;
+        }
         if dev.size() < (RESERVED_BLOCKS * BLOCK_SIZE as u64) {
             return Err(Error::Device(format!(
                 "{}: too small to be a Hurricane device ({} bytes)",
@@ -155,8 +254,15 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
         let mut best: Option<Superblock> = None;
         let mut errs = Vec::new();
         let mut buf = vec![0u8; BLOCK_SIZE];
+        let mut lost = false;
         for slot in 0..RESERVED_BLOCKS {
-            dev.read_at(&mut buf, slot * BLOCK_SIZE as u64)?;
+            if let Err(e) = dev.read_at(&mut buf, slot * BLOCK_SIZE as u64) {
+                if dev.gone() {
+                    lost = true;
+                    break;
+                }
+                return Err(e);
+            }
             match Superblock::decode(&buf, dev.name()) {
                 Ok(Some(sb)) => {
                     if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
@@ -167,6 +273,10 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
                 Err(e @ Error::Device(_)) => return Err(e),
                 Err(e) => errs.push(e.to_string()),
             }
+        }
+        if lost {
+            gone.push((pos, dev.name().to_string()));
+            continue;
         }
         let sb = match best {
             Some(sb) => sb,
@@ -187,7 +297,13 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
         }
         found.push((sb, dev));
     }
-    let first = found.first().ok_or_else(|| Error::Device("no devices given".into()))?.0.clone();
+    let Some(first) = found.first().map(|f| f.0.clone()) else {
+        if gone.is_empty() {
+            return Err(Error::Device("no devices given".into()));
+        }
+        let names: Vec<String> = gone.iter().map(|(_, n)| n.clone()).collect();
+        return Err(Error::Device(format!("none of the pool's devices is there: {} missing", names.join(", "))));
+    };
     let count = first.dev_count;
     // Indexed by device number; sized by the devices given, never by the
     // count a superblock claims.
@@ -209,39 +325,81 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
         }
         slots.insert(i, (sb, dev));
     }
-    // Every index is below `count`, so the first gap (or the end) is the
-    // lowest missing device; it lies within the devices given.
-    if let Some(i) = (0..count).zip(slots.keys()).find(|(want, have)| want != *have).map(|(w, _)| w) {
-        return Err(Error::Device(format!("{i} of {count} is missing")));
-    }
-    if slots.len() as u64 != u64::from(count) {
-        return Err(Error::Device(format!("{} of {count} is missing", slots.len())));
-    }
     let mut best = first;
-    let mut handles = Vec::with_capacity(slots.len());
-    for (i, (sb, dev)) in slots {
+    for (sb, _) in slots.values() {
         if sb.generation > best.generation {
-            best = sb;
+            best = sb.clone();
         }
-        handles.push(DeviceHandle::new(i, dev));
+    }
+    // A missing device's size is not recorded anywhere else: the largest
+    // present device stands for it (what `df` shows; nothing is allocated
+    // on a missing device).
+    let guess = slots.values().map(|(sb, _)| sb.dev_blocks).max().unwrap_or(RESERVED_BLOCKS);
+    // `count` is at most MAX_DEVICES (decode), so this loop is bounded.
+    let mut handles = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        match slots.remove(&i) {
+            Some((_, dev)) => handles.push(DeviceHandle::new(i, dev)),
+            None => {
+                let name = gone
+                    .iter()
+                    .find(|(pos, _)| *pos == i as usize)
+                    .map(|(_, n)| n.clone())
+                    .unwrap_or_else(|| "not found".into());
+                tracing::warn!("device {i} ({name}) of {count} is missing: the pool opens degraded");
+                let dev = Arc::new(MissingDevice::new(name, guess.saturating_mul(BLOCK_SIZE as u64)));
+                handles.push(DeviceHandle::with_state(i, dev, DeviceState::Missing));
+            }
+        }
+    }
+    // States kept in the superblock (removed, resilvering).
+    for &(i, st) in &best.dev_states {
+        if let (Some(h), Some(st)) = (handles.get(i as usize), DeviceState::from_persistent(st)) {
+            if h.state() == DeviceState::Online || st == DeviceState::Removed {
+                h.set_state(st);
+            }
+        }
     }
     check_journal(&best, &handles)?;
     Ok((best, handles))
 }
 
-/// The journal region of the chosen superblock against the real size of
-/// the device it names.
+/// The journal regions (copy and mirror) of the chosen superblock against
+/// the real size of the devices they name; at least one copy must be on a
+/// readable device.
 fn check_journal(sb: &Superblock, handles: &[DeviceHandle]) -> Result<()> {
-    let j = &sb.journal;
-    let dev = handles.get(j.dev as usize).ok_or_else(|| {
-        Error::corrupt("superblock", format!("journal on device {} of a pool of {}", j.dev, handles.len()))
-    })?;
-    let blocks = dev.blocks();
-    if j.start.checked_add(j.blocks).is_none_or(|end| end > blocks) {
-        return Err(Error::corrupt(
-            format!("superblock of {}", dev.name()),
-            format!("journal region {}+{} blocks ends past the device's {blocks} blocks", j.start, j.blocks),
-        ));
+    let mut readable = 0;
+    for j in std::iter::once(&sb.journal).chain(sb.journal_mirror.as_ref()) {
+        let dev = handles.get(j.dev as usize).ok_or_else(|| {
+            Error::corrupt("superblock", format!("journal on device {} of a pool of {}", j.dev, handles.len()))
+        })?;
+        if !dev.state().readable() {
+            continue;
+        }
+        readable += 1;
+        let blocks = dev.blocks();
+        if j.start.checked_add(j.blocks).is_none_or(|end| end > blocks) {
+            return Err(Error::corrupt(
+                format!("superblock of {}", dev.name()),
+                format!("journal region {}+{} blocks ends past the device's {blocks} blocks", j.start, j.blocks),
+            ));
+        }
+    }
+    if readable == 0 {
+        let j = &sb.journal;
+        let name = |d: u32| handles.get(d as usize).map(|h| h.name()).unwrap_or_default();
+        let mirror = match &sb.journal_mirror {
+            Some(m) => {
+                format!("its mirror on device {} ({}) is {}", m.dev, name(m.dev), handles[m.dev as usize].state())
+            }
+            None => "the pool has no journal mirror".into(),
+        };
+        return Err(Error::Device(format!(
+            "{} ({}) holds the journal and is {}; {mirror}: the pool cannot open",
+            j.dev,
+            name(j.dev),
+            handles[j.dev as usize].state()
+        )));
     }
     Ok(())
 }
