@@ -638,6 +638,9 @@ fn check_space(fs: &Fs, s: &mut Scan, progress: Progress) -> Result<()> {
         Ok(sb) => {
             let j = sb.journal;
             push(&|| "journal".into(), j.dev, j.start, j.blocks, &mut claims);
+            if let Some(m) = sb.journal_mirror {
+                push(&|| "journal mirror".into(), m.dev, m.start, m.blocks, &mut claims);
+            }
             match Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta-file layout")) {
                 Ok(meta) => meta.extents(&mut |d, st, l| push(&|| "meta-file".into(), d, st, l, &mut claims)),
                 Err(e) => s.findings.push(Finding::Superblock { err: format!("meta-file layout: {e}") }),

@@ -553,6 +553,9 @@ fn failed_data_write_maps_nothing() {
     assert_eq!(l.root().next_data(0), None);
     env.check_accounting(&[&l]);
     mem.fail_after_writes(-1);
+    // A failed write faults the device; brought back, it takes writes again.
+    assert_eq!(env.storage.devs[0].state(), crate::device::DeviceState::Faulted);
+    env.storage.devs[0].set_state(crate::device::DeviceState::Online);
     env.write(&l, 0, &pattern(1, 4)).unwrap();
     assert_eq!(env.read(&l, 0, 4), pattern(1, 4));
 }
