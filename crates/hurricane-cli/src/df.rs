@@ -25,6 +25,7 @@ pub fn run(a: &DfArgs) -> CliResult {
         let mut rows = vec![[
             "dev".to_string(),
             "path".into(),
+            "state".into(),
             "size".into(),
             "used".into(),
             "free".into(),
@@ -41,9 +42,11 @@ pub fn run(a: &DfArgs) -> CliResult {
             tf += free;
             tr += s.reads;
             tw += s.writes;
+            let state = st.devs.get(i).map(|d| d.state().name()).unwrap_or("missing");
             rows.push([
                 i.to_string(),
                 name,
+                state.to_string(),
                 size(total),
                 size(total - free),
                 size(free),
@@ -52,9 +55,11 @@ pub fn run(a: &DfArgs) -> CliResult {
                 s.writes.to_string(),
             ]);
         }
+        let down = st.devs.iter().filter(|d| d.state() != hurricane::device::DeviceState::Online).count();
         rows.push([
             "all".into(),
             format!("{} devices", st.allocs.len()),
+            if down == 0 { "online".into() } else { format!("{down} down") },
             size(tt),
             size(tt - tf),
             size(tf),
@@ -62,14 +67,14 @@ pub fn run(a: &DfArgs) -> CliResult {
             tr.to_string(),
             tw.to_string(),
         ]);
-        let widths: Vec<usize> = (0..8).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+        let widths: Vec<usize> = (0..9).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
         let mut o = std::io::stdout().lock();
         for r in &rows {
             // Path left-aligned, numbers right-aligned.
             let mut line = String::new();
             for (c, cell) in r.iter().enumerate() {
                 let w = widths[c];
-                if c == 1 {
+                if c == 1 || c == 2 {
                     line.push_str(&format!("{cell:<w$}  "));
                 } else {
                     line.push_str(&format!("{cell:>w$}  "));

@@ -17,6 +17,7 @@ mod fsck_cmd;
 mod layout_cmd;
 mod mkfs;
 mod mount;
+mod status;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +50,8 @@ enum Cmd {
     Umount(mount::UmountArgs),
     /// Statistics of a mounted pool.
     Stats(mount::StatsArgs),
+    /// Device states and file health of a pool or mount (exit 1 unless healthy).
+    Status(status::StatusArgs),
     /// List a directory of a pool.
     Ls(files::LsArgs),
     /// Make a directory in a pool.
@@ -115,6 +118,7 @@ fn run(cmd: &Cmd) -> CliResult {
         Cmd::Mount(a) => Ok(mount::mount(a)?),
         Cmd::Umount(a) => Ok(mount::umount(a)?),
         Cmd::Stats(a) => Ok(mount::stats(a)?),
+        Cmd::Status(a) => status::run(a),
         Cmd::Ls(a) => files::ls(a),
         Cmd::Mkdir(a) => files::mkdir(a),
         Cmd::Put(a) => files::put(a),

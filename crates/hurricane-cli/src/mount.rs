@@ -187,7 +187,10 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
         human(sp.blocks.saturating_mul(bs)),
         sp.inodes
     );
-    println!("\n{:<24} {:>10} {:>11} {:>10} {:>11} {:>8}", "device", "reads", "read", "writes", "written", "flushes");
+    println!(
+        "\n{:<24} {:<11} {:>10} {:>11} {:>10} {:>11} {:>8} {:>7}",
+        "device", "state", "reads", "read", "writes", "written", "flushes", "errors"
+    );
     for d in &v.devices {
         let chars: Vec<char> = d.name.chars().collect();
         let name = if chars.len() > 24 {
@@ -196,13 +199,15 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
             d.name.clone()
         };
         println!(
-            "{:<24} {:>10} {:>11} {:>10} {:>11} {:>8}",
+            "{:<24} {:<11} {:>10} {:>11} {:>10} {:>11} {:>8} {:>7}",
             name,
+            d.state,
             d.reads,
             human(d.read_bytes),
             d.writes,
             human(d.write_bytes),
-            d.flushes
+            d.flushes,
+            d.read_errors + d.write_errors + d.checksum_errors
         );
     }
     let per_queue = &v.transport.ring_requests;

@@ -18,7 +18,7 @@
 use crate::convert::{creds, errno, file_attr, groups_of, kind, near_now, when};
 use crate::handles::{self, Handles};
 use crate::names::{searchable, NameCache, Names};
-use crate::report::{CacheReport, DeviceReport, JournalReport, OpReport, Space, StatsReport, Transport};
+use crate::report::{CacheReport, JournalReport, OpReport, Space, StatsReport, Transport};
 use crate::stats::{Op, Stats};
 use crate::workers::Workers;
 use crossbeam_utils::CachePadded;
@@ -330,20 +330,7 @@ impl HurricaneFuse {
 
     /// The statistics report served as `user.hurricane.stats`.
     pub fn stats_report(&self) -> StatsReport {
-        let devices = self
-            .fs
-            .device_stats()
-            .into_iter()
-            .map(|(name, s)| DeviceReport {
-                name,
-                reads: s.reads,
-                read_bytes: s.read_bytes,
-                writes: s.writes,
-                write_bytes: s.write_bytes,
-                flushes: s.flushes,
-                in_flight: s.in_flight,
-            })
-            .collect();
+        let devices = crate::report::device_reports(&self.fs);
         let ops = Op::ALL
             .iter()
             .map(|&op| {
@@ -397,6 +384,7 @@ impl HurricaneFuse {
                 invalidations: cache.invalidations,
             },
             ops,
+            health: crate::report::health_report(&self.fs),
         }
     }
 }

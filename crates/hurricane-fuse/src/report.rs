@@ -22,6 +22,9 @@ pub struct StatsReport {
     pub cache: CacheReport,
     /// Request counters by operation name.
     pub ops: BTreeMap<String, OpReport>,
+    /// Files by health (what `hurricane status` shows of a mount).
+    #[serde(default)]
+    pub health: HealthReport,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -50,6 +53,136 @@ pub struct DeviceReport {
     pub write_bytes: u64,
     pub flushes: u64,
     pub in_flight: u64,
+    /// Position in the pool.
+    #[serde(default)]
+    pub index: u32,
+    /// online, missing, faulted, resilvering or removed.
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub read_errors: u64,
+    #[serde(default)]
+    pub write_errors: u64,
+    #[serde(default)]
+    pub checksum_errors: u64,
+    /// Bytes (for a missing device, the largest present device's size).
+    #[serde(default)]
+    pub size: u64,
+    /// Bytes allocated on it.
+    #[serde(default)]
+    pub used: u64,
+}
+
+/// Files by health: how many survive the devices that are down, and which
+/// do not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthReport {
+    pub healthy: u64,
+    pub degraded: u64,
+    pub lost: u64,
+    /// Paths of lost files, at most [`LISTED_PATHS`].
+    pub lost_paths: Vec<String>,
+    /// Paths of degraded files, at most [`LISTED_PATHS`].
+    pub degraded_paths: Vec<String>,
+    /// The meta-data checkpoint: ok, degraded or lost.
+    pub meta: String,
+}
+
+/// How many paths of lost (and of degraded) files a report lists.
+pub const LISTED_PATHS: usize = 50;
+
+/// What `hurricane status` shows: every device with its state and error
+/// counts, and the files by health. Built the same way for a pool opened
+/// offline and for a mount (from its statistics report).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub pool: String,
+    /// Mount point, when read from a mount.
+    pub mountpoint: String,
+    pub devices: Vec<DeviceReport>,
+    pub health: HealthReport,
+}
+
+impl StatusReport {
+    /// Every device online and every file with all its copies.
+    pub fn healthy(&self) -> bool {
+        self.devices.iter().all(|d| d.state == "online")
+            && self.health.degraded == 0
+            && self.health.lost == 0
+            && self.health.meta == "ok"
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+
+    pub fn from_stats(s: &StatsReport) -> StatusReport {
+        StatusReport {
+            pool: s.pool.clone(),
+            mountpoint: s.mountpoint.clone(),
+            devices: s.devices.clone(),
+            health: s.health.clone(),
+        }
+    }
+
+    /// The status of an open pool.
+    pub fn of(fs: &hurricane::Fs, pool: &str) -> StatusReport {
+        StatusReport {
+            pool: pool.to_string(),
+            mountpoint: String::new(),
+            devices: device_reports(fs),
+            health: health_report(fs),
+        }
+    }
+}
+
+/// Every device of an open pool: I/O counters, state, errors and space.
+pub fn device_reports(fs: &hurricane::Fs) -> Vec<DeviceReport> {
+    let st = fs.storage();
+    st.probe();
+    let bs = hurricane::device::BLOCK_SIZE as u64;
+    st.devs
+        .iter()
+        .zip(&st.allocs)
+        .map(|(d, a)| {
+            let s = d.stats.snapshot();
+            let e = d.errors();
+            DeviceReport {
+                name: d.name(),
+                reads: s.reads,
+                read_bytes: s.read_bytes,
+                writes: s.writes,
+                write_bytes: s.write_bytes,
+                flushes: s.flushes,
+                in_flight: s.in_flight,
+                index: d.index,
+                state: d.state().name().to_string(),
+                read_errors: e.read,
+                write_errors: e.write,
+                checksum_errors: e.checksum,
+                size: d.blocks().saturating_mul(bs),
+                used: a.total_blocks().saturating_sub(a.free_blocks()).saturating_mul(bs),
+            }
+        })
+        .collect()
+}
+
+/// Files of an open pool by health.
+pub fn health_report(fs: &hurricane::Fs) -> HealthReport {
+    let h = fs.health(LISTED_PATHS);
+    let word = |x: hurricane::blocks::Health| match x {
+        hurricane::blocks::Health::Ok => "ok",
+        hurricane::blocks::Health::Degraded => "degraded",
+        hurricane::blocks::Health::Lost => "lost",
+    };
+    HealthReport {
+        healthy: h.healthy,
+        degraded: h.degraded,
+        lost: h.lost,
+        lost_paths: h.lost_paths,
+        degraded_paths: h.degraded_paths,
+        meta: word(h.meta).to_string(),
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -566,6 +566,7 @@ impl Fs {
 
     fn commit(&self, target: u64, checkpoint: bool) -> Result<()> {
         let inner = &*self.inner;
+        inner.storage.probe();
         let mut m = inner.meta.lock();
         if !checkpoint && *inner.committed.lock() >= target {
             return Ok(());

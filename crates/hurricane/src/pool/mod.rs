@@ -100,6 +100,19 @@ impl Storage {
         Ok(())
     }
 
+    /// Asks every device in use whether it went away (a deleted image
+    /// file, a removed block device) and marks those Missing: a device no
+    /// request has touched since is noticed too. Cheap (a file device
+    /// checks at most every 100 ms); the committer calls it every commit.
+    pub fn probe(&self) {
+        for d in &self.devs {
+            let st = d.state();
+            if (st.readable() || st.writable()) && d.dev().gone() {
+                d.set_state(DeviceState::Missing);
+            }
+        }
+    }
+
     /// Devices that are not online, with their state (for reports).
     pub fn degraded_devices(&self) -> Vec<(u32, String, DeviceState)> {
         self.devs.iter().filter(|d| d.state() != DeviceState::Online).map(|d| (d.index, d.name(), d.state())).collect()

@@ -1,0 +1,92 @@
+//! `hurricane status POOL|MOUNTPOINT`: each device's state and error
+//! counts, and how many files are healthy, degraded or lost. Exit status 0
+//! when the pool is healthy (every device online, every file with all its
+//! copies), 1 when it is degraded or has lost files (and on errors).
+
+use crate::util::{human, CliResult, Fail, Pool};
+use clap::Args;
+use hurricane_fuse::mountinfo::{absolute, fuse_mounts_at, read_stats};
+use hurricane_fuse::report::StatusReport;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Pool directory, or the mount point of a mounted pool.
+    pub target: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: &StatusArgs) -> CliResult {
+    let mnt = absolute(&a.target);
+    let rep = if !fuse_mounts_at(&mnt).is_empty() {
+        StatusReport::from_stats(&read_stats(&mnt).map_err(Fail::new)?)
+    } else {
+        let pool = a.target.display().to_string();
+        Pool::run(&a.target, false, |fs| Ok(StatusReport::of(fs, &pool)))?
+    };
+    let mut o = std::io::stdout().lock();
+    if a.json {
+        writeln!(o, "{}", String::from_utf8_lossy(&rep.to_json()))?;
+    } else {
+        print(&mut o, &rep)?;
+    }
+    if rep.healthy() {
+        Ok(())
+    } else {
+        Err(Fail::code(1, ""))
+    }
+}
+
+fn print(o: &mut impl Write, r: &StatusReport) -> std::io::Result<()> {
+    let what = if r.healthy() { "healthy" } else if r.health.lost > 0 { "lost data" } else { "degraded" };
+    let at = if r.mountpoint.is_empty() { String::new() } else { format!(" on {}", r.mountpoint) };
+    writeln!(o, "pool {}{at}: {what}", r.pool)?;
+    let mut rows = vec![["dev", "path", "state", "read err", "write err", "cksum err", "size", "used"].map(String::from)];
+    for d in &r.devices {
+        rows.push([
+            d.index.to_string(),
+            d.name.clone(),
+            d.state.clone(),
+            d.read_errors.to_string(),
+            d.write_errors.to_string(),
+            d.checksum_errors.to_string(),
+            human(d.size),
+            human(d.used),
+        ]);
+    }
+    let widths: Vec<usize> = (0..8).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    for row in &rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let w = widths[c];
+            if c == 1 || c == 2 {
+                line.push_str(&format!("{cell:<w$}  "));
+            } else {
+                line.push_str(&format!("{cell:>w$}  "));
+            }
+        }
+        writeln!(o, "{}", line.trim_end())?;
+    }
+    let h = &r.health;
+    writeln!(o, "files: {} healthy, {} degraded, {} lost; meta-data: {}", h.healthy, h.degraded, h.lost, h.meta)?;
+    let list = |o: &mut dyn Write, what: &str, paths: &[String], total: u64| -> std::io::Result<()> {
+        if total == 0 {
+            return Ok(());
+        }
+        writeln!(o, "{what} files:")?;
+        for p in paths {
+            writeln!(o, "  {p}")?;
+        }
+        let more = total.saturating_sub(paths.len() as u64);
+        if more > 0 {
+            writeln!(o, "  ... and {more} more")?;
+        }
+        Ok(())
+    };
+    list(o, "lost", &h.lost_paths, h.lost)?;
+    list(o, "degraded", &h.degraded_paths, h.degraded)?;
+    Ok(())
+}

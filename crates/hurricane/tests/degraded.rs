@@ -1,0 +1,312 @@
+//! Degraded pools: devices missing at open or going away while in use,
+//! failing writes, the journal mirror, and injected faults.
+
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use hurricane::blocks::Health;
+use hurricane::device::{
+    CrashMode, Device, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice, BLOCK_SIZE,
+};
+use hurricane::journal::JournalCopy;
+use hurricane::{FormatOptions, Fs};
+use std::sync::Arc;
+
+fn images(p: &MemPool, mode: CrashMode) -> Vec<Vec<u8>> {
+    p.devs.iter().map(|d| d.crash_image(mode)).collect()
+}
+
+/// Memory devices from images, leaving out the devices in `skip`.
+fn devs_without(imgs: &[Vec<u8>], skip: &[usize]) -> Vec<Arc<dyn Device>> {
+    imgs.iter()
+        .enumerate()
+        .filter(|(i, _)| !skip.contains(i))
+        .map(|(i, img)| Arc::new(MemDevice::from_image(format!("mem{i}"), img.clone())) as Arc<dyn Device>)
+        .collect()
+}
+
+/// What each device of an open pool holds now (empty for one not there).
+fn live_images(fs: &Fs) -> Vec<Vec<u8>> {
+    fs.storage()
+        .devs
+        .iter()
+        .map(|d| {
+            let dev = d.dev();
+            let mut b = vec![0u8; dev.size() as usize];
+            if dev.read_at(&mut b, 0).is_err() {
+                b.clear();
+            }
+            b
+        })
+        .collect()
+}
+
+fn state(fs: &Fs, d: usize) -> DeviceState {
+    fs.storage().devs[d].state()
+}
+
+#[test]
+fn replicated_file_reads_with_a_device_missing() {
+    let p = MemPool::new(3, 16 * MB);
+    let fs = p.open().unwrap();
+    fs.write_file("/r", &pattern(1, 300_000), Some("replicate[extent@1,extent@2]")).unwrap();
+    fs.write_file("/on2", &pattern(2, 50_000), Some("extent@2")).unwrap();
+    fs.write_file("/on0", &pattern(3, 70_000), Some("extent@0")).unwrap();
+    fs.close().unwrap();
+    let imgs = images(&p, CrashMode::KeepAll);
+
+    let fs = Fs::open(devs_without(&imgs, &[2]), quiet()).unwrap();
+    assert_eq!(fs.report().missing_devices.iter().map(|m| m.0).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(state(&fs, 2), DeviceState::Missing);
+    // Every byte of the replicated file has a surviving copy.
+    for _ in 0..4 {
+        assert_eq!(fs.read_file("/r").unwrap(), pattern(1, 300_000));
+    }
+    assert_eq!(fs.read_file("/on0").unwrap(), pattern(3, 70_000));
+    // A file wholly on the missing device: EIO naming the device, never garbage.
+    let e = fs.read_file("/on2").unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(e.to_string().contains("device 2") && e.to_string().contains("missing"), "{e}");
+    // Nothing is allocated on the missing device.
+    let e = fs.write_file("/new2", b"x", Some("extent@2")).unwrap_err();
+    assert!(e.to_string().contains("device 2") && e.to_string().contains("missing"), "{e}");
+    let h = fs.health(10);
+    assert_eq!((h.healthy, h.degraded, h.lost), (1, 1, 1), "{h:?}");
+    assert_eq!(h.lost_paths, vec!["/on2".to_string()]);
+    assert_eq!(h.degraded_paths, vec!["/r".to_string()]);
+    assert_eq!(h.meta, Health::Ok, "the meta-file is on devices 0 and 1");
+    // The pool goes on: new files, commits, a checkpoint and a clean close.
+    fs.write_file("/later", &pattern(4, 20_000), Some("extent@1")).unwrap();
+    fs.sync().unwrap();
+    fs.checkpoint().unwrap();
+    fs.close().unwrap();
+
+    // Device 2 back (as it was when it went away): everything reads, the
+    // new file too.
+    let mut back = live_images(&fs);
+    back[2] = imgs[2].clone();
+    drop(fs);
+    let fs = Fs::open(devs_without(&back, &[]), quiet()).unwrap();
+    assert!(fs.report().missing_devices.is_empty());
+    assert_eq!(fs.read_file("/r").unwrap(), pattern(1, 300_000));
+    assert_eq!(fs.read_file("/on2").unwrap(), pattern(2, 50_000));
+    assert_eq!(fs.read_file("/later").unwrap(), pattern(4, 20_000));
+    let h = fs.health(10);
+    assert_eq!((h.healthy, h.degraded, h.lost), (4, 0, 0), "{h:?}");
+}
+
+#[test]
+fn no_device_or_no_journal_copy_is_a_clear_error() {
+    // One device: losing it leaves nothing to open.
+    let p = MemPool::new(1, 16 * MB);
+    p.open().unwrap().close().unwrap();
+    let gone: Vec<Arc<dyn Device>> = vec![Arc::new(hurricane::device::MissingDevice::new("/x/dev0.img", 0))];
+    let e = Fs::open(gone, quiet()).err().unwrap().to_string();
+    assert!(e.contains("/x/dev0.img") && e.contains("missing"), "{e}");
+    // Devices 0 and 1 hold the journal and its mirror: without both the
+    // pool cannot replay, and says which devices it needs.
+    let p = MemPool::new(3, 16 * MB);
+    p.open().unwrap().close().unwrap();
+    let e = Fs::open(devs_without(&images(&p, CrashMode::KeepAll), &[0, 1]), quiet()).err().unwrap().to_string();
+    assert!(e.contains("journal") && e.contains("device 0") && e.contains("mirror on device 1"), "{e}");
+}
+
+#[test]
+fn device0_missing_opens_through_the_journal_mirror() {
+    let p = MemPool::new(3, 16 * MB);
+    let fs = p.open().unwrap();
+    fs.mkdir_path("/d", 0o755).unwrap();
+    fs.write_file("/d/a", &pattern(5, 100_000), Some("replicate[extent@1,extent@2]")).unwrap();
+    fs.write_file("/d/small", b"inline data", Some("inline")).unwrap();
+    fs.sync().unwrap();
+    fs.write_file("/d/b", &pattern(6, 40_000), Some("extent@2")).unwrap();
+    fs.sync().unwrap();
+    // Committed to the journal only (no checkpoint since): device 0 goes.
+    let imgs = images(&p, CrashMode::DropAll);
+    drop(fs);
+    let fs = Fs::open(devs_without(&imgs, &[0]), quiet()).unwrap();
+    let r = fs.report();
+    assert_eq!(r.journal_copy, JournalCopy::Mirror);
+    assert!(r.replayed_records >= 2, "{r:?}");
+    assert_eq!(fs.read_file("/d/a").unwrap(), pattern(5, 100_000));
+    assert_eq!(fs.read_file("/d/small").unwrap(), b"inline data");
+    assert_eq!(fs.read_file("/d/b").unwrap(), pattern(6, 40_000));
+    // It keeps committing to the mirror alone, and that survives a crash.
+    fs.write_file("/d/c", b"after", Some("extent@1")).unwrap();
+    fs.sync().unwrap();
+    let now = live_images(&fs);
+    drop(fs);
+    let fs = Fs::open(devs_without(&now, &[0]), quiet()).unwrap();
+    assert_eq!(fs.read_file("/d/c").unwrap(), b"after");
+    assert_eq!(fs.read_file("/d/b").unwrap(), pattern(6, 40_000));
+}
+
+/// Offsets of the journal records in a device image: (block, seq).
+fn records(img: &[u8]) -> Vec<(usize, u64)> {
+    let mut out = Vec::new();
+    for b in 2..img.len() / BLOCK_SIZE {
+        let blk = &img[b * BLOCK_SIZE..(b + 1) * BLOCK_SIZE];
+        if &blk[..8] == b"HCJRNL01" {
+            out.push((b, u64::from_le_bytes(blk[8..16].try_into().unwrap())));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_torn_record_in_one_journal_copy_is_read_from_the_other() {
+    let p = MemPool::with(2, 16 * MB, &FormatOptions { journal_size: Some(1 << 20), ..Default::default() });
+    let fs = p.open().unwrap();
+    fs.write_file("/one", b"1", Some("inline")).unwrap();
+    fs.sync().unwrap();
+    fs.write_file("/two", b"2", Some("inline")).unwrap();
+    fs.sync().unwrap();
+    let imgs = images(&p, CrashMode::DropAll);
+    drop(fs);
+    let last = |img: &[u8]| records(img).into_iter().max_by_key(|r| r.1).unwrap().0;
+    let tear = |img: &mut Vec<u8>| {
+        let b = last(img);
+        img[b * BLOCK_SIZE + 60] ^= 0x40; // in the payload: its checksum fails
+    };
+    assert_eq!(last(&imgs[0]), last(&imgs[1]), "the copies lie at the same offsets");
+
+    // The primary copy torn: the mirror reaches further and is replayed.
+    let mut t = imgs.clone();
+    tear(&mut t[0]);
+    let fs = Fs::open(devs_without(&t, &[]), quiet()).unwrap();
+    assert_eq!(fs.report().journal_copy, JournalCopy::Mirror);
+    assert_eq!(fs.read_file("/two").unwrap(), b"2");
+    // The open brought the torn copy up to date: alone it replays both.
+    let healed = live_images(&fs);
+    drop(fs);
+    let fs = Fs::open(devs_without(&healed, &[1]), quiet()).unwrap();
+    assert_eq!(fs.report().journal_copy, JournalCopy::Primary);
+    assert_eq!(fs.read_file("/two").unwrap(), b"2");
+    drop(fs);
+
+    // The mirror torn: the primary is replayed.
+    let mut t = imgs.clone();
+    tear(&mut t[1]);
+    let fs = Fs::open(devs_without(&t, &[]), quiet()).unwrap();
+    assert_eq!(fs.report().journal_copy, JournalCopy::Primary);
+    assert_eq!(fs.read_file("/two").unwrap(), b"2");
+    drop(fs);
+
+    // Both torn at the same record: the commit before it is what survives.
+    let mut t = imgs.clone();
+    tear(&mut t[0]);
+    tear(&mut t[1]);
+    let fs = Fs::open(devs_without(&t, &[]), quiet()).unwrap();
+    assert_eq!(fs.read_file("/one").unwrap(), b"1");
+    assert_eq!(fs.read_file("/two").unwrap_err().errno(), libc::ENOENT);
+}
+
+#[test]
+fn failing_writes_fault_the_device_and_commits_go_on() {
+    let p = MemPool::new(3, 16 * MB);
+    let fs = p.open().unwrap();
+    fs.write_file("/keep", &pattern(7, 30_000), Some("replicate[extent@0,extent@1]")).unwrap();
+    fs.sync().unwrap();
+    // Device 2 fails its writes: a write there faults it.
+    p.devs[2].fail_after_writes(0);
+    let e = fs.write_file("/x", &pattern(8, 8192), Some("extent@2")).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO);
+    assert_eq!(state(&fs, 2), DeviceState::Faulted);
+    assert_eq!(fs.storage().devs[2].errors().write, 1);
+    // Superblocks skip it: a checkpoint commits.
+    fs.checkpoint().unwrap();
+    // Device 0 (the journal) fails too: the mirror on device 1 takes the commit.
+    p.devs[0].fail_after_writes(0);
+    fs.write_file("/after", b"committed to the mirror", Some("inline")).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(state(&fs, 0), DeviceState::Faulted);
+    assert_eq!(fs.storage().degraded_devices().len(), 2);
+    // After a crash, the mirror's record is replayed.
+    let c = p.crash(CrashMode::DropAll);
+    drop(fs);
+    let fs = c.open().unwrap();
+    assert_eq!(fs.report().journal_copy, JournalCopy::Mirror);
+    assert_eq!(fs.read_file("/after").unwrap(), b"committed to the mirror");
+    assert_eq!(fs.read_file("/keep").unwrap(), pattern(7, 30_000));
+    // With every journal copy failing, the commit fails.
+    c.devs[0].fail_after_writes(0);
+    c.devs[1].fail_after_writes(0);
+    fs.write_file("/lost", b"x", Some("inline")).unwrap();
+    let e = fs.sync().unwrap_err().to_string();
+    assert!(e.contains("journal"), "{e}");
+}
+
+/// A pool on fault-injecting memory devices, with the plans.
+fn fault_pool(n: usize) -> (Vec<Arc<MemDevice>>, Vec<Arc<FaultPlan>>, Fs) {
+    let mems: Vec<Arc<MemDevice>> = (0..n).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 16 * MB))).collect();
+    let plans: Vec<Arc<FaultPlan>> = (0..n).map(|_| Arc::new(FaultPlan::default())).collect();
+    let devs = || -> Vec<Arc<dyn Device>> {
+        mems.iter()
+            .zip(&plans)
+            .map(|(m, p)| Arc::new(FaultDevice::new(m.clone(), p.clone())) as Arc<dyn Device>)
+            .collect()
+    };
+    Fs::format(devs(), &FormatOptions::default()).unwrap();
+    let fs = Fs::open(devs(), quiet()).unwrap();
+    (mems, plans, fs)
+}
+
+#[test]
+fn a_device_going_missing_in_use_is_noticed() {
+    let (_mems, plans, fs) = fault_pool(3);
+    fs.write_file("/r", &pattern(9, 200_000), Some("replicate(read=primary)[extent@2,extent@1]")).unwrap();
+    fs.write_file("/s", &pattern(10, 9000), Some("extent@2")).unwrap();
+    fs.sync().unwrap();
+    fs.drop_caches();
+    plans[2].go_missing();
+    // The primary copy is on device 2: the read falls back to device 1.
+    assert_eq!(fs.read_file("/r").unwrap(), pattern(9, 200_000));
+    assert_eq!(state(&fs, 2), DeviceState::Missing);
+    let e = fs.read_file("/s").unwrap_err();
+    assert!(e.to_string().contains("device 2") && e.to_string().contains("missing"), "{e}");
+    let h = fs.health(10);
+    assert_eq!((h.degraded, h.lost), (1, 1));
+    fs.sync().unwrap();
+    fs.close().unwrap();
+}
+
+#[test]
+fn probe_notices_a_device_no_request_touched() {
+    let (_mems, plans, fs) = fault_pool(3);
+    fs.write_file("/a", b"x", Some("inline")).unwrap();
+    plans[2].update(|s| s.missing_after = Some(0));
+    assert_eq!(state(&fs, 2), DeviceState::Online);
+    fs.sync().unwrap();
+    assert_eq!(state(&fs, 2), DeviceState::Missing, "the commit probes every device");
+}
+
+#[test]
+fn injected_read_errors_and_flips_through_the_engine() {
+    let (mems, plans, fs) = fault_pool(2);
+    fs.write_file("/f", &pattern(11, 64 * 1024), Some("extent@1")).unwrap();
+    fs.sync().unwrap();
+    fs.drop_caches();
+    // Find the file's blocks: a read error on all of device 1 fails the read.
+    plans[1].set(FaultSpec { read_error_rate: 1.0, ..Default::default() });
+    let e = fs.read_file("/f").unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(e.to_string().contains("mem1"), "{e}");
+    // Read errors are counted, they do not fault the device.
+    assert!(fs.storage().devs[1].errors().read >= 1);
+    assert_eq!(state(&fs, 1), DeviceState::Online);
+    plans[1].restore();
+    assert_eq!(fs.read_file("/f").unwrap(), pattern(11, 64 * 1024));
+    // A flipped bit reaches a file without checksums unnoticed (what the
+    // checksum block is for), while the stored data stays intact.
+    fs.drop_caches();
+    plans[1].set(FaultSpec { flip_rate: 1.0, seed: 5, ..Default::default() });
+    let got = fs.read_file("/f").unwrap();
+    assert_ne!(got, pattern(11, 64 * 1024));
+    assert!(plans[1].injected().2 >= 16);
+    plans[1].restore();
+    fs.drop_caches();
+    assert_eq!(fs.read_file("/f").unwrap(), pattern(11, 64 * 1024));
+    drop(mems);
+}
