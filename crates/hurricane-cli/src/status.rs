@@ -41,10 +41,17 @@ pub fn run(a: &StatusArgs) -> CliResult {
 }
 
 fn print(o: &mut impl Write, r: &StatusReport) -> std::io::Result<()> {
-    let what = if r.healthy() { "healthy" } else if r.health.lost > 0 { "lost data" } else { "degraded" };
+    let what = if r.healthy() {
+        "healthy"
+    } else if r.health.lost > 0 {
+        "lost data"
+    } else {
+        "degraded"
+    };
     let at = if r.mountpoint.is_empty() { String::new() } else { format!(" on {}", r.mountpoint) };
     writeln!(o, "pool {}{at}: {what}", r.pool)?;
-    let mut rows = vec![["dev", "path", "state", "read err", "write err", "cksum err", "size", "used"].map(String::from)];
+    let mut rows =
+        vec![["dev", "path", "state", "read err", "write err", "cksum err", "size", "used"].map(String::from)];
     for d in &r.devices {
         rows.push([
             d.index.to_string(),

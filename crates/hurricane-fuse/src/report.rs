@@ -116,6 +116,11 @@ impl StatusReport {
         serde_json::to_vec_pretty(self).unwrap_or_default()
     }
 
+    /// Reads a report; a clear error for anything else.
+    pub fn from_json(raw: &[u8]) -> Result<StatusReport, String> {
+        serde_json::from_slice(raw).map_err(|e| format!("not a status report of this version: {e}"))
+    }
+
     pub fn from_stats(s: &StatsReport) -> StatusReport {
         StatusReport {
             pool: s.pool.clone(),
@@ -241,5 +246,34 @@ mod tests {
         assert_eq!(StatsReport::from_json(&r.to_json()).unwrap(), r);
         assert!(StatsReport::from_json(b"{\"pool\": 1}").is_err());
         assert!(StatsReport::from_json(b"not json").is_err());
+    }
+
+    #[test]
+    fn status_round_trips_and_reads_older_stats() {
+        let mut r = StatusReport { pool: "/p".into(), ..Default::default() };
+        r.devices.push(DeviceReport { index: 2, state: "missing".into(), read_errors: 3, ..Default::default() });
+        r.health = HealthReport {
+            healthy: 1,
+            lost: 1,
+            lost_paths: vec!["/x".into()],
+            meta: "ok".into(),
+            ..Default::default()
+        };
+        assert_eq!(StatusReport::from_json(&r.to_json()).unwrap(), r);
+        assert!(!r.healthy());
+        r.devices[0].state = "online".into();
+        r.health.lost = 0;
+        assert!(r.healthy());
+        assert!(StatusReport::from_json(b"[]").is_err());
+        // A statistics report without the device and health fields still reads.
+        let old = br#"{"pool":"/p","mountpoint":"/m","pid":1,"uptime_s":0.0,"threads":1,"kernel_features":[],
+            "transport":{"io_uring":false,"ring_requests":[]},"space":{"block_size":4096,"blocks":1,"free_blocks":1,"inodes":1},
+            "devices":[{"name":"d","reads":0,"read_bytes":0,"writes":0,"write_bytes":0,"flushes":0,"in_flight":0}],
+            "journal":{"commits":0,"checkpoints":0,"replayed_ops_at_mount":0,"was_clean_at_mount":true},
+            "cache":{"capacity":0,"bytes":0,"blocks":0,"hits":0,"misses":0,"waits":0,"hit_rate":0.0,"prefetched":0,
+            "prefetch_used":0,"evictions":0,"invalidations":0},"ops":{}}"#;
+        let s = StatsReport::from_json(old).unwrap();
+        assert_eq!(s.devices[0].state, "");
+        assert_eq!(s.health, HealthReport::default());
     }
 }

@@ -186,3 +186,7 @@ fn recovery_time() {
     drop(fs);
     let _ = std::fs::remove_dir_all(&dir);
 }
+#[test]
+fn degraded() {
+    ci("degraded");
+}

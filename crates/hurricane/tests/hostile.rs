@@ -626,11 +626,17 @@ fn a_failed_commit_loses_nothing() {
     for round in 0..4 {
         fs.mkdir_path(&format!("/dir{round}"), 0o755).unwrap();
         fs.write_file(&format!("/dir{round}/old"), &pattern(round, 9000), None).unwrap();
-        // The journal device fails mid-commit; every second round the commit is a checkpoint.
+        // Both journal devices (the journal and its mirror) fail mid-commit;
+        // every second round the commit is a checkpoint.
         p.devs[0].fail_after_writes(0);
+        p.devs[1].fail_after_writes(0);
         let r = if round % 2 == 0 { fs.sync() } else { fs.checkpoint() };
         assert!(r.is_err(), "round {round}: the commit should have failed");
-        p.devs[0].fail_after_writes(-1);
+        // The failed writes faulted them; they are brought back.
+        for d in 0..2 {
+            p.devs[d].fail_after_writes(-1);
+            fs.storage().devs[d].set_state(hurricane::device::DeviceState::Online);
+        }
         fs.write_file(&format!("/dir{round}/new"), b"after the failure", None).unwrap();
         fs.sync().unwrap();
         let cfs =

@@ -26,6 +26,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes)"),
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
+    ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
 
 /// One operation of one thread, as the checker needs it.
@@ -947,6 +948,124 @@ pub(crate) fn full(d: &mut Driver, size: Size) -> Result<()> {
     }
     if fulls == 0 {
         return Err(Error::Invalid("the full workload never filled a device".into()));
+    }
+    d.sync()
+}
+
+/// Files on every device, then device 2 (which holds neither the journal
+/// nor the meta-file) goes missing at a random request while work goes on
+/// with files on devices 0 and 1: commits and checkpoints skip it, reads of
+/// files with a copy elsewhere return their data, files only there fail with
+/// EIO. A crash state has device 2 back as it was when it went away.
+pub(crate) fn degraded(d: &mut Driver, size: Size) -> Result<()> {
+    use crate::device::{DeviceState, FaultDevice, FaultPlan, FaultSpec};
+    const BEFORE: &[&str] = &[
+        "extent@0",
+        "extent@2",
+        "replicate[extent@0,extent@2]",
+        "stripe(unit=16K)[extent@1,extent@2]",
+        "replicate[extent@0,extent@1]",
+    ];
+    const AFTER: &[&str] =
+        &["extent@0", "extent@1", "replicate[extent@0,extent@1]", "stripe(unit=16K)[extent@0,extent@1]"];
+    const MAX: usize = 60_000;
+    // Files whose data lies on device 2 in part or whole: after it goes,
+    // they are renamed and removed, never written.
+    let on2 = |d: &Driver| -> std::collections::HashSet<u64> {
+        d.m.files.iter().filter(|(_, f)| f.layout.contains("@2")).map(|(id, _)| *id).collect()
+    };
+    let step = |d: &mut Driver, specs: &[&str], writable: &dyn Fn(&Driver, &str) -> bool| -> Result<()> {
+        let spec = *specs.choose(&mut d.rng).unwrap_or(&"extent@0");
+        let pick_writable = |d: &mut Driver| {
+            let p = d.pick_file()?;
+            writable(d, &p).then_some(p)
+        };
+        match d.rng.gen_range(0..100) {
+            0..=24 => {
+                let len = d.rng.gen_range(0..MAX);
+                d.create_file(Some(spec), len)?;
+            }
+            25..=49 => {
+                if let Some(p) = pick_writable(d) {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..cur + 1);
+                    let len = d.rng.gen_range(1..MAX / 2);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            50..=64 => {
+                if let Some(p) = pick_writable(d) {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let len = d.rng.gen_range(0..cur + MAX / 4 + 1);
+                    d.truncate(&p, len)?;
+                }
+            }
+            65..=79 => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+            80..=91 => {
+                if let Some(p) = d.pick_file() {
+                    let to = format!("/{}", d.name("m"));
+                    d.rename(&p, &to)?;
+                }
+            }
+            _ => {
+                d.mkdir()?;
+            }
+        }
+        if d.rng.gen_bool(0.3) {
+            d.sync()?;
+        }
+        Ok(())
+    };
+    for _ in 0..size.ops / 3 {
+        step(d, BEFORE, &|_, _| true)?;
+    }
+    d.sync()?;
+    // Device 2 goes away a few requests from now: at a flush or superblock
+    // write of some later commit.
+    let fs = d.fs;
+    let dev2 =
+        fs.storage().devs.get(2).ok_or_else(|| Error::Invalid("the degraded workload needs 3 devices".into()))?;
+    let plan = Arc::new(FaultPlan::new(FaultSpec { missing_after: Some(d.rng.gen_range(0..6)), ..Default::default() }));
+    dev2.swap(Arc::new(FaultDevice::new(dev2.dev(), plan.clone())));
+    for _ in size.ops / 3..size.ops {
+        let skip = on2(d);
+        let writable = move |d: &Driver, p: &str| match d.m.paths.get(p) {
+            Some(Node::File(id)) => !skip.contains(id),
+            _ => false,
+        };
+        step(d, AFTER, &writable)?;
+    }
+    plan.go_missing();
+    d.sync()?;
+    if dev2.state() != DeviceState::Missing {
+        return Err(Error::Invalid(format!("device 2 is {} after it went away, not missing", dev2.state())));
+    }
+    // Every file reads back from the devices that are left (the data cache
+    // dropped), or fails with EIO when its only copy was on device 2.
+    fs.drop_caches();
+    let files: Vec<(String, u64)> =
+        d.m.paths
+            .iter()
+            .filter_map(|(p, n)| if let Node::File(id) = n { Some((p.clone(), *id)) } else { None })
+            .collect();
+    for (p, id) in files {
+        let Some(f) = d.m.files.get(&id) else { continue };
+        let only2 = f.layout.starts_with("extent") && f.layout.contains("@2");
+        match fs.read_file(&p) {
+            Ok(got) if !only2 || f.data.iter().all(|b| *b == 0) => {
+                if got != f.data {
+                    return Err(Error::Invalid(format!("{p} ({}) reads back wrong with device 2 missing", f.layout)));
+                }
+            }
+            Err(e) if only2 && e.errno() == libc::EIO => {}
+            Err(e) if f.layout.contains("stripe") && f.layout.contains("@2") && e.errno() == libc::EIO => {}
+            Ok(_) => return Err(Error::Invalid(format!("{p} ({}) read with its only copy missing", f.layout))),
+            Err(e) => return Err(Error::Invalid(format!("{p} ({}) with device 2 missing: {e}", f.layout))),
+        }
     }
     d.sync()
 }

@@ -769,6 +769,35 @@ fn set_meta_reserve(storage: &Storage, meta: &Layout, journal: &Region) {
     }
 }
 
+/// Writes a new meta-file's contents. Each child of a `replicate` root holds
+/// a whole copy and is written on its own: a copy whose devices take no
+/// writes (a degraded pool) is left empty, and the checkpoint stands on the
+/// others (open reads any copy whose checksum holds; the next checkpoint
+/// writes every copy again). Any other failure fails the checkpoint.
+fn write_meta(storage: &Storage, io: &IoCtx, fresh: &Layout, bytes: &[u8]) -> Result<()> {
+    let root = fresh.root();
+    if root.kind().name != "replicate" || root.children().len() < 2 {
+        return root.write(io, 0, bytes);
+    }
+    let down = |d: u32| storage.devs.get(d as usize).is_none_or(|h| !h.state().writable());
+    let mut written = 0;
+    let mut first_err = None;
+    for c in root.children() {
+        match c.write(io, 0, bytes) {
+            Ok(()) => written += 1,
+            Err(e) if c.health(&down) == crate::blocks::Health::Lost => {
+                tracing::warn!("meta-file copy left out, its device is down: {e}");
+                first_err.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match first_err {
+        Some(e) if written == 0 => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Writes a checkpoint into a freshly allocated meta-file (same layout as the
 /// current one), then switches the superblocks to it and frees the old one.
 /// The superblock write is the commit point: a crash before it leaves the
@@ -779,7 +808,7 @@ fn write_checkpoint(storage: &Storage, m: &mut MetaState, bytes: &[u8], format: 
     let mut padded = bytes.to_vec();
     padded.resize(bytes.len().div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE, 0);
     let io = IoCtx { storage, epoch: 0, sink: &ignore, repair: false };
-    if let Err(e) = fresh.root().write(&io, 0, &padded) {
+    if let Err(e) = write_meta(storage, &io, &fresh, &padded) {
         fresh.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
         return Err(e);
     }

@@ -1,0 +1,208 @@
+//! Degraded pools through the CLI and a mount: `hurricane status`, `df`,
+//! reads with a device image deleted (before opening and while mounted),
+//! and faults injected through pool.conf.
+
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod fuse_util;
+
+use fuse_util::*;
+use hurricane_fuse::report::StatusReport;
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hurricane");
+
+/// Runs `hurricane`; (exit code, stdout, stderr). Never a panic.
+fn hc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).env_remove("RUST_LOG").output().expect("spawn hurricane");
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(!e.contains("panicked") && !e.contains("internal error"), "{args:?}: {e}");
+    (out.status.code().unwrap_or(-1), o, e)
+}
+
+fn status(target: &Path) -> (i32, String, StatusReport) {
+    let (code, text, err) = hc(&["status", s(target)]);
+    let (jcode, json, _) = hc(&["status", "--json", s(target)]);
+    assert_eq!(code, jcode, "{text}{err}");
+    let rep = StatusReport::from_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e}: {json}{err}"));
+    (code, text, rep)
+}
+
+fn put(pool: &Path, name: &str, bytes: &[u8], layout: &str) {
+    let local = pool.parent().unwrap().join(format!("local-{}", name.trim_start_matches('/')));
+    std::fs::write(&local, bytes).unwrap();
+    let (code, o, e) = hc(&["put", s(pool), s(&local), name, "--layout", layout]);
+    assert_eq!(code, 0, "{o}{e}");
+}
+
+fn get(pool: &Path, name: &str) -> Result<Vec<u8>, String> {
+    let dest = pool.parent().unwrap().join(format!("got-{}", name.trim_start_matches('/')));
+    let _ = std::fs::remove_file(&dest);
+    match hc(&["get", s(pool), name, s(&dest)]) {
+        (0, _, _) => Ok(std::fs::read(&dest).unwrap()),
+        (_, o, e) => Err(format!("{o}{e}")),
+    }
+}
+
+fn add_line(pool: &Path, line: &str) {
+    let f = pool.join("pool.conf");
+    let mut text = std::fs::read_to_string(&f).unwrap();
+    text.push_str(line);
+    text.push('\n');
+    std::fs::write(&f, text).unwrap();
+}
+
+fn drop_line(pool: &Path, prefix: &str) {
+    let f = pool.join("pool.conf");
+    let text: String = std::fs::read_to_string(&f)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with(prefix))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&f, text).unwrap();
+}
+
+#[test]
+fn status_and_df_with_a_deleted_image() {
+    let pool = Pool::new(3, "64M");
+    let dir = pool.dir.clone();
+    put(&dir, "/r", &data(700_000, 1), "replicate[extent@1,extent@2]");
+    put(&dir, "/on2", &data(90_000, 2), "extent@2");
+    put(&dir, "/on0", &data(50_000, 3), "extent@0");
+    let (code, text, rep) = status(&dir);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("healthy") && text.contains("3 healthy, 0 degraded, 0 lost"), "{text}");
+    assert_eq!(rep.devices.len(), 3);
+    assert!(rep.devices.iter().all(|d| d.state == "online" && d.used > 0), "{rep:?}");
+
+    std::fs::remove_file(dir.join("dev2.img")).unwrap();
+    let (code, text, rep) = status(&dir);
+    assert_eq!(code, 1, "degraded: {text}");
+    assert!(text.contains("1 healthy, 1 degraded, 1 lost"), "{text}");
+    assert!(text.contains("lost files:\n  /on2"), "{text}");
+    assert_eq!(rep.devices[2].state, "missing");
+    assert!(rep.devices[2].name.ends_with("dev2.img"));
+    assert_eq!((rep.devices[0].state.as_str(), rep.devices[1].state.as_str()), ("online", "online"));
+    assert_eq!(rep.health.lost_paths, vec!["/on2".to_string()]);
+    assert_eq!(rep.health.degraded_paths, vec!["/r".to_string()]);
+    // Reads: the replicated file whole, the file on device 2 an error naming it.
+    assert_eq!(get(&dir, "/r").unwrap(), data(700_000, 1));
+    assert_eq!(get(&dir, "/on0").unwrap(), data(50_000, 3));
+    let e = get(&dir, "/on2").unwrap_err();
+    assert!(e.contains("device 2") && e.contains("dev2.img") && e.contains("missing"), "{e}");
+    // df shows the state; ls and new files on the devices there work.
+    let (code, df, e) = hc(&["df", s(&dir)]);
+    assert_eq!(code, 0, "{e}");
+    let row2 = df.lines().find(|l| l.trim_start().starts_with("2 ")).unwrap_or_else(|| panic!("{df}"));
+    assert!(row2.contains("missing"), "{df}");
+    assert!(df.lines().any(|l| l.trim_start().starts_with("all ") && l.contains("1 down")), "{df}");
+    let (code, ls, e) = hc(&["ls", s(&dir), "/"]);
+    assert_eq!(code, 0, "{e}");
+    assert!(ls.contains("on2") && ls.contains("r"), "{ls}");
+    put(&dir, "/new", &data(10_000, 4), "extent@0");
+    assert_eq!(get(&dir, "/new").unwrap(), data(10_000, 4));
+    let (code, _, rep) = status(&dir);
+    assert_eq!((code, rep.health.healthy), (1, 2));
+}
+
+#[test]
+fn faults_from_pool_conf() {
+    let pool = Pool::new(3, "64M");
+    let dir = pool.dir.clone();
+    put(&dir, "/on1", &data(40_000, 5), "extent@1");
+    put(&dir, "/r", &data(40_000, 6), "replicate(read=primary)[extent@1,extent@0]");
+    // Every block past the superblocks fails to read (the journal mirror and
+    // the meta-file copy there are read from device 0).
+    add_line(&dir, "fault = 1 read-error=2-16383");
+    let e = get(&dir, "/on1").unwrap_err();
+    assert!(e.contains("dev1.img") && e.contains("fault injection"), "{e}");
+    // The replicated file reads from its other copy.
+    assert_eq!(get(&dir, "/r").unwrap(), data(40_000, 6));
+    drop_line(&dir, "fault");
+    assert_eq!(get(&dir, "/on1").unwrap(), data(40_000, 5));
+    // A device gone from the start: the pool opens degraded.
+    add_line(&dir, "fault = 2 missing");
+    let (code, text, rep) = status(&dir);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(rep.devices[2].state, "missing");
+    drop_line(&dir, "fault");
+    // Bad lines are clear errors naming the file and line.
+    for (line, want) in [
+        ("fault = 1 explode", "unknown fault"),
+        ("fault = 1", "expected `fault = DEV SPEC`"),
+        ("fault = x missing", "not a device number"),
+        ("fault = 7 missing", "fault on device 7"),
+        ("fault = 0 flip-rate=2", "rate from 0 to 1"),
+    ] {
+        add_line(&dir, line);
+        let (code, _, e) = hc(&["ls", s(&dir), "/"]);
+        assert_eq!(code, 1, "{line}");
+        assert!(e.contains(want) && e.contains("pool.conf"), "{line}: {e}");
+        drop_line(&dir, "fault");
+    }
+    let (code, text, _) = status(&dir);
+    assert_eq!(code, 0, "{text}");
+}
+
+/// Drops the kernel's cached pages of a file on the mount, so the next
+/// read reaches the pool.
+fn uncache(p: &Path) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(p).unwrap();
+    // SAFETY: a valid descriptor; the advice changes no memory of ours.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+}
+
+#[test]
+fn image_deleted_while_mounted() {
+    require_fuse!();
+    let pool = Pool::new(3, "128M");
+    // No data cache in the server: reads reach the devices.
+    let m = pool.mount(&["cache=0"]);
+    let files = [("r", "replicate[extent@1,extent@2]", 1), ("p2", "replicate(read=primary)[extent@2,extent@1]", 2)];
+    for (name, layout, seed) in files {
+        let p = m.path(name);
+        std::fs::File::create(&p).unwrap();
+        rustix::fs::setxattr(&p, "user.hurricane.layout", layout.as_bytes(), rustix::fs::XattrFlags::empty()).unwrap();
+        std::fs::write(&p, data(3_000_000, seed)).unwrap();
+    }
+    std::fs::write(m.path("on2"), b"").unwrap();
+    rustix::fs::setxattr(m.path("on2"), "user.hurricane.layout", b"extent@2", rustix::fs::XattrFlags::empty()).unwrap();
+    std::fs::write(m.path("on2"), data(100_000, 3)).unwrap();
+    let f = std::fs::File::open(m.path("r")).unwrap();
+    f.sync_all().unwrap();
+    let (code, text, _) = status(&m.mnt);
+    assert_eq!(code, 0, "{text}");
+
+    std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
+    for (name, _, seed) in files {
+        uncache(&m.path(name));
+        assert!(std::fs::read(m.path(name)).unwrap() == data(3_000_000, seed), "{name} after dev2.img went");
+    }
+    uncache(&m.path("on2"));
+    let e = std::fs::read(m.path("on2")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let (code, text, rep) = status(&m.mnt);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(rep.devices[2].state, "missing", "{text}");
+    assert!(rep.mountpoint.ends_with("mnt"), "{rep:?}");
+    assert_eq!((rep.health.degraded, rep.health.lost), (2, 1), "{text}");
+    assert!(text.contains("/on2"), "{text}");
+    let (_, stats, _) = hc(&["stats", s(&m.mnt)]);
+    assert!(stats.contains("missing"), "{stats}");
+    // The mount goes on: new files commit, and it unmounts cleanly.
+    std::fs::File::create(m.path("after")).unwrap();
+    rustix::fs::setxattr(m.path("after"), "user.hurricane.layout", b"extent@0", rustix::fs::XattrFlags::empty())
+        .unwrap();
+    std::fs::write(m.path("after"), b"written degraded").unwrap();
+    std::fs::File::open(m.path("after")).unwrap().sync_all().unwrap();
+    m.unmount();
+    let (code, text, rep) = status(&pool.dir);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(rep.devices[2].state, "missing");
+    assert_eq!(get(&pool.dir, "/after").unwrap(), b"written degraded");
+}
