@@ -66,8 +66,13 @@ fn truncated_missing_foreign_and_duplicated_devices() {
     t[2].truncate(half);
     let e = open_err(devs_from(&t));
     assert!(e.contains("mem2") && e.contains("truncated"), "{e}");
-    let e = open_err(devs_from(&imgs[..2]));
+    // A device not given: the pool opens degraded, naming it missing
+    // (tests/degraded.rs covers what works then).
+    let fs = Fs::open(devs_from(&imgs[..2]), quiet()).unwrap();
+    assert_eq!(fs.report().missing_devices.iter().map(|m| m.0).collect::<Vec<_>>(), vec![2]);
+    let e = fs.read_file("/keep").unwrap_err().to_string();
     assert!(e.contains("device 2") && e.contains("missing"), "{e}");
+    drop(fs);
     let other = MemPool::new(1, 16 * MB);
     let mut mixed = devs_from(&imgs[..2]);
     mixed.push(other.devs[0].clone());
