@@ -176,12 +176,15 @@ fn image_deleted_while_mounted() {
     std::fs::write(m.path("on2"), b"").unwrap();
     rustix::fs::setxattr(m.path("on2"), "user.hurricane.layout", b"extent@2", rustix::fs::XattrFlags::empty()).unwrap();
     std::fs::write(m.path("on2"), data(100_000, 3)).unwrap();
-    let f = std::fs::File::open(m.path("r")).unwrap();
-    f.sync_all().unwrap();
+    std::fs::File::open(m.path("r")).unwrap().sync_all().unwrap();
     let (code, text, _) = status(&m.mnt);
     assert_eq!(code, 0, "{text}");
 
     std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
+    // Status asks every device whether it is still there.
+    let (code, text, rep) = status(&m.mnt);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(rep.devices[2].state, "missing", "{text}");
     for (name, _, seed) in files {
         uncache(&m.path(name));
         assert!(std::fs::read(m.path(name)).unwrap() == data(3_000_000, seed), "{name} after dev2.img went");

@@ -233,7 +233,8 @@ impl Device for FileDevice {
         self.guard(r)
     }
     fn gone(&self) -> bool {
-        self.check_gone(false)
+        // Asked after an error or by a probe, never per request: check now.
+        self.check_gone(true)
     }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         if self.is_block {
