@@ -25,13 +25,13 @@ pub fn run(a: &DfArgs) -> CliResult {
         let mut rows = vec![[
             "dev".to_string(),
             "path".into(),
-            "state".into(),
             "size".into(),
             "used".into(),
             "free".into(),
             "use%".into(),
             "reads".into(),
             "writes".into(),
+            "state".into(),
         ]];
         let (mut tt, mut tf, mut tr, mut tw) = (0u64, 0u64, 0u64, 0u64);
         for (i, al) in st.allocs.iter().enumerate() {
@@ -46,35 +46,35 @@ pub fn run(a: &DfArgs) -> CliResult {
             rows.push([
                 i.to_string(),
                 name,
-                state.to_string(),
                 size(total),
                 size(total - free),
                 size(free),
                 pct(total - free, total),
                 s.reads.to_string(),
                 s.writes.to_string(),
+                state.to_string(),
             ]);
         }
         let down = st.devs.iter().filter(|d| d.state() != hurricane::device::DeviceState::Online).count();
         rows.push([
             "all".into(),
             format!("{} devices", st.allocs.len()),
-            if down == 0 { "online".into() } else { format!("{down} down") },
             size(tt),
             size(tt - tf),
             size(tf),
             pct(tt - tf, tt),
             tr.to_string(),
             tw.to_string(),
+            if down == 0 { "online".into() } else { format!("{down} down") },
         ]);
         let widths: Vec<usize> = (0..9).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
         let mut o = std::io::stdout().lock();
         for r in &rows {
-            // Path left-aligned, numbers right-aligned.
+            // Path and state left-aligned, numbers right-aligned.
             let mut line = String::new();
             for (c, cell) in r.iter().enumerate() {
                 let w = widths[c];
-                if c == 1 || c == 2 {
+                if c == 1 || c == 8 {
                     line.push_str(&format!("{cell:<w$}  "));
                 } else {
                     line.push_str(&format!("{cell:>w$}  "));
