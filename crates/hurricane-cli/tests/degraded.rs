@@ -211,4 +211,11 @@ fn image_deleted_while_mounted() {
     assert_eq!(code, 1, "{text}");
     assert_eq!(rep.devices[2].state, "missing");
     assert_eq!(get(&pool.dir, "/after").unwrap(), b"written degraded");
+    // It mounts again with the device still missing.
+    let m = pool.mount(&["cache=0"]);
+    assert!(std::fs::read(m.path("r")).unwrap() == data(3_000_000, 1));
+    assert_eq!(std::fs::read(m.path("on2")).unwrap_err().raw_os_error(), Some(libc::EIO));
+    let (code, text, rep) = status(&m.mnt);
+    assert_eq!((code, rep.devices[2].state.as_str()), (1, "missing"), "{text}");
+    m.unmount();
 }

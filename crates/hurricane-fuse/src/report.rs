@@ -104,9 +104,10 @@ pub struct StatusReport {
 }
 
 impl StatusReport {
-    /// Every device online and every file with all its copies.
+    /// Every device online (or removed from the pool) and every file with
+    /// all its copies.
     pub fn healthy(&self) -> bool {
-        self.devices.iter().all(|d| d.state == "online")
+        self.devices.iter().all(|d| d.state == "online" || d.state == "removed")
             && self.health.degraded == 0
             && self.health.lost == 0
             && self.health.meta == "ok"
@@ -144,7 +145,7 @@ impl StatusReport {
 /// Every device of an open pool: I/O counters, state, errors and space.
 pub fn device_reports(fs: &hurricane::Fs) -> Vec<DeviceReport> {
     let st = fs.storage();
-    st.probe();
+    st.probe_now();
     let bs = hurricane::device::BLOCK_SIZE as u64;
     st.devs
         .iter()

@@ -341,6 +341,9 @@ impl Device for FaultDevice {
     fn gone(&self) -> bool {
         self.plan.is_missing() || self.inner.gone()
     }
+    fn gone_now(&self) -> bool {
+        self.plan.is_missing() || self.inner.gone_now()
+    }
 }
 
 #[cfg(test)]

@@ -233,7 +233,10 @@ impl Device for FileDevice {
         self.guard(r)
     }
     fn gone(&self) -> bool {
-        // Asked after an error or by a probe, never per request: check now.
+        // An I/O error already checked; otherwise at most every GONE_CHECK.
+        self.check_gone(false)
+    }
+    fn gone_now(&self) -> bool {
         self.check_gone(true)
     }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {

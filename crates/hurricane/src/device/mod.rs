@@ -44,6 +44,11 @@ pub trait Device: Send + Sync {
     fn gone(&self) -> bool {
         false
     }
+    /// Like `gone`, but looks again now where `gone` may give a recent
+    /// answer (what `hurricane status` asks).
+    fn gone_now(&self) -> bool {
+        self.gone()
+    }
 }
 
 /// Where a device of the pool stands. Kept per handle; how a state is

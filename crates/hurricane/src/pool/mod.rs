@@ -84,9 +84,20 @@ impl Storage {
                 }
             }
         }
+        // Devices are independent: flush them in parallel.
+        let flushed: Vec<Result<()>> = if written.len() <= 1 {
+            written.iter().map(|d| d.flush()).collect()
+        } else {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = written.iter().map(|d| s.spawn(move || d.flush())).collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
+                    .collect()
+            })
+        };
         let mut durable = 0;
-        for d in written {
-            match d.flush() {
+        for (d, r) in written.iter().zip(flushed) {
+            match r {
                 Ok(()) => durable += 1,
                 Err(e) => {
                     tracing::warn!(device = d.index, "superblock flush failed: {e}");
@@ -103,11 +114,20 @@ impl Storage {
     /// Asks every device in use whether it went away (a deleted image
     /// file, a removed block device) and marks those Missing: a device no
     /// request has touched since is noticed too. Cheap (a file device
-    /// checks at most every 100 ms); the committer calls it every commit.
+    /// checks at most every 100 ms); every commit calls it.
     pub fn probe(&self) {
+        self.probe_with(|d| d.gone());
+    }
+
+    /// [`Storage::probe`], every device checked now (for reports).
+    pub fn probe_now(&self) {
+        self.probe_with(|d| d.gone_now());
+    }
+
+    fn probe_with(&self, gone: impl Fn(&dyn Device) -> bool) {
         for d in &self.devs {
             let st = d.state();
-            if (st.readable() || st.writable()) && d.dev().gone() {
+            if (st.readable() || st.writable()) && gone(&*d.dev()) {
                 d.set_state(DeviceState::Missing);
             }
         }
