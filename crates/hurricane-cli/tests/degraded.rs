@@ -132,6 +132,13 @@ fn faults_from_pool_conf() {
     assert_eq!(code, 1, "{text}");
     assert_eq!(rep.devices[2].state, "missing");
     drop_line(&dir, "fault");
+    // A device whose superblocks cannot be read: faulted, the pool opens.
+    add_line(&dir, "fault = 2 read-error=0-1");
+    let (code, text, rep) = status(&dir);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(rep.devices[2].state, "faulted", "{text}");
+    assert_eq!(get(&dir, "/r").unwrap(), data(40_000, 6));
+    drop_line(&dir, "fault");
     // Bad lines are clear errors naming the file and line.
     for (line, want) in [
         ("fault = 1 explode", "unknown fault"),

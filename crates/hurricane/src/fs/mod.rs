@@ -611,7 +611,7 @@ impl Fs {
         // Ordered mode: data first, then the meta-data that points at it.
         inner.storage.flush_all()?;
         if let Some(bytes) = snap {
-            match write_checkpoint(&inner.storage, m, &bytes, false) {
+            match write_checkpoint_staged(&inner.storage, m, &bytes, false) {
                 Ok(()) => {
                     inner.checkpoints.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
@@ -619,12 +619,14 @@ impl Fs {
                 // No room for a new meta-file, or a device it needs is down
                 // (degraded pool): the batch goes to the journal while it
                 // fits, and a later checkpoint tries again.
-                Err(e) if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {
+                // Only when it failed before its superblock write: after
+                // it, the checkpoint may be in force, and the batch in it.
+                Err((e, true)) if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {
                     if !matches!(e, Error::NoSpace(_)) {
                         tracing::warn!("checkpoint failed, committing to the journal instead: {e}");
                     }
                 }
-                Err(e) => return Err(e),
+                Err((e, _)) => return Err(e),
             }
         }
         if !batch.is_empty() {
@@ -803,16 +805,28 @@ fn write_meta(storage: &Storage, io: &IoCtx, fresh: &Layout, bytes: &[u8]) -> Re
 /// The superblock write is the commit point: a crash before it leaves the
 /// old checkpoint and journal in force.
 fn write_checkpoint(storage: &Storage, m: &mut MetaState, bytes: &[u8], format: bool) -> Result<()> {
+    write_checkpoint_staged(storage, m, bytes, format).map_err(|(e, _)| e)
+}
+
+/// [`write_checkpoint`], telling on failure whether it failed before the
+/// superblock write (true: nothing of it can be in force after a crash, so
+/// the batch may go to the journal instead).
+fn write_checkpoint_staged(
+    storage: &Storage,
+    m: &mut MetaState,
+    bytes: &[u8],
+    format: bool,
+) -> std::result::Result<(), (Error, bool)> {
     let spec = m.meta.spec();
-    let fresh = Layout::build(&spec)?;
+    let fresh = Layout::build(&spec).map_err(|e| (e, true))?;
     let mut padded = bytes.to_vec();
     padded.resize(bytes.len().div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE, 0);
     let io = IoCtx { storage, epoch: 0, sink: &ignore, repair: false };
     if let Err(e) = write_meta(storage, &io, &fresh, &padded) {
         fresh.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
-        return Err(e);
+        return Err((e, true));
     }
-    storage.flush_all()?;
+    storage.flush_all().map_err(|e| (e, true))?;
     let mut e = Encoder::new();
     fresh.encode(&mut e);
     let mut sb = m.sb.clone();
@@ -821,7 +835,7 @@ fn write_checkpoint(storage: &Storage, m: &mut MetaState, bytes: &[u8], format: 
     sb.meta_len = bytes.len() as u64;
     sb.meta_crc = crc(bytes);
     sb.cursor = Cursor { tail: m.cursor.head, head: m.cursor.head, seq: m.cursor.seq };
-    storage.write_superblocks(&sb)?;
+    storage.write_superblocks(&sb).map_err(|e| (e, false))?;
     if !format {
         m.meta.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
     }

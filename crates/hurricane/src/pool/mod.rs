@@ -267,11 +267,16 @@ pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Devic
 /// position in `devs` names the slot it stands for), get a placeholder
 /// handle in state Missing: the pool opens degraded as long as one device
 /// has a valid superblock, and what needs the missing ones fails naming
-/// them.
+/// them. A device whose superblocks fail to read (I/O errors) takes the
+/// slot of its position in `devs` as Faulted, when that slot is otherwise
+/// empty; else it is refused.
 pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHandle>)> {
     let mut found: Vec<(Superblock, Arc<dyn Device>)> = Vec::new();
     // Position in `devs` and name of every device that is gone.
     let mut gone: Vec<(usize, String)> = Vec::new();
+    // Devices whose superblocks cannot be read (I/O errors): position,
+    // device, error.
+    let mut unreadable: Vec<(usize, Arc<dyn Device>, Error)> = Vec::new();
     for (pos, dev) in devs.into_iter().enumerate() {
         if dev.gone() {
             gone.push((pos, dev.name().to_string()));
@@ -288,13 +293,15 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
         let mut errs = Vec::new();
         let mut buf = vec![0u8; BLOCK_SIZE];
         let mut lost = false;
+        let mut failed = None;
         for slot in 0..RESERVED_BLOCKS {
             if let Err(e) = dev.read_at(&mut buf, slot * BLOCK_SIZE as u64) {
                 if dev.gone() {
                     lost = true;
                     break;
                 }
-                return Err(e);
+                failed = Some(e);
+                break;
             }
             match Superblock::decode(&buf, dev.name()) {
                 Ok(Some(sb)) => {
@@ -309,6 +316,10 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
         }
         if lost {
             gone.push((pos, dev.name().to_string()));
+            continue;
+        }
+        if let Some(e) = failed {
+            unreadable.push((pos, dev, e));
             continue;
         }
         let sb = match best {
@@ -331,6 +342,9 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
         found.push((sb, dev));
     }
     let Some(first) = found.first().map(|f| f.0.clone()) else {
+        if let Some((_, _, e)) = unreadable.into_iter().next() {
+            return Err(e);
+        }
         if gone.is_empty() {
             return Err(Error::Device("no devices given".into()));
         }
@@ -371,6 +385,16 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
     // `count` is at most MAX_DEVICES (decode), so this loop is bounded.
     let mut handles = Vec::with_capacity(count as usize);
     for i in 0..count {
+        // A device listed in this slot's place whose superblocks fail to
+        // read: it stays in the slot, faulted (nothing is read from or
+        // written to it until it is brought back or replaced).
+        let failing = unreadable.iter().position(|(pos, _, _)| *pos == i as usize && !slots.contains_key(&i));
+        if let Some(k) = failing {
+            let (_, dev, e) = unreadable.swap_remove(k);
+            tracing::warn!("device {i} ({}) fails to read its superblocks, taken as faulted: {e}", dev.name());
+            handles.push(DeviceHandle::with_state(i, dev, DeviceState::Faulted));
+            continue;
+        }
         match slots.remove(&i) {
             Some((_, dev)) => handles.push(DeviceHandle::new(i, dev)),
             None => {
@@ -384,6 +408,10 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
                 handles.push(DeviceHandle::with_state(i, dev, DeviceState::Missing));
             }
         }
+    }
+    // A device that fails to read and stands for no missing slot is refused.
+    if let Some((_, _, e)) = unreadable.into_iter().next() {
+        return Err(e);
     }
     // States kept in the superblock (removed, resilvering).
     for &(i, st) in &best.dev_states {
