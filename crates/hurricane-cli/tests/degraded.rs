@@ -107,6 +107,10 @@ fn status_and_df_with_a_deleted_image() {
     assert!(ls.contains("on2") && ls.contains("r"), "{ls}");
     put(&dir, "/new", &data(10_000, 4), "extent@0");
     assert_eq!(get(&dir, "/new").unwrap(), data(10_000, 4));
+    // The meta-data is consistent: a missing device is no fsck problem.
+    let (code, out, e) = hc(&["fsck", s(&dir)]);
+    assert_eq!(code, 0, "{out}{e}");
+    assert!(out.contains("consistent"), "{out}");
     let (code, _, rep) = status(&dir);
     assert_eq!((code, rep.health.healthy), (1, 2));
 }

@@ -373,7 +373,8 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
 fn read_superblock(fs: &Fs) -> Result<Superblock> {
     let mut best: Option<Superblock> = None;
     let mut buf = vec![0u8; BLOCK_SIZE];
-    for d in &fs.storage().devs {
+    // Devices that serve no reads (a degraded pool) are left out.
+    for d in fs.storage().devs.iter().filter(|d| d.state().readable()) {
         for slot in 0..RESERVED_BLOCKS {
             d.read_blocks(slot, &mut buf)?;
             if let Ok(Some(sb)) = Superblock::decode(&buf, &d.name()) {
