@@ -277,11 +277,14 @@ impl Fs {
                         _ => merged.push((s, n)),
                     }
                 }
-                LostFile {
-                    ino,
-                    paths: paths.get(&ino).cloned().unwrap_or_default(),
-                    ranges: merged.into_iter().map(|(s, n)| (s * BS, n * BS)).collect(),
-                }
+                // In bytes, held to the file's size (its last block is partial).
+                let size = self.state().get(ino).map_or(u64::MAX, |n| n.data.read().size);
+                let ranges = merged
+                    .into_iter()
+                    .map(|(s, n)| (s * BS, (s * BS + n * BS).min(size).saturating_sub(s * BS)))
+                    .filter(|r| r.1 > 0)
+                    .collect();
+                LostFile { ino, paths: paths.get(&ino).cloned().unwrap_or_default(), ranges }
             })
             .collect();
         for f in &lost {
