@@ -13,7 +13,9 @@ mod scrub;
 
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
-pub use replace::{prepare_offline_replacement, set_device_path, ReplaceOptions, ReplaceProgress, ReplaceReport};
+pub use replace::{
+    prepare_offline_replacement, prepare_replacement, set_device_path, ReplaceOptions, ReplaceProgress, ReplaceReport,
+};
 pub use scrub::{load_position, save_position, LostFile, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport};
 
 use crate::blocks::{IoCtx, Layout, NodeRecord};

@@ -133,8 +133,6 @@ impl Fs {
                 new.size()
             )));
         }
-        // Nothing of a previous use may look like a superblock of this pool.
-        new.write_at(&vec![0u8; (RESERVED_BLOCKS * BS) as usize], 0)?;
         let readable = h.state() == DeviceState::Online && {
             let mut b = vec![0u8; BLOCK_SIZE];
             h.dev().read_at(&mut b, 0).is_ok()
@@ -160,6 +158,8 @@ impl Fs {
     ) -> Result<u64> {
         let h = &self.storage().devs[old as usize];
         let alloc = &self.storage().allocs[old as usize];
+        // Nothing of a previous use may look like a superblock of this pool.
+        new.write_at(&vec![0u8; (RESERVED_BLOCKS * BS) as usize], 0)?;
         let old_dev = h.dev();
         let mirror = Arc::new(Mirror {
             name: old_dev.name().to_string(),
@@ -242,7 +242,7 @@ impl Fs {
         let mut sb = m.sb.clone();
         sb.generation += 1;
         mark_resilvering(&mut sb, old);
-        write_superblock_on(&*new, &sb, old)?;
+        claim_device(&*new, &sb, old)?;
         if let (Some(dir), Some(p)) = (&opts.pool_dir, &opts.new_path) {
             set_device_path(dir, old, p)?;
         }
@@ -266,6 +266,15 @@ fn write_superblock_on(dev: &dyn Device, sb: &Superblock, index: u32) -> Result<
     s.dev_index = index;
     s.dev_blocks = dev.size() / BS;
     dev.write_at(&s.encode()?, (sb.generation % 2) * BS)?;
+    dev.flush()
+}
+
+/// Makes `sb` the only superblock on a device taking a slot: written first
+/// (it has the highest generation, so it wins over whatever the device
+/// held), then the other slot cleared of anything an earlier use left.
+fn claim_device(dev: &dyn Device, sb: &Superblock, index: u32) -> Result<()> {
+    write_superblock_on(dev, sb, index)?;
+    dev.write_at(&vec![0u8; BLOCK_SIZE], ((sb.generation + 1) % 2) * BS)?;
     dev.flush()
 }
 
@@ -307,16 +316,11 @@ pub fn set_device_path(dir: &Path, index: u32, path: &Path) -> Result<()> {
     write().map_err(|e| Error::io(f.display().to_string(), e))
 }
 
-/// The newest superblock of the pool in `dir`, read from the devices that
-/// are there (all but `skip`).
-fn newest_superblock(paths: &[PathBuf], skip: u32) -> Result<Superblock> {
+/// The newest superblock among `devs` (none of which is `skip`).
+fn newest_superblock(devs: &[(u32, Arc<dyn Device>)], skip: u32) -> Result<Superblock> {
     let mut best: Option<Superblock> = None;
     let mut buf = vec![0u8; BLOCK_SIZE];
-    for (i, p) in paths.iter().enumerate() {
-        if i as u32 == skip || !p.exists() {
-            continue;
-        }
-        let d = FileDevice::open(p, false)?;
+    for (_, d) in devs {
         for slot in 0..RESERVED_BLOCKS {
             d.read_at(&mut buf, slot * BS)?;
             if let Ok(Some(sb)) = Superblock::decode(&buf, d.name()) {
@@ -345,15 +349,36 @@ pub fn prepare_offline_replacement(dir: &Path, old: u32, new_path: &Path) -> Res
     if old as usize >= paths.len() {
         return Err(Error::Invalid(format!("device {old}: the pool has {} devices", paths.len())));
     }
-    let mut sb = newest_superblock(&paths, old)?;
+    let mut others: Vec<(u32, Arc<dyn Device>)> = Vec::new();
+    for (i, p) in paths.iter().enumerate() {
+        if i as u32 != old && p.exists() {
+            others.push((i as u32, Arc::new(FileDevice::open(p, true)?)));
+        }
+    }
+    let new = FileDevice::open(new_path, true)?;
+    prepare_replacement(&others, old, &new, &|| set_device_path(dir, old, new_path))
+}
+
+/// [`prepare_offline_replacement`] on devices: `others` are the pool's
+/// devices that are there (with their indexes), `switch` records the new
+/// device wherever the pool's device list is kept (between the new
+/// device's superblock and the others').
+pub fn prepare_replacement(
+    others: &[(u32, Arc<dyn Device>)],
+    old: u32,
+    new: &dyn Device,
+    switch: &dyn Fn() -> Result<()>,
+) -> Result<()> {
+    let mut sb = newest_superblock(others, old)?;
+    if old >= sb.dev_count {
+        return Err(Error::Invalid(format!("device {old}: the pool has {} devices", sb.dev_count)));
+    }
     sb.generation += 1;
     sb.clean = false;
     mark_resilvering(&mut sb, old);
-    let new = FileDevice::open(new_path, true)?;
     if new.size() < (RESERVED_BLOCKS + 64) * BS {
         return Err(Error::Device(format!("{}: too small ({} bytes)", new.name(), new.size())));
     }
-    new.write_at(&vec![0u8; (RESERVED_BLOCKS * BS) as usize], 0)?;
     if sb.journal.dev == old {
         // The journal is lost with the device: replay must find its end
         // right at the cursor, not stale records of an earlier use.
@@ -361,14 +386,10 @@ pub fn prepare_offline_replacement(dir: &Path, old: u32, new_path: &Path) -> Res
         let n = 4u64.min(sb.journal.blocks - sb.cursor.tail);
         new.write_at(&vec![0u8; (n * BS) as usize], at * BS)?;
     }
-    write_superblock_on(&new, &sb, old)?;
-    set_device_path(dir, old, new_path)?;
-    for (i, p) in paths.iter().enumerate() {
-        if i as u32 == old || !p.exists() {
-            continue;
-        }
-        let d = FileDevice::open(p, true)?;
-        write_superblock_on(&d, &sb, i as u32)?;
+    claim_device(new, &sb, old)?;
+    switch()?;
+    for (i, d) in others {
+        write_superblock_on(&**d, &sb, *i)?;
     }
     Ok(())
 }
