@@ -237,6 +237,9 @@ fn an_interrupted_resilver_stays_resilvering_and_a_scrub_finishes_it() {
     let fs = Fs::open(devs.clone(), quiet()).unwrap();
     assert_eq!(fs.resilvering(), vec![1], "a reopened pool keeps the device resilvering");
     assert_eq!(fs.storage().devs[1].state(), DeviceState::Resilvering);
+    // fsck reads the resilvering device's superblocks too.
+    let rep = hurricane::fsck::check(&fs, false, &mut |_: &str, _: u64, _: u64| {}).unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert_eq!(fs.read_file("/m").unwrap(), pattern(40, MB as usize));
     let s = fs.scrub(&repair(), &|_| {}).unwrap();
     assert!(s.complete && s.lost.is_empty(), "{:?}", s.lost);
