@@ -94,7 +94,7 @@ pub fn scrub(a: &ScrubArgs) -> CliResult {
         let opts = ScrubOptions {
             repair: writable,
             rate: a.rate,
-            position_file: writable.then(|| a.target.join(SCRUB_POSITION_FILE)),
+            position_file: Some(a.target.join(SCRUB_POSITION_FILE)),
             resume: !a.restart,
             ..Default::default()
         };
