@@ -173,7 +173,9 @@ impl DeviceHandle {
         self.dev.read().clone()
     }
 
-    /// Puts another device in this slot (a replacement), returning the old one.
+    /// Puts another device in this slot (a replacement), returning the old
+    /// one. Requests hold the slot for their duration, so this waits for
+    /// those in flight: none reaches the old device afterwards.
     pub fn swap(&self, dev: Arc<dyn Device>) -> Arc<dyn Device> {
         std::mem::replace(&mut *self.dev.write(), dev)
     }
@@ -217,8 +219,8 @@ impl DeviceHandle {
             return Err(crate::Error::Device(format!("{} ({}) is {st}", self.index, self.name())));
         }
         let _g = self.stats.begin();
-        let dev = self.dev();
-        self.check(&*dev, blk, buf.len())?;
+        let dev = self.dev.read();
+        self.check(&**dev, blk, buf.len())?;
         if let Err(e) = dev.read_at(buf, blk << BLOCK_SHIFT) {
             self.read_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(e);
@@ -233,8 +235,8 @@ impl DeviceHandle {
             return Err(crate::Error::Device(format!("{} ({}) is {st}", self.index, self.name())));
         }
         let _g = self.stats.begin();
-        let dev = self.dev();
-        self.check(&*dev, blk, buf.len())?;
+        let dev = self.dev.read();
+        self.check(&**dev, blk, buf.len())?;
         if let Err(e) = dev.write_at(buf, blk << BLOCK_SHIFT) {
             self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(e);

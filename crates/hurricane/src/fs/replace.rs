@@ -167,6 +167,8 @@ impl Fs {
             new: new.clone(),
             lock: RwLock::new(()),
         });
+        // The swap waits for requests in flight on the old device, so none
+        // writes to it alone once the copy starts.
         h.swap(mirror.clone());
         // Everything not free: data, meta-file, journal, and space whose
         // free waits for a commit. Space allocated from now on is written

@@ -425,7 +425,9 @@ fn hex(b: &[u8]) -> String {
 
 /// Writes the position file (a temporary file renamed over it).
 pub fn save_position(f: &std::path::Path, pool: &[u8; 16], rebuild: &[u32], pos: ScrubPos) -> Result<()> {
-    let devs: Vec<String> = rebuild.iter().map(|d| d.to_string()).collect();
+    let mut sorted = rebuild.to_vec();
+    sorted.sort_unstable();
+    let devs: Vec<String> = sorted.iter().map(|d| d.to_string()).collect();
     let text = format!(
         "{POS_MAGIC}\npool {}\nrebuild {}\ninode {}\nblock {}\n",
         hex(pool),
