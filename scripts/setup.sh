@@ -10,6 +10,8 @@ command -v rsync >/dev/null || need+=(rsync)
 command -v git >/dev/null || need+=(git)
 command -v setfattr >/dev/null || need+=(attr)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+# btrfs RAID profiles are the peers of the redundancy benchmarks.
+command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 # The POSIX conformance suite (vendor/pjdfstest) is C, driven by Perl's prove.
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v prove >/dev/null || need+=(perl)

@@ -18,9 +18,11 @@ mod exp;
 mod mount_report;
 mod plot;
 mod pool;
+mod redundancy_report;
 
 pub use mount_report::{mount_report, mount_rows, MountRow};
 pub use pool::{RamDisk, SimPool};
+pub use redundancy_report::{redundancy_report, redundancy_rows, RedundancyRow};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -39,6 +41,18 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
 pub const MOUNT_REPORT: &str = "mount-report";
 /// What `list` says of [`MOUNT_REPORT`].
 pub const MOUNT_REPORT_ABOUT: &str = "summary of bench/mount.sh's OUT/mount.jsonl: medians, ratios to ext4, mount.png";
+
+/// Summaries of the benchmark scripts' results, each reading OUT/*.jsonl and
+/// writing a plot beside it: (name, what it summarises, the summariser).
+pub type Report = fn(&Path) -> Result<String, String>;
+pub const REPORTS: &[(&str, &str, Report)] = &[
+    (MOUNT_REPORT, MOUNT_REPORT_ABOUT, mount_report),
+    (
+        "redundancy-report",
+        "summary of bench/redundancy.sh's OUT/redundancy.jsonl: medians, ratios to btrfs RAID, redundancy.png",
+        redundancy_report,
+    ),
+];
 
 /// What an experiment produced.
 #[derive(Debug, Clone)]
@@ -125,7 +139,9 @@ pub fn main_with_args(args: &[String]) -> i32 {
                 for (n, what) in EXPERIMENTS {
                     println!("{n:20} {what}");
                 }
-                println!("{MOUNT_REPORT:20} {MOUNT_REPORT_ABOUT}");
+                for (n, what, _) in REPORTS {
+                    println!("{n:20} {what}");
+                }
                 return 0;
             }
             s if s.starts_with('-') => {
@@ -143,8 +159,8 @@ pub fn main_with_args(args: &[String]) -> i32 {
         eprintln!("usage: hurricane bench NAME [--quick] [--out DIR]   (hurricane bench list)");
         return 2;
     };
-    if name == MOUNT_REPORT {
-        return match mount_report(&out) {
+    if let Some((_, _, report)) = REPORTS.iter().find(|r| r.0 == name) {
+        return match report(&out) {
             Ok(t) => {
                 print!("{t}");
                 0

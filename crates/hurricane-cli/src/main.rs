@@ -85,7 +85,7 @@ enum Cmd {
 
 #[derive(clap::Args, Debug)]
 struct BenchArgs {
-    /// Experiment name, `list`, or `mount-report` (summary of bench/mount.sh's results).
+    /// Experiment name, `list`, or a report (`mount-report`, `redundancy-report`: summaries of bench/*.sh results).
     name: String,
     /// Small sizes: checks that the experiment runs, not its figures.
     #[arg(long)]
@@ -100,11 +100,13 @@ fn bench(a: &BenchArgs) -> CliResult {
         for (n, what) in hurricane_bench::EXPERIMENTS {
             println!("{n:20} {what}");
         }
-        println!("{:20} {}", hurricane_bench::MOUNT_REPORT, hurricane_bench::MOUNT_REPORT_ABOUT);
+        for (n, what, _) in hurricane_bench::REPORTS {
+            println!("{n:20} {what}");
+        }
         return Ok(());
     }
-    if a.name == hurricane_bench::MOUNT_REPORT {
-        print!("{}", hurricane_bench::mount_report(&a.out).map_err(Fail::new)?);
+    if let Some((_, _, report)) = hurricane_bench::REPORTS.iter().find(|r| r.0 == a.name) {
+        print!("{}", report(&a.out).map_err(Fail::new)?);
         return Ok(());
     }
     let s = hurricane_bench::run(&a.name, a.quick, &a.out).map_err(Fail::new)?;

@@ -1122,22 +1122,55 @@ fn a_pool_claiming_billions_of_devices_is_refused_by_name() {
     refused_clearly(&imgs, "dev_count = u32::MAX, high indices", &["mem", "device count"]);
 }
 
-/// A pool of an older format (here: its superblocks say one version below
-/// this build's, checksums fixed up) is refused by name at open, not misread.
-#[test]
-fn older_format_pools_are_refused_by_name() {
-    use hurricane::pool::{Superblock, FORMAT_VERSION};
-    let p = MemPool::new(2, 8 * MB);
-    p.open().unwrap().close().unwrap();
+/// Rewrites every superblock slot of `p` as format `version` (checksums fixed up).
+fn set_format_version(p: &MemPool, version: u32) {
+    use hurricane::pool::Superblock;
     for d in &p.devs {
         for slot in 0..2u64 {
             let mut b = vec![0u8; BLOCK_SIZE];
             d.read_at(&mut b, slot * BLOCK_SIZE as u64).unwrap();
             let Some(mut sb) = Superblock::decode(&b, "d").unwrap() else { continue };
-            sb.version = FORMAT_VERSION - 1;
+            sb.version = version;
             d.write_at(&sb.encode().unwrap(), slot * BLOCK_SIZE as u64).unwrap();
         }
     }
+}
+
+/// A pool of a format older than this build reads (its superblocks say one
+/// version below the oldest readable) is refused by name at open, not misread.
+#[test]
+fn older_format_pools_are_refused_by_name() {
+    use hurricane::pool::OLDEST_READABLE;
+    let p = MemPool::new(2, 8 * MB);
+    p.open().unwrap().close().unwrap();
+    set_format_version(&p, OLDEST_READABLE - 1);
     let msg = p.open().err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(msg.contains(&format!("format version {}", FORMAT_VERSION - 1)) && msg.contains("older"), "{msg}");
+    assert!(msg.contains(&format!("format version {}", OLDEST_READABLE - 1)) && msg.contains("older"), "{msg}");
+}
+
+/// A version-2 pool (no journal mirror, checksum option or device states in
+/// its superblocks) opens with its files intact and is rewritten as the
+/// current version.
+#[test]
+fn version_2_pools_open_and_are_upgraded() {
+    use hurricane::pool::{Superblock, FORMAT_VERSION};
+    let p = MemPool::new(2, 8 * MB);
+    let fs = p.open().unwrap();
+    let files = populate(&fs);
+    fs.close().unwrap();
+    set_format_version(&p, 2);
+    let fs = p.open().unwrap();
+    for (path, data) in &files {
+        assert_eq!(&fs.read_file(path).unwrap(), data, "{path} after opening a version-2 pool");
+    }
+    fs.close().unwrap();
+    let mut b = vec![0u8; BLOCK_SIZE];
+    let mut newest = 0;
+    for slot in 0..2u64 {
+        p.devs[0].read_at(&mut b, slot * BLOCK_SIZE as u64).unwrap();
+        if let Some(sb) = Superblock::decode(&b, "d").unwrap() {
+            newest = newest.max(sb.version);
+        }
+    }
+    assert_eq!(newest, FORMAT_VERSION);
 }

@@ -5,7 +5,7 @@ pub mod alloc;
 pub mod superblock;
 
 pub use alloc::Allocator;
-pub use superblock::{Superblock, FORMAT_VERSION, MAX_COUNTER, MAX_DEVICES, RESERVED_BLOCKS};
+pub use superblock::{Superblock, FORMAT_VERSION, MAX_COUNTER, MAX_DEVICES, OLDEST_READABLE, RESERVED_BLOCKS};
 
 use crate::device::{Device, DeviceHandle, FileDevice, BLOCK_SIZE};
 use crate::error::{Error, Result};
