@@ -105,7 +105,9 @@ btrfs_run() { # profile run
     # One device gone: its loop detached, the file system mounted degraded.
     losetup -d "${loops[1]}"; rm -f "$work/b1.img"
     btrfs device scan --forget >/dev/null 2>&1 || true
-    mount -o degraded "${loops[0]}" "$mnt"; cold
+    local opts=degraded
+    for l in "${loops[0]}" "${loops[@]:2}"; do opts+=",device=$l"; done
+    mount -o "$opts" "${loops[0]}" "$mnt"; cold
     read -r dr _ < <(fio_mibs read 1M "${seq}M" "$mnt" --filename=seqfile)
     truncate -s "$dev_size" "$work/new1.img"; local nl; nl=$(losetup -f --show "$work/new1.img")
     t0=$(now); btrfs replace start -B 2 "$nl" "$mnt" >/dev/null; local rt; rt=$(since "$t0")

@@ -15,6 +15,7 @@ mod df;
 mod files;
 mod fsck_cmd;
 mod layout_cmd;
+mod maint;
 mod mkfs;
 mod mount;
 mod status;
@@ -76,6 +77,11 @@ enum Cmd {
     Df(df::DfArgs),
     /// Power-cut testing: cut a recorded workload at many crash points and check each pool.
     Crashtest(crashtest_cmd::CrashtestArgs),
+    /// Read and verify every copy of every block; repair from redundancy.
+    Scrub(maint::ScrubArgs),
+    /// Manage the devices of a pool.
+    #[command(subcommand)]
+    Device(maint::DeviceCmd),
     /// Run a named experiment (`list` shows them): table, NAME.json and NAME.png.
     Bench(BenchArgs),
 }
@@ -133,6 +139,8 @@ fn run(cmd: &Cmd) -> CliResult {
         Cmd::Df(a) => df::run(a),
         Cmd::Crashtest(a) => crashtest_cmd::run(a),
         Cmd::Bench(a) => bench(a),
+        Cmd::Scrub(a) => maint::scrub(a),
+        Cmd::Device(c) => maint::device(c),
     }
 }
 

@@ -109,6 +109,8 @@ pub struct Shared {
     ring_requests: Box<[CachePadded<std::sync::atomic::AtomicU64>]>,
     /// Threads that serve large reads.
     readers: Workers,
+    /// Scrub and device replacement jobs (`user.hurricane.control`).
+    control: crate::control::Control,
 }
 
 impl std::ops::Deref for HurricaneFuse {
@@ -132,6 +134,7 @@ impl HurricaneFuse {
         // Two reads in flight per device keep every device busy while the
         // one before is being copied out.
         let readers = (fs.pool_info().devices as usize * 2).clamp(4, 32);
+        let control = crate::control::Control::new(fs.clone(), std::path::PathBuf::from(&info.pool));
         let shared = Shared {
             fs,
             handles: Handles::starting_at(n, first_handle()),
@@ -147,6 +150,7 @@ impl HurricaneFuse {
             rings_ready: std::sync::atomic::AtomicBool::new(false),
             ring_requests: (0..crate::workers::possible_cpus()).map(|_| Default::default()).collect(),
             readers: Workers::new(readers),
+            control,
         };
         HurricaneFuse { shared: Arc::new(shared), primary: true }
     }
@@ -439,6 +443,7 @@ impl Filesystem for HurricaneFuse {
         if !self.primary {
             return;
         }
+        self.control.shutdown();
         if let Err(e) = self.fs.close() {
             tracing::error!("closing the pool: {e}");
         }
@@ -887,6 +892,15 @@ impl Filesystem for HurricaneFuse {
         let n = name.as_bytes();
         let r = if ino.0 == ROOT && n == STATS_XATTR.as_bytes() {
             Err(Errno::EPERM)
+        } else if ino.0 == ROOT && n == crate::control::CONTROL_XATTR.as_bytes() {
+            if req.uid() != 0 {
+                Err(Errno::EPERM)
+            } else {
+                self.control.start(value).map_err(|e| {
+                    tracing::warn!("{}: {e}", crate::control::CONTROL_XATTR);
+                    Errno::EBUSY
+                })
+            }
         } else {
             self.as_user(req, |c| self.fs.setxattr(c, ino.0, n, value, flags))
         };
@@ -917,6 +931,13 @@ impl Filesystem for HurricaneFuse {
             if size == 0 {
                 // The counters grow between a size probe and the read:
                 // leave room so the read that follows fits.
+                v.resize(v.len() + 4096, b' ');
+            }
+            Ok(v)
+        } else if ino.0 == ROOT && n == crate::control::CONTROL_XATTR.as_bytes() {
+            let mut v = self.control.status().to_json();
+            if size == 0 {
+                // Progress grows between a size probe and the read.
                 v.resize(v.len() + 4096, b' ');
             }
             Ok(v)

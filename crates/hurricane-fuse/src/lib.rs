@@ -11,6 +11,7 @@
 //! `user.hurricane.layout` on a file, `user.hurricane.dir_layout` on a
 //! directory, and `user.hurricane.stats` on the root gives the statistics.
 
+pub mod control;
 mod convert;
 mod filesystem;
 mod handles;

@@ -373,10 +373,14 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
 fn read_superblock(fs: &Fs) -> Result<Superblock> {
     let mut best: Option<Superblock> = None;
     let mut buf = vec![0u8; BLOCK_SIZE];
-    // Devices that serve no reads (a degraded pool) are left out.
-    for d in fs.storage().devs.iter().filter(|d| d.state().readable()) {
+    for d in &fs.storage().devs {
         for slot in 0..RESERVED_BLOCKS {
-            d.read_blocks(slot, &mut buf)?;
+            // Straight from the device: a resilvering one serves no data
+            // reads, but its superblocks are current; an unreadable one
+            // leaves the others to decide.
+            if d.dev().read_at(&mut buf, slot * BLOCK_SIZE as u64).is_err() {
+                continue;
+            }
             if let Ok(Some(sb)) = Superblock::decode(&buf, &d.name()) {
                 if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
                     best = Some(sb);

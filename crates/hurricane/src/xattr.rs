@@ -13,3 +13,6 @@ pub const DIR_LAYOUT: &str = "user.hurricane.dir_layout";
 pub const OPEN: &str = "user.hurricane.open";
 /// On a mount's root: the mount's statistics report.
 pub const STATS: &str = "user.hurricane.stats";
+/// On a mount's root: maintenance jobs (scrub, device replacement). Setting
+/// it starts one (a JSON request, root only); reading it gives its status.
+pub const CONTROL: &str = "user.hurricane.control";

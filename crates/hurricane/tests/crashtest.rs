@@ -32,6 +32,7 @@ fn workload_list() {
         "nested",
         "concurrent",
         "full",
+        "resilver",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -83,6 +84,11 @@ fn concurrent() {
 #[test]
 fn full() {
     ci("full");
+}
+#[test]
+#[ignore = "needs the healing replicate: the resilver rewrites the copies on the new device"]
+fn resilver() {
+    ci("resilver");
 }
 
 /// The checker has teeth: a disk that acknowledges flushes without doing

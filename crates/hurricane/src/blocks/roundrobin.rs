@@ -2,7 +2,7 @@
 //! units) and `regions` (one large region per child per turn).
 
 use super::common::{dispatch, span, Split};
-use super::{Block, BlockType, BuildArgs, IoCtx, Params, Value, BLOCK_SIZE};
+use super::{Block, BlockType, BuildArgs, IoCtx, Params, Scrub, ScrubTally, Value, BLOCK_SIZE};
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
@@ -147,6 +147,52 @@ impl Block for RoundRobin {
         res
     }
 
+    fn map_range(&self, fblk: u64, n: u64, f: &mut dyn FnMut(u64, usize, u64, u64)) -> bool {
+        let mut pos = fblk;
+        for (u, off, len) in super::chunks(fblk, n, self.unit) {
+            f(pos, (u % self.width()) as usize, (u / self.width()) * self.unit + off, len);
+            pos += len;
+        }
+        true
+    }
+
+    /// Each child's pieces are scrubbed on a thread of their own (for
+    /// large ranges), so a scrub keeps every device busy as a read does.
+    fn scrub(&self, io: &IoCtx, s: &Scrub, fblk: u64, n: u64) -> Result<()> {
+        let mut per: Vec<Vec<(u64, u64, u64)>> = (0..self.children.len()).map(|_| Vec::new()).collect();
+        self.map_range(fblk, n, &mut |ff, c, cf, len| per[c].push((ff, cf, len)));
+        let run = |c: usize, pieces: &[(u64, u64, u64)]| -> Result<()> {
+            for &(ff, cf, len) in pieces {
+                // The child reports lost ranges in its own block numbers; a
+                // piece is contiguous in both, so they translate by offset.
+                let sub = ScrubTally::default();
+                self.children[c].scrub(io, &Scrub { repair: s.repair, rebuild: s.rebuild, tally: &sub }, cf, len)?;
+                s.tally.checked(sub.checked.into_inner());
+                s.tally.repaired(sub.repaired.into_inner());
+                for (lf, ll) in sub.unrecoverable.into_inner() {
+                    s.tally.lost(ff + lf.saturating_sub(cf), ll);
+                }
+            }
+            Ok(())
+        };
+        let busy: Vec<usize> = (0..per.len()).filter(|&c| !per[c].is_empty()).collect();
+        if !self.parallel(n) || busy.len() < 2 {
+            return busy.iter().try_for_each(|&c| run(c, &per[c]));
+        }
+        std::thread::scope(|t| {
+            let (run, per) = (&run, &per);
+            let hs: Vec<_> = busy.iter().map(|&c| t.spawn(move || run(c, &per[c]))).collect();
+            let mut res = Ok(());
+            for h in hs {
+                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                if res.is_ok() {
+                    res = r;
+                }
+            }
+            res
+        })
+    }
+
     fn next_data(&self, fblk: u64) -> Option<u64> {
         let found = self.children.iter().enumerate().filter_map(|(c, child)| {
             let cb = child.next_data(self.child_start(c, fblk))?;
@@ -162,5 +208,93 @@ impl Block for RoundRobin {
             cap => self.file_block(c, cap).unwrap_or(u64::MAX),
         });
         limits.min().unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Layout, NodeRecord, Scrub, ScrubTally, Spec};
+    use super::*;
+    use crate::device::{Device, DeviceHandle, DeviceState, MemDevice};
+    use crate::pool::{Allocator, Storage};
+
+    const BS: u64 = BLOCK_SIZE as u64;
+
+    fn spec(kind: &str, key: &str, unit: u64, width: u32) -> Spec {
+        let ext = |d| Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(d) };
+        Spec {
+            kind: kind.into(),
+            params: vec![(key.into(), Value::Num(unit))],
+            children: (0..width).map(ext).collect(),
+            device: None,
+        }
+    }
+
+    fn storage(n: u32) -> Storage {
+        let devs: Vec<Arc<dyn Device>> =
+            (0..n).map(|i| Arc::new(MemDevice::new(format!("mem:{i}"), 512 * BS)) as Arc<dyn Device>).collect();
+        let allocs = devs.iter().map(|d| Allocator::new(1, d.size() / BS)).collect();
+        Storage { devs: devs.into_iter().enumerate().map(|(i, d)| DeviceHandle::new(i as u32, d)).collect(), allocs }
+    }
+
+    #[test]
+    fn map_range_agrees_with_placement() {
+        for (kind, key, unit) in [("stripe", "unit", 3 * BS), ("regions", "size", 5 * BS)] {
+            let l = Layout::build(&spec(kind, key, unit, 3)).unwrap();
+            let rr = l.root();
+            for (fblk, n) in [(0, 1), (1, 17), (7, 40), (14, 1)] {
+                let mut next = fblk;
+                let mut seen = Vec::new();
+                assert!(rr.map_range(fblk, n, &mut |ff, c, cf, len| seen.push((ff, c, cf, len))));
+                for (ff, c, cf, len) in seen {
+                    assert_eq!(ff, next, "{kind}: pieces in file order without gaps");
+                    next += len;
+                    // Every block of the piece is where a write puts it.
+                    for k in 0..len {
+                        let mut probe = Vec::new();
+                        rr.map_range(ff + k, 1, &mut |_, c2, cf2, _| probe.push((c2, cf2)));
+                        assert_eq!(probe, vec![(c, cf + k)], "{kind}: block {}", ff + k);
+                    }
+                }
+                assert_eq!(next, fblk + n, "{kind}: the pieces cover the range");
+            }
+        }
+    }
+
+    #[test]
+    fn scrub_reports_exactly_the_blocks_of_a_lost_child() {
+        let st = storage(3);
+        let l = Layout::build(&spec("stripe", "unit", 2 * BS, 3)).unwrap();
+        let sink = |_: NodeRecord| {};
+        let io = IoCtx { storage: &st, epoch: 1, sink: &sink, repair: true };
+        l.root().write(&io, 0, &vec![7u8; 12 * BLOCK_SIZE]).unwrap();
+        let never = |_: u32| false;
+        let tally = ScrubTally::default();
+        l.root().scrub(&io, &Scrub { repair: true, rebuild: &never, tally: &tally }, 0, 12).unwrap();
+        assert_eq!(tally.checked.into_inner(), 12);
+        assert!(tally.unrecoverable.into_inner().is_empty());
+
+        st.devs[1].set_state(DeviceState::Missing);
+        let tally = ScrubTally::default();
+        l.root().scrub(&io, &Scrub { repair: true, rebuild: &never, tally: &tally }, 0, 12).unwrap();
+        let mut lost: Vec<u64> = tally.unrecoverable.into_inner().into_iter().flat_map(|(s, n)| s..s + n).collect();
+        lost.sort_unstable();
+        // Units 1 and 4 (blocks 2-3 and 8-9) are on child 1.
+        assert_eq!(lost, vec![2, 3, 8, 9]);
+
+        // A large range: the children are scrubbed on threads of their own,
+        // and lost ranges still come back in file blocks.
+        let st = storage(3);
+        let io = IoCtx { storage: &st, epoch: 1, sink: &sink, repair: true };
+        let l = Layout::build(&spec("stripe", "unit", 8 * BS, 3)).unwrap();
+        l.root().write(&io, 0, &vec![9u8; 600 * BLOCK_SIZE]).unwrap();
+        st.devs[2].set_state(DeviceState::Missing);
+        let tally = ScrubTally::default();
+        l.root().scrub(&io, &Scrub { repair: true, rebuild: &never, tally: &tally }, 0, 600).unwrap();
+        assert_eq!(tally.checked.into_inner(), 600);
+        let mut lost: Vec<u64> = tally.unrecoverable.into_inner().into_iter().flat_map(|(s, n)| s..s + n).collect();
+        lost.sort_unstable();
+        let want: Vec<u64> = (0..600).filter(|b| (b / 8) % 3 == 2).collect();
+        assert_eq!(lost, want);
     }
 }

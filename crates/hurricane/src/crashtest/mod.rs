@@ -360,6 +360,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             "renames" => workloads::renames(&mut d, size)?,
             "appends" => workloads::appends(&mut d, size)?,
             "full" => workloads::full(&mut d, size)?,
+            "resilver" => workloads::resilver(&mut d, size)?,
             "degraded" => workloads::degraded(&mut d, size)?,
             other => {
                 let (specs, max) =

@@ -26,6 +26,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes)"),
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
+    ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
 
@@ -948,6 +949,107 @@ pub(crate) fn full(d: &mut Driver, size: Size) -> Result<()> {
     }
     if fulls == 0 {
         return Err(Error::Invalid("the full workload never filled a device".into()));
+    }
+    d.sync()
+}
+
+/// Device 1 fails and a blank device takes its slot: the replacement is
+/// recorded as resilvering (superblocks), its old contents are wiped, and
+/// the resilver runs a chunk at a time between ordinary operations until
+/// the device is online. Every file keeps a copy off device 1, so every
+/// crash state must read back whole; once the device is online its copies
+/// are read too.
+pub(crate) fn resilver(d: &mut Driver, size: Size) -> Result<()> {
+    use crate::device::DeviceState;
+    use crate::fs::{ReplaceOptions, ScrubOptions};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const SPECS: &[&str] = &[
+        "replicate(copies=2)[extent@1,extent@2]",
+        "replicate(copies=2)[extent@0,extent@1]",
+        "extent@0",
+        "stripe(unit=16K)[extent@0,extent@2]",
+    ];
+    let spec = |d: &mut Driver| *SPECS.choose(&mut d.rng).unwrap_or(&SPECS[0]);
+    for _ in 0..16 {
+        let s = spec(d);
+        let len = d.rng.gen_range(1..160 << 10);
+        d.create_file(Some(s), len)?;
+    }
+    d.sync()?;
+    // The replacement: the slot's device taken as a new one.
+    let slot = &d.fs.storage().devs[1];
+    slot.set_state(DeviceState::Missing);
+    let dev = slot.dev();
+    let stop = Arc::new(AtomicBool::new(true));
+    let opts = ReplaceOptions { scrub: ScrubOptions { stop: Some(stop), ..Default::default() }, ..Default::default() };
+    d.fs.replace_device(1, dev.clone(), &opts, &|_| {})?;
+    // Whatever it held before is not this pool's data any more.
+    let zero = vec![0u8; 1 << 20];
+    let mut at = 2 * crate::device::BLOCK_SIZE as u64;
+    while at < dev.size() {
+        let n = (dev.size() - at).min(zero.len() as u64) as usize;
+        dev.write_at(&zero[..n], at)?;
+        at += n as u64;
+    }
+    dev.flush()?;
+    let mut pos = None;
+    let mut online = false;
+    for i in 0..size.ops / 2 {
+        match d.rng.gen_range(0..10) {
+            0..=2 => {
+                let s = spec(d);
+                let len = d.rng.gen_range(0..96 << 10);
+                d.create_file(Some(s), len)?;
+            }
+            3..=4 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..=cur);
+                    let len = d.rng.gen_range(1..48 << 10);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            5 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    d.truncate(&p, cur / 2)?;
+                }
+            }
+            6 => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+            _ if !online => {
+                // One step of the resilver: a chunk, then stop.
+                let stop = Arc::new(AtomicBool::new(false));
+                let s2 = stop.clone();
+                let o = ScrubOptions { repair: true, start: pos, stop: Some(stop), ..Default::default() };
+                let r = d.fs.scrub(&o, &|_| s2.store(true, Ordering::Relaxed))?;
+                if !r.lost.is_empty() {
+                    return Err(Error::Invalid(format!("resilver lost data: {:?}", r.lost)));
+                }
+                pos = r.next;
+                online = r.complete;
+            }
+            _ => {
+                d.mkdir()?;
+            }
+        }
+        if d.rng.gen_bool(0.2) || i % 16 == 15 {
+            d.sync()?;
+        }
+    }
+    while !online {
+        let o = ScrubOptions { repair: true, start: pos, ..Default::default() };
+        online = d.fs.scrub(&o, &|_| {})?.complete;
+    }
+    if !d.fs.resilvering().is_empty() {
+        return Err(Error::Invalid("the resilver ended with device 1 still resilvering".into()));
+    }
+    for _ in 0..4 {
+        let s = spec(d);
+        d.create_file(Some(s), 20 << 10)?;
     }
     d.sync()
 }

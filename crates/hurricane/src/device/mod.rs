@@ -198,7 +198,9 @@ impl DeviceHandle {
         self.dev.read().clone()
     }
 
-    /// Puts another device in this slot (a replacement), returning the old one.
+    /// Puts another device in this slot (a replacement), returning the old
+    /// one. Requests hold the slot for their duration, so this waits for
+    /// those in flight: none reaches the old device afterwards.
     pub fn swap(&self, dev: Arc<dyn Device>) -> Arc<dyn Device> {
         std::mem::replace(&mut *self.dev.write(), dev)
     }
@@ -276,11 +278,11 @@ impl DeviceHandle {
     pub fn read_blocks(&self, blk: u64, buf: &mut [u8]) -> Result<()> {
         self.check_readable()?;
         let _g = self.stats.begin();
-        let dev = self.dev();
-        self.check(&*dev, blk, buf.len())?;
+        let dev = self.dev.read();
+        self.check(&**dev, blk, buf.len())?;
         if let Err(e) = dev.read_at(buf, blk << BLOCK_SHIFT) {
             self.read_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.failed(&*dev, false);
+            self.failed(&**dev, false);
             return Err(e);
         }
         self.stats.read(buf.len());
@@ -290,11 +292,11 @@ impl DeviceHandle {
     pub fn write_blocks(&self, blk: u64, buf: &[u8]) -> Result<()> {
         self.check_writable()?;
         let _g = self.stats.begin();
-        let dev = self.dev();
-        self.check(&*dev, blk, buf.len())?;
+        let dev = self.dev.read();
+        self.check(&**dev, blk, buf.len())?;
         if let Err(e) = dev.write_at(buf, blk << BLOCK_SHIFT) {
             self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.failed(&*dev, true);
+            self.failed(&**dev, true);
             return Err(e);
         }
         self.stats.write(buf.len());

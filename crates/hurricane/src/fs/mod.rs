@@ -9,10 +9,16 @@ mod health;
 mod io;
 mod ops;
 mod path;
+mod replace;
+mod scrub;
 
 pub use health::PoolHealth;
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
+pub use replace::{
+    prepare_offline_replacement, prepare_replacement, set_device_path, ReplaceOptions, ReplaceProgress, ReplaceReport,
+};
+pub use scrub::{load_position, save_position, LostFile, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport};
 
 use crate::blocks::{IoCtx, Layout, NodeRecord};
 use crate::codec::{crc, Decoder, Encoder};
@@ -354,6 +360,9 @@ impl Fs {
         }
         report.replayed_records = records.len();
         report.replay_time = t0.elapsed();
+        // A replacement being resilvered stays so until its resilver ends
+        // (set after replay: the journal may be on it).
+        scrub::apply_resilvering(&storage, &sb);
 
         // Allocation state is rebuilt from the tree.
         for n in state.all() {

@@ -413,12 +413,11 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
     if let Some((_, _, e)) = unreadable.into_iter().next() {
         return Err(e);
     }
-    // States kept in the superblock (removed, resilvering).
+    // A device removed from the pool stays so (a resilvering one is set
+    // by the open, after replay: the journal may be on it).
     for &(i, st) in &best.dev_states {
-        if let (Some(h), Some(st)) = (handles.get(i as usize), DeviceState::from_persistent(st)) {
-            if h.state() == DeviceState::Online || st == DeviceState::Removed {
-                h.set_state(st);
-            }
+        if let (Some(h), Some(DeviceState::Removed)) = (handles.get(i as usize), DeviceState::from_persistent(st)) {
+            h.set_state(DeviceState::Removed);
         }
     }
     check_journal(&best, &handles)?;

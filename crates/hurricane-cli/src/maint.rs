@@ -1,0 +1,372 @@
+//! `hurricane scrub` and `hurricane device replace`: offline on a pool
+//! directory, online on a mount point (through the mount's
+//! `user.hurricane.control`, see hurricane_fuse::control), with a progress
+//! bar either way.
+
+use crate::util::{bytes_bar, parse_size, CliResult, Fail, PoolLock};
+use clap::{Args, Subcommand};
+use hurricane::fs::{ReplaceOptions, ReplaceProgress, ScrubOptions};
+use hurricane::units::human;
+use hurricane::{Fs, Options};
+use hurricane_fuse::control::{
+    open_replacement, JobState, Request, ScrubSummary, Status, CONTROL_XATTR, SCRUB_POSITION_FILE,
+};
+use indicatif::ProgressBar;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Exit status when a scrub found data no copy could supply.
+pub const EXIT_LOST: i32 = 4;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Offline (POOL): opens the pool read-write (read-only with --no-repair). \
+Online (MOUNTPOINT): the mount runs the scrub; this command shows its progress and waits. \
+An interrupted scrub continues where it stopped (the position is kept in POOL/scrub.pos) unless --restart. \
+A scrub also finishes the resilver of a replaced device.\n\
+Exit status: 0 everything verified (repairs included); 1 the scrub could not run or was stopped; \
+4 some data is unrecoverable (the files are listed).")]
+pub struct ScrubArgs {
+    /// Pool directory or mount point.
+    pub target: PathBuf,
+    /// Verify at most this many bytes per second (e.g. 100M).
+    #[arg(long, value_parser = parse_size)]
+    pub rate: Option<u64>,
+    /// Only report: rewrite nothing.
+    #[arg(long)]
+    pub no_repair: bool,
+    /// Start from the beginning even if an earlier scrub was interrupted.
+    #[arg(long)]
+    pub restart: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DeviceCmd {
+    /// Replace device OLD (index or path) with NEW (image file, made with
+    /// OLD's size if missing, or block device): copies OLD if it reads,
+    /// else rebuilds it from redundancy (resilver).
+    Replace(ReplaceArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "A replacement interrupted during its resilver resumes with \
+`hurricane device replace --resume POOL` (or any `hurricane scrub POOL`). \
+Files with no redundancy on a lost device are listed as unrecoverable (exit status 4).")]
+pub struct ReplaceArgs {
+    /// Pool directory or mount point.
+    pub target: PathBuf,
+    /// The device replaced: its index or its path.
+    pub old: Option<String>,
+    /// The new device: an image file or a block device.
+    pub new: Option<PathBuf>,
+    /// Rebuild from redundancy even if OLD still reads.
+    #[arg(long)]
+    pub rebuild: bool,
+    /// Finish an interrupted replacement (no OLD or NEW).
+    #[arg(long)]
+    pub resume: bool,
+    /// Rebuild at most this many bytes per second (e.g. 100M).
+    #[arg(long, value_parser = parse_size)]
+    pub rate: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn device(c: &DeviceCmd) -> CliResult {
+    match c {
+        DeviceCmd::Replace(a) => replace(a),
+    }
+}
+
+fn is_pool(p: &Path) -> bool {
+    p.join(hurricane::pool::POOL_FILE).is_file()
+}
+
+pub fn scrub(a: &ScrubArgs) -> CliResult {
+    let summary = if is_pool(&a.target) {
+        let writable = !a.no_repair;
+        let _lock = PoolLock::take(&a.target, writable)?;
+        let fs = Fs::open_dir(&a.target, Options { read_only: !writable, ..Options::default() })?;
+        let pb = bytes_bar(0, "scrub");
+        let opts = ScrubOptions {
+            repair: writable,
+            rate: a.rate,
+            position_file: Some(a.target.join(SCRUB_POSITION_FILE)),
+            resume: !a.restart,
+            ..Default::default()
+        };
+        let r = fs.scrub(&opts, &|p| {
+            pb.set_length(p.total_bytes);
+            pb.set_position(p.done_bytes);
+        });
+        pb.finish_and_clear();
+        let c = fs.close();
+        let r = r?;
+        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+        ScrubSummary::from(&r)
+    } else {
+        let req = Request::Scrub { repair: !a.no_repair, rate: a.rate, resume: !a.restart };
+        let st = online(&a.target, &req)?;
+        st.result.ok_or_else(|| Fail::new("the mount's scrub gave no report"))?
+    };
+    report(&summary, a.json)
+}
+
+fn replace(a: &ReplaceArgs) -> CliResult {
+    if a.resume {
+        if a.old.is_some() || a.new.is_some() {
+            return Err(Fail::code(2, "--resume takes only the pool"));
+        }
+        if !is_pool(&a.target) {
+            // A mount finishes a resilver with a scrub.
+            let st = online(&a.target, &Request::Scrub { repair: true, rate: a.rate, resume: true })?;
+            let s = st.result.ok_or_else(|| Fail::new("the mount's scrub gave no report"))?;
+            return report(&s, a.json);
+        }
+        let _lock = PoolLock::take(&a.target, true)?;
+        let fs = Fs::open_dir(&a.target, Options::default())?;
+        if fs.resilvering().is_empty() {
+            fs.close()?;
+            println!("no replacement to resume");
+            return Ok(());
+        }
+        let s = resilver(&fs, &a.target, a.rate);
+        let c = fs.close();
+        let s = s?;
+        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+        return report(&s, a.json);
+    }
+    let (Some(old), Some(new)) = (&a.old, &a.new) else {
+        return Err(Fail::code(2, "device replace needs OLD and NEW (or --resume)"));
+    };
+    let new = std::path::absolute(new).map_err(|e| Fail::new(format!("{}: {e}", new.display())))?;
+    if !is_pool(&a.target) {
+        let req = Request::Replace {
+            old: old.clone(),
+            new: new.to_string_lossy().into_owned(),
+            rebuild: a.rebuild,
+            rate: a.rate,
+        };
+        let st = online(&a.target, &req)?;
+        return report_replace(st.copied_bytes, st.result.as_ref(), a.json);
+    }
+    let dir = &a.target;
+    let paths = hurricane::pool::device_paths(dir)?;
+    let idx = device_index(&paths, old)?;
+    let old_path = &paths[idx as usize];
+    if paths.iter().any(|p| same_file(p, &new)) {
+        return Err(Fail::new(format!("{}: already a device of this pool", new.display())));
+    }
+    let lock = PoolLock::take(dir, true)?;
+    if old_path.exists() {
+        // The pool opens with it: copy it (or rebuild, if asked or failing).
+        let size = std::fs::metadata(old_path).map(|m| m.len()).unwrap_or(0);
+        let size = hurricane::device::FileDevice::open(old_path, false)
+            .map(|d| {
+                use hurricane::device::Device;
+                d.size()
+            })
+            .unwrap_or(size);
+        let dev = open_replacement(&new, size)?;
+        let fs = Fs::open_dir(dir, Options::default())?;
+        let pb = bytes_bar(0, "replace");
+        let opts = ReplaceOptions {
+            pool_dir: Some(dir.clone()),
+            new_path: Some(new.clone()),
+            rebuild: a.rebuild,
+            scrub: ScrubOptions {
+                rate: a.rate,
+                position_file: Some(dir.join(SCRUB_POSITION_FILE)),
+                resume: true,
+                ..Default::default()
+            },
+        };
+        let r = fs.replace_device(idx, dev, &opts, &|p| show(&pb, p));
+        pb.finish_and_clear();
+        let c = fs.close();
+        let r = r?;
+        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+        drop(lock);
+        let s = r.rebuild.as_ref().map(ScrubSummary::from);
+        return report_replace(r.copied_bytes, s.as_ref(), a.json);
+    }
+    // The old device is gone: the new one takes its place resilvering,
+    // then a scrub rebuilds it.
+    let size = paths
+        .iter()
+        .filter_map(|p| hurricane::device::FileDevice::open(p, false).ok())
+        .map(|d| {
+            use hurricane::device::Device;
+            d.size()
+        })
+        .max()
+        .ok_or_else(|| Fail::new("no device of the pool is there"))?;
+    drop(open_replacement(&new, size)?);
+    hurricane::fs::prepare_offline_replacement(dir, idx, &new)?;
+    let fs = Fs::open_dir(dir, Options::default())?;
+    if let Some(c) = fs.report().double_claims.iter().find(|c| c.contains(&format!("device {idx} "))) {
+        let _ = fs.close();
+        return Err(Fail::new(format!("{}: too small for what device {idx} held ({c})", new.display())));
+    }
+    let s = resilver(&fs, dir, a.rate);
+    let c = fs.close();
+    let s = s?;
+    c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+    drop(lock);
+    report_replace(0, Some(&s), a.json)
+}
+
+/// The scrub that finishes the resilver of the pool's resilvering devices.
+fn resilver(fs: &Fs, dir: &Path, rate: Option<u64>) -> CliResult<ScrubSummary> {
+    let pb = bytes_bar(0, "resilver");
+    let opts = ScrubOptions {
+        repair: true,
+        rate,
+        position_file: Some(dir.join(SCRUB_POSITION_FILE)),
+        resume: true,
+        ..Default::default()
+    };
+    let r = fs.scrub(&opts, &|p| {
+        pb.set_length(p.total_bytes);
+        pb.set_position(p.done_bytes);
+    });
+    pb.finish_and_clear();
+    Ok(ScrubSummary::from(&r?))
+}
+
+fn show(pb: &ProgressBar, p: &ReplaceProgress) {
+    match p {
+        ReplaceProgress::Copy { done, total } => {
+            pb.set_message("copy");
+            pb.set_length(*total);
+            pb.set_position(*done);
+        }
+        ReplaceProgress::Rebuild(p) => {
+            pb.set_message("rebuild");
+            pb.set_length(p.total_bytes);
+            pb.set_position(p.done_bytes);
+        }
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    a == b || (a.canonicalize().ok().is_some() && a.canonicalize().ok() == b.canonicalize().ok())
+}
+
+/// OLD as an index, or as one of the pool's device paths.
+fn device_index(paths: &[PathBuf], old: &str) -> CliResult<u32> {
+    if let Ok(i) = old.parse::<u32>() {
+        if (i as usize) < paths.len() {
+            return Ok(i);
+        }
+        return Err(Fail::new(format!("device {i}: the pool has {} devices", paths.len())));
+    }
+    let want = std::path::absolute(old).unwrap_or_else(|_| PathBuf::from(old));
+    paths
+        .iter()
+        .position(|p| same_file(p, &want) || p == Path::new(old))
+        .map(|i| i as u32)
+        .ok_or_else(|| Fail::new(format!("{old}: not a device of this pool")))
+}
+
+/// Asks the mount at `mnt` to run `req`, shows its progress, and returns
+/// its final status.
+fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
+    let read = || -> CliResult<Status> {
+        let raw = hurricane_fuse::mountinfo::get_xattr(mnt, CONTROL_XATTR).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => {
+                Fail::new(format!("{}: not a pool directory nor the root of a Hurricane mount", mnt.display()))
+            }
+            _ => Fail::new(format!("{}: reading {CONTROL_XATTR}: {e}", mnt.display())),
+        })?;
+        Ok(Status::from_json(&raw)?)
+    };
+    let before = read()?;
+    if before.state == JobState::Running {
+        return Err(Fail::new(format!("{}: a {} is already running", mnt.display(), before.what)));
+    }
+    rustix::fs::setxattr(mnt, CONTROL_XATTR, &req.to_json(), rustix::fs::XattrFlags::empty()).map_err(|e| {
+        Fail::new(match e {
+            rustix::io::Errno::PERM => format!("{}: only root may start maintenance on a mount", mnt.display()),
+            e => format!("{}: the mount refused the request ({e}; see its log)", mnt.display()),
+        })
+    })?;
+    let pb = bytes_bar(0, if matches!(req, Request::Scrub { .. }) { "scrub" } else { "replace" });
+    let st = loop {
+        let st = read()?;
+        if st.job > before.job && st.state != JobState::Running {
+            break st;
+        }
+        pb.set_message(st.phase.clone());
+        pb.set_length(st.total_bytes);
+        pb.set_position(st.done_bytes);
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    pb.finish_and_clear();
+    if st.state == JobState::Failed {
+        return Err(Fail::new(st.error.unwrap_or_else(|| "the job failed".into())));
+    }
+    Ok(st)
+}
+
+fn report_replace(copied: u64, rebuild: Option<&ScrubSummary>, json: bool) -> CliResult {
+    if json {
+        let v = serde_json::json!({ "copied_bytes": copied, "rebuild": rebuild });
+        println!("{v}");
+        return match rebuild {
+            Some(s) => status_of(s),
+            None => Ok(()),
+        };
+    }
+    match rebuild {
+        None => {
+            println!("replaced: copied {} from the old device", human(copied));
+            Ok(())
+        }
+        Some(s) => {
+            println!("replaced: rebuilt from redundancy");
+            report(s, false)
+        }
+    }
+}
+
+fn report(s: &ScrubSummary, json: bool) -> CliResult {
+    if json {
+        println!("{}", serde_json::to_string(s).unwrap_or_default());
+        return status_of(s);
+    }
+    let lost: u64 = s.lost.iter().flat_map(|f| f.ranges.iter()).map(|r| r.1.div_ceil(4096)).sum();
+    println!(
+        "scrub{}: {} files, {} blocks verified ({} read), {} repaired, {} unrecoverable, {:.1} s, {}/s",
+        if s.resumed { " (resumed)" } else { "" },
+        s.files,
+        s.checked_blocks,
+        human(s.bytes_read),
+        s.repaired_blocks,
+        lost,
+        s.duration_s,
+        human(s.rate_bytes_per_s as u64)
+    );
+    if !s.rebuilt_devices.is_empty() && s.complete {
+        println!("rebuilt devices: {:?} (online)", s.rebuilt_devices);
+    }
+    for f in &s.lost {
+        let names = if f.paths.is_empty() { format!("<inode {} with no name>", f.ino) } else { f.paths.join(", ") };
+        let ranges: Vec<String> = f.ranges.iter().map(|(o, l)| format!("{o}+{l}")).collect();
+        println!("unrecoverable: {names} (bytes {})", ranges.join(", "));
+    }
+    status_of(s)
+}
+
+fn status_of(s: &ScrubSummary) -> CliResult {
+    if !s.lost.is_empty() {
+        return Err(Fail::code(EXIT_LOST, format!("{} files have unrecoverable data", s.lost.len())));
+    }
+    if !s.complete {
+        return Err(Fail::new("the scrub was stopped before the end; run it again to continue"));
+    }
+    Ok(())
+}

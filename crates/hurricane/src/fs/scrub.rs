@@ -1,0 +1,546 @@
+//! Scrub: read every copy of every block of every regular file, verify it,
+//! and rewrite what redundancy can rebuild; and the resilver that fills a
+//! replacement device, which is a scrub that treats every piece on the
+//! replaced device as lost.
+//!
+//! Files are visited in inode order, each in chunks of file blocks. A chunk
+//! holds the file's I/O lock shared (as a write does, so truncates wait) and
+//! the journal gate (so what its repairs record, such as space mapped for a
+//! rewritten copy, is journalled as `Op::Map`), and nothing longer. The
+//! position (inode, block) after each chunk can be kept in a small file
+//! (docs/FORMAT.md, "Scrub position"), so an interrupted scrub continues
+//! where it stopped.
+
+use super::Fs;
+use crate::blocks::{NodeRecord, Scrub, ScrubTally, BLOCK_SIZE};
+use crate::device::DeviceState;
+use crate::error::{Error, Result};
+use crate::journal::{Ino, Op};
+use crate::namespace::ROOT;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BS: u64 = BLOCK_SIZE as u64;
+/// File blocks per chunk: 16 MiB.
+const CHUNK_BLOCKS: u64 = 4096;
+/// How often the position file is rewritten at most.
+const SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// Where a scrub stands: the next block of the next file to visit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ScrubPos {
+    pub ino: Ino,
+    pub block: u64,
+}
+
+/// What a scrub is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct ScrubOptions {
+    /// Rewrite bad copies from good ones (false: only report).
+    pub repair: bool,
+    /// Bytes verified per second at most (every copy counts); None: no limit.
+    pub rate: Option<u64>,
+    /// Devices rebuilt wholesale (a replacement). Empty: the devices the
+    /// pool has in the resilvering state, whose resilver this scrub then
+    /// finishes.
+    pub rebuild: Vec<u32>,
+    /// Start here (overrides the position file).
+    pub start: Option<ScrubPos>,
+    /// Keeps the position here while running, continues from it when
+    /// `resume` is set and it belongs to this pool and the same rebuild,
+    /// and is removed when the scrub completes.
+    pub position_file: Option<PathBuf>,
+    pub resume: bool,
+    /// Set from elsewhere to stop the scrub after its current chunk (the
+    /// position is saved; the report says it is incomplete).
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// Progress, reported after every chunk.
+#[derive(Debug, Clone, Default)]
+pub struct ScrubProgress {
+    pub pos: ScrubPos,
+    /// File bytes visited so far, and in all (from the start point).
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub files_done: u64,
+    pub checked_blocks: u64,
+    pub repaired_blocks: u64,
+    pub lost_blocks: u64,
+}
+
+/// File byte ranges of one file that no copy could supply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LostFile {
+    pub ino: Ino,
+    /// Every name the file has (hard links), "" when it has none left.
+    pub paths: Vec<String>,
+    /// (offset, length) in bytes.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// What a scrub found and did.
+#[derive(Debug, Clone, Default)]
+pub struct ScrubReport {
+    pub files: u64,
+    /// Blocks read and verified (every copy counts).
+    pub checked_blocks: u64,
+    pub repaired_blocks: u64,
+    /// Bytes the devices read meanwhile (other I/O of a mounted pool included).
+    pub bytes_read: u64,
+    pub lost: Vec<LostFile>,
+    pub duration: Duration,
+    /// Bytes verified per second.
+    pub rate: f64,
+    /// False when stopped before the end (`next` is where to go on).
+    pub complete: bool,
+    pub next: Option<ScrubPos>,
+    /// Started from a saved or given position rather than the beginning.
+    pub resumed_from: Option<ScrubPos>,
+    /// Devices rebuilt; when the scrub completed, those that were
+    /// resilvering are online again.
+    pub rebuilt: Vec<u32>,
+}
+
+impl ScrubReport {
+    pub fn lost_blocks(&self) -> u64 {
+        self.lost.iter().flat_map(|f| f.ranges.iter()).map(|r| r.1.div_ceil(BS)).sum()
+    }
+}
+
+/// Keeps verified bytes under a rate: after each chunk, waits until the
+/// time since the start covers what was verified.
+struct Throttle {
+    rate: Option<u64>,
+    start: Instant,
+}
+
+impl Throttle {
+    fn wait(&self, bytes: u64, stop: &dyn Fn() -> bool) {
+        let Some(rate) = self.rate.filter(|&r| r > 0) else { return };
+        let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+        loop {
+            let now = self.start.elapsed();
+            if now >= due || stop() {
+                return;
+            }
+            std::thread::sleep((due - now).min(Duration::from_millis(100)));
+        }
+    }
+}
+
+impl Fs {
+    /// Scrubs every regular file (see the module notes). Unrecoverable
+    /// ranges are reported with the files' paths; they are not an error.
+    pub fn scrub(&self, opts: &ScrubOptions, progress: &dyn Fn(&ScrubProgress)) -> Result<ScrubReport> {
+        let t0 = Instant::now();
+        let repair = opts.repair && !self.inner.read_only;
+        let resilvering: Vec<u32> =
+            self.storage().devs.iter().filter(|d| d.state() == DeviceState::Resilvering).map(|d| d.index).collect();
+        let rebuild: Vec<u32> = match (opts.rebuild.is_empty(), repair) {
+            (true, true) => resilvering.clone(),
+            (true, false) => Vec::new(),
+            (false, _) => opts.rebuild.clone(),
+        };
+        if let Some(&d) = rebuild.iter().find(|&&d| d >= self.storage().device_count()) {
+            return Err(Error::Invalid(format!("device {d}: the pool has {} devices", self.storage().device_count())));
+        }
+        if !rebuild.is_empty() && !repair {
+            return Err(Error::Invalid("rebuilding a device needs repair (and a writable pool)".into()));
+        }
+        let pool_id = self.pool_id();
+        let saved = match (&opts.position_file, opts.resume) {
+            (Some(f), true) => load_position(f, &pool_id, &rebuild)?,
+            _ => None,
+        };
+        let start = opts.start.or(saved).unwrap_or_default();
+        let stop = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+        let read_bytes = |fs: &Fs| fs.storage().devs.iter().map(|d| d.stats.snapshot().read_bytes).sum::<u64>();
+        let read0 = read_bytes(self);
+
+        // The files to visit, with what they hold from the start point on.
+        let files: Vec<(Ino, u64)> = self
+            .state()
+            .all()
+            .iter()
+            .filter(|n| n.ino >= start.ino)
+            .filter_map(|n| {
+                let d = n.data.read();
+                d.layout().map(|_| (n.ino, d.size.div_ceil(BS)))
+            })
+            .collect();
+        let total_bytes: u64 = files
+            .iter()
+            .map(|&(ino, nb)| if ino == start.ino { nb.saturating_sub(start.block) } else { nb } * BS)
+            .sum();
+
+        let is_rebuilt = |d: u32| rebuild.contains(&d);
+        let tally = ScrubTally::default();
+        let mut lost: BTreeMap<Ino, Vec<(u64, u64)>> = BTreeMap::new();
+        let mut p = ScrubProgress { pos: start, total_bytes, ..Default::default() };
+        let chunk = match opts.rate {
+            Some(r) if r > 0 => (r / 4 / BS).clamp(1, CHUNK_BLOCKS),
+            _ => CHUNK_BLOCKS,
+        };
+        let throttle = Throttle { rate: opts.rate, start: Instant::now() };
+        let mut saved_at = Instant::now();
+        let mut stopped = None;
+        'files: for &(ino, _) in &files {
+            let Some(node) = self.state().get(ino) else { continue };
+            let mut b = if ino == start.ino { start.block } else { 0 };
+            loop {
+                if stop() {
+                    stopped = Some(ScrubPos { ino, block: b });
+                    break 'files;
+                }
+                let _io = node.io.read();
+                // Layout and size again under the I/O lock.
+                let (lay, nblocks) = {
+                    let d = node.data.read();
+                    match d.layout() {
+                        Some(l) => (l.clone(), d.size.div_ceil(BS)),
+                        None => break,
+                    }
+                };
+                if b >= nblocks {
+                    break;
+                }
+                let n = chunk.min(nblocks - b);
+                let part = ScrubTally::default();
+                let changes = Mutex::new(Vec::new());
+                let sink = |c: NodeRecord| changes.lock().push(c);
+                let r = if repair {
+                    let g = self.inner.gate.enter();
+                    let io = crate::blocks::IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair };
+                    let s = Scrub { repair, rebuild: &is_rebuilt, tally: &part };
+                    let r = lay.root().scrub(&io, &s, b, n);
+                    let ops: Vec<Op> = std::mem::take(&mut *changes.lock())
+                        .into_iter()
+                        .map(|change| Op::Map { ino, change })
+                        .collect();
+                    if !ops.is_empty() {
+                        g.log(&ops);
+                    }
+                    r
+                } else {
+                    let io = crate::blocks::IoCtx { storage: self.storage(), epoch: 0, sink: &sink, repair };
+                    let s = Scrub { repair, rebuild: &is_rebuilt, tally: &part };
+                    lay.root().scrub(&io, &s, b, n)
+                };
+                if let Err(e) = r {
+                    tracing::error!("scrub of inode {ino} blocks {b}+{n}: {e}");
+                    part.lost(b, n);
+                }
+                let repaired = part.repaired.load(Ordering::Relaxed);
+                if repaired > 0 {
+                    // What was cached may be what the repair replaced.
+                    self.inner.cache.invalidate(ino, b, n);
+                }
+                tally.checked(part.checked.load(Ordering::Relaxed));
+                tally.repaired(repaired);
+                let mut part_lost = part.unrecoverable.into_inner();
+                p.lost_blocks += part_lost.iter().map(|r| r.1).sum::<u64>();
+                lost.entry(ino).or_default().append(&mut part_lost);
+                drop(_io);
+                b += n;
+                p.pos = ScrubPos { ino, block: b };
+                p.done_bytes += n * BS;
+                p.checked_blocks = tally.checked.load(Ordering::Relaxed);
+                p.repaired_blocks = tally.repaired.load(Ordering::Relaxed);
+                if let Some(f) = &opts.position_file {
+                    if saved_at.elapsed() >= SAVE_EVERY {
+                        save_position(f, &pool_id, &rebuild, p.pos)?;
+                        saved_at = Instant::now();
+                    }
+                }
+                progress(&p);
+                throttle.wait(p.checked_blocks * BS, &stop);
+            }
+            p.files_done += 1;
+            p.pos = ScrubPos { ino: ino + 1, block: 0 };
+        }
+        lost.retain(|_, v| !v.is_empty());
+        let paths = self.paths_of(&lost.keys().copied().collect());
+        let lost: Vec<LostFile> = lost
+            .into_iter()
+            .map(|(ino, mut ranges)| {
+                ranges.sort_unstable();
+                // Adjacent ranges read as one.
+                let mut merged: Vec<(u64, u64)> = Vec::new();
+                for (s, n) in ranges {
+                    match merged.last_mut() {
+                        Some(m) if m.0 + m.1 >= s => m.1 = m.1.max(s + n - m.0),
+                        _ => merged.push((s, n)),
+                    }
+                }
+                // In bytes, held to the file's size (its last block is partial).
+                let size = self.state().get(ino).map_or(u64::MAX, |n| n.data.read().size);
+                let ranges = merged
+                    .into_iter()
+                    .map(|(s, n)| (s * BS, (s * BS + n * BS).min(size).saturating_sub(s * BS)))
+                    .filter(|r| r.1 > 0)
+                    .collect();
+                LostFile { ino, paths: paths.get(&ino).cloned().unwrap_or_default(), ranges }
+            })
+            .collect();
+        for f in &lost {
+            tracing::warn!("scrub: unrecoverable data in {:?} (inode {}): {:?}", f.paths, f.ino, f.ranges);
+        }
+        let complete = stopped.is_none();
+        if let Some(f) = &opts.position_file {
+            match stopped {
+                Some(pos) => save_position(f, &pool_id, &rebuild, pos)?,
+                None => remove_position(f)?,
+            }
+        }
+        if complete && repair {
+            let done: Vec<u32> = rebuild.iter().copied().filter(|d| resilvering.contains(d)).collect();
+            if !done.is_empty() {
+                self.set_online(&done)?;
+            }
+        }
+        let checked_blocks = tally.checked.load(Ordering::Relaxed);
+        let duration = t0.elapsed();
+        Ok(ScrubReport {
+            files: p.files_done,
+            checked_blocks,
+            repaired_blocks: tally.repaired.load(Ordering::Relaxed),
+            bytes_read: read_bytes(self).saturating_sub(read0),
+            lost,
+            duration,
+            rate: (checked_blocks * BS) as f64 / duration.as_secs_f64().max(1e-9),
+            complete,
+            next: stopped,
+            resumed_from: (start != ScrubPos::default()).then_some(start),
+            rebuilt: rebuild,
+        })
+    }
+
+    /// This pool's identity (the same in every superblock).
+    pub fn pool_id(&self) -> [u8; 16] {
+        self.inner.meta.lock().sb.pool_id
+    }
+
+    /// Devices being resilvered (a replacement not yet filled).
+    pub fn resilvering(&self) -> Vec<u32> {
+        self.storage().devs.iter().filter(|d| d.state() == DeviceState::Resilvering).map(|d| d.index).collect()
+    }
+
+    /// Marks resilvered devices online and drops them from the superblocks'
+    /// device states.
+    fn set_online(&self, devs: &[u32]) -> Result<()> {
+        // A fresh meta-file first: its copy on the device is written anew.
+        self.checkpoint()?;
+        let mut m = self.inner.meta.lock();
+        let mut sb = m.sb.clone();
+        sb.dev_states.retain(|(i, _)| !devs.contains(i));
+        sb.generation += 1;
+        for &d in devs {
+            if let Some(h) = self.storage().devs.get(d as usize) {
+                h.set_state(DeviceState::Online);
+            }
+        }
+        self.storage().write_superblocks(&sb)?;
+        m.sb = sb;
+        tracing::info!("resilver of devices {devs:?} complete");
+        Ok(())
+    }
+
+    /// Every path (one per hard link) of each inode in `inos`, found by
+    /// walking the directories once.
+    pub fn paths_of(&self, inos: &BTreeSet<Ino>) -> BTreeMap<Ino, Vec<String>> {
+        let mut out: BTreeMap<Ino, Vec<String>> = BTreeMap::new();
+        if inos.is_empty() {
+            return out;
+        }
+        // (directory, name) of every entry naming a wanted inode, and each
+        // directory's own name and parent for building its path.
+        let mut hits: Vec<(Ino, Ino, Vec<u8>)> = Vec::new();
+        let mut dir_name: BTreeMap<Ino, (Ino, Vec<u8>)> = BTreeMap::new();
+        for n in self.state().all() {
+            let d = n.data.read();
+            let Some(dir) = d.dir() else { continue };
+            for (name, e) in &dir.entries {
+                if inos.contains(&e.ino) {
+                    hits.push((e.ino, n.ino, name.clone()));
+                }
+                if e.kind == crate::namespace::inode::S_IFDIR {
+                    dir_name.insert(e.ino, (n.ino, name.clone()));
+                }
+            }
+        }
+        let dir_path = |mut d: Ino| -> String {
+            let mut parts: Vec<String> = Vec::new();
+            // Bounded: a damaged tree must not loop.
+            for _ in 0..4096 {
+                if d == ROOT {
+                    break;
+                }
+                match dir_name.get(&d) {
+                    Some((parent, name)) => {
+                        parts.push(String::from_utf8_lossy(name).into_owned());
+                        d = *parent;
+                    }
+                    None => {
+                        parts.push(format!("<inode {d}>"));
+                        break;
+                    }
+                }
+            }
+            parts.reverse();
+            format!("/{}", parts.join("/"))
+        };
+        for (ino, dir, name) in hits {
+            let base = dir_path(dir);
+            let sep = if base.ends_with('/') { "" } else { "/" };
+            out.entry(ino).or_default().push(format!("{base}{sep}{}", String::from_utf8_lossy(&name)));
+        }
+        for v in out.values_mut() {
+            v.sort();
+        }
+        out
+    }
+}
+
+/// Puts the devices the superblock records as resilvering in that state.
+pub(super) fn apply_resilvering(storage: &crate::pool::Storage, sb: &crate::pool::Superblock) {
+    for &(i, st) in &sb.dev_states {
+        if st == DeviceState::Resilvering as u8 {
+            if let Some(h) = storage.devs.get(i as usize) {
+                h.set_state(DeviceState::Resilvering);
+            }
+        }
+    }
+}
+
+const POS_MAGIC: &str = "hurricane scrub position 1";
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Writes the position file (a temporary file renamed over it).
+pub fn save_position(f: &std::path::Path, pool: &[u8; 16], rebuild: &[u32], pos: ScrubPos) -> Result<()> {
+    let mut sorted = rebuild.to_vec();
+    sorted.sort_unstable();
+    let devs: Vec<String> = sorted.iter().map(|d| d.to_string()).collect();
+    let text = format!(
+        "{POS_MAGIC}\npool {}\nrebuild {}\ninode {}\nblock {}\n",
+        hex(pool),
+        if devs.is_empty() { "-".to_string() } else { devs.join(",") },
+        pos.ino,
+        pos.block
+    );
+    let tmp = f.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(|e| Error::io(tmp.display().to_string(), e))?;
+    std::fs::rename(&tmp, f).map_err(|e| Error::io(f.display().to_string(), e))
+}
+
+fn remove_position(f: &std::path::Path) -> Result<()> {
+    match std::fs::remove_file(f) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(f.display().to_string(), e)),
+    }
+}
+
+/// Reads the position file: None when there is none, or when it belongs to
+/// another pool or another rebuild (then it is stale and ignored). Anything
+/// malformed is an error naming the file.
+pub fn load_position(f: &std::path::Path, pool: &[u8; 16], rebuild: &[u32]) -> Result<Option<ScrubPos>> {
+    let text = match std::fs::read_to_string(f) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(f.display().to_string(), e)),
+    };
+    let (id, devs, pos) = parse_position(&text).map_err(|why| Error::corrupt(f.display().to_string(), why))?;
+    let mut want: Vec<u32> = rebuild.to_vec();
+    want.sort_unstable();
+    if id != hex(pool) || devs != want {
+        tracing::info!("{}: from another pool or another rebuild; starting from the beginning", f.display());
+        return Ok(None);
+    }
+    Ok(Some(pos))
+}
+
+/// Strict: the five lines in order, nothing else.
+fn parse_position(text: &str) -> std::result::Result<(String, Vec<u32>, ScrubPos), String> {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() != 5 || lines[0] != POS_MAGIC || !text.ends_with('\n') {
+        return Err("not a scrub position file of this version".into());
+    }
+    let field = |i: usize, key: &str| -> std::result::Result<&str, String> {
+        lines[i]
+            .strip_prefix(key)
+            .and_then(|r| r.strip_prefix(' '))
+            .ok_or_else(|| format!("line {}: expected {key}", i + 1))
+    };
+    let id = field(1, "pool")?;
+    if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()) {
+        return Err(format!("bad pool id {id:?}"));
+    }
+    let devs = match field(2, "rebuild")? {
+        "-" => Vec::new(),
+        s => {
+            let mut v = s
+                .split(',')
+                .map(|d| d.parse::<u32>().map_err(|_| format!("bad device {d:?}")))
+                .collect::<std::result::Result<Vec<u32>, String>>()?;
+            v.sort_unstable();
+            v
+        }
+    };
+    let num = |i: usize, key: &str| -> std::result::Result<u64, String> {
+        let s = field(i, key)?;
+        if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(format!("bad {key} {s:?}"));
+        }
+        s.parse::<u64>().map_err(|_| format!("bad {key} {s:?}"))
+    };
+    let ino = num(3, "inode")?;
+    let block = num(4, "block")?;
+    if block > super::io::MAX_FILE_SIZE / BS {
+        return Err(format!("block {block} past the largest file"));
+    }
+    Ok((id.to_string(), devs, ScrubPos { ino, block }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_files_round_trip_and_refuse_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("scrub.pos");
+        let id = [0xab; 16];
+        assert_eq!(load_position(&f, &id, &[]).unwrap(), None);
+        save_position(&f, &id, &[3, 1], ScrubPos { ino: 42, block: 7 }).unwrap();
+        assert_eq!(load_position(&f, &id, &[1, 3]).unwrap(), Some(ScrubPos { ino: 42, block: 7 }));
+        // Another pool's or another rebuild's position is not used.
+        assert_eq!(load_position(&f, &[1; 16], &[1, 3]).unwrap(), None);
+        assert_eq!(load_position(&f, &id, &[]).unwrap(), None);
+        let good = std::fs::read_to_string(&f).unwrap();
+        let bad = [
+            good.replace("block 7", "block 7x"),
+            good.replace("block 7", "block -7"),
+            good.replace("inode 42", "inode"),
+            good.replace("rebuild 1,3", "rebuild 1,,3"),
+            good.replace(&hex(&id), "abab"),
+            format!("{good}extra\n"),
+            good.trim_end().to_string(),
+            good.replace("position 1", "position 9"),
+            good.replace("block 7", &format!("block {}", u64::MAX)),
+            String::new(),
+        ];
+        for b in bad {
+            std::fs::write(&f, &b).unwrap();
+            let e = load_position(&f, &id, &[1, 3]).unwrap_err().to_string();
+            assert!(e.contains("scrub.pos"), "{b:?}: {e}");
+        }
+    }
+}
