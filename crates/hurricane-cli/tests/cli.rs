@@ -116,7 +116,7 @@ impl Pool {
 fn put_get_round_trip_with_layouts() {
     let pool = Pool::new(4, "64M");
     let cases: [(&str, usize, &str); 6] = [
-        ("extent@0", 1_000_003, "extent@0"),
+        ("extent@0", 1_000_003, "checksum[extent@0]"),
         ("stripe(unit=64K,width=3)", 3_333_333, "stripe(unit=64K)["),
         ("regions(size=1M,width=3)", 2_500_000, "regions(size=1M)["),
         ("replicate(copies=2)[stripe(width=2),stripe(width=2)]", 1_234_567, "replicate["),
@@ -464,7 +464,7 @@ fn mkfs_on_given_devices() {
     let e = fails(&["mkfs", s(&pool), "--device", s(&d0)], 1);
     assert!(e.contains("--force"), "{e}");
     ok(&["put", s(&pool), s(&d0.with_file_name("pool/pool.conf")), "/conf"]);
-    assert_eq!(ok(&["layout", "get", s(&pool), "/conf"]).trim(), "extent@1");
+    assert_eq!(ok(&["layout", "get", s(&pool), "/conf"]).trim(), "checksum[extent@1]");
     // A simulated disk model is recorded with the pool and kept by reopening.
     let p3 = tmp.path().join("p3");
     let out = ok(&["mkfs", s(&p3), "--devices", "1", "--device-size", "16M", "--sim", "hdd:rpm=5400"]);
@@ -535,14 +535,15 @@ fn layout_on_a_mounted_pool_through_xattrs() {
     ok(&["layout", "set", s(&d), "extent@1"]);
     assert_eq!(ok(&["layout", "get", s(&d)]).trim(), "extent@1");
     std::fs::write(d.join("x"), b"hi").expect("write");
-    assert_eq!(ok(&["layout", "get", &(s(&d).to_string() + "/x")]).trim(), "extent@1");
+    // The directory's default as given; the file's with the pool's checksums.
+    assert_eq!(ok(&["layout", "get", &(s(&d).to_string() + "/x")]).trim(), "checksum[extent@1]");
     let err = fails(&["layout", "set", &(s(&d).to_string() + "/x"), "extent@0"], 1);
     assert!(err.contains("already holds data"), "{err}");
     // The mount holds the pool: pool commands wait their turn.
     let err = fails(&["ls", pool.p()], 1);
     assert!(err.contains("in use"), "{err}");
     ok(&["umount", s(&mnt)]);
-    assert_eq!(ok(&["layout", "get", pool.p(), "/d/x"]).trim(), "extent@1");
+    assert_eq!(ok(&["layout", "get", pool.p(), "/d/x"]).trim(), "checksum[extent@1]");
     pool.fsck_clean();
 }
 
@@ -639,7 +640,7 @@ fn mkfs_checksum_off_keeps_layouts_as_written() {
     let dir2 = tmp.path().join("pool2");
     let out = ok(&["mkfs", s(&dir2), "--devices", "2", "--device-size", "16M"]);
     assert!(out.contains("with a checksum of every block"), "{out}");
-    ok(&["put", s(&dir2), s(&local), "/f", "--layout", "stripe(width=2)"]);
+    ok(&["put", s(&dir2), s(&local), "/f", "--layout", "stripe[extent@0,extent@1]"]);
     assert_eq!(ok(&["layout", "get", s(&dir2), "/f"]).trim(), "stripe[checksum[extent@0],checksum[extent@1]]");
     fails(&["mkfs", s(&tmp.path().join("p3")), "--devices", "1", "--device-size", "16M", "--checksum", "maybe"], 2);
 }
