@@ -1084,6 +1084,32 @@ mod tests {
     }
 
     #[test]
+    fn data_check_lists_damaged_files_by_path_and_range() {
+        let fs = pool(3);
+        populate(&fs);
+        fs.sync().unwrap();
+        let clean = check_data(&fs, &mut |_, _, _| {}).unwrap();
+        assert!(clean.is_clean(), "{:?}", clean.damaged);
+        assert_eq!((clean.files, clean.unverified_files), (3, 1), "{clean:?}");
+        assert!(clean.blocks >= 25 + 74, "{clean:?}");
+        // Damage file block 1 of /a/b/c/f3 (all 3s, on device 1) on the medium.
+        let ino = fs.resolve("/a/b/c/f3").unwrap();
+        let n = fs.state().inode(ino).unwrap();
+        let lay = n.data.read().layout().cloned().unwrap();
+        let mut first = None;
+        lay.extents(&mut |d, p, _| first = first.or(Some((d, p))));
+        let (dev, p) = first.unwrap();
+        assert_eq!(dev, 1);
+        fs.storage().devs[1].dev().write_at(&[0u8; 8], (p + 1) * BS + 10).unwrap();
+        let r = check_data(&fs, &mut |_, _, _| {}).unwrap();
+        assert_eq!(r.damaged, vec![("/a/b/c/f3".to_string(), vec![(BS, BS)])]);
+        assert_eq!(r.checksum_errors.len(), 1, "{:?}", r.checksum_errors);
+        assert!(r.checksum_errors[0].0.contains("mem1"), "{:?}", r.checksum_errors);
+        // Meta-data is intact: the plain check does not see data damage.
+        assert!(run(&fs, false).is_clean());
+    }
+
+    #[test]
     fn fresh_and_used_pools_are_clean() {
         let fs = pool(3);
         let r = run(&fs, false);
