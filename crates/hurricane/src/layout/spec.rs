@@ -472,8 +472,9 @@ fn check_devices(s: &Spec, pool: &PoolInfo) -> Result<()> {
     }
     if lookup(&s.kind).is_some_and(|t| t.distinct_devices) {
         let mut seen = BTreeMap::new();
-        for (i, c) in s.children.iter().enumerate().filter(|(_, c)| is_per_device(c)) {
-            let Some(d) = c.device else { continue };
+        // A child that only wraps one leaf (`checksum[extent@1]`) is on that leaf's device.
+        for (i, c) in s.children.iter().enumerate() {
+            let Some(d) = leaf_device(c) else { continue };
             if let Some(j) = seen.insert(d, i) {
                 return Err(Error::Layout(format!(
                     "{}: children {j} and {i} are both on device {d}; a {}'s children must be on distinct devices",
@@ -526,6 +527,22 @@ pub fn with_checksums(spec: Spec) -> Spec {
         return Spec { kind: CHECKSUM.into(), params: Vec::new(), children: vec![spec], device: None };
     }
     spec
+}
+
+/// The device of a per-device leaf, or of the one leaf under a chain of
+/// single-child nodes above it.
+fn leaf_device(s: &Spec) -> Option<u32> {
+    let mut cur = s;
+    for _ in 0..=MAX_DEPTH {
+        if is_per_device(cur) {
+            return cur.device;
+        }
+        match cur.children.as_slice() {
+            [only] => cur = only,
+            _ => return None,
+        }
+    }
+    None
 }
 
 fn count_leaves(s: &Spec, n: &mut usize) {
@@ -591,6 +608,9 @@ mod tests {
         let s = with_checksums(resolve(&parse(&wide).unwrap(), &p).unwrap());
         assert_eq!(s.kind, "checksum");
         crate::blocks::Layout::build(&s).unwrap();
+        // Wrapped leaves still count for a distinct-device parent.
+        let dup = parse("stripe[checksum[extent@1],checksum[extent@1]]").unwrap();
+        assert!(resolve(&dup, &p).unwrap_err().to_string().contains("both on device 1"));
         // Already at the depth limit: unchanged.
         let mut deep = "extent".to_string();
         for _ in 0..MAX_DEPTH {
