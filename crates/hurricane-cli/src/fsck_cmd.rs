@@ -13,13 +13,17 @@ pub const EXIT_PROBLEMS: i32 = 4;
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Exit status: 0 consistent; 1 the pool could not be checked; 3 problems found and all repaired; 4 problems remain."
+    after_help = "Exit status: 0 consistent; 1 the pool could not be checked; 3 problems found and all repaired; 4 problems remain (or, with --data, damaged file data was found)."
 )]
 pub struct FsckArgs {
     pub pool: PathBuf,
     /// Repair what can be repaired (opens the pool read-write).
     #[arg(short = 'r', long)]
     pub repair: bool,
+    /// Also read every block of every file through its layout, verify the
+    /// checksums the layout keeps, and list damaged files with their ranges.
+    #[arg(long)]
+    pub data: bool,
     /// Print only problems and repairs.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -36,10 +40,17 @@ pub fn run(a: &FsckArgs) -> CliResult {
             pb.set_length(total);
             pb.set_position(done);
         };
-        Ok(hurricane::fsck::check(fs, a.repair, &mut progress)?)
+        let rep = hurricane::fsck::check(fs, a.repair, &mut progress)?;
+        let data = if a.data {
+            pb.set_style(data_style());
+            Some(hurricane::fsck::check_data(fs, &mut progress)?)
+        } else {
+            None
+        };
+        Ok((rep, data))
     });
     pb.finish_and_clear();
-    let rep = rep?;
+    let (rep, data) = rep?;
     for n in &rep.notes {
         if !a.quiet {
             println!("note: {n}");
@@ -68,6 +79,28 @@ pub fn run(a: &FsckArgs) -> CliResult {
             rep.used_blocks,
             rep.total_blocks
         );
+    }
+    let damaged = data.as_ref().map_or(0, |d| d.damaged.len());
+    if let Some(d) = &data {
+        for (path, ranges) in &d.damaged {
+            let shown: Vec<String> = ranges.iter().map(|&(off, len)| format!("bytes {off}..{}", off + len)).collect();
+            println!("damaged: {path}: {}", shown.join(", "));
+        }
+        for (dev, n) in &d.checksum_errors {
+            println!("checksum errors: {dev}: {n} blocks failed verification");
+        }
+        if !a.quiet {
+            if d.unverified_files > 0 {
+                println!(
+                    "note: {} of {} files keep no checksums: their data was read but could not be verified",
+                    d.unverified_files, d.files
+                );
+            }
+            println!("{}: data of {} files read, {} blocks verified", a.pool.display(), d.files, d.blocks);
+        }
+    }
+    if damaged > 0 && rep.is_clean() {
+        return Err(Fail::code(EXIT_PROBLEMS, format!("{}: {damaged} files with damaged data", a.pool.display())));
     }
     match (rep.problems.is_empty(), rep.is_clean()) {
         (true, true) => {
@@ -100,4 +133,10 @@ fn bar() -> ProgressBar {
         pb.set_style(st.progress_chars("=> "));
     }
     pb
+}
+
+fn data_style() -> ProgressStyle {
+    ProgressStyle::with_template("reading file data [{bar:30}] {percent}% {pos}/{len} blocks, {per_sec}, {eta} left")
+        .map(|st| st.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
 }

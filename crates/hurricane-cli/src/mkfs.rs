@@ -32,6 +32,10 @@ pub struct MkfsArgs {
     /// (`hdd`, or `hdd:rpm=5400,seek_full_ms=20,...`; `none` for real timing).
     #[arg(long, value_name = "MODEL")]
     pub sim: Option<String>,
+    /// Checksum every block of new files and verify it on every read (`on`,
+    /// the default), or not (`off`).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    pub checksum: bool,
     /// Overwrite a pool that POOL_DIR already holds.
     #[arg(short = 'f', long)]
     pub force: bool,
@@ -58,6 +62,7 @@ pub fn run(a: &MkfsArgs) -> CliResult {
         journal_size: a.journal_size,
         default_layout: a.layout.clone(),
         meta_layout: a.meta_layout.clone(),
+        checksum: a.checksum,
     };
     let pb = spinner("formatting");
     let made: Vec<PathBuf> = match (a.devices, a.device.is_empty()) {
@@ -102,6 +107,14 @@ pub fn run(a: &MkfsArgs) -> CliResult {
     Ok(())
 }
 
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
+}
+
 /// One paragraph on what was made, read back from the new superblocks.
 fn summary(dir: &Path, paths: &[PathBuf]) -> CliResult<String> {
     let devs = pool::open_paths(paths, false)?;
@@ -125,7 +138,7 @@ fn summary(dir: &Path, paths: &[PathBuf]) -> CliResult<String> {
             .unwrap_or_else(|e| format!("unreadable ({e})"));
     Ok(format!(
         "Made a Hurricane pool in {}: {n} device{} ({}), {size_text}. The journal takes {} on device {}; the meta-data is stored as {meta}. \
-         New files get the layout {default} unless a directory or the file says otherwise. \
+         New files get the layout {default} unless a directory or the file says otherwise{sums}. \
          Use it with `hurricane put {} LOCAL PATH`, or mount it with `hurricane mount {} MOUNTPOINT`.",
         dir.display(),
         if n == 1 { "" } else { "s" },
@@ -134,5 +147,6 @@ fn summary(dir: &Path, paths: &[PathBuf]) -> CliResult<String> {
         sb.journal.dev,
         dir.display(),
         dir.display(),
+        sums = if sb.checksum { ", with a checksum of every block verified on every read" } else { "" },
     ))
 }

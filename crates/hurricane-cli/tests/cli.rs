@@ -116,7 +116,7 @@ impl Pool {
 fn put_get_round_trip_with_layouts() {
     let pool = Pool::new(4, "64M");
     let cases: [(&str, usize, &str); 6] = [
-        ("extent@0", 1_000_003, "extent@0"),
+        ("extent@0", 1_000_003, "checksum[extent@0]"),
         ("stripe(unit=64K,width=3)", 3_333_333, "stripe(unit=64K)["),
         ("regions(size=1M,width=3)", 2_500_000, "regions(size=1M)["),
         ("replicate(copies=2)[stripe(width=2),stripe(width=2)]", 1_234_567, "replicate["),
@@ -469,7 +469,7 @@ fn mkfs_on_given_devices() {
     let e = fails(&["mkfs", s(&pool), "--device", s(&d0)], 1);
     assert!(e.contains("--force"), "{e}");
     ok(&["put", s(&pool), s(&d0.with_file_name("pool/pool.conf")), "/conf"]);
-    assert_eq!(ok(&["layout", "get", s(&pool), "/conf"]).trim(), "extent@1");
+    assert_eq!(ok(&["layout", "get", s(&pool), "/conf"]).trim(), "checksum[extent@1]");
     // A simulated disk model is recorded with the pool and kept by reopening.
     let p3 = tmp.path().join("p3");
     let out = ok(&["mkfs", s(&p3), "--devices", "1", "--device-size", "16M", "--sim", "hdd:rpm=5400"]);
@@ -540,14 +540,15 @@ fn layout_on_a_mounted_pool_through_xattrs() {
     ok(&["layout", "set", s(&d), "extent@1"]);
     assert_eq!(ok(&["layout", "get", s(&d)]).trim(), "extent@1");
     std::fs::write(d.join("x"), b"hi").expect("write");
-    assert_eq!(ok(&["layout", "get", &(s(&d).to_string() + "/x")]).trim(), "extent@1");
+    // The directory's default as given; the file's with the pool's checksums.
+    assert_eq!(ok(&["layout", "get", &(s(&d).to_string() + "/x")]).trim(), "checksum[extent@1]");
     let err = fails(&["layout", "set", &(s(&d).to_string() + "/x"), "extent@0"], 1);
     assert!(err.contains("already holds data"), "{err}");
     // The mount holds the pool: pool commands wait their turn.
     let err = fails(&["ls", pool.p()], 1);
     assert!(err.contains("in use"), "{err}");
     ok(&["umount", s(&mnt)]);
-    assert_eq!(ok(&["layout", "get", pool.p(), "/d/x"]).trim(), "extent@1");
+    assert_eq!(ok(&["layout", "get", pool.p(), "/d/x"]).trim(), "checksum[extent@1]");
     pool.fsck_clean();
 }
 
@@ -578,4 +579,73 @@ fn layout_types_lists_every_type_and_parameter_from_the_registry() {
     }
     assert!(listed.contains("max=SIZE (4K..1T, default 128M): longest single extent"), "{listed}");
     assert!(listed.contains("read=least-loaded|nearest|primary (default least-loaded)"), "{listed}");
+}
+
+/// Where `needle` starts in image file `img`.
+fn find_in_image(img: &Path, needle: &[u8]) -> u64 {
+    let bytes = std::fs::read(img).expect("read image");
+    bytes.windows(needle.len()).position(|w| w == needle).expect("data in the image") as u64
+}
+
+#[test]
+fn damaged_data_is_an_error_naming_the_device_never_garbage() {
+    let pool = Pool::new(3, "32M");
+    let bytes = data(1_000_000, 41);
+    ok(&["put", pool.p(), &pool.local("f", &bytes), "/f", "--layout", "extent@1"]);
+    ok(&["put", pool.p(), &pool.local("r", &bytes), "/r", "--layout", "replicate[extent@1,extent@2]"]);
+    assert_eq!(ok(&["layout", "get", pool.p(), "/f"]).trim(), "checksum[extent@1]");
+    assert_eq!(ok(&["layout", "get", pool.p(), "/r"]).trim(), "replicate[checksum[extent@1],checksum[extent@2]]");
+    // Bytes of the file overwritten inside dev1.img: file block 2 of /f and
+    // of /r's first copy.
+    let at = find_in_image(&pool.dev(1), &bytes[..4096]);
+    overwrite(&pool.dev(1), at + 2 * 4096 + 100, 50);
+    let r_on_1 = {
+        let img = std::fs::read(pool.dev(1)).expect("read image");
+        let skip = (at + 4096) as usize;
+        skip as u64 + img[skip..].windows(4096).position(|w| w == &bytes[..4096]).expect("second copy") as u64
+    };
+    overwrite(&pool.dev(1), r_on_1 + 2 * 4096 + 100, 50);
+    let e = fails(&["get", pool.p(), "/f", s(&pool.work.join("out"))], 1);
+    assert!(e.contains("checksum") && e.contains("device 1") && e.contains("dev1.img"), "{e}");
+    assert!(e.contains("file block 2"), "{e}");
+    let e = fails(&["cat", pool.p(), "/f"], 1);
+    assert!(e.contains("dev1.img"), "{e}");
+    // The redundant file is served from its good copy.
+    assert_eq!(pool.get("/r"), bytes);
+    // Meta-data is fine; the data check finds the damaged file and range.
+    pool.fsck_clean();
+    let r = run(&["fsck", pool.p(), "--data"]);
+    assert_eq!(r.code, 4, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("damaged: /f: bytes 8192..12288"), "{}", r.stdout);
+    assert!(!r.stdout.contains("damaged: /r"), "{}", r.stdout);
+    assert!(r.stdout.contains("checksum errors: device 1"), "{}", r.stdout);
+    assert!(!r.stdout.contains("checksum errors: device 2"), "{}", r.stdout);
+    assert!(r.stderr.contains("1 files with damaged data"), "{}", r.stderr);
+    // Rewriting the file makes it whole, and the data check clean.
+    ok(&["put", pool.p(), &pool.local("f2", &bytes), "/f"]);
+    assert_eq!(pool.get("/f"), bytes);
+    ok(&["rm", pool.p(), "/r"]);
+    let out = ok(&["fsck", pool.p(), "--data"]);
+    assert!(out.contains("data of 1 files read") && !out.contains("damaged"), "{out}");
+}
+
+#[test]
+fn mkfs_checksum_off_keeps_layouts_as_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("pool");
+    let out = ok(&["mkfs", s(&dir), "--devices", "2", "--device-size", "16M", "--checksum", "off"]);
+    assert!(!out.contains("checksum"), "{out}");
+    let local = tmp.path().join("in");
+    std::fs::write(&local, data(100_000, 3)).expect("write");
+    ok(&["put", s(&dir), s(&local), "/f", "--layout", "extent@1"]);
+    assert_eq!(ok(&["layout", "get", s(&dir), "/f"]).trim(), "extent@1");
+    let out = ok(&["fsck", s(&dir), "--data"]);
+    assert!(out.contains("1 of 1 files keep no checksums"), "{out}");
+    // On by default, and said so.
+    let dir2 = tmp.path().join("pool2");
+    let out = ok(&["mkfs", s(&dir2), "--devices", "2", "--device-size", "16M"]);
+    assert!(out.contains("with a checksum of every block"), "{out}");
+    ok(&["put", s(&dir2), s(&local), "/f", "--layout", "stripe[extent@0,extent@1]"]);
+    assert_eq!(ok(&["layout", "get", s(&dir2), "/f"]).trim(), "stripe[checksum[extent@0],checksum[extent@1]]");
+    fails(&["mkfs", s(&tmp.path().join("p3")), "--devices", "1", "--device-size", "16M", "--checksum", "maybe"], 2);
 }

@@ -69,7 +69,8 @@ fn everything_survives_unmount_and_mount() {
     assert_eq!(fs::metadata(p("a/b")).unwrap().mode() & 0o7777, 0o711);
     assert_eq!(getxattr(&p("a/big"), "user.note"), b"kept");
     assert_eq!(getxattr(&p("a/big"), "user.hurricane.layout"), layout_big);
-    assert_eq!(getxattr(&p("placed"), "user.hurricane.layout"), b"extent@2");
+    // As set, with the checksum block a default pool puts above the leaf.
+    assert_eq!(getxattr(&p("placed"), "user.hurricane.layout"), b"checksum[extent@2]");
     assert_eq!(fs::read(p("placed")).unwrap(), data(100_000, 5));
     assert_eq!(getxattr(&p("a"), "user.hurricane.dir_layout"), b"stripe(unit=64K,width=2)");
     assert_eq!(fs::metadata(p("sparse")).unwrap().len(), 1 << 30);

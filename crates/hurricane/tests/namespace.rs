@@ -206,7 +206,8 @@ fn layouts_are_per_file_and_inherited() {
     fs.dir_layout_set(&root, d, "stripe(unit=64K,width=2)").unwrap();
     fs.write_file("/striped/f", &pattern(3, 300_000), None).unwrap();
     let l = fs.layout_of("/striped/f").unwrap();
-    assert!(l.starts_with("stripe(unit=64K)[extent@"), "{l}");
+    // The pool checksums by default: a checksum block above every leaf.
+    assert!(l.starts_with("stripe(unit=64K)[checksum[extent@"), "{l}");
     // Subdirectories inherit the default too.
     fs.mkdir_path("/striped/sub", 0o755).unwrap();
     fs.write_file("/striped/sub/g", b"x", None).unwrap();
@@ -291,7 +292,7 @@ fn unplaced_layouts_follow_free_space() {
         let best = (0..info.devices).max_by_key(|&d| (info.free_blocks[d as usize], std::cmp::Reverse(d))).unwrap();
         let path = format!("/f{round}");
         let mut f = fs.create(&path, Some("extent")).unwrap();
-        assert_eq!(fs.layout_of(&path).unwrap(), format!("extent@{best}"), "round {round}");
+        assert_eq!(fs.layout_of(&path).unwrap(), format!("checksum[extent@{best}]"), "round {round}");
         // Enough data that this device falls behind the others.
         f.write_all(&pattern(round, 6 * MB as usize)).unwrap();
         f.sync_all().unwrap();

@@ -48,6 +48,8 @@ enum Change {
     Map { fblk: u64, pblk: u64, len: u64 },
     /// Every mapping at or past file block `from` is dropped.
     Truncate { from: u64 },
+    /// Mappings of file blocks [fblk, fblk+len) are dropped (a hole punched).
+    Punch { fblk: u64, len: u64 },
 }
 
 impl Change {
@@ -56,6 +58,7 @@ impl Change {
         match *self {
             Change::Map { fblk, pblk, len } => e.u8(1).u64(fblk).u64(pblk).u64(len),
             Change::Truncate { from } => e.u8(2).u64(from),
+            Change::Punch { fblk, len } => e.u8(3).u64(fblk).u64(len),
         };
         e.into_inner()
     }
@@ -67,9 +70,18 @@ impl Change {
         let c = match d.u8()? {
             1 => Change::Map { fblk: d.u64()?, pblk: d.u64()?, len: d.u64()? },
             2 => Change::Truncate { from: d.u64()? },
+            3 => Change::Punch { fblk: d.u64()?, len: d.u64()? },
             t => return Err(d.err(format!("unknown extent change {t}"))),
         };
         d.expect_end()?;
+        if let Change::Punch { fblk, len } = c {
+            if len == 0 || fblk.checked_add(len).is_none() {
+                return Err(Error::corrupt(
+                    "journal",
+                    format!("extent node {id}: bad punch of {len} blocks at {fblk}"),
+                ));
+            }
+        }
         if let Change::Map { fblk, pblk, len } = c {
             // Writes record runs of at most `max` blocks; a longer one is
             // corrupt (and would cost len/max map entries to apply).
@@ -160,6 +172,7 @@ impl Map {
                 old
             }
             Change::Truncate { from } => self.remove(from, u64::MAX),
+            Change::Punch { fblk, len } => self.remove(fblk, fblk + len),
         }
     }
 
@@ -437,6 +450,28 @@ impl Block for Extent {
         }
         for (p, l) in freed {
             // Pending space is freed by the writer that allocated it.
+            for (p, l) in m.minus_pending(p, l) {
+                io.free(self.dev, p, l);
+            }
+        }
+        io.record(&TYPE, self.id, &c.encode());
+        Ok(())
+    }
+
+    fn punch(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
+        let mut m = self.map.write();
+        let c = Change::Punch { fblk, len: n };
+        let freed = m.apply(c, self.max);
+        if freed.is_empty() {
+            return Ok(());
+        }
+        // As for truncate: freed once the batch commits, so the old data
+        // stays in place until the punch is durable.
+        for (p, l) in freed {
             for (p, l) in m.minus_pending(p, l) {
                 io.free(self.dev, p, l);
             }

@@ -15,6 +15,7 @@
 
 pub mod registry;
 
+mod checksum;
 mod common;
 #[cfg(test)]
 mod example;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 
 pub use crate::base::BLOCK_SIZE;
 pub use crate::journal::NodeRecord;
+pub use checksum::block_sum;
 pub use common::{chunks, scrub_by_read, span};
 pub use registry::{canonical, lookup, BlockType, ParamKind, ParamSpec, Registry, TYPES};
 

@@ -63,8 +63,14 @@ impl std::fmt::Debug for BlockType {
 }
 
 /// Every block type the engine knows.
-pub static TYPES: &[&BlockType] =
-    &[&super::extent::TYPE, &super::stripe::TYPE, &super::regions::TYPE, &super::replicate::TYPE, &super::inline::TYPE];
+pub static TYPES: &[&BlockType] = &[
+    &super::extent::TYPE,
+    &super::stripe::TYPE,
+    &super::regions::TYPE,
+    &super::replicate::TYPE,
+    &super::inline::TYPE,
+    &super::checksum::TYPE,
+];
 
 pub fn lookup(name: &str) -> Option<&'static BlockType> {
     Registry::BUILTIN.lookup(name)

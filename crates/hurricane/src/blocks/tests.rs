@@ -35,6 +35,9 @@ fn replicate(read: &str, kids: Vec<Spec>) -> Spec {
 fn inline(max: u64) -> Spec {
     node("inline", vec![("max", Value::Num(max))], vec![], None)
 }
+fn checksum(kid: Spec) -> Spec {
+    node("checksum", vec![], vec![kid], None)
+}
 
 // ---- Records as the types write them ----
 
@@ -313,6 +316,11 @@ fn exercise(s: &Spec, env: &Env, seed: u64, ops: usize) {
                 let d = pattern(seed * 1000 + i as u64, n as usize);
                 env.write(&l, f, &d).unwrap();
                 model[f as usize * BS..(f + n) as usize * BS].copy_from_slice(&d);
+                // The batch commits: deferred frees (copy-on-write
+                // overwrites leave some) become free space.
+                for a in &env.storage.allocs {
+                    a.release(u64::MAX);
+                }
             }
             5..=7 => {
                 let n = rng.gen_range(1..=64);
@@ -382,6 +390,9 @@ fn compositions() -> Vec<Spec> {
             8 * KIB,
             vec![replicate("least-loaded", vec![ext(0), ext(1)]), replicate("primary", vec![ext(2), ext(3)])],
         ),
+        checksum(ext_max(0, 16 * KIB)),
+        replicate("primary", vec![checksum(ext(0)), checksum(ext(1))]),
+        checksum(stripe(8 * KIB, vec![ext(2), ext(3)])),
     ]
 }
 
@@ -408,6 +419,251 @@ fn replay_twice_is_harmless() {
         }
     }
     assert_eq!(env.read(&r, 0, 50), env.read(&l, 0, 50));
+}
+
+// ---- Checksums ----
+
+/// Overwrites device block `pblk` of device `dev` with `byte`, behind the
+/// layout's back (damage on the medium).
+fn damage(env: &Env, dev: u32, pblk: u64, byte: u8) {
+    env.storage.devs[dev as usize].dev().write_at(&[byte; 16], pblk * BS as u64 + 100).unwrap();
+}
+
+/// The device block holding file block `fblk` of a one-extent layout.
+fn pblk_of(l: &Layout, fblk: u64) -> u64 {
+    let mut runs = Vec::new();
+    l.extents(&mut |_, p, n| runs.push((p, n)));
+    runs.sort_unstable();
+    // Written in order from 0, the file's blocks are its runs in order.
+    let mut left = fblk;
+    for (p, n) in runs {
+        if left < n {
+            return p + left;
+        }
+        left -= n;
+    }
+    panic!("file block {fblk} not mapped")
+}
+
+fn blocks_summed(l: &Layout) -> u64 {
+    l.nodes().iter().filter_map(|n| checksum::checksummed_blocks(n.as_ref())).sum()
+}
+
+#[test]
+fn checksum_detects_damage_and_never_returns_it() {
+    let env = Env::new(1, 256);
+    let l = build(&checksum(ext(0)));
+    let data = pattern(7, 10);
+    env.write(&l, 0, &data).unwrap();
+    assert_eq!(env.read(&l, 0, 10), data);
+    damage(&env, 0, pblk_of(&l, 5), 0x5A);
+    let mut buf = vec![0xAA; 10 * BS];
+    let err = env.io(|io| l.root().read(io, 0, &mut buf)).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Checksum(_)), "{err}");
+    assert!(msg.contains("file block 5") && msg.contains("device 0 (mem:0)"), "{msg}");
+    assert_eq!(err.errno(), libc::EIO);
+    // The bad block never reaches the caller; the rest is intact.
+    assert!(buf[5 * BS..6 * BS].iter().all(|&b| b == 0));
+    assert_eq!(env.storage.devs[0].errors().checksum, 1);
+    // Blocks beside it still read.
+    assert_eq!(env.read(&l, 0, 5), data[..5 * BS]);
+    assert_eq!(env.read(&l, 6, 4), data[6 * BS..]);
+    // Rewriting the block makes it good again.
+    env.write(&l, 5, &data[5 * BS..6 * BS]).unwrap();
+    assert_eq!(env.read(&l, 0, 10), data);
+}
+
+#[test]
+fn checksum_tells_replicate_which_copy_is_bad() {
+    let env = Env::new(2, 256);
+    let l = build(&replicate("primary", vec![checksum(ext(0)), checksum(ext(1))]));
+    let data = pattern(8, 4);
+    env.write(&l, 0, &data).unwrap();
+    let mut runs = Vec::new();
+    l.extents(&mut |d, p, _| runs.push((d, p)));
+    let p0 = runs.iter().find(|r| r.0 == 0).unwrap().1;
+    damage(&env, 0, p0 + 2, 1);
+    // The primary copy fails verification; the read is served by the other.
+    assert_eq!(env.read(&l, 0, 4), data);
+    assert_eq!(env.storage.devs[0].errors().checksum, 1);
+    assert_eq!(env.storage.devs[1].errors().checksum, 0);
+}
+
+#[test]
+fn checksum_holes_truncate_and_punch() {
+    let env = Env::new(1, 512);
+    let l = build(&checksum(ext(0)));
+    // Never-written blocks are holes: read as zeros, nothing kept for them.
+    env.write(&l, 10, &pattern(1, 2)).unwrap();
+    assert!(env.read(&l, 0, 10).iter().all(|&b| b == 0));
+    assert_eq!(blocks_summed(&l), 2);
+    env.write(&l, 0, &pattern(2, 8)).unwrap();
+    assert_eq!(blocks_summed(&l), 10);
+    env.truncate(&l, 4);
+    assert_eq!(blocks_summed(&l), 4);
+    // Written again past a hole: both read back, the hole unverified.
+    let tail = pattern(3, 2);
+    env.write(&l, 6, &tail).unwrap();
+    assert!(env.read(&l, 4, 2).iter().all(|&b| b == 0));
+    assert_eq!(env.read(&l, 6, 2), tail);
+    // A punched range reads as zeros and its space goes back.
+    env.io(|io| l.root().punch(io, 1, 2)).unwrap();
+    assert_eq!(blocks_summed(&l), 4);
+    assert!(env.read(&l, 1, 2).iter().all(|&b| b == 0));
+    assert_eq!(env.read(&l, 0, 1), pattern(2, 8)[..BS]);
+    assert_eq!(env.read(&l, 3, 1), pattern(2, 8)[3 * BS..4 * BS]);
+    assert_eq!(l.root().next_data(1), Some(3));
+    env.check_accounting(&[&l]);
+    // A child that cannot punch says so.
+    let s = build(&checksum(stripe(8 * KIB, vec![ext(0)])));
+    assert!(matches!(env.io(|io| s.root().punch(io, 0, 1)), Err(Error::NotSupported(_))));
+}
+
+#[test]
+fn checksum_overwrites_go_to_fresh_space_until_the_batch_commits() {
+    let env = Env::new(1, 256);
+    let l = build(&checksum(ext(0)));
+    env.write(&l, 0, &pattern(1, 4)).unwrap();
+    let before = pblk_of(&l, 1);
+    let old = env.storage.devs[0].dev();
+    let mut was = vec![0u8; BS];
+    old.read_at(&mut was, before * BS as u64).unwrap();
+    let new = pattern(2, 1);
+    env.write(&l, 1, &new).unwrap();
+    let mut runs = Vec::new();
+    l.extents(&mut |_, p, n| runs.push((p, n)));
+    assert!(runs.iter().all(|&(p, n)| !(p..p + n).contains(&before)), "block 1 still at {before}: {runs:?}");
+    // The old block is untouched (a crash before the commit finds it).
+    let mut still = vec![0u8; BS];
+    old.read_at(&mut still, before * BS as u64).unwrap();
+    assert_eq!(still, was);
+    assert_eq!(env.read(&l, 1, 1), new);
+    env.check_accounting(&[&l]);
+}
+
+#[test]
+fn checksum_state_survives_encoding_and_replay() {
+    let env = Env::new(1, 1024);
+    let s = checksum(ext(0));
+    let l = build(&s);
+    env.write(&l, 0, &pattern(1, 300)).unwrap();
+    env.write(&l, 2000, &pattern(2, 3)).unwrap();
+    env.write(&l, 7, &pattern(3, 2)).unwrap();
+    env.truncate(&l, 2001);
+    env.io(|io| l.root().punch(io, 100, 10)).unwrap();
+    let want = env.read(&l, 0, 2001);
+    let bytes = encode(&l);
+    let d = decode(&bytes).unwrap();
+    assert_eq!(encode(&d), bytes);
+    let r = build(&s);
+    for _ in 0..2 {
+        for c in env.changes() {
+            r.apply(&c).unwrap();
+        }
+    }
+    assert_eq!(encode(&r), bytes);
+    for x in [&d, &r] {
+        assert!(env.read(x, 0, 2001) == want);
+    }
+    // Damage is caught through the decoded and the replayed tree alike.
+    damage(&env, 0, pblk_of(&l, 0), 9);
+    for x in [&l, &d, &r] {
+        let mut buf = vec![0u8; BS];
+        assert!(matches!(env.io(|io| x.root().read(io, 0, &mut buf)), Err(Error::Checksum(_))));
+    }
+}
+
+#[test]
+fn checksum_hostile_records_are_refused() {
+    let l = build(&checksum(ext(0)));
+    let bad = |payload: Vec<u8>, what: &str| match l.apply(&rec(0, &payload)) {
+        Err(Error::Corrupt { .. }) => {}
+        other => panic!("{what}: {other:?}"),
+    };
+    let set = |fblk: u64, n: u32, sums: usize| {
+        let mut e = crate::codec::Encoder::new();
+        e.u8(1).u64(fblk).u32(n);
+        for _ in 0..sums {
+            e.u32(7);
+        }
+        e.into_inner()
+    };
+    bad(set(0, 0, 0), "empty set");
+    bad(set(0, 2, 1), "count past the end");
+    bad(set(0, 1, 2), "trailing checksum");
+    bad(set(u64::MAX, 1, 1), "past 2^64");
+    bad(set(0, 1025, 1025), "longer than a group");
+    bad(vec![2, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0], "empty drop");
+    bad(vec![3], "unknown change");
+    bad(vec![], "no change");
+    // Nothing was applied.
+    assert_eq!(blocks_summed(&l), 0);
+    // The extent's punch record (what copy-on-write overwrites use) is strict too.
+    let punch = |fblk: u64, len: u64| {
+        let mut e = crate::codec::Encoder::new();
+        e.u8(3).u64(fblk).u64(len);
+        e.into_inner()
+    };
+    l.apply(&rec(1, &punch(0, 4))).unwrap();
+    for (p, what) in [
+        (punch(0, 0), "empty punch"),
+        (punch(u64::MAX, 2), "punch past 2^64"),
+        (punch(0, 1)[..9].to_vec(), "short punch"),
+    ] {
+        assert!(matches!(l.apply(&rec(1, &p)), Err(Error::Corrupt { .. })), "{what}");
+    }
+    l.apply(&rec(0, &set(4, 1, 1))).unwrap();
+    assert_eq!(blocks_summed(&l), 1);
+    // A hostile state in a decoded layout: a run crossing a group.
+    let mut st = crate::codec::Encoder::new();
+    st.u8(1).u32(1).u64(1023).u32(2).u32(0).u32(0);
+    let mut e = crate::codec::Encoder::new();
+    e.u32(2);
+    e.str("checksum").u32(0).u32(u32::MAX).u32(1).bytes(&st.buf);
+    e.str("extent").u32(1).str("max").u8(0).u64(128 << 20).u32(0).u32(0).bytes(&[]);
+    assert!(matches!(decode(&e.buf), Err(Error::Corrupt { .. })), "{:?}", decode(&e.buf).err());
+}
+
+#[test]
+fn checksum_reads_racing_writes_never_see_a_false_mismatch() {
+    // One-block writes of a uniform byte, readers checking each block is
+    // uniform: a mismatch from a race would surface as an error.
+    for s in [checksum(ext(0)), checksum(stripe(4 * KIB, vec![ext(0), ext(1)]))] {
+        let env = Env::new(2, 8192);
+        let l = build(&s);
+        const BLOCKS: u64 = 16;
+        env.write(&l, 0, &vec![1u8; BLOCKS as usize * BS]).unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            for t in 0..3u64 {
+                let (env, l, stop) = (&env, &l, &stop);
+                sc.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(t);
+                    for i in 0..400u64 {
+                        let f = rng.gen_range(0..BLOCKS - 1);
+                        let n = rng.gen_range(1..=2);
+                        env.write(l, f, &vec![(t * 50 + i % 50) as u8 + 2; n * BS]).unwrap();
+                    }
+                    stop.store(true, Ordering::Relaxed);
+                });
+            }
+            for _ in 0..3 {
+                let (env, l, stop) = (&env, &l, &stop);
+                sc.spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut buf = vec![0u8; BLOCKS as usize * BS];
+                        env.io(|io| l.root().read(io, 0, &mut buf)).unwrap();
+                        for c in buf.chunks(BS) {
+                            assert!(c.iter().all(|&b| b == c[0]), "torn block");
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(env.storage.devs[0].errors().checksum, 0);
+        assert_eq!(env.storage.devs[1].errors().checksum, 0);
+    }
 }
 
 // ---- Concurrency ----

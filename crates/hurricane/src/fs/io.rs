@@ -11,7 +11,6 @@ use crate::cache::{BlockCache, Claim, Lookup};
 use crate::codec::Encoder;
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
-use crate::layout;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -103,6 +102,9 @@ impl Fs {
             g.log(&ops);
             drop(g);
             self.mark_dirty(ino);
+        }
+        if let Err(e @ Error::Checksum(_)) = &r {
+            tracing::error!(ino, offset = off, len = n, error = %e, "file data failed checksum verification");
         }
         r?;
         Ok(n)
@@ -368,8 +370,7 @@ impl Fs {
         if !old.root().holds_data_in_metadata() {
             return Ok(());
         }
-        let spec = layout::resolve(&layout::parse(self.default_layout())?, &self.pool_info())?;
-        let fresh = Arc::new(Layout::build(&spec)?);
+        let fresh = Arc::new(Layout::build(&self.file_spec(self.default_layout())?)?);
         let mut e = Encoder::new();
         fresh.encode(&mut e);
         let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Options for making a pool.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct FormatOptions {
     /// Journal size in bytes (default: 1/32 of device 0, between 4 MiB and 256 MiB).
     pub journal_size: Option<u64>,
@@ -44,6 +44,15 @@ pub struct FormatOptions {
     pub default_layout: Option<String>,
     /// Layout of the meta-file (default: replicated on devices 0 and 1).
     pub meta_layout: Option<String>,
+    /// New files get a `checksum` block above every per-device leaf of
+    /// their layout (default: on).
+    pub checksum: bool,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions { journal_size: None, default_layout: None, meta_layout: None, checksum: true }
+    }
 }
 
 /// Options for opening a pool.
@@ -109,6 +118,8 @@ pub(crate) struct Inner {
     salt: u64,
     read_only: bool,
     pub(crate) default_layout: String,
+    /// New files' layouts get checksum blocks (superblock `checksum`).
+    pub(crate) checksum: bool,
     /// Inodes whose times changed since the last commit (sharded lists).
     dirty: Box<[CachePadded<Mutex<Vec<Ino>>>]>,
     /// Serialises cross-directory renames of directories, so two of them
@@ -240,7 +251,7 @@ impl Fs {
             clean: true,
             default_layout,
             journal_mirror,
-            checksum: false,
+            checksum: opts.checksum,
             dev_states: Vec::new(),
         };
         let mut e = Encoder::new();
@@ -375,6 +386,7 @@ impl Fs {
             return Err(Error::corrupt("meta-data", "root directory missing"));
         }
         let default_layout = sb.default_layout.clone();
+        let checksum = sb.checksum;
         let storage_devices = storage.devs.len();
         let ms = MetaState {
             cursor: Cursor { tail: sb.cursor.tail, head: cursor.head, seq: cursor.seq },
@@ -392,6 +404,7 @@ impl Fs {
             salt,
             read_only: opts.read_only,
             default_layout,
+            checksum,
             dirty: (0..shards()).map(|_| CachePadded::new(Mutex::new(Vec::new()))).collect(),
             rename_lock: Mutex::new(()),
             shutdown: Mutex::new(false),
@@ -736,6 +749,18 @@ impl Fs {
     /// Pool geometry for the layout resolver.
     pub fn pool_info(&self) -> PoolInfo {
         pool_info(&self.inner.storage)
+    }
+
+    /// Whether new files get checksum blocks (the pool's checksum option).
+    pub fn checksum(&self) -> bool {
+        self.inner.checksum
+    }
+
+    /// The layout a new file's spec text stands for in this pool: resolved
+    /// against the pool, with the pool's checksum option applied.
+    pub(crate) fn file_spec(&self, text: &str) -> Result<layout::Spec> {
+        let spec = layout::resolve(&layout::parse(text)?, &self.pool_info())?;
+        Ok(if self.inner.checksum { layout::with_checksums(spec) } else { spec })
     }
 }
 

@@ -304,8 +304,7 @@ impl Fs {
         if let Some(hit) = RESOLVED.with(|c| c.borrow().iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone())) {
             return Ok(hit);
         }
-        let spec = layout::resolve(&layout::parse(&key.spec)?, &info)?;
-        let l = Layout::build(&spec)?;
+        let l = Layout::build(&self.file_spec(&key.spec)?)?;
         let mut e = Encoder::new();
         l.encode(&mut e);
         let encoded = e.into_inner();
@@ -859,8 +858,7 @@ impl Fs {
         if node.data.read().is_dir() {
             return self.dir_layout_set(cred, ino, spec);
         }
-        let resolved = layout::resolve(&layout::parse(spec)?, &self.pool_info())?;
-        let lay = Layout::build(&resolved)?;
+        let lay = Layout::build(&self.file_spec(spec)?)?;
         let mut e = Encoder::new();
         lay.encode(&mut e);
         let _io = node.io.write();

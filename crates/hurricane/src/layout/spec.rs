@@ -472,8 +472,9 @@ fn check_devices(s: &Spec, pool: &PoolInfo) -> Result<()> {
     }
     if lookup(&s.kind).is_some_and(|t| t.distinct_devices) {
         let mut seen = BTreeMap::new();
-        for (i, c) in s.children.iter().enumerate().filter(|(_, c)| is_per_device(c)) {
-            let Some(d) = c.device else { continue };
+        // A child that only wraps one leaf (`checksum[extent@1]`) is on that leaf's device.
+        for (i, c) in s.children.iter().enumerate() {
+            let Some(d) = leaf_device(c) else { continue };
             if let Some(j) = seen.insert(d, i) {
                 return Err(Error::Layout(format!(
                     "{}: children {j} and {i} are both on device {d}; a {}'s children must be on distinct devices",
@@ -483,6 +484,74 @@ fn check_devices(s: &Spec, pool: &PoolInfo) -> Result<()> {
         }
     }
     s.children.iter().try_for_each(|c| check_devices(c, pool))
+}
+
+/// Name of the block type the pool's checksum option puts into new layouts.
+const CHECKSUM: &str = "checksum";
+
+/// The pool's checksum option applied to a resolved spec: a `checksum` node
+/// directly above every per-device leaf, so a redundant parent can tell
+/// which copy is bad. Unchanged when the tree already has a `checksum` node
+/// or keeps its data in the meta-data (`inline`). A tree that would outgrow
+/// the node or depth limits gets one `checksum` at the root instead, and one
+/// already at the depth limit stays as it is.
+pub fn with_checksums(spec: Spec) -> Spec {
+    fn has(s: &Spec, f: &dyn Fn(&Spec) -> bool) -> bool {
+        f(s) || s.children.iter().any(|c| has(c, f))
+    }
+    fn size(s: &Spec, depth: usize, nodes: &mut usize, deepest: &mut usize) {
+        *nodes += 1;
+        *deepest = (*deepest).max(depth);
+        for c in &s.children {
+            size(c, depth + 1, nodes, deepest);
+        }
+    }
+    fn wrap(s: Spec) -> Spec {
+        if is_per_device(&s) {
+            return Spec { kind: CHECKSUM.into(), params: Vec::new(), children: vec![s], device: None };
+        }
+        Spec { children: s.children.into_iter().map(wrap).collect(), ..s }
+    }
+    let in_metadata = |s: &Spec| lookup(&s.kind).is_some_and(|t| t.in_metadata);
+    if has(&spec, &|s| s.kind == CHECKSUM) || has(&spec, &in_metadata) {
+        return spec;
+    }
+    let (mut nodes, mut deepest) = (0, 0);
+    size(&spec, 0, &mut nodes, &mut deepest);
+    let mut leaves = 0;
+    count_leaves(&spec, &mut leaves);
+    if nodes + leaves <= MAX_NODES && deepest < MAX_DEPTH {
+        return wrap(spec);
+    }
+    if nodes < MAX_NODES && deepest < MAX_DEPTH {
+        return Spec { kind: CHECKSUM.into(), params: Vec::new(), children: vec![spec], device: None };
+    }
+    spec
+}
+
+/// The device of a per-device leaf, or of the one leaf under a chain of
+/// single-child nodes above it.
+fn leaf_device(s: &Spec) -> Option<u32> {
+    let mut cur = s;
+    for _ in 0..=MAX_DEPTH {
+        if is_per_device(cur) {
+            return cur.device;
+        }
+        match cur.children.as_slice() {
+            [only] => cur = only,
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn count_leaves(s: &Spec, n: &mut usize) {
+    if is_per_device(s) {
+        *n += 1;
+    }
+    for c in &s.children {
+        count_leaves(c, n);
+    }
 }
 
 #[cfg(test)]
@@ -514,6 +583,41 @@ mod tests {
         let c = canonical(spec);
         assert_eq!(parse(&c.to_string()).ok(), Some(c.clone()), "{s:?}");
         c.to_string()
+    }
+
+    #[test]
+    fn checksums_go_above_every_leaf_once() {
+        let p = pool(4);
+        let with = |s: &str| with_checksums(resolve(&parse(s).unwrap(), &p).unwrap()).to_string();
+        assert_eq!(with("replicate[extent@1,extent@2]"), "replicate[checksum[extent@1],checksum[extent@2]]");
+        assert_eq!(with("extent@0"), "checksum[extent@0]");
+        assert_eq!(
+            with("stripe(unit=64K)[extent@0,replicate[extent@1,extent@2]]"),
+            "stripe(unit=64K)[checksum[extent@0],replicate[checksum[extent@1],checksum[extent@2]]]"
+        );
+        // Already checksummed somewhere, or data kept in the meta-data: as given.
+        assert_eq!(with("checksum[stripe[extent@0,extent@1]]"), "checksum[stripe[extent@0,extent@1]]");
+        assert_eq!(with("replicate[checksum[extent@0],extent@1]"), "replicate[checksum[extent@0],extent@1]");
+        assert_eq!(with("inline"), "inline");
+        // The result resolves to itself and builds.
+        let s = with_checksums(resolve(&parse("stripe(width=3)").unwrap(), &p).unwrap());
+        assert_eq!(resolve(&s, &p).unwrap(), s);
+        crate::blocks::Layout::build(&s).unwrap();
+        // Too many leaves to wrap each: one checksum at the root.
+        let wide = format!("regions[{}]", vec!["stripe(width=4)"; 200].join(","));
+        let s = with_checksums(resolve(&parse(&wide).unwrap(), &p).unwrap());
+        assert_eq!(s.kind, "checksum");
+        crate::blocks::Layout::build(&s).unwrap();
+        // Wrapped leaves still count for a distinct-device parent.
+        let dup = parse("stripe[checksum[extent@1],checksum[extent@1]]").unwrap();
+        assert!(resolve(&dup, &p).unwrap_err().to_string().contains("both on device 1"));
+        // Already at the depth limit: unchanged.
+        let mut deep = "extent".to_string();
+        for _ in 0..MAX_DEPTH {
+            deep = format!("replicate[{deep}]");
+        }
+        let s = resolve(&parse(&deep).unwrap(), &p).unwrap();
+        assert_eq!(with_checksums(s.clone()), s);
     }
 
     #[test]
