@@ -37,6 +37,7 @@ pub use crate::base::BLOCK_SIZE;
 pub use crate::journal::NodeRecord;
 pub use common::{chunks, scrub_by_read, span};
 pub use registry::{canonical, lookup, BlockType, ParamKind, ParamSpec, Registry, TYPES};
+pub use replicate::live_changes;
 
 /// A parameter value: a number (sizes in bytes) or a word.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
