@@ -17,7 +17,7 @@
 //! is made. So two overlapping writes reach every copy in the same order, and
 //! a repair, which re-reads the good copy under the lock before rewriting the
 //! bad one, can never put back data older than a write that has finished.
-//! The missed sets have their own mutex, held only to read or change them,
+//! The missed sets have their own lock, held only to read or change them,
 //! never during I/O. A read that raced a write may return either version, as
 //! from one disk; it never returns a copy's data for a range that copy missed
 //! before the read began.
@@ -29,7 +29,7 @@ use super::{
 };
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -306,7 +306,7 @@ struct Replicate {
     /// Breaks ties between equally loaded copies in turn; the round-robin turn.
     next: AtomicUsize,
     /// Per copy: file blocks it missed and must not serve until resynced.
-    missed: Mutex<Vec<Ranges>>,
+    missed: RwLock<Vec<Ranges>>,
     locks: RangeLocks,
 }
 
@@ -336,7 +336,7 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
         children: a.children,
         devices,
         next: AtomicUsize::new(0),
-        missed: Mutex::new(missed),
+        missed: RwLock::new(missed),
         locks: RangeLocks::default(),
     }))
 }
@@ -480,7 +480,7 @@ impl Replicate {
     /// (start, length, mask of copies that missed it).
     fn segments(&self, f: u64, n: u64) -> Vec<(u64, u64, u32)> {
         let end = f + n;
-        let missed = self.missed.lock();
+        let missed = self.missed.read();
         if missed.iter().all(|m| !m.overlaps(f, end)) {
             return vec![(f, n, 0)];
         }
@@ -509,17 +509,17 @@ impl Replicate {
     fn change(&self, c: Change) {
         match c {
             Change::Miss { copy, fblk, len } => {
-                if let Some(m) = self.missed.lock().get_mut(copy as usize) {
+                if let Some(m) = self.missed.write().get_mut(copy as usize) {
                     m.insert(fblk, fblk + len);
                 }
             }
             Change::Clear { copy, fblk, len } => {
-                if let Some(m) = self.missed.lock().get_mut(copy as usize) {
+                if let Some(m) = self.missed.write().get_mut(copy as usize) {
                     m.remove(fblk, fblk + len);
                 }
             }
             Change::Truncate { from } => {
-                for m in self.missed.lock().iter_mut() {
+                for m in self.missed.write().iter_mut() {
                     m.remove(from, u64::MAX);
                 }
             }
@@ -548,7 +548,7 @@ impl Replicate {
 
     /// Copy `c` is current again over [f, f+n).
     fn mark_current(&self, io: &IoCtx, c: usize, f: u64, n: u64) {
-        if self.missed.lock()[c].overlaps(f, f + n) {
+        if self.missed.read()[c].overlaps(f, f + n) {
             self.commit(io, Change::Clear { copy: c as u32, fblk: f, len: n });
         }
     }
@@ -627,12 +627,13 @@ impl Replicate {
         }
         let _g = self.locks.lock(f, f + n);
         let mut data = vec![0u8; n as usize * BLOCK_SIZE];
-        if self.missed.lock()[good].overlaps(f, f + n) || self.children[good].read(io, f, &mut data).is_err() {
+        let stale = self.missed.read()[good].overlaps(f, f + n);
+        if stale || self.children[good].read(io, f, &mut data).is_err() {
             return;
         }
         let good_data = data_blocks(&self.children[good], f, f + n);
         for c in bad {
-            if self.missed.lock()[c].overlaps(f, f + n) {
+            if self.missed.read()[c].overlaps(f, f + n) {
                 continue;
             }
             let mine = data_blocks(&self.children[c], f, f + n);
@@ -671,7 +672,7 @@ impl Replicate {
         let lb = len as usize;
         let _g = self.locks.lock(pos, end);
         let missed: Vec<Vec<bool>> = {
-            let m = self.missed.lock();
+            let m = self.missed.read();
             m.iter()
                 .map(|r| {
                     let mut v = vec![false; lb];
@@ -870,14 +871,14 @@ impl Block for Replicate {
                 res = r;
             }
         }
-        if self.missed.lock().iter().any(|m| m.overlaps(nblocks, u64::MAX)) {
+        if self.missed.read().iter().any(|m| m.overlaps(nblocks, u64::MAX)) {
             self.commit(io, Change::Truncate { from: nblocks });
         }
         res
     }
 
     fn encode_state(&self, e: &mut Encoder) {
-        let m = self.missed.lock();
+        let m = self.missed.read();
         if m.iter().all(|r| r.is_empty()) {
             return;
         }
@@ -903,7 +904,7 @@ impl Block for Replicate {
     /// copies left all missed it); degraded with any copy down or behind.
     fn health(&self, down: &dyn Fn(u32) -> bool) -> Health {
         let hs: Vec<Health> = self.children.iter().map(|c| c.health(down)).collect();
-        let missed = self.missed.lock();
+        let missed = self.missed.read();
         let mut common: Option<Ranges> = None;
         for (c, h) in hs.iter().enumerate() {
             if *h == Health::Lost {
