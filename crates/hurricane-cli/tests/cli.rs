@@ -588,5 +588,5 @@ fn layout_types_lists_every_type_and_parameter_from_the_registry() {
         }
     }
     assert!(listed.contains("max=SIZE (4K..1T, default 128M): longest single extent"), "{listed}");
-    assert!(listed.contains("read=least-loaded|nearest|primary (default least-loaded)"), "{listed}");
+    assert!(listed.contains("read=least-loaded|nearest|primary|round-robin (default least-loaded)"), "{listed}");
 }
