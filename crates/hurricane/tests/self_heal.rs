@@ -101,23 +101,32 @@ fn missed_ranges_survive_replay_and_checkpoints() {
     fs.sync().unwrap();
     let mut want = old.clone();
     want[64 * 1024..128 * 1024].copy_from_slice(&new);
-    // The device is back; copy 0 (the primary) still holds the old bytes of
-    // the range it missed, and is never read for it.
-    pool.devs[2].fail_after_writes(-1);
     fs.drop_caches();
     assert_eq!(fs.read_file("/f").unwrap(), want);
-
-    // After a power cut the journal replays the missed range.
-    let cut = pool.crash(CrashMode::KeepAll);
+    // Two power cuts now: device 2 comes back (its images take writes) with
+    // copy 0, the primary, holding the old bytes of the range it missed.
+    let replayed = pool.crash(CrashMode::KeepAll);
+    let checkpointed = pool.crash(CrashMode::KeepAll);
     drop(fs);
-    let fs = cut.open().unwrap();
+    // The journal replays the missed range: the stale copy is not read, and
+    // the read resyncs it.
+    let fs = replayed.open().unwrap();
     assert_eq!(fs.read_file("/f").unwrap(), want);
-    // After a checkpoint it is in the file's stored state.
+    fs.close().unwrap();
+    // A checkpoint before any read stores the missed range in the file's state.
+    let fs = checkpointed.open().unwrap();
     fs.checkpoint().unwrap();
     fs.close().unwrap();
-    let fs = cut.open().unwrap();
+    let fs = checkpointed.open().unwrap();
     assert_eq!(fs.read_file("/f").unwrap(), want);
     assert_eq!(fs.layout_of("/f").unwrap(), LAYOUT);
+    // That read resynced copy 0: with copy 1 gone it serves the new bytes.
+    fs.sync().unwrap();
+    fs.storage().devs[3].set_state(DeviceState::Missing);
+    fs.drop_caches();
+    assert_eq!(fs.read_file("/f").unwrap(), want);
+    assert!(fs.storage().devs[2].repaired() >= 16);
+    fs.storage().devs[3].set_state(DeviceState::Online);
     fs.close().unwrap();
 }
 

@@ -8,8 +8,9 @@
 //! but reaches at least one succeeds: each copy that failed records the range
 //! as *missed* (persistent state, journalled), reads never use a copy for a
 //! range it missed, and `scrub` rewrites missed ranges from a good copy and
-//! clears them. The read policy is state too: it changes at run time through
-//! a journalled record ([`live_changes`]).
+//! clears them; a repairing read of a range a copy missed, once that copy
+//! takes writes again, rewrites it too. The read policy is state too: it
+//! changes at run time through a journalled record ([`live_changes`]).
 //!
 //! Concurrency: every write, truncate, repair and resync holds an exclusive
 //! *range lock* of this node on the file blocks it touches (readers take
@@ -613,9 +614,10 @@ impl Replicate {
         res
     }
 
-    /// Rewrites copies `bad` of [f, f+n) from copy `good` (self-heal). Under
-    /// the range lock, the good copy is read again (a write may have finished
-    /// since) and copies that missed the range meanwhile are left to resync.
+    /// Rewrites copies `bad` of [f, f+n) from copy `good` (self-heal, and
+    /// resync of copies that missed the range), clearing what they missed.
+    /// Under the range lock the good copy is read again (a write may have
+    /// finished since), and nothing is done if it missed the range meanwhile.
     fn heal(&self, io: &IoCtx, f: u64, n: u64, good: usize, bad: &[usize]) {
         if !io.repair {
             return;
@@ -633,12 +635,11 @@ impl Replicate {
         }
         let good_data = data_blocks(&self.children[good], f, f + n);
         for c in bad {
-            if self.missed.read()[c].overlaps(f, f + n) {
-                continue;
-            }
+            // Blocks either copy holds (holes in both already agree).
             let mine = data_blocks(&self.children[c], f, f + n);
             let want: Vec<bool> = good_data.iter().zip(&mine).map(|(a, b)| *a || *b).collect();
             let mut done = 0;
+            let mut failed = false;
             for (off, len) in runs(&want) {
                 match self.children[c].write(io, f + off, blocks(&data, off, len)) {
                     Ok(()) => {
@@ -647,9 +648,15 @@ impl Replicate {
                     }
                     Err(e) => {
                         self.mark_missed(io, c, f, n, &e);
+                        failed = true;
                         break;
                     }
                 }
+            }
+            // Written from the current good copy under the lock: whatever
+            // the copy missed here (before, or by a write since) it holds now.
+            if !failed {
+                self.mark_current(io, c, f, n);
             }
             if done > 0 {
                 tracing::info!(
@@ -806,7 +813,13 @@ impl Block for Replicate {
         let mut done = 0usize;
         for (f, len, skip) in self.segments(fblk, n) {
             let bytes = len as usize * BLOCK_SIZE;
-            self.read_segment(io, f, &mut buf[done..done + bytes], skip)?;
+            let served = self.read_segment(io, f, &mut buf[done..done + bytes], skip)?;
+            // Copies that missed this range and can take writes again (their
+            // device came back) are resynced from the copy that served it.
+            if let (Some(good), true) = (served, skip != 0 && io.repair) {
+                let behind: Vec<usize> = (0..self.children.len()).filter(|&c| skip & (1 << c) != 0).collect();
+                self.heal(io, f, len, good, &behind);
+            }
             done += bytes;
         }
         Ok(())

@@ -223,18 +223,31 @@ fn writes_go_on_with_a_copy_down_and_reads_avoid_what_it_missed() {
     let mut want = old.clone();
     want[4 * BS..12 * BS].copy_from_slice(&new);
     for _ in 0..3 {
-        assert_eq!(env.read(&l, 0, 20), want);
+        assert_eq!(env.try_read(l.root(), 0, 20, false).unwrap(), want);
     }
+    assert_eq!(env.copy(&l, 0, 4, 8), old[4 * BS..12 * BS], "reads that may not repair leave it");
     // A later write that reaches the copy makes that part current.
     env.write(&l, 4, &new[..2 * BS]).unwrap();
     assert_eq!(env.changes().last(), Some(&Change::Clear { copy: 0, fblk: 4, len: 2 }));
+    assert_eq!(env.health(&l), Health::Degraded);
+    assert_eq!(env.try_read(l.root(), 0, 20, false).unwrap(), want);
+    // A read that may repair resyncs what it touches of the rest.
+    assert_eq!(env.read(&l, 7, 2), want[7 * BS..9 * BS]);
+    assert_eq!(env.changes().last(), Some(&Change::Clear { copy: 0, fblk: 7, len: 2 }));
+    assert_eq!(env.copy(&l, 0, 7, 2), new[3 * BS..5 * BS]);
     assert_eq!(env.read(&l, 0, 20), want);
-    // With the other copy down too, the range it missed has no copy left.
+    assert_eq!(env.copy(&l, 0, 0, 20), want);
+    assert_eq!(env.health(&l), Health::Ok);
+    // Copy 0 misses a range again; with the other copy gone, that range has
+    // no copy left and fails, naming the missing device.
+    env.devs[1].fail_writes.store(true, Ordering::SeqCst);
+    env.write(&l, 4, &new).unwrap();
+    env.devs[1].fail_writes.store(false, Ordering::SeqCst);
     env.storage.devs[0].set_state(DeviceState::Missing);
     assert_eq!(env.health(&l), Health::Lost);
     let e = env.try_read(l.root(), 6, 1, true).unwrap_err().to_string();
     assert!(e.contains("mem:0") && e.contains("missing"), "{e}");
-    assert_eq!(env.read(&l, 0, 4), old[..4 * BS], "what copy 0 holds is still served");
+    assert_eq!(env.read(&l, 0, 4), want[..4 * BS], "what copy 0 holds is still served");
     // Every copy failing fails the write, and records nothing.
     env.devs[1].fail_writes.store(true, Ordering::SeqCst);
     let before = env.changes().len();
@@ -331,19 +344,20 @@ fn missed_ranges_persist_replay_and_truncate() {
     env.write(&l, 8, &pattern(10, 4)).unwrap();
     env.write(&l, 40, &pattern(11, 20)).unwrap();
     env.devs[1].fail_writes.store(false, Ordering::SeqCst);
-    let want = env.read(&l, 0, 64);
+    let want = env.try_read(l.root(), 0, 64, false).unwrap();
+    assert_ne!(env.copy(&l, 0, 0, 64), want, "copy 0 is stale");
     // Checkpointed state: the decoded tree avoids the same ranges.
     let bytes = encode(&l);
     let d = decode(&bytes).unwrap();
     assert_eq!(encode(&d), bytes);
-    assert_eq!(env.read(&d, 0, 64), want);
+    assert_eq!(env.try_read(d.root(), 0, 64, false).unwrap(), want);
     assert_eq!(env.health(&d), Health::Degraded);
     // Replayed records: the same state.
     let r = build(&s);
     for c in env.log.lock().iter() {
         r.apply(c).unwrap();
     }
-    assert_eq!(env.read(&r, 0, 64), want);
+    assert_eq!(env.try_read(r.root(), 0, 64, false).unwrap(), want);
     assert_eq!(env.health(&r), Health::Degraded);
     // Truncate trims missed ranges (and records it).
     env.io(true, |io| l.root().truncate(io, 44)).unwrap();
