@@ -74,6 +74,9 @@ fn get_pool(pool: &Path, path: &str) -> CliResult {
     })
 }
 
+const HOLDS_DATA: &str = "already holds data: a layout can be set only on an empty file \
+                          (in place, only the read policy of replicate nodes can change)";
+
 /// Sets the layout of an empty file or the default of a directory; a
 /// missing file is created empty with the layout (like `lfs setstripe`).
 fn set_pool(pool: &Path, path: &str, spec: &str) -> CliResult {
@@ -83,14 +86,12 @@ fn set_pool(pool: &Path, path: &str, spec: &str) -> CliResult {
         let path = abs(path);
         match fs.stat(&path) {
             Ok(a) if a.is_dir() => fs.set_layout(&path, spec)?,
-            Ok(a) if a.is_file() => {
-                if a.size > 0 {
-                    return Err(Fail::new(format!(
-                        "{path}: already holds data: a layout can be set only on an empty file"
-                    )));
-                }
-                fs.set_layout(&path, spec)?;
-            }
+            // On a file holding data the engine takes only what can change
+            // in place (a replicate read policy).
+            Ok(a) if a.is_file() => fs.set_layout(&path, spec).map_err(|e| match e {
+                Error::Invalid(_) if a.size > 0 => Fail::new(format!("{path}: {HOLDS_DATA}")),
+                e => e.into(),
+            })?,
             Ok(_) => return Err(Error::Invalid(format!("{path}: not a regular file or directory")).into()),
             Err(Error::NotFound(_)) => {
                 let f = OpenOptions::new().write(true).create_new(true).layout(spec).open(fs, &path)?;
@@ -143,14 +144,12 @@ fn set_mounted(p: &Path, spec: &str) -> CliResult {
     hurricane::layout::parse(spec)?;
     let meta = std::fs::metadata(p).map_err(|e| Fail::new(format!("{}: {e}", p.display())))?;
     let name = if meta.is_dir() { xattr::DIR_LAYOUT } else { xattr::LAYOUT };
-    if meta.is_file() && meta.len() > 0 {
-        return Err(Fail::new(format!(
-            "{}: already holds data: a layout can be set only on an empty file",
-            p.display()
-        )));
-    }
+    let holds_data = meta.is_file() && meta.len() > 0;
     if let Err(e) = rustix::fs::setxattr(p, name, spec.as_bytes(), rustix::fs::XattrFlags::empty()) {
         let e = std::io::Error::from(e);
+        if holds_data && e.raw_os_error() == Some(libc::EINVAL) {
+            return Err(Fail::new(format!("{}: {HOLDS_DATA}", p.display())));
+        }
         let why = match e.raw_os_error() {
             Some(libc::EINVAL) => why_refused(p, spec).unwrap_or_else(|| {
                 format!("the pool refused layout {spec:?} (device numbers, widths or sizes do not fit this pool)")

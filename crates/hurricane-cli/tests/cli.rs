@@ -177,9 +177,16 @@ fn layout_get_prints_a_form_that_set_accepts() {
         ok(&["put", pool.p(), &pool.local("y", &data(300_000, 7)), &b]);
         assert_eq!(pool.get(&b), data(300_000, 7));
     }
-    // A file that holds data keeps its layout.
+    // A file that holds data keeps its layout...
     let e = fails(&["layout", "set", pool.p(), "/a0", "extent@0"], 1);
     assert!(e.contains("already holds data"), "{e}");
+    // ...but for the read policy of its replicate nodes, which changes in place.
+    let canon = ok(&["layout", "get", pool.p(), "/a2"]).trim().to_string();
+    let primary = canon.replacen("replicate[", "replicate(read=primary)[", 1);
+    assert_ne!(primary, canon);
+    assert_eq!(ok(&["layout", "set", pool.p(), "/a2", &primary]).trim(), primary);
+    assert_eq!(ok(&["layout", "get", pool.p(), "/a2"]).trim(), primary);
+    assert_eq!(pool.get("/a2"), b"x");
     pool.fsck_clean();
 }
 
@@ -544,6 +551,15 @@ fn layout_on_a_mounted_pool_through_xattrs() {
     assert_eq!(ok(&["layout", "get", &(s(&d).to_string() + "/x")]).trim(), "checksum[extent@1]");
     let err = fails(&["layout", "set", &(s(&d).to_string() + "/x"), "extent@0"], 1);
     assert!(err.contains("already holds data"), "{err}");
+    // The read policy of a replicated file changes in place through the mount.
+    let r = mnt.join("r");
+    std::fs::File::create(&r).expect("create");
+    ok(&["layout", "set", s(&r), "replicate(read=primary)[extent@1,extent@2]"]);
+    std::fs::write(&r, data(100_000, 3)).expect("write");
+    let rr = "replicate(read=round-robin)[extent@1,extent@2]";
+    assert_eq!(ok(&["layout", "set", s(&r), rr]).trim(), rr);
+    assert_eq!(ok(&["layout", "get", s(&r)]).trim(), rr);
+    assert_eq!(std::fs::read(&r).expect("read"), data(100_000, 3));
     // The mount holds the pool: pool commands wait their turn.
     let err = fails(&["ls", pool.p()], 1);
     assert!(err.contains("in use"), "{err}");
@@ -578,7 +594,7 @@ fn layout_types_lists_every_type_and_parameter_from_the_registry() {
         }
     }
     assert!(listed.contains("max=SIZE (4K..1T, default 128M): longest single extent"), "{listed}");
-    assert!(listed.contains("read=least-loaded|nearest|primary (default least-loaded)"), "{listed}");
+    assert!(listed.contains("read=least-loaded|nearest|primary|round-robin (default least-loaded)"), "{listed}");
 }
 
 /// Where `needle` starts in image file `img`.

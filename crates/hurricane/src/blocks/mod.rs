@@ -39,6 +39,7 @@ pub use crate::journal::NodeRecord;
 pub use checksum::block_sum;
 pub use common::{chunks, scrub_by_read, span};
 pub use registry::{canonical, lookup, BlockType, ParamKind, ParamSpec, Registry, TYPES};
+pub use replicate::live_changes;
 
 /// A parameter value: a number (sizes in bytes) or a word.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,18 +1,48 @@
 //! `replicate`: every child holds a full copy. Writes go to all of them; a
 //! read goes to one, chosen by the `read` policy, and falls back to the others
 //! when that copy fails, so a file survives the loss of all but one replica.
+//!
+//! Self-heal: a copy whose read fails (device error, missing device, a
+//! checksum mismatch below) is rewritten from a copy that read well, when the
+//! request may repair (`IoCtx::repair`). A write that fails on some copies
+//! but reaches at least one succeeds: each copy that failed records the range
+//! as *missed* (persistent state, journalled), reads never use a copy for a
+//! range it missed, and `scrub` rewrites missed ranges from a good copy and
+//! clears them; a repairing read of a range a copy missed, once that copy
+//! takes writes again, rewrites it too. The read policy is state too: it
+//! changes at run time through a journalled record ([`live_changes`]).
+//!
+//! Concurrency: every write, truncate, repair and resync holds an exclusive
+//! *range lock* of this node on the file blocks it touches (readers take
+//! none), from before it writes the first copy until its missed-range change
+//! is made. So two overlapping writes reach every copy in the same order, and
+//! a repair, which re-reads the good copy under the lock before rewriting the
+//! bad one, can never put back data older than a write that has finished.
+//! The missed sets have their own lock, held only to read or change them,
+//! never during I/O. A read that raced a write may return either version, as
+//! from one disk; it never returns a copy's data for a range that copy missed
+//! before the read began.
 
-use super::common::{dispatch, span};
-use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value};
+use super::common::span;
+use super::{
+    Block, BlockType, BuildArgs, Health, IoCtx, Layout, NodeRecord, ParamKind, ParamSpec, Params, Scrub, Value,
+    BLOCK_SIZE,
+};
+use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
-const POLICIES: &[&str] = &["least-loaded", "nearest", "primary"];
+const POLICIES: &[&str] = &["least-loaded", "nearest", "primary", "round-robin"];
+
+/// Version of the node's state and records.
+const STATE_VERSION: u8 = 1;
 
 pub static TYPE: BlockType = BlockType {
     name: "replicate",
-    doc: "N full copies, one per child; reads pick a copy by policy and survive failed copies.",
+    doc: "N full copies, one per child; reads pick a copy by policy, survive and heal failed copies; writes go on with copies down.",
     params: &[
         ParamSpec { key: "copies", kind: ParamKind::Int, default: None, min: 1, max: 16, doc: "number of copies (children)" },
         ParamSpec {
@@ -21,7 +51,7 @@ pub static TYPE: BlockType = BlockType {
             default: Some("least-loaded"),
             min: 0,
             max: 0,
-            doc: "which copy serves reads: least-loaded (fewest requests in flight on its devices), nearest, or primary (the first)",
+            doc: "which copy serves reads: least-loaded (fewest requests in flight on its devices), nearest, primary (the first), or round-robin; changeable on a file holding data",
         },
     ],
     per_device: false,
@@ -29,7 +59,7 @@ pub static TYPE: BlockType = BlockType {
     max_children: 16,
     distinct_devices: false,
     width_param: Some("copies"),
-    state_version: None,
+    state_version: Some(STATE_VERSION),
     in_metadata: false,
     build,
 };
@@ -37,32 +67,254 @@ pub static TYPE: BlockType = BlockType {
 /// Writes at least this long go to the copies in parallel (smaller ones are
 /// cheaper than a thread start).
 const PARALLEL_MIN_BLOCKS: u64 = 64; // 256 KiB
+/// Blocks scrubbed under one range lock.
+const SCRUB_STEP: u64 = 256; // 1 MiB
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Policy {
-    LeastLoaded,
+    LeastLoaded = 0,
     /// Every device is treated as one NUMA node for now, so this is `Primary`.
-    Nearest,
-    Primary,
+    Nearest = 1,
+    Primary = 2,
+    RoundRobin = 3,
+}
+
+impl Policy {
+    fn from_index(i: u8) -> Option<Policy> {
+        Some(match i {
+            0 => Policy::LeastLoaded,
+            1 => Policy::Nearest,
+            2 => Policy::Primary,
+            3 => Policy::RoundRobin,
+            _ => return None,
+        })
+    }
+    fn from_word(w: &str) -> Option<Policy> {
+        POLICIES.iter().position(|p| *p == w).and_then(|i| Policy::from_index(i as u8))
+    }
+    fn word(self) -> &'static str {
+        POLICIES[self as usize]
+    }
+}
+
+/// A change to a replicate node's state: its journal record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Copy `copy` missed file blocks [fblk, fblk+len): it must not serve them.
+    Miss { copy: u32, fblk: u64, len: u64 },
+    /// Copy `copy` holds file blocks [fblk, fblk+len) again.
+    Clear { copy: u32, fblk: u64, len: u64 },
+    /// Missed ranges at or past file block `from` are dropped (a truncate).
+    Truncate { from: u64 },
+    /// Reads follow another policy.
+    Policy(Policy),
+}
+
+impl Change {
+    fn encode(&self) -> Vec<u8> {
+        let mut e = Encoder::new();
+        match *self {
+            Change::Miss { copy, fblk, len } => e.u8(1).u32(copy).u64(fblk).u64(len),
+            Change::Clear { copy, fblk, len } => e.u8(2).u32(copy).u64(fblk).u64(len),
+            Change::Truncate { from } => e.u8(3).u64(from),
+            Change::Policy(p) => e.u8(4).u8(p as u8),
+        };
+        e.into_inner()
+    }
+
+    /// Strict: unknown tags or policies, trailing bytes, copies past the
+    /// node's, empty ranges and ranges past 2^64 are corrupt.
+    fn decode(b: &[u8], id: u32, copies: usize) -> Result<Change> {
+        let mut d = Decoder::new(b, "replicate record");
+        let c = match d.u8()? {
+            t @ (1 | 2) => {
+                let (copy, fblk, len) = (d.u32()?, d.u64()?, d.u64()?);
+                if copy as usize >= copies || len == 0 || fblk.checked_add(len).is_none() {
+                    return Err(Error::corrupt(
+                        "journal",
+                        format!("replicate node {id}: bad range of {len} blocks at {fblk} for copy {copy} of {copies}"),
+                    ));
+                }
+                if t == 1 {
+                    Change::Miss { copy, fblk, len }
+                } else {
+                    Change::Clear { copy, fblk, len }
+                }
+            }
+            3 => Change::Truncate { from: d.u64()? },
+            4 => {
+                let p = d.u8()?;
+                Change::Policy(Policy::from_index(p).ok_or_else(|| d.err(format!("unknown read policy {p}")))?)
+            }
+            t => return Err(d.err(format!("unknown replicate change {t}"))),
+        };
+        d.expect_end()?;
+        Ok(c)
+    }
+
+    fn record(&self, id: u32) -> NodeRecord {
+        NodeRecord { node: id, bytes: [&[STATE_VERSION][..], &self.encode()].concat() }
+    }
+}
+
+/// Disjoint, non-touching ranges of file blocks: start -> end (exclusive).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn insert(&mut self, s: u64, e: u64) {
+        if s >= e {
+            return;
+        }
+        let (mut s, mut e) = (s, e);
+        if let Some((&ps, &pe)) = self.0.range(..=s).next_back() {
+            if pe >= s {
+                s = ps;
+                e = e.max(pe);
+                self.0.remove(&ps);
+            }
+        }
+        let after: Vec<(u64, u64)> = self.0.range(s..=e).map(|(&k, &v)| (k, v)).collect();
+        for (k, v) in after {
+            e = e.max(v);
+            self.0.remove(&k);
+        }
+        self.0.insert(s, e);
+    }
+
+    /// Drops [s, e); true when something was dropped.
+    fn remove(&mut self, s: u64, e: u64) -> bool {
+        if s >= e {
+            return false;
+        }
+        let mut changed = false;
+        if let Some((&ps, &pe)) = self.0.range(..s).next_back() {
+            if pe > s {
+                self.0.insert(ps, s);
+                if pe > e {
+                    self.0.insert(e, pe);
+                }
+                changed = true;
+            }
+        }
+        let inside: Vec<(u64, u64)> = self.0.range(s..e).map(|(&k, &v)| (k, v)).collect();
+        for (k, v) in inside {
+            self.0.remove(&k);
+            if v > e {
+                self.0.insert(e, v);
+            }
+            changed = true;
+        }
+        changed
+    }
+
+    fn overlaps(&self, s: u64, e: u64) -> bool {
+        s < e && self.0.range(..e).next_back().is_some_and(|(_, &pe)| pe > s)
+    }
+
+    /// The parts of [s, e) these ranges cover, in order.
+    fn pieces(&self, s: u64, e: u64) -> Vec<(u64, u64)> {
+        if s >= e {
+            return Vec::new();
+        }
+        let first = match self.0.range(..=s).next_back() {
+            Some((&ps, &pe)) if pe > s => ps,
+            _ => s,
+        };
+        self.0.range(first..e).map(|(&rs, &re)| (rs.max(s), re.min(e))).filter(|(a, b)| a < b).collect()
+    }
+
+    fn intersect(&self, o: &Ranges) -> Ranges {
+        let mut out = Ranges::default();
+        for (&s, &e) in &self.0 {
+            for (a, b) in o.pieces(s, e) {
+                out.0.insert(a, b);
+            }
+        }
+        out
+    }
+
+    fn encode(&self, e: &mut Encoder) {
+        e.u32(self.0.len() as u32);
+        for (&s, &end) in &self.0 {
+            e.u64(s).u64(end - s);
+        }
+    }
+
+    /// Strict: empty, overflowing, unordered, overlapping or touching ranges
+    /// are corrupt (the live form never holds them).
+    fn decode(d: &mut Decoder) -> Result<Ranges> {
+        let n = d.count(16)?;
+        let mut out = Ranges::default();
+        let mut prev_end: Option<u64> = None;
+        for _ in 0..n {
+            let (s, len) = (d.u64()?, d.u64()?);
+            let e = s.checked_add(len).filter(|_| len > 0).ok_or_else(|| d.err(format!("bad range {s}+{len}")))?;
+            if prev_end.is_some_and(|p| s <= p) {
+                return Err(d.err(format!("range at {s} overlaps, touches or is out of order")));
+            }
+            prev_end = Some(e);
+            out.0.insert(s, e);
+        }
+        Ok(out)
+    }
+}
+
+/// Exclusive locks on ranges of file blocks.
+#[derive(Default)]
+struct RangeLocks {
+    held: Mutex<Vec<(u64, u64)>>,
+    freed: Condvar,
+}
+
+struct RangeGuard<'a> {
+    locks: &'a RangeLocks,
+    range: (u64, u64),
+}
+
+impl RangeLocks {
+    fn lock(&self, s: u64, e: u64) -> RangeGuard<'_> {
+        let mut held = self.held.lock();
+        while held.iter().any(|&(hs, he)| hs < e && s < he) {
+            self.freed.wait(&mut held);
+        }
+        held.push((s, e));
+        RangeGuard { locks: self, range: (s, e) }
+    }
+}
+
+impl Drop for RangeGuard<'_> {
+    fn drop(&mut self) {
+        let mut held = self.locks.held.lock();
+        if let Some(i) = held.iter().position(|&r| r == self.range) {
+            held.swap_remove(i);
+        }
+        drop(held);
+        self.locks.freed.notify_all();
+    }
 }
 
 struct Replicate {
     id: u32,
-    policy: Policy,
+    policy: AtomicU8,
     children: Vec<Arc<dyn Block>>,
-    /// Devices under each child, found once at build for the load comparison.
+    /// Devices under each child, found once at build.
     devices: Vec<Vec<u32>>,
-    /// Breaks ties between equally loaded copies in turn.
+    /// Breaks ties between equally loaded copies in turn; the round-robin turn.
     next: AtomicUsize,
+    /// Per copy: file blocks it missed and must not serve until resynced.
+    missed: RwLock<Vec<Ranges>>,
+    locks: RangeLocks,
 }
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
-    let policy = match a.params.word("read")? {
-        "least-loaded" => Policy::LeastLoaded,
-        "nearest" => Policy::Nearest,
-        "primary" => Policy::Primary,
-        w => return Err(Error::Layout(format!("replicate: unknown read policy {w:?}"))),
-    };
+    let word = a.params.word("read")?;
+    let policy =
+        Policy::from_word(word).ok_or_else(|| Error::Layout(format!("replicate: unknown read policy {word:?}")))?;
     let devices = a
         .children
         .iter()
@@ -74,7 +326,34 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
             devs
         })
         .collect();
-    Ok(Arc::new(Replicate { id: a.id, policy, children: a.children, devices, next: AtomicUsize::new(0) }))
+    let n = a.children.len();
+    let missed = match a.state {
+        Some(s) => decode_state(s, n)?,
+        None => vec![Ranges::default(); n],
+    };
+    Ok(Arc::new(Replicate {
+        id: a.id,
+        policy: AtomicU8::new(policy as u8),
+        children: a.children,
+        devices,
+        next: AtomicUsize::new(0),
+        missed: RwLock::new(missed),
+        locks: RangeLocks::default(),
+    }))
+}
+
+/// Empty (nothing missed), or one range list per copy.
+fn decode_state(s: &[u8], copies: usize) -> Result<Vec<Ranges>> {
+    if s.is_empty() {
+        return Ok(vec![Ranges::default(); copies]);
+    }
+    let mut d = Decoder::new(s, "replicate state");
+    let mut out = Vec::with_capacity(copies);
+    for _ in 0..copies {
+        out.push(Ranges::decode(&mut d)?);
+    }
+    d.expect_end()?;
+    Ok(out)
 }
 
 fn collect_devices(b: &Arc<dyn Block>, out: &mut Vec<u32>) {
@@ -84,13 +363,81 @@ fn collect_devices(b: &Arc<dyn Block>, out: &mut Vec<u32>) {
     }
 }
 
+/// Credits `n` repaired blocks of `b` at `fblk` to the devices holding them:
+/// exactly where the composition says (`map_range`), otherwise to every
+/// device under `b`.
+fn credit_repair(b: &Arc<dyn Block>, io: &IoCtx, fblk: u64, n: u64) {
+    if let Some(d) = b.device() {
+        if let Some(h) = io.storage.devs.get(d as usize) {
+            h.count_repaired(n);
+        }
+        return;
+    }
+    let mut pieces = Vec::new();
+    if b.map_range(fblk, n, &mut |_, c, cf, len| pieces.push((c, cf, len))) {
+        for (c, cf, len) in pieces {
+            if let Some(child) = b.children().get(c) {
+                credit_repair(child, io, cf, len);
+            }
+        }
+        return;
+    }
+    for c in b.children() {
+        credit_repair(c, io, fblk, n);
+    }
+}
+
+/// Runs of [s, e) where `b` may hold data (its `next_data` says so).
+fn data_blocks(b: &Arc<dyn Block>, s: u64, e: u64) -> Vec<bool> {
+    let mut out = vec![false; (e - s) as usize];
+    let mut pos = s;
+    while pos < e {
+        match b.next_data(pos) {
+            Some(x) if x == pos => {
+                out[(pos - s) as usize] = true;
+                pos += 1;
+            }
+            Some(x) if x > pos => pos = x,
+            _ => break,
+        }
+    }
+    out
+}
+
+/// Maximal runs of `true` in `v`, as (offset, length).
+fn runs(v: &[bool]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        if v[i] {
+            let s = i;
+            while i < v.len() && v[i] {
+                i += 1;
+            }
+            out.push((s as u64, (i - s) as u64));
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn blocks(buf: &[u8], off: u64, len: u64) -> &[u8] {
+    &buf[off as usize * BLOCK_SIZE..(off + len) as usize * BLOCK_SIZE]
+}
+
 impl Replicate {
+    fn policy(&self) -> Policy {
+        Policy::from_index(self.policy.load(Relaxed)).unwrap_or(Policy::LeastLoaded)
+    }
+
     /// The copy a read should try first.
     fn pick(&self, io: &IoCtx) -> usize {
-        match self.policy {
+        let n = self.children.len();
+        match self.policy() {
             Policy::Primary | Policy::Nearest => 0,
+            Policy::RoundRobin => self.next.fetch_add(1, Relaxed) % n,
             Policy::LeastLoaded => {
-                let n = self.children.len();
                 let start = self.next.fetch_add(1, Relaxed) % n;
                 let load = |c: usize| -> u64 {
                     self.devices[c]
@@ -104,6 +451,341 @@ impl Replicate {
             }
         }
     }
+
+    /// Every device under copy `c` passes `ok` (readable, writable).
+    fn copy_is(&self, io: &IoCtx, c: usize, ok: fn(crate::device::DeviceState) -> bool) -> bool {
+        self.devices[c].iter().all(|&d| io.storage.devs.get(d as usize).is_some_and(|h| ok(h.state())))
+    }
+
+    /// Copies a read tries, in order: the policy's pick first, copies on a
+    /// device that is down last; copies in `skip` (they missed the range) never.
+    fn order(&self, io: &IoCtx, skip: u32) -> Vec<usize> {
+        let n = self.children.len();
+        let first = self.pick(io);
+        let (mut up, mut down) = (Vec::with_capacity(n), Vec::new());
+        for c in (0..n).map(|i| (first + i) % n) {
+            if skip & (1 << c) != 0 {
+                continue;
+            }
+            if self.copy_is(io, c, crate::device::DeviceState::readable) {
+                up.push(c);
+            } else {
+                down.push(c);
+            }
+        }
+        up.extend(down);
+        up
+    }
+
+    /// Splits [f, f+n) where the set of copies that missed blocks changes:
+    /// (start, length, mask of copies that missed it).
+    fn segments(&self, f: u64, n: u64) -> Vec<(u64, u64, u32)> {
+        let end = f + n;
+        let missed = self.missed.read();
+        if missed.iter().all(|m| !m.overlaps(f, end)) {
+            return vec![(f, n, 0)];
+        }
+        let mut cuts = vec![f, end];
+        for m in missed.iter() {
+            for (s, e) in m.pieces(f, end) {
+                cuts.push(s);
+                cuts.push(e);
+            }
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        cuts.windows(2)
+            .map(|w| {
+                let mask = missed
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| m.overlaps(w[0], w[0] + 1))
+                    .fold(0u32, |acc, (c, _)| acc | (1 << c));
+                (w[0], w[1] - w[0], mask)
+            })
+            .collect()
+    }
+
+    /// Applies a change (live and at replay alike).
+    fn change(&self, c: Change) {
+        match c {
+            Change::Miss { copy, fblk, len } => {
+                if let Some(m) = self.missed.write().get_mut(copy as usize) {
+                    m.insert(fblk, fblk + len);
+                }
+            }
+            Change::Clear { copy, fblk, len } => {
+                if let Some(m) = self.missed.write().get_mut(copy as usize) {
+                    m.remove(fblk, fblk + len);
+                }
+            }
+            Change::Truncate { from } => {
+                for m in self.missed.write().iter_mut() {
+                    m.remove(from, u64::MAX);
+                }
+            }
+            Change::Policy(p) => self.policy.store(p as u8, Relaxed),
+        }
+    }
+
+    /// Makes a change live and journals it.
+    fn commit(&self, io: &IoCtx, c: Change) {
+        self.change(c);
+        io.record(&TYPE, self.id, &c.encode());
+    }
+
+    /// Copy `c` missed [f, f+n): recorded so reads avoid it until resynced.
+    fn mark_missed(&self, io: &IoCtx, c: usize, f: u64, n: u64, why: &Error) {
+        // A copy on a device known to be down misses every write: said once
+        // by the device's change of state, not on every request.
+        if self.copy_is(io, c, crate::device::DeviceState::writable) {
+            tracing::warn!(node = self.id, copy = c, fblk = f, blocks = n, error = %why,
+                "replica missed a write; its copy of the range is stale until resynced");
+        } else {
+            tracing::debug!(node = self.id, copy = c, fblk = f, blocks = n, error = %why, "replica on a down device missed a write");
+        }
+        self.commit(io, Change::Miss { copy: c as u32, fblk: f, len: n });
+    }
+
+    /// Copy `c` is current again over [f, f+n).
+    fn mark_current(&self, io: &IoCtx, c: usize, f: u64, n: u64) {
+        if self.missed.read()[c].overlaps(f, f + n) {
+            self.commit(io, Change::Clear { copy: c as u32, fblk: f, len: n });
+        }
+    }
+
+    /// Reads one segment whose missed copies are `skip`; returns the copy
+    /// that served it whole, or None when no copy could and it was served
+    /// in pieces: a range no copy reads whole is split in two, so blocks bad
+    /// in different copies are still served (and healed).
+    fn read_segment(&self, io: &IoCtx, f: u64, buf: &mut [u8], skip: u32) -> Result<Option<usize>> {
+        let n = (buf.len() / BLOCK_SIZE) as u64;
+        let order = self.order(io, skip);
+        if order.is_empty() {
+            return Err(Error::Device(format!(
+                "replicate node {}: every copy of blocks {f}+{n} missed a write (devices {:?})",
+                self.id, self.devices
+            )));
+        }
+        let mut failed = Vec::new();
+        let mut err = None;
+        for &c in &order {
+            match self.children[c].read(io, f, buf) {
+                Ok(()) => {
+                    if !failed.is_empty() {
+                        self.heal(io, f, n, c, &failed);
+                    }
+                    return Ok(Some(c));
+                }
+                Err(e) => {
+                    if self.copy_is(io, c, crate::device::DeviceState::readable) {
+                        tracing::warn!(node = self.id, copy = c, fblk = f, blocks = n, error = %e,
+                            "replica read failed, trying another copy");
+                    }
+                    failed.push(c);
+                    err.get_or_insert(e);
+                }
+            }
+        }
+        if n < 2 {
+            return Err(err.unwrap_or_else(|| Error::Device("replicate: no copies".into())));
+        }
+        // Every copy failed somewhere in the range: each half is served by
+        // whichever copy can, and the copies that failed the whole range are
+        // rewritten from it.
+        let half = n / 2;
+        let (a, b) = buf.split_at_mut(half as usize * BLOCK_SIZE);
+        let mut res = Ok(None);
+        for (hf, hbuf) in [(f, a), (f + half, b)] {
+            let hn = (hbuf.len() / BLOCK_SIZE) as u64;
+            match self.read_segment(io, hf, hbuf, skip) {
+                Ok(Some(c)) => {
+                    let others: Vec<usize> = failed.iter().copied().filter(|&o| o != c).collect();
+                    self.heal(io, hf, hn, c, &others);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    if res.is_ok() {
+                        res = Err(e);
+                    }
+                }
+            }
+        }
+        res
+    }
+
+    /// Rewrites copies `bad` of [f, f+n) from copy `good` (self-heal, and
+    /// resync of copies that missed the range), clearing what they missed.
+    /// Under the range lock the good copy is read again (a write may have
+    /// finished since), and nothing is done if it missed the range meanwhile.
+    fn heal(&self, io: &IoCtx, f: u64, n: u64, good: usize, bad: &[usize]) {
+        if !io.repair {
+            return;
+        }
+        let bad: Vec<usize> =
+            bad.iter().copied().filter(|&c| self.copy_is(io, c, crate::device::DeviceState::writable)).collect();
+        if bad.is_empty() {
+            return;
+        }
+        let _g = self.locks.lock(f, f + n);
+        let mut data = vec![0u8; n as usize * BLOCK_SIZE];
+        let stale = self.missed.read()[good].overlaps(f, f + n);
+        if stale || self.children[good].read(io, f, &mut data).is_err() {
+            return;
+        }
+        let good_data = data_blocks(&self.children[good], f, f + n);
+        for c in bad {
+            // Blocks either copy holds (holes in both already agree).
+            let mine = data_blocks(&self.children[c], f, f + n);
+            let want: Vec<bool> = good_data.iter().zip(&mine).map(|(a, b)| *a || *b).collect();
+            let mut done = 0;
+            let mut failed = false;
+            for (off, len) in runs(&want) {
+                match self.children[c].write(io, f + off, blocks(&data, off, len)) {
+                    Ok(()) => {
+                        credit_repair(&self.children[c], io, f + off, len);
+                        done += len;
+                    }
+                    Err(e) => {
+                        self.mark_missed(io, c, f, n, &e);
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            // Written from the current good copy under the lock: whatever
+            // the copy missed here (before, or by a write since) it holds now.
+            if !failed {
+                self.mark_current(io, c, f, n);
+            }
+            if done > 0 {
+                tracing::info!(
+                    node = self.id,
+                    copy = c,
+                    from = good,
+                    fblk = f,
+                    blocks = done,
+                    "repaired a replica from a good copy"
+                );
+            }
+        }
+    }
+
+    /// Scrubs [pos, pos+len) under its range lock: reads every copy, picks a
+    /// good one per block, rewrites the others (with `s.repair`).
+    fn scrub_step(&self, io: &IoCtx, s: &Scrub, pos: u64, len: u64) -> Result<()> {
+        let end = pos + len;
+        let nc = self.children.len();
+        let lb = len as usize;
+        let _g = self.locks.lock(pos, end);
+        let missed: Vec<Vec<bool>> = {
+            let m = self.missed.read();
+            m.iter()
+                .map(|r| {
+                    let mut v = vec![false; lb];
+                    for (a, b) in r.pieces(pos, end) {
+                        v[(a - pos) as usize..(b - pos) as usize].fill(true);
+                    }
+                    v
+                })
+                .collect()
+        };
+        let mut bufs = vec![vec![0u8; lb * BLOCK_SIZE]; nc];
+        let mut ok = vec![vec![false; lb]; nc];
+        let mut has = Vec::with_capacity(nc);
+        for c in 0..nc {
+            let child = &self.children[c];
+            has.push(data_blocks(child, pos, end));
+            if self.devices[c].iter().any(|&d| (s.rebuild)(d)) {
+                continue; // rebuilt wholesale: nothing on it is trusted
+            }
+            if !self.copy_is(io, c, crate::device::DeviceState::readable) {
+                continue;
+            }
+            s.tally.checked(len);
+            if child.read(io, pos, &mut bufs[c]).is_ok() {
+                ok[c].fill(true);
+            } else {
+                for k in 0..lb {
+                    let b = &mut bufs[c][k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE];
+                    ok[c][k] = child.read(io, pos + k as u64, b).is_ok();
+                }
+            }
+            for k in 0..lb {
+                ok[c][k] &= !missed[c][k];
+            }
+        }
+        // Per block: the copy to trust, and the copies to rewrite from it.
+        let mut source: Vec<Option<usize>> = vec![None; lb];
+        let mut target = vec![vec![false; lb]; nc];
+        let mut lost = vec![false; lb];
+        let mut mismatches = 0u64;
+        for k in 0..lb {
+            let blk = |c: usize| &bufs[c][k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE];
+            let good: Vec<usize> = (0..nc).filter(|&c| ok[c][k]).collect();
+            let Some(&first) = good.first() else {
+                lost[k] = true;
+                continue;
+            };
+            // Copies that read well but differ: the largest group of equal
+            // copies wins (ties: the lowest copy); the others are rewritten.
+            let mut best = first;
+            if good.iter().any(|&c| blk(c) != blk(first)) {
+                mismatches += 1;
+                let votes = |c: usize| good.iter().filter(|&&o| blk(o) == blk(c)).count();
+                best = good.iter().copied().max_by_key(|&c| (votes(c), std::cmp::Reverse(c))).unwrap_or(first);
+                tracing::warn!(node = self.id, fblk = pos + k as u64, chosen = best, copies = ?good,
+                    "replicas differ; keeping the copy most of them agree with");
+            }
+            source[k] = Some(best);
+            for c in 0..nc {
+                target[c][k] = !ok[c][k] || blk(c) != blk(best);
+            }
+        }
+        if mismatches > 0 {
+            tracing::warn!(node = self.id, fblk = pos, blocks = len, mismatches, "scrub found differing replicas");
+        }
+        for (off, l) in runs(&lost) {
+            s.tally.lost(pos + off, l);
+        }
+        if !s.repair {
+            return Ok(());
+        }
+        let mut good = vec![0u8; lb * BLOCK_SIZE];
+        for k in 0..lb {
+            if let Some(c) = source[k] {
+                good[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
+                    .copy_from_slice(&bufs[c][k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]);
+            }
+        }
+        for c in 0..nc {
+            // Blocks to write: where the copy is bad and either side holds
+            // data (both holes agree already).
+            let write: Vec<bool> =
+                (0..lb).map(|k| target[c][k] && source[k].is_some_and(|sc| has[sc][k] || has[c][k])).collect();
+            let mut current: Vec<bool> = (0..lb).map(|k| missed[c][k] && source[k].is_some() && !write[k]).collect();
+            if write.iter().any(|&w| w) && self.copy_is(io, c, crate::device::DeviceState::writable) {
+                for (off, l) in runs(&write) {
+                    match self.children[c].write(io, pos + off, blocks(&good, off, l)) {
+                        Ok(()) => {
+                            s.tally.repaired(l);
+                            credit_repair(&self.children[c], io, pos + off, l);
+                            current[off as usize..(off + l) as usize].fill(true);
+                        }
+                        Err(e) => {
+                            if !missed[c][off as usize..(off + l) as usize].iter().all(|&m| m) {
+                                self.mark_missed(io, c, pos + off, l, &e);
+                            }
+                        }
+                    }
+                }
+            }
+            for (off, l) in runs(&current) {
+                self.mark_current(io, c, pos + off, l);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Block for Replicate {
@@ -116,12 +798,7 @@ impl Block for Replicate {
     fn params(&self) -> Params {
         let mut p = Params::default();
         p.0.insert("copies".into(), Value::Num(self.children.len() as u64));
-        let read = match self.policy {
-            Policy::LeastLoaded => "least-loaded",
-            Policy::Nearest => "nearest",
-            Policy::Primary => "primary",
-        };
-        p.0.insert("read".into(), Value::Word(read.into()));
+        p.0.insert("read".into(), Value::Word(self.policy().word().into()));
         p
     }
     fn children(&self) -> &[Arc<dyn Block>] {
@@ -129,30 +806,77 @@ impl Block for Replicate {
     }
 
     fn read(&self, io: &IoCtx, fblk: u64, buf: &mut [u8]) -> Result<()> {
-        span(fblk, buf.len())?;
-        let first = self.pick(io);
-        let n = self.children.len();
-        let mut err = None;
-        for c in (0..n).map(|i| (first + i) % n) {
-            match self.children[c].read(io, fblk, buf) {
-                Ok(()) => return Ok(()),
-                Err(e) => {
-                    tracing::warn!(node = self.id, copy = c, error = %e, "replica read failed, trying another copy");
-                    err.get_or_insert(e);
-                }
-            }
+        let n = span(fblk, buf.len())?;
+        if n == 0 {
+            return Ok(());
         }
-        Err(err.unwrap_or_else(|| Error::Device("replicate: no copies".into())))
+        let mut done = 0usize;
+        for (f, len, skip) in self.segments(fblk, n) {
+            let bytes = len as usize * BLOCK_SIZE;
+            let served = self.read_segment(io, f, &mut buf[done..done + bytes], skip)?;
+            // Copies that missed this range and can take writes again (their
+            // device came back) are resynced from the copy that served it.
+            if let (Some(good), true) = (served, skip != 0 && io.repair) {
+                let behind: Vec<usize> = (0..self.children.len()).filter(|&c| skip & (1 << c) != 0).collect();
+                self.heal(io, f, len, good, &behind);
+            }
+            done += bytes;
+        }
+        Ok(())
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
         let n = span(fblk, buf.len())?;
-        let groups = (0..self.children.len()).map(|c| (c, vec![(fblk, buf)])).collect();
-        let parallel = n >= PARALLEL_MIN_BLOCKS;
-        dispatch(groups, parallel, &|c, fblk, piece: &[u8]| self.children[c].write(io, fblk, piece))
+        if n == 0 {
+            return Ok(());
+        }
+        let _g = self.locks.lock(fblk, fblk + n);
+        let nc = self.children.len();
+        let one = |c: usize| self.children[c].write(io, fblk, buf);
+        let results: Vec<Result<()>> = if n >= PARALLEL_MIN_BLOCKS && nc > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (1..nc).map(|c| s.spawn(move || one(c))).collect();
+                // The calling thread takes the first copy instead of idling.
+                let mut out = vec![one(0)];
+                for h in handles {
+                    out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+                }
+                out
+            })
+        } else {
+            (0..nc).map(one).collect()
+        };
+        if results.iter().all(|r| r.is_err()) {
+            let mut first = None;
+            for r in results {
+                if let Err(e) = r {
+                    first.get_or_insert(e);
+                }
+            }
+            return Err(first.unwrap_or_else(|| Error::Device("replicate: no copies".into())));
+        }
+        // At least one copy is current: the others missed the range.
+        let mut no_space = None;
+        for (c, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(()) => self.mark_current(io, c, fblk, n),
+                Err(e) => {
+                    self.mark_missed(io, c, fblk, n, &e);
+                    if matches!(e, Error::NoSpace(_)) {
+                        no_space.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        // A full device is the caller's to know about, not a fault to ride out.
+        match no_space {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
+        let _g = self.locks.lock(nblocks, u64::MAX);
         let mut res = Ok(());
         for child in &self.children {
             let r = child.truncate(io, nblocks);
@@ -160,7 +884,25 @@ impl Block for Replicate {
                 res = r;
             }
         }
+        if self.missed.read().iter().any(|m| m.overlaps(nblocks, u64::MAX)) {
+            self.commit(io, Change::Truncate { from: nblocks });
+        }
         res
+    }
+
+    fn encode_state(&self, e: &mut Encoder) {
+        let m = self.missed.read();
+        if m.iter().all(|r| r.is_empty()) {
+            return;
+        }
+        for r in m.iter() {
+            r.encode(e);
+        }
+    }
+
+    fn apply(&self, payload: &[u8]) -> Result<()> {
+        self.change(Change::decode(payload, self.id, self.children.len())?);
+        Ok(())
     }
 
     fn next_data(&self, fblk: u64) -> Option<u64> {
@@ -170,4 +912,85 @@ impl Block for Replicate {
     fn capacity(&self) -> u64 {
         self.children.iter().map(|c| c.capacity()).min().unwrap_or(u64::MAX)
     }
+
+    /// Lost only where no copy can serve a range (every copy lost, or the
+    /// copies left all missed it); degraded with any copy down or behind.
+    fn health(&self, down: &dyn Fn(u32) -> bool) -> Health {
+        let hs: Vec<Health> = self.children.iter().map(|c| c.health(down)).collect();
+        let missed = self.missed.read();
+        let mut common: Option<Ranges> = None;
+        for (c, h) in hs.iter().enumerate() {
+            if *h == Health::Lost {
+                continue;
+            }
+            let m = &missed[c];
+            common = Some(match common {
+                None => m.clone(),
+                Some(x) => x.intersect(m),
+            });
+        }
+        match common {
+            None => Health::Lost,
+            Some(x) if !x.is_empty() => Health::Lost,
+            _ if hs.iter().any(|h| *h != Health::Ok) || missed.iter().any(|m| !m.is_empty()) => Health::Degraded,
+            _ => Health::Ok,
+        }
+    }
+
+    /// Reads every copy of every block holding data, compares them, and
+    /// (with `s.repair`) rewrites bad, differing, missed and rebuilt copies
+    /// from a good one, clearing what was missed.
+    fn scrub(&self, io: &IoCtx, s: &Scrub, fblk: u64, n: u64) -> Result<()> {
+        let end = fblk.saturating_add(n);
+        let mut pos = fblk;
+        while pos < end {
+            // Holes hold nothing to verify.
+            match self.next_data(pos) {
+                Some(d) if d < end => pos = pos.max(d),
+                _ => break,
+            }
+            let len = SCRUB_STEP.min(end - pos);
+            self.scrub_step(io, s, pos, len)?;
+            pos += len;
+        }
+        Ok(())
+    }
 }
+
+/// The records that turn `cur` into `new` on a file that holds data, where
+/// that can be done in place: the trees must be the same but for the read
+/// policy of replicate nodes. Anything else is refused (a layout holding
+/// data is changed by migrating it).
+pub fn live_changes(cur: &Layout, new: &Layout) -> Result<Vec<NodeRecord>> {
+    let refuse = |why: String| Err(Error::Invalid(format!("layout of a file holding data: {why}")));
+    if cur.nodes().len() != new.nodes().len() {
+        return refuse("only the read policy of replicate nodes can change".into());
+    }
+    let mut out = Vec::new();
+    for (i, (a, b)) in cur.nodes().iter().zip(new.nodes()).enumerate() {
+        let (mut pa, mut pb) = (a.params().0, b.params().0);
+        let same_shape =
+            a.kind().name == b.kind().name && a.device() == b.device() && a.children().len() == b.children().len();
+        if !same_shape {
+            return refuse(format!("node {i} differs; only the read policy of replicate nodes can change"));
+        }
+        if a.kind().name == TYPE.name {
+            let (ra, rb) = (pa.remove("read"), pb.remove("read"));
+            if ra != rb {
+                let Some(Value::Word(w)) = rb else { return refuse(format!("node {i}: no read policy")) };
+                let p = Policy::from_word(&w).ok_or_else(|| Error::Layout(format!("unknown read policy {w:?}")))?;
+                out.push(Change::Policy(p).record(i as u32));
+            }
+        }
+        if pa != pb {
+            return refuse(format!(
+                "parameters of {} node {i} differ; only a replicate read policy can change",
+                a.kind().name
+            ));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

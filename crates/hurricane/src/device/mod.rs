@@ -174,6 +174,7 @@ pub struct DeviceHandle {
     read_errors: std::sync::atomic::AtomicU64,
     write_errors: std::sync::atomic::AtomicU64,
     checksum_errors: std::sync::atomic::AtomicU64,
+    repaired: std::sync::atomic::AtomicU64,
 }
 
 impl DeviceHandle {
@@ -190,6 +191,7 @@ impl DeviceHandle {
             read_errors: Default::default(),
             write_errors: Default::default(),
             checksum_errors: Default::default(),
+            repaired: Default::default(),
         }
     }
 
@@ -232,6 +234,17 @@ impl DeviceHandle {
     /// Counts a block whose data failed its checksum.
     pub fn count_checksum_error(&self) {
         self.checksum_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts blocks rewritten on this device from redundancy (self-heal
+    /// on read, scrub, resync).
+    pub fn count_repaired(&self, blocks: u64) {
+        self.repaired.fetch_add(blocks, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Blocks rewritten on this device from redundancy since the pool was opened.
+    pub fn repaired(&self) -> u64 {
+        self.repaired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn blocks(&self) -> u64 {

@@ -872,10 +872,23 @@ impl Fs {
             return Err(Error::Perm(format!("layout of inode {ino}")));
         }
         let has_data = d.size > 0 || d.layout().is_some_and(|l| l.root().next_data(0).is_some());
+        if let (true, Some(cur)) = (has_data, d.layout().cloned()) {
+            // A file holding data keeps its tree; what may change in place
+            // (a replicate read policy) goes through journalled node records.
+            if let Ok(changes) = crate::blocks::live_changes(&cur, &lay) {
+                let ops: Vec<Op> = changes.into_iter().map(|change| Op::Map { ino, change }).collect();
+                for op in &ops {
+                    self.state().apply(op, &mut l)?;
+                }
+                g.log(&ops);
+                return Ok(());
+            }
+        }
         if has_data {
             tracing::warn!("layout of inode {ino} not changed: the file already holds data");
             return Err(Error::Invalid(format!(
-                "inode {ino} already holds data: a layout can be set only on an empty file"
+                "inode {ino} already holds data: a layout can be set only on an empty file \
+                 (in place, only the read policy of its replicate nodes can change)"
             )));
         }
         let op = Op::SetLayout { ino, layout: e.into_inner() };
