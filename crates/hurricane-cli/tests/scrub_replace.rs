@@ -58,7 +58,6 @@ fn scrub_of_a_healthy_pool_repairs_nothing() {
 }
 
 #[test]
-#[ignore = "needs the checksum block (mkfs --checksum on) and the healing replicate"]
 fn scrub_repairs_flipped_bytes_in_a_copy_and_names_files_it_cannot_repair() {
     let pool = Pool::new(3, "32M");
     let m = data(1 << 20, 3);
@@ -136,7 +135,6 @@ fn replacing_a_deleted_image_rebuilds_and_lists_what_had_no_copy() {
 }
 
 #[test]
-#[ignore = "needs the healing replicate (rebuild rewrites the copy on the new device) and degraded open"]
 fn a_replaced_device_holds_a_full_copy() {
     let pool = Pool::new(3, "32M");
     let m = data(3 << 20, 10);

@@ -355,7 +355,6 @@ fn device1_missing_checkpoints_and_closes() {
 /// Writes to a replicated file while one copy's device is missing go on,
 /// and the copy catches up when the device is back.
 #[test]
-#[ignore = "needs self-healing replicate"]
 fn writes_with_a_copy_missing() {
     let p = MemPool::new(3, 16 * MB);
     let fs = p.open().unwrap();
@@ -386,7 +385,6 @@ fn writes_with_a_copy_missing() {
 /// A replicated file with one copy on a missing device is degraded, not
 /// lost: it reads in full.
 #[test]
-#[ignore = "needs self-healing replicate (its health override)"]
 fn a_replicated_file_with_a_copy_missing_is_degraded() {
     let p = MemPool::new(3, 16 * MB);
     let fs = p.open().unwrap();

@@ -73,7 +73,6 @@ fn a_lost_device_is_reported_with_paths_and_exact_ranges() {
 }
 
 #[test]
-#[ignore = "needs the checksum block and the healing replicate"]
 fn flipped_bytes_in_a_copy_are_repaired_and_on_one_copy_reported() {
     let pool = MemPool::new(3, 64 * MB);
     let fs = pool.open().unwrap();
@@ -251,7 +250,6 @@ fn an_interrupted_resilver_stays_resilvering_and_a_scrub_finishes_it() {
 }
 
 #[test]
-#[ignore = "needs the healing replicate (rebuild rewrites the copy on the new device)"]
 fn a_rebuilt_device_holds_a_full_copy() {
     let pool = MemPool::new(3, 64 * MB);
     let fs = pool.open().unwrap();
