@@ -8,8 +8,8 @@
 //! two writers never allocate one file block twice), writes the data unlocked,
 //! then publishes the new runs. Until then they are *pending*: reads see them
 //! as holes (never a previous owner's bytes), they are not persistent state,
-//! and if a truncate drops them meanwhile the writer, not the truncate, gives
-//! their space back.
+//! and if a truncate or punch drops them meanwhile the writer, not the
+//! truncate or punch, gives their space back.
 
 use super::common::span;
 use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
@@ -48,6 +48,8 @@ enum Change {
     Map { fblk: u64, pblk: u64, len: u64 },
     /// Every mapping at or past file block `from` is dropped.
     Truncate { from: u64 },
+    /// File blocks [fblk, fblk+len) are dropped (a hole punched).
+    Punch { fblk: u64, len: u64 },
 }
 
 impl Change {
@@ -56,6 +58,7 @@ impl Change {
         match *self {
             Change::Map { fblk, pblk, len } => e.u8(1).u64(fblk).u64(pblk).u64(len),
             Change::Truncate { from } => e.u8(2).u64(from),
+            Change::Punch { fblk, len } => e.u8(3).u64(fblk).u64(len),
         };
         e.into_inner()
     }
@@ -67,9 +70,15 @@ impl Change {
         let c = match d.u8()? {
             1 => Change::Map { fblk: d.u64()?, pblk: d.u64()?, len: d.u64()? },
             2 => Change::Truncate { from: d.u64()? },
+            3 => Change::Punch { fblk: d.u64()?, len: d.u64()? },
             t => return Err(d.err(format!("unknown extent change {t}"))),
         };
         d.expect_end()?;
+        if let Change::Punch { fblk, len } = c {
+            if len == 0 || fblk.checked_add(len).is_none() {
+                return Err(Error::corrupt("journal", format!("extent node {id}: bad punch of {len} blocks at {fblk}")));
+            }
+        }
         if let Change::Map { fblk, pblk, len } = c {
             // Writes record runs of at most `max` blocks; a longer one is
             // corrupt (and would cost len/max map entries to apply).
@@ -160,6 +169,7 @@ impl Map {
                 old
             }
             Change::Truncate { from } => self.remove(from, u64::MAX),
+            Change::Punch { fblk, len } => self.remove(fblk, fblk.saturating_add(len)),
         }
     }
 
@@ -435,6 +445,28 @@ impl Block for Extent {
         }
         for (p, l) in freed {
             // Pending space is freed by the writer that allocated it.
+            for (p, l) in m.minus_pending(p, l) {
+                io.free(self.dev, p, l);
+            }
+        }
+        io.record(&TYPE, self.id, &c.encode());
+        Ok(())
+    }
+
+    fn punch(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("extent node {}: punch {fblk}+{n}", self.id)))?;
+        let mut m = self.map.write();
+        let c = Change::Punch { fblk, len: n };
+        let freed = m.apply(c, self.max);
+        if freed.is_empty() {
+            return Ok(());
+        }
+        // As for truncate: pending space is freed by the writer that
+        // allocated it, the rest once this batch commits.
+        for (p, l) in freed {
             for (p, l) in m.minus_pending(p, l) {
                 io.free(self.dev, p, l);
             }

@@ -63,8 +63,25 @@ impl std::fmt::Debug for BlockType {
 }
 
 /// Every block type the engine knows.
-pub static TYPES: &[&BlockType] =
-    &[&super::extent::TYPE, &super::stripe::TYPE, &super::regions::TYPE, &super::replicate::TYPE, &super::inline::TYPE];
+pub static TYPES: &[&BlockType] = &[
+    &super::extent::TYPE,
+    &super::stripe::TYPE,
+    &super::regions::TYPE,
+    &super::replicate::TYPE,
+    &super::inline::TYPE,
+    &super::parity::TYPE,
+];
+
+/// The number of children a spec of type `t` written without any implies
+/// through its parameters, for a type without a width parameter whose
+/// parameters fix it (`parity`: data + parity).
+pub fn implied_width(t: &BlockType, params: &[(String, Value)]) -> Option<u64> {
+    if std::ptr::eq(t, &super::parity::TYPE) {
+        super::parity::implied_width(params)
+    } else {
+        None
+    }
+}
 
 pub fn lookup(name: &str) -> Option<&'static BlockType> {
     Registry::BUILTIN.lookup(name)
