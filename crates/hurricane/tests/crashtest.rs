@@ -32,6 +32,7 @@ fn workload_list() {
         "nested",
         "concurrent",
         "full",
+        "parity",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -40,6 +41,10 @@ fn workload_list() {
     assert!(!r.passed());
 }
 
+#[test]
+fn parity() {
+    ci("parity");
+}
 #[test]
 fn posix() {
     ci("posix");

@@ -195,7 +195,9 @@ impl Geometry {
         bits(mask).fold(0, |a, c| a | 1 << self.shard_of(p, c))
     }
     fn run_ok(&self, logical: u64, physical: u64, len: u64) -> bool {
-        len > 0 && logical.checked_add(len).and_then(|e| e.checked_mul(self.sd())).is_some() && self.phys_ok(physical, len)
+        len > 0
+            && logical.checked_add(len).and_then(|e| e.checked_mul(self.sd())).is_some()
+            && self.phys_ok(physical, len)
     }
     fn phys_ok(&self, physical: u64, len: u64) -> bool {
         len > 0 && physical.checked_add(len).and_then(|e| e.checked_mul(self.unit)).is_some()
@@ -205,6 +207,15 @@ impl Geometry {
     fn mask_ok(&self, mask: u64, missed: bool) -> bool {
         mask != 0 && mask & !self.all() == 0 && (!missed || mask.count_ones() as usize <= self.m)
     }
+}
+
+/// The slices one after the other, copied with memcpy.
+fn join<'a>(parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in parts {
+        out.extend_from_slice(p);
+    }
+    out
 }
 
 /// Indices of the set bits of `mask`, lowest first.
@@ -753,14 +764,14 @@ impl Parity {
     /// call for all): per stripe, its m parity units concatenated.
     fn encode(&self, f: &Fetched, ts: &[usize]) -> Result<Vec<Vec<u8>>> {
         let (k, m, ub) = (self.g.k, self.g.m, self.g.unit_bytes());
-        let shards: Vec<Vec<u8>> = (0..k).map(|j| ts.iter().flat_map(|&t| self.unit(f, t, j)).copied().collect()).collect();
+        let shards: Vec<Vec<u8>> = (0..k).map(|j| join(ts.iter().map(|&t| self.unit(f, t, j)))).collect();
         let mut enc = ReedSolomonEncoder::new(k, m, ts.len() * ub).map_err(|e| rs_err(self.g.id, e))?;
         for s in &shards {
             enc.add_original_shard(s).map_err(|e| rs_err(self.g.id, e))?;
         }
         let res = enc.encode().map_err(|e| rs_err(self.g.id, e))?;
         let par: Vec<&[u8]> = res.recovery_iter().collect();
-        Ok((0..ts.len()).map(|i| par.iter().flat_map(|p| &p[i * ub..(i + 1) * ub]).copied().collect()).collect())
+        Ok((0..ts.len()).map(|i| join(par.iter().map(|p| &p[i * ub..(i + 1) * ub]))).collect())
     }
 
     /// Fills in the lost units of stripes `ts` of `f` from the surviving
@@ -800,7 +811,7 @@ impl Parity {
         for (chosen, group) in groups {
             let mut dec = ReedSolomonDecoder::new(k, m, group.len() * ub).map_err(|e| rs_err(g.id, e))?;
             for j in bits(chosen) {
-                let shard: Vec<u8> = group.iter().flat_map(|&t| self.unit(f, t, j)).copied().collect();
+                let shard = join(group.iter().map(|&t| self.unit(f, t, j)));
                 if j < k {
                     dec.add_original_shard(j, &shard).map_err(|e| rs_err(g.id, e))?;
                 } else {
@@ -950,7 +961,8 @@ impl Parity {
                         let j = ((pos - s0) / g.unit) as usize;
                         let in_unit = (pos - s0) % g.unit;
                         let cnt = (g.unit - in_unit).min(b - pos);
-                        let src = &self.unit(&f, t, j)[in_unit as usize * BLOCK_SIZE..(in_unit + cnt) as usize * BLOCK_SIZE];
+                        let src =
+                            &self.unit(&f, t, j)[in_unit as usize * BLOCK_SIZE..(in_unit + cnt) as usize * BLOCK_SIZE];
                         let d = (pos - fblk) as usize * BLOCK_SIZE;
                         buf[d..d + src.len()].copy_from_slice(src);
                         pos += cnt;
@@ -989,9 +1001,8 @@ impl Parity {
         let p0 = self.state.lock().alloc(r, io.epoch);
         // Shard j: unit j of every stripe, concatenated (RS works position by
         // position, so one call encodes them all).
-        let shards: Vec<Vec<u8>> = (0..k)
-            .map(|j| (0..ru).flat_map(|t| &data[t * sdb + j * ub..t * sdb + (j + 1) * ub]).copied().collect())
-            .collect();
+        let shards: Vec<Vec<u8>> =
+            (0..k).map(|j| join((0..ru).map(|t| &data[t * sdb + j * ub..t * sdb + (j + 1) * ub]))).collect();
         let mut enc = ReedSolomonEncoder::new(k, g.m, ru * ub).map_err(|e| rs_err(g.id, e))?;
         for s in &shards {
             enc.add_original_shard(s).map_err(|e| rs_err(g.id, e))?;
@@ -1012,9 +1023,8 @@ impl Parity {
             .collect();
         drop(res);
         let jobs: Vec<usize> = (0..n).collect();
-        let results = run_all(jobs, r * g.sd() >= PARALLEL_MIN_BLOCKS, &|c| {
-            self.children[c].write(io, p0 * g.unit, &cbufs[c])
-        });
+        let results =
+            run_all(jobs, r * g.sd() >= PARALLEL_MIN_BLOCKS, &|c| self.children[c].write(io, p0 * g.unit, &cbufs[c]));
         let mut missed = 0u64;
         let mut hard = None;
         let mut msgs = Vec::new();
@@ -1147,13 +1157,22 @@ impl Parity {
                 match self.culprit(&f, t) {
                     Some(j) => {
                         let c = g.child_of(p + t as u64, j);
-                        tracing::warn!(node = g.id, child = c, stripe = p + t as u64, "parity scrub: unit does not match its stripe");
+                        tracing::warn!(
+                            node = g.id,
+                            child = c,
+                            stripe = p + t as u64,
+                            "parity scrub: unit does not match its stripe"
+                        );
                         f.have[t] &= !(1 << c);
                         f.bad[t] |= 1 << c;
                         f.errored[t] |= 1 << c;
                     }
                     None => {
-                        tracing::warn!(node = g.id, stripe = p + t as u64, "parity scrub: parity does not match, the bad unit cannot be told");
+                        tracing::warn!(
+                            node = g.id,
+                            stripe = p + t as u64,
+                            "parity scrub: parity does not match, the bad unit cannot be told"
+                        );
                         f.bad[t] = g.all();
                         f.have[t] = 0;
                     }
@@ -1202,7 +1221,9 @@ impl Parity {
             let data: Vec<Vec<u8>> = if x < k {
                 let orig = (0..k).filter(|&j| j != x).map(|j| (j, units[j]));
                 let rec = reed_solomon_simd::decode(k, m, orig, [(0, units[k])]).ok()?;
-                (0..k).map(|j| if j == x { rec.get(&x).cloned().unwrap_or_default() } else { units[j].to_vec() }).collect()
+                (0..k)
+                    .map(|j| if j == x { rec.get(&x).cloned().unwrap_or_default() } else { units[j].to_vec() })
+                    .collect()
             } else {
                 units[..k].iter().map(|u| u.to_vec()).collect()
             };
@@ -1558,7 +1579,8 @@ mod tests {
         // encoding each stripe alone.
         let (k, m, ub) = (3, 2, 4096);
         let stripes: Vec<Vec<Vec<u8>>> = (0..4).map(|s| (0..k).map(|j| pattern(s * 10 + j, 1)).collect()).collect();
-        let joined: Vec<Vec<u8>> = (0..k as usize).map(|j| stripes.iter().flat_map(|s| s[j].clone()).collect()).collect();
+        let joined: Vec<Vec<u8>> =
+            (0..k as usize).map(|j| stripes.iter().flat_map(|s| s[j].clone()).collect()).collect();
         let all = reed_solomon_simd::encode(k as usize, m, &joined).unwrap();
         for (i, s) in stripes.iter().enumerate() {
             let one = reed_solomon_simd::encode(k as usize, m, s).unwrap();
