@@ -186,12 +186,12 @@ impl Geometry {
     fn shard_of(&self, p: u64, c: usize) -> usize {
         (c + (p % self.n() as u64) as usize) % self.n()
     }
-    /// Children holding the shards of `mask` in stripe `p` (or the reverse:
-    /// `to_shards`).
-    fn to_children(&self, p: u64, mask: u64) -> u64 {
+    /// Children holding the shards of `mask` in stripe `p`.
+    fn children_of(&self, p: u64, mask: u64) -> u64 {
         bits(mask).fold(0, |a, j| a | 1 << self.child_of(p, j))
     }
-    fn to_shards(&self, p: u64, mask: u64) -> u64 {
+    /// Shards the children of `mask` hold in stripe `p`.
+    fn shards_of(&self, p: u64, mask: u64) -> u64 {
         bits(mask).fold(0, |a, c| a | 1 << self.shard_of(p, c))
     }
     fn run_ok(&self, logical: u64, physical: u64, len: u64) -> bool {
@@ -687,7 +687,7 @@ impl Parity {
         };
         let wanted = |f: &Fetched, t: usize| -> u64 {
             let p = p0 + t as u64;
-            let kids = g.to_children(p, want(t));
+            let kids = g.children_of(p, want(t));
             if full || kids & f.bad[t] != 0 {
                 all & !f.bad[t]
             } else {
@@ -786,7 +786,7 @@ impl Parity {
         let mut need_parity = Vec::new();
         for &t in ts {
             let p = f.p0 + t as u64;
-            let have = g.to_shards(p, f.have[t]);
+            let have = g.shards_of(p, f.have[t]);
             if (have.count_ones() as usize) < k {
                 lost.push(t);
                 continue;
@@ -830,7 +830,7 @@ impl Parity {
         if !need_parity.is_empty() {
             let par = self.encode(f, &need_parity)?;
             for (&t, units) in need_parity.iter().zip(par) {
-                let have = g.to_shards(f.p0 + t as u64, f.have[t]);
+                let have = g.shards_of(f.p0 + t as u64, f.have[t]);
                 for i in 0..m {
                     if have >> (k + i) & 1 == 0 {
                         self.unit_mut(f, t, k + i).copy_from_slice(&units[i * ub..(i + 1) * ub]);
@@ -935,7 +935,7 @@ impl Parity {
                     (0..r).map(|t| st.missed_at(p + t)).collect()
                 };
                 let hurt: Vec<usize> =
-                    (0..r as usize).filter(|&t| g.to_children(p + t as u64, want(t)) & f.bad[t] != 0).collect();
+                    (0..r as usize).filter(|&t| g.children_of(p + t as u64, want(t)) & f.bad[t] != 0).collect();
                 let lost = self.rebuild(&mut f, &hurt, false)?;
                 if let Some(&t) = lost.first() {
                     let s = l + t as u64;
@@ -975,8 +975,8 @@ impl Parity {
                     let mut fix = Vec::new();
                     for &t in &hurt {
                         let pt = p + t as u64;
-                        let data_kids = g.to_children(pt, (1u64 << g.k) - 1);
-                        let mask = (f.errored[t] | missed[t as usize]) & data_kids & all_writable;
+                        let data_kids = g.children_of(pt, (1u64 << g.k) - 1);
+                        let mask = (f.errored[t] | missed[t]) & data_kids & all_writable;
                         fix.extend(bits(mask).map(|c| (t, c)));
                     }
                     if !fix.is_empty() {
