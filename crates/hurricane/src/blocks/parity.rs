@@ -87,8 +87,8 @@ pub(crate) fn implied_width(params: &[(String, Value)]) -> Option<u64> {
     Some(get("data")? + get("parity").unwrap_or(1))
 }
 
-/// Slots in the lock table.
-const LOCKS: usize = 256;
+/// Slots in the lock table (8 bytes each, per node: many files keep one).
+const LOCKS: usize = 64;
 /// Data bytes encoded and written in one batch (bounds the buffers).
 const BATCH_BYTES: u64 = 4 << 20;
 /// Requests at least this long reach the children in parallel.
