@@ -97,3 +97,15 @@ fn a_lost_device_is_rebuilt_from_parity_and_degraded_writes_persist() {
     fs.storage().devs[4].set_state(DeviceState::Online);
     fsck_clean(&fs);
 }
+
+#[test]
+fn the_resolver_gives_a_childless_spec_data_plus_parity_children() {
+    use hurricane::layout::{parse, resolve, PoolInfo};
+    let r = resolve(&parse("parity(data=3,parity=2)").unwrap(), &PoolInfo::new(vec![1000; 7])).unwrap();
+    assert_eq!(r.children.len(), 5);
+    hurricane::blocks::Layout::build(&r).unwrap();
+    let r = resolve(&parse("parity(data=4)").unwrap(), &PoolInfo::new(vec![1000; 7])).unwrap();
+    assert_eq!(r.children.len(), 5);
+    let e = resolve(&parse("parity(data=6,parity=2)").unwrap(), &PoolInfo::new(vec![1000; 7])).unwrap_err();
+    assert!(e.to_string().contains("needs 8 distinct devices"), "{e}");
+}

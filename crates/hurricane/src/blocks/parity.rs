@@ -2148,13 +2148,4 @@ mod tests {
         bytes[n - 1] ^= 0xff;
         let _ = decode(&bytes);
     }
-
-    #[test]
-    fn the_resolver_gives_a_childless_spec_data_plus_parity_children() {
-        let spec = crate::layout::parse("parity(data=3,parity=2)").unwrap();
-        let info = crate::layout::PoolInfo::new(vec![1000; 7]);
-        let r = crate::layout::resolve(&spec, &info).unwrap();
-        assert_eq!(r.children.len(), 5);
-        build(&r);
-    }
 }
