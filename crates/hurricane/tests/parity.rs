@@ -2,6 +2,9 @@
 //! journal replay and checkpoints, devices lost while the pool is open,
 //! degraded writes remembered across a reopen.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::{pattern, MemPool, MB};

@@ -935,8 +935,7 @@ impl Parity {
                 }
             }
         }
-        let groups: Vec<(usize, Vec<(u64, &mut [u8])>)> =
-            per.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect();
+        let groups: Vec<_> = per.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect();
         let parallel = n >= 4 * g.unit || n >= PARALLEL_MIN_BLOCKS;
         super::common::dispatch(groups, parallel, &|c, cb, piece: &mut [u8]| self.children[c].read(io, cb, piece))
             .is_ok()
