@@ -579,10 +579,27 @@ impl State {
     }
 }
 
+/// What a fetch reads beyond the data asked for.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// Every unit of every stripe (scrub).
+    full: bool,
+    /// Children whose units count as lost (being rebuilt).
+    extra_bad: u64,
+    /// The blocks [w0, w0+wl) of each unit (the whole unit, or part of it
+    /// for a one-stripe read): Reed-Solomon works position by position, so
+    /// the same part of every unit rebuilds that part of a lost one.
+    w0: u64,
+    wl: u64,
+}
+
 /// Units read for a run of physical stripes [p0, p0+r).
 struct Fetched {
     p0: u64,
-    /// Per child: its units of the run, stripe t at [t*U, (t+1)*U).
+    /// First block of each unit held, and the bytes held of each unit.
+    w0: u64,
+    ub: usize,
+    /// Per child: its units of the run, stripe t at [t*ub, (t+1)*ub).
     bufs: Vec<Vec<u8>>,
     /// Per stripe: children whose unit was read.
     have: Vec<u64>,
@@ -670,9 +687,14 @@ impl Parity {
     /// lost one of them, and with `full` every unit. Units of children in
     /// `extra_bad` count as lost. A failed read of a span is retried unit by
     /// unit, so one bad block loses one unit.
-    fn fetch(&self, io: &IoCtx, p0: u64, r: usize, want: &dyn Fn(usize) -> u64, full: bool, extra_bad: u64) -> Fetched {
+    fn fetch(&self, io: &IoCtx, p0: u64, r: usize, want: &dyn Fn(usize) -> u64, plan: Plan) -> Fetched {
         let g = &self.g;
-        let (n, ub, all) = (self.n(), g.unit_bytes(), g.all());
+        let (full, extra_bad) = (plan.full, plan.extra_bad);
+        // Part of a unit only for one stripe: the child requests of a run
+        // cover whole units.
+        let (w0, wl) =
+            if r == 1 && plan.w0 + plan.wl <= g.unit && plan.wl > 0 { (plan.w0, plan.wl) } else { (0, g.unit) };
+        let (n, ub, all) = (self.n(), wl as usize * BLOCK_SIZE, g.all());
         let down = self.down_mask(io, DeviceState::readable);
         let bad: Vec<u64> = {
             let st = self.state.lock();
@@ -680,6 +702,8 @@ impl Parity {
         };
         let mut f = Fetched {
             p0,
+            w0,
+            ub,
             bufs: (0..n).map(|_| vec![0u8; r * ub]).collect(),
             have: vec![0; r],
             bad,
@@ -706,7 +730,7 @@ impl Parity {
             if spans.is_empty() {
                 return f;
             }
-            let blocks: u64 = spans.iter().map(|&(_, lo, hi)| (hi - lo) as u64 * g.unit).sum();
+            let blocks: u64 = spans.iter().map(|&(_, lo, hi)| (hi - lo) as u64 * wl).sum();
             let mut jobs = Vec::with_capacity(spans.len());
             let mut rest: &mut [Vec<u8>] = &mut f.bufs;
             let mut base = 0;
@@ -719,9 +743,9 @@ impl Parity {
             }
             // As `stripe` does: several children at once as soon as a
             // request spans a few units, so their devices work together.
-            let parallel = blocks >= 4 * g.unit || blocks >= PARALLEL_MIN_BLOCKS;
+            let parallel = blocks >= 4 * wl || blocks >= PARALLEL_MIN_BLOCKS;
             let results = run_all(jobs, parallel, &|(c, lo, buf): (usize, usize, &mut [u8])| {
-                self.children[c].read(io, (p0 + lo as u64) * g.unit, buf)
+                self.children[c].read(io, (p0 + lo as u64) * g.unit + w0, buf)
             });
             for (&(c, lo, hi), res) in spans.iter().zip(results) {
                 let bit = 1u64 << c;
@@ -738,7 +762,7 @@ impl Parity {
                         continue;
                     }
                     let unit = &mut f.bufs[c][t * ub..(t + 1) * ub];
-                    match self.children[c].read(io, (p0 + t as u64) * g.unit, unit) {
+                    match self.children[c].read(io, (p0 + t as u64) * g.unit + w0, unit) {
                         Ok(()) => f.have[t] |= bit,
                         Err(e) => {
                             tracing::warn!(node = g.id, child = c, stripe = p0 + t as u64, error = %e, "parity unit read failed");
@@ -753,12 +777,12 @@ impl Parity {
 
     /// Unit of shard `j` of stripe t in `f`.
     fn unit<'f>(&self, f: &'f Fetched, t: usize, j: usize) -> &'f [u8] {
-        let ub = self.g.unit_bytes();
+        let ub = f.ub;
         &f.bufs[self.g.child_of(f.p0 + t as u64, j)][t * ub..(t + 1) * ub]
     }
 
     fn unit_mut<'f>(&self, f: &'f mut Fetched, t: usize, j: usize) -> &'f mut [u8] {
-        let ub = self.g.unit_bytes();
+        let ub = f.ub;
         let c = self.g.child_of(f.p0 + t as u64, j);
         &mut f.bufs[c][t * ub..(t + 1) * ub]
     }
@@ -766,7 +790,7 @@ impl Parity {
     /// Parity of stripes `ts` of `f` from their data units (one encoder
     /// call for all): per stripe, its m parity units concatenated.
     fn encode(&self, f: &Fetched, ts: &[usize]) -> Result<Vec<Vec<u8>>> {
-        let (k, m, ub) = (self.g.k, self.g.m, self.g.unit_bytes());
+        let (k, m, ub) = (self.g.k, self.g.m, f.ub);
         let shards: Vec<Vec<u8>> = (0..k).map(|j| join(ts.iter().map(|&t| self.unit(f, t, j)))).collect();
         let mut enc = ReedSolomonEncoder::new(k, m, ts.len() * ub).map_err(|e| rs_err(self.g.id, e))?;
         for s in &shards {
@@ -782,7 +806,7 @@ impl Parity {
     /// Returns the stripes with fewer than k survivors (left as they are).
     fn rebuild(&self, f: &mut Fetched, ts: &[usize], parity: bool) -> Result<Vec<usize>> {
         let g = self.g;
-        let (k, m, ub) = (g.k, g.m, g.unit_bytes());
+        let (k, m, ub) = (g.k, g.m, f.ub);
         let data_mask = (1u64 << k) - 1;
         let mut lost = Vec::new();
         let mut groups: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
@@ -848,7 +872,7 @@ impl Parity {
     /// of one child in one request, children in parallel. Returns the units
     /// written.
     fn write_units(&self, io: &IoCtx, f: &Fetched, units: &[(usize, usize)]) -> Vec<(usize, usize)> {
-        let ub = self.g.unit_bytes();
+        let ub = f.ub;
         let mut sorted: Vec<(usize, usize)> = units.iter().map(|&(t, c)| (c, t)).collect();
         sorted.sort_unstable();
         let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // (child, first stripe, count)
@@ -860,7 +884,7 @@ impl Parity {
         }
         let blocks = units.len() as u64 * self.g.unit;
         let results = run_all(runs.clone(), blocks >= PARALLEL_MIN_BLOCKS, &|(c, t, cnt)| {
-            self.children[c].write(io, (f.p0 + t as u64) * self.g.unit, &f.bufs[c][t * ub..(t + cnt) * ub])
+            self.children[c].write(io, (f.p0 + t as u64) * self.g.unit + f.w0, &f.bufs[c][t * ub..(t + cnt) * ub])
         });
         let mut done = Vec::new();
         for ((c, t, cnt), r) in runs.into_iter().zip(results) {
@@ -979,7 +1003,11 @@ impl Parity {
                     let (j0, j1) = (a / g.unit, (b - 1) / g.unit);
                     ((1u64 << (j1 + 1)) - 1) & !((1u64 << j0) - 1)
                 };
-                let mut f = self.fetch(io, p, r as usize, &want, false, 0);
+                // A request inside one unit reads and rebuilds only its blocks.
+                let (a, b) = (fblk.max(l * sd) - l * sd, end.min((l + 1) * sd) - l * sd);
+                let one = r == 1 && a / g.unit == (b - 1) / g.unit;
+                let (w0, wl) = if one { (a % g.unit, b - a) } else { (0, g.unit) };
+                let mut f = self.fetch(io, p, r as usize, &want, Plan { full: false, extra_bad: 0, w0, wl });
                 let missed: Vec<u64> = {
                     let st = self.state.lock();
                     (0..r).map(|t| st.missed_at(p + t)).collect()
@@ -1011,8 +1039,8 @@ impl Parity {
                         let j = ((pos - s0) / g.unit) as usize;
                         let in_unit = (pos - s0) % g.unit;
                         let cnt = (g.unit - in_unit).min(b - pos);
-                        let src =
-                            &self.unit(&f, t, j)[in_unit as usize * BLOCK_SIZE..(in_unit + cnt) as usize * BLOCK_SIZE];
+                        let at = in_unit - f.w0;
+                        let src = &self.unit(&f, t, j)[at as usize * BLOCK_SIZE..(at + cnt) as usize * BLOCK_SIZE];
                         let d = (pos - fblk) as usize * BLOCK_SIZE;
                         buf[d..d + src.len()].copy_from_slice(src);
                         pos += cnt;
@@ -1026,7 +1054,10 @@ impl Parity {
                     for &t in &hurt {
                         let pt = p + t as u64;
                         let data_kids = g.children_of(pt, (1u64 << g.k) - 1);
-                        let mask = (f.errored[t] | missed[t]) & data_kids & all_writable;
+                        // A missed unit is marked rebuilt only when all of it
+                        // is written: a read of part of a unit leaves it.
+                        let missed_here = if f.ub == g.unit_bytes() { missed[t] } else { 0 };
+                        let mask = (f.errored[t] | missed_here) & data_kids & all_writable;
                         fix.extend(bits(mask).map(|c| (t, c)));
                     }
                     if !fix.is_empty() {
@@ -1188,7 +1219,8 @@ impl Parity {
                 rebuild_mask |= 1 << c;
             }
         }
-        let mut f = self.fetch(io, p, r, &|_| 0, true, rebuild_mask);
+        let plan = Plan { full: true, extra_bad: rebuild_mask, w0: 0, wl: g.unit };
+        let mut f = self.fetch(io, p, r, &|_| 0, plan);
         let missed: Vec<u64> = {
             let st = self.state.lock();
             (0..r).map(|t| st.missed_at(p + t as u64)).collect()
@@ -1198,7 +1230,7 @@ impl Parity {
         let whole: Vec<usize> = (0..r).filter(|&t| f.have[t] == g.all()).collect();
         if !whole.is_empty() {
             let par = self.encode(&f, &whole)?;
-            let ub = g.unit_bytes();
+            let ub = f.ub;
             for (&t, units) in whole.iter().zip(par) {
                 let ok = (0..g.m).all(|i| self.unit(&f, t, g.k + i) == &units[i * ub..(i + 1) * ub]);
                 if ok {
@@ -1876,6 +1908,42 @@ mod tests {
         let t = env.scrub(&l, true, &|_| false);
         assert_eq!(t.repaired.load(Ordering::Relaxed), 0);
         assert!(t.checked.load(Ordering::Relaxed) > 0);
+    }
+
+    #[test]
+    fn parts_of_large_units_are_read_and_rebuilt_alone() {
+        let env = Env::new(4, 2048);
+        // Units of 16 blocks, stripes of 32.
+        let l = build(&parity(2, 2, 65536));
+        let mut model = pattern(9, 96);
+        env.write(&l, 0, &model).unwrap();
+        env.set(1, DeviceState::Missing);
+        env.set(2, DeviceState::Missing);
+        for b in (0..96u64).step_by(5) {
+            let n = 3.min(96 - b) as usize;
+            assert_eq!(env.read(&l, b, n), model[b as usize * BS..(b as usize + n) * BS], "block {b}");
+        }
+        env.set(1, DeviceState::Online);
+        env.set(2, DeviceState::Online);
+        // A write with child 3 away, then reads of single blocks: rebuilding
+        // part of a missed unit must not mark it rebuilt.
+        env.set(3, DeviceState::Missing);
+        let d = pattern(10, 32);
+        env.write(&l, 32, &d).unwrap();
+        model[32 * BS..64 * BS].copy_from_slice(&d);
+        env.set(3, DeviceState::Online);
+        for b in 32..64u64 {
+            assert_eq!(env.read(&l, b, 1), model[b as usize * BS..(b as usize + 1) * BS], "block {b}");
+        }
+        env.set(0, DeviceState::Missing);
+        assert_eq!(env.read(&l, 0, 96), model);
+        env.set(0, DeviceState::Online);
+        let t = env.scrub(&l, true, &|_| false);
+        assert!(t.repaired.load(Ordering::Relaxed) > 0);
+        assert_eq!(l.root().health(&|_| false), Health::Ok);
+        env.set(3, DeviceState::Missing);
+        env.set(2, DeviceState::Missing);
+        assert_eq!(env.read(&l, 0, 96), model);
     }
 
     #[test]
