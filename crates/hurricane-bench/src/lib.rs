@@ -33,6 +33,7 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
     ("hfs-speedup", "HFS Fig. 12: access pattern A on structure A with 1 to 7 threads, with and without prefetch"),
     ("hfs-prefetch-sweep", "HFS Fig. 13: access pattern B on the stripe, prefetch distance 1 to 40, amount 1 and 5"),
     ("hfs-layers", "HFS 5.5, Fig. 16: structure A with 0 and 10 extra layers of regions blocks: cost per block request, throughput lost"),
+    ("hfs-parity", "Table 1's patterns A and B on parity(data=6,parity=1) over the 7 simulated disks, healthy and with one disk missing, beside the stripe"),
     ("hfs-getattr", "HFS Fig. 9: getattr from 1..N threads on one file and on different files, native API and mount"),
 ];
 
@@ -89,6 +90,7 @@ pub fn run(name: &str, quick: bool, out_dir: &Path) -> Result<Summary, String> {
         "hfs-prefetch-sweep" => exp::sweep::run(quick)?,
         "hfs-layers" => exp::layers::run(quick)?,
         "hfs-getattr" => exp::getattr::run(quick)?,
+        "hfs-parity" => exp::parity::run(quick)?,
         _ => {
             let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.0).collect();
             return Err(format!("unknown experiment {name:?} (known: {})", names.join(", ")));

@@ -62,8 +62,17 @@ fn hfs_getattr() {
 }
 
 #[test]
+fn hfs_parity() {
+    let v = check("hfs-parity");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|r| r["kbps"].as_f64().unwrap() > 0.0), "{v}");
+    assert!(rows.iter().filter(|r| r["structure"].as_str().unwrap().contains("missing")).count() == 2);
+}
+
+#[test]
 fn unknown_names_are_refused() {
-    assert_eq!(EXPERIMENTS.len(), 5);
+    assert_eq!(EXPERIMENTS.len(), 6);
     let out = tempfile::tempdir().unwrap();
     assert!(run("hfs-nope", true, out.path()).unwrap_err().contains("unknown experiment"));
     assert_eq!(hurricane_bench::main_with_args(&["--bogus".into()]), 2);

@@ -33,6 +33,7 @@ fn workload_list() {
         "concurrent",
         "full",
         "resilver",
+        "parity",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -41,6 +42,10 @@ fn workload_list() {
     assert!(!r.passed());
 }
 
+#[test]
+fn parity() {
+    ci("parity");
+}
 #[test]
 fn posix() {
     ci("posix");

@@ -45,6 +45,7 @@ pub static TYPE: BlockType = BlockType {
     max_children: 1,
     distinct_devices: false,
     width_param: None,
+    implied_width: None,
     state_version: Some(1),
     in_metadata: false,
     build,

@@ -31,6 +31,7 @@ pub static TYPE: BlockType = BlockType {
     max_children: 0,
     distinct_devices: false,
     width_param: None,
+    implied_width: None,
     state_version: Some(1),
     in_metadata: false,
     build,

@@ -8,8 +8,8 @@
 //! two writers never allocate one file block twice), writes the data unlocked,
 //! then publishes the new runs. Until then they are *pending*: reads see them
 //! as holes (never a previous owner's bytes), they are not persistent state,
-//! and if a truncate drops them meanwhile the writer, not the truncate, gives
-//! their space back.
+//! and if a truncate or punch drops them meanwhile the writer, not the
+//! truncate or punch, gives their space back.
 
 use super::common::span;
 use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
@@ -36,6 +36,7 @@ pub static TYPE: BlockType = BlockType {
     max_children: 0,
     distinct_devices: false,
     width_param: None,
+    implied_width: None,
     state_version: Some(1),
     in_metadata: false,
     build,
@@ -48,7 +49,7 @@ enum Change {
     Map { fblk: u64, pblk: u64, len: u64 },
     /// Every mapping at or past file block `from` is dropped.
     Truncate { from: u64 },
-    /// Mappings of file blocks [fblk, fblk+len) are dropped (a hole punched).
+    /// File blocks [fblk, fblk+len) are dropped (a hole punched).
     Punch { fblk: u64, len: u64 },
 }
 
@@ -172,7 +173,7 @@ impl Map {
                 old
             }
             Change::Truncate { from } => self.remove(from, u64::MAX),
-            Change::Punch { fblk, len } => self.remove(fblk, fblk + len),
+            Change::Punch { fblk, len } => self.remove(fblk, fblk.saturating_add(len)),
         }
     }
 
@@ -462,15 +463,15 @@ impl Block for Extent {
         if n == 0 {
             return Ok(());
         }
-        fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
+        fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("extent node {}: punch {fblk}+{n}", self.id)))?;
         let mut m = self.map.write();
         let c = Change::Punch { fblk, len: n };
         let freed = m.apply(c, self.max);
         if freed.is_empty() {
             return Ok(());
         }
-        // As for truncate: freed once the batch commits, so the old data
-        // stays in place until the punch is durable.
+        // As for truncate: pending space is freed by the writer that
+        // allocated it, the rest once this batch commits.
         for (p, l) in freed {
             for (p, l) in m.minus_pending(p, l) {
                 io.free(self.dev, p, l);
@@ -513,5 +514,76 @@ impl Block for Extent {
             Some((&rf, &(_, rl))) if rf + rl > fblk => Some(fblk),
             _ => m.runs.range(fblk..).next().map(|(&k, _)| k),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Layout, NodeRecord, Spec};
+    use super::*;
+    use crate::device::{Device, DeviceHandle, MemDevice};
+    use crate::pool::{Allocator, Storage};
+    use parking_lot::Mutex;
+
+    const BS: usize = BLOCK_SIZE;
+
+    #[test]
+    fn punch_drops_a_range_frees_it_after_the_batch_and_replays() {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new("mem:0", 256 * BS as u64));
+        let storage = Storage { allocs: vec![Allocator::new(1, 256)], devs: vec![DeviceHandle::new(0, dev)] };
+        let log = Mutex::new(Vec::new());
+        let sink = |c: NodeRecord| log.lock().push(c);
+        let io = IoCtx { storage: &storage, epoch: 3, sink: &sink, repair: true };
+        let spec = Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(0) };
+        let l = Layout::build(&spec).unwrap();
+        let data: Vec<u8> = (0..20 * BS).map(|i| (i / BS) as u8 + 1).collect();
+        l.root().write(&io, 0, &data).unwrap();
+        let free = storage.allocs[0].free_blocks();
+        l.root().punch(&io, 5, 5).unwrap();
+        // Punching a hole again records nothing.
+        let n = log.lock().len();
+        l.root().punch(&io, 6, 2).unwrap();
+        assert_eq!(log.lock().len(), n);
+        let mut buf = vec![0xAA; 20 * BS];
+        l.root().read(&io, 0, &mut buf).unwrap();
+        let mut want = data.clone();
+        want[5 * BS..10 * BS].fill(0);
+        assert_eq!(buf, want);
+        assert_eq!(l.root().next_data(5), Some(10));
+        // The space comes back only once batch 3 commits.
+        assert_eq!(storage.allocs[0].free_blocks(), free);
+        storage.allocs[0].release(2);
+        assert_eq!(storage.allocs[0].free_blocks(), free);
+        storage.allocs[0].release(3);
+        assert_eq!(storage.allocs[0].free_blocks(), free + 5);
+        // Replayed onto an empty node: the same map.
+        let r = Layout::build(&spec).unwrap();
+        for c in log.lock().iter() {
+            r.apply(c).unwrap();
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        l.extents(&mut |_, p, n| a.push((p, n)));
+        r.extents(&mut |_, p, n| b.push((p, n)));
+        assert_eq!(a, b);
+        assert_eq!(a.iter().map(|x| x.1).sum::<u64>(), 15);
+    }
+
+    #[test]
+    fn hostile_punch_records_are_corrupt() {
+        let spec = Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(0) };
+        let l = Layout::build(&spec).unwrap();
+        let rec = |vals: &[u64], extra: &[u8]| {
+            let mut e = Encoder::new();
+            e.u8(1).u8(3);
+            for &v in vals {
+                e.u64(v);
+            }
+            e.raw(extra);
+            NodeRecord { node: 0, bytes: e.into_inner() }
+        };
+        for r in [rec(&[0, 0], &[]), rec(&[u64::MAX, 2], &[]), rec(&[0, 1], &[0]), rec(&[0], &[])] {
+            assert!(matches!(l.apply(&r), Err(Error::Corrupt { .. })), "{:?}", r.bytes);
+        }
+        l.apply(&rec(&[0, u64::MAX], &[])).unwrap();
     }
 }

@@ -21,6 +21,7 @@ mod common;
 mod example;
 mod extent;
 mod inline;
+mod parity;
 mod regions;
 mod replicate;
 mod roundrobin;

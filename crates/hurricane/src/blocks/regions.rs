@@ -28,6 +28,7 @@ pub static TYPE: BlockType = BlockType {
     max_children: 256,
     distinct_devices: true,
     width_param: Some("width"),
+    implied_width: None,
     state_version: None,
     in_metadata: false,
     build,

@@ -42,6 +42,10 @@ pub struct BlockType {
     /// Parameter that gives the number of children when none are written
     /// (`width` or `copies`), and the child type used to fill them.
     pub width_param: Option<&'static str>,
+    /// For a type whose parameters fix its number of children (`parity`:
+    /// data + parity): that number, so a spec written without children can
+    /// be filled.
+    pub implied_width: Option<fn(&[(String, Value)]) -> Option<u64>>,
     /// Version of the type's persistent state and journal records (the first
     /// byte of each, written and checked by the framework); None for types
     /// that keep no state, whose nodes may have neither. A type bumps it when
@@ -70,7 +74,14 @@ pub static TYPES: &[&BlockType] = &[
     &super::replicate::TYPE,
     &super::inline::TYPE,
     &super::checksum::TYPE,
+    &super::parity::TYPE,
 ];
+
+/// The number of children a spec of type `t` written without any implies
+/// through its parameters ([`BlockType::implied_width`]).
+pub fn implied_width(t: &BlockType, params: &[(String, Value)]) -> Option<u64> {
+    t.implied_width.and_then(|f| f(params))
+}
 
 pub fn lookup(name: &str) -> Option<&'static BlockType> {
     Registry::BUILTIN.lookup(name)

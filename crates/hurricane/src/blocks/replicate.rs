@@ -59,6 +59,7 @@ pub static TYPE: BlockType = BlockType {
     max_children: 16,
     distinct_devices: false,
     width_param: Some("copies"),
+    implied_width: None,
     state_version: Some(STATE_VERSION),
     in_metadata: false,
     build,

@@ -23,6 +23,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("regions", "the same on regions(size=32K,width=3)"),
     ("replicate", "the same on replicate(copies=2) and replicate(copies=3)"),
     ("inline", "the same on inline files, some outgrowing inline and moving to the default layout"),
+    ("parity", "the same on parity(data=2,parity=1) and parity(data=1,parity=2,unit=8K): copy-on-write stripes, partial-stripe overwrites"),
     ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes)"),
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
@@ -826,6 +827,7 @@ pub(crate) fn layout_family(name: &str) -> Option<(&'static [&'static str], usiz
         "regions" => (&["regions(size=32K,width=3)", "regions(size=8K,width=2)"], 90_000),
         "replicate" => (&["replicate(copies=2)[extent@0,extent@2]", "replicate(copies=3)"], 60_000),
         "inline" => (&["inline", "inline(max=4K)"], 3_000),
+        "parity" => (&["parity(data=2,parity=1)", "parity(data=1,parity=2,unit=8K)"], 60_000),
         "nested" => (
             &[
                 "replicate[stripe(unit=8K,width=2),extent@2]",

@@ -365,7 +365,7 @@ fn expand(s: &Spec, pool: &PoolInfo, depth: usize, nodes: &mut usize) -> Result<
     let fill;
     let children = if s.children.is_empty() && !t.per_device && t.max_children > 0 {
         // Spread-out composites default to the whole pool; replicas to two.
-        let n = match width_of(t, s) {
+        let n = match width_of(t, s).or_else(|| registry::implied_width(t, &s.params)) {
             Some(w) => w,
             None if t.distinct_devices => pool.devices.into(),
             None if t.width_param.is_some() => 2,
