@@ -20,7 +20,8 @@
 //! f.write_all(&vec![7u8; 300_000])?;          // std::io::Write at the cursor
 //! f.write_at(b"head", 0)?;                   // positioned, safe from many threads
 //! f.sync_all()?;                             // data and meta-data durable
-//! assert!(f.layout()?.starts_with("stripe(unit=64K)[extent@"));
+//! // As stored: the pool's default checksum block above every leaf.
+//! assert!(f.layout()?.starts_with("stripe(unit=64K)[checksum[extent@"));
 //!
 //! // Read it back through the cursor and positioned reads.
 //! let mut r = fs.open_file("/data/a.bin")?;

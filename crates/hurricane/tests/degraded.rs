@@ -299,13 +299,16 @@ fn injected_read_errors_and_flips_through_the_engine() {
     assert_eq!(state(&fs, 1), DeviceState::Online);
     plans[1].restore();
     assert_eq!(fs.read_file("/f").unwrap(), pattern(11, 64 * 1024));
-    // A flipped bit reaches a file without checksums unnoticed (what the
-    // checksum block is for), while the stored data stays intact.
+    // A flipped bit never reaches the caller: the pool's checksum block
+    // (on by default) turns it into an I/O error naming the device, and
+    // the stored data stays intact.
     fs.drop_caches();
     plans[1].set(FaultSpec { flip_rate: 1.0, seed: 5, ..Default::default() });
-    let got = fs.read_file("/f").unwrap();
-    assert_ne!(got, pattern(11, 64 * 1024));
-    assert!(plans[1].injected().2 >= 16);
+    let e = fs.read_file("/f").unwrap_err();
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(e.to_string().contains("checksum") && e.to_string().contains("mem1"), "{e}");
+    assert!(fs.storage().devs[1].errors().checksum >= 1);
+    assert!(plans[1].injected().2 >= 1);
     plans[1].restore();
     fs.drop_caches();
     assert_eq!(fs.read_file("/f").unwrap(), pattern(11, 64 * 1024));

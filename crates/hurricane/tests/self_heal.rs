@@ -119,7 +119,8 @@ fn missed_ranges_survive_replay_and_checkpoints() {
     fs.close().unwrap();
     let fs = checkpointed.open().unwrap();
     assert_eq!(fs.read_file("/f").unwrap(), want);
-    assert_eq!(fs.layout_of("/f").unwrap(), LAYOUT);
+    // As stored: the pool puts a checksum block above every leaf.
+    assert_eq!(fs.layout_of("/f").unwrap(), "replicate(read=primary)[checksum[extent@2],checksum[extent@3]]");
     // That read resynced copy 0: with copy 1 gone it serves the new bytes.
     fs.sync().unwrap();
     fs.storage().devs[3].set_state(DeviceState::Missing);
@@ -138,24 +139,26 @@ fn read_policy_changes_on_a_file_holding_data() {
     fs.write_file("/f", &data, Some(LAYOUT)).unwrap();
     let rr = "replicate(read=round-robin)[extent@2,extent@3]";
     fs.set_layout("/f", rr).unwrap();
-    assert_eq!(fs.layout_of("/f").unwrap(), rr);
+    // As stored: the pool puts a checksum block above every leaf.
+    let rr_stored = "replicate(read=round-robin)[checksum[extent@2],checksum[extent@3]]";
+    assert_eq!(fs.layout_of("/f").unwrap(), rr_stored);
     assert_eq!(fs.read_file("/f").unwrap(), data);
     // Anything but the read policy is refused on a file holding data.
     for other in ["replicate(read=primary)[extent@2,extent@1]", "stripe[extent@2,extent@3]"] {
         let e = fs.set_layout("/f", other).unwrap_err().to_string();
         assert!(e.contains("already holds data"), "{e}");
     }
-    assert_eq!(fs.layout_of("/f").unwrap(), rr);
+    assert_eq!(fs.layout_of("/f").unwrap(), rr_stored);
     fs.sync().unwrap();
     // Journalled: replay keeps it; so does a checkpoint.
     let cut = pool.crash(CrashMode::KeepAll);
     drop(fs);
     let fs = cut.open().unwrap();
-    assert_eq!(fs.layout_of("/f").unwrap(), rr);
+    assert_eq!(fs.layout_of("/f").unwrap(), rr_stored);
     fs.set_layout("/f", "replicate[extent@2,extent@3]").unwrap();
     fs.checkpoint().unwrap();
     fs.close().unwrap();
     let fs = cut.open().unwrap();
-    assert_eq!(fs.layout_of("/f").unwrap(), "replicate[extent@2,extent@3]");
+    assert_eq!(fs.layout_of("/f").unwrap(), "replicate[checksum[extent@2],checksum[extent@3]]");
     assert_eq!(fs.read_file("/f").unwrap(), data);
 }

@@ -219,6 +219,8 @@ fn writes_go_on_with_a_copy_down_and_reads_avoid_what_it_missed() {
     // The device is back: its stale copy is readable but never read for
     // the range it missed.
     env.devs[1].fail_writes.store(false, Ordering::SeqCst);
+    // Back, as a reopen finds it (a failed write faulted it).
+    env.storage.devs[1].set_state(crate::device::DeviceState::Online);
     assert_eq!(env.copy(&l, 0, 4, 8), old[4 * BS..12 * BS], "copy 0 still holds the old data");
     let mut want = old.clone();
     want[4 * BS..12 * BS].copy_from_slice(&new);
@@ -243,6 +245,8 @@ fn writes_go_on_with_a_copy_down_and_reads_avoid_what_it_missed() {
     env.devs[1].fail_writes.store(true, Ordering::SeqCst);
     env.write(&l, 4, &new).unwrap();
     env.devs[1].fail_writes.store(false, Ordering::SeqCst);
+    // Back, as a reopen finds it (a failed write faulted it).
+    env.storage.devs[1].set_state(crate::device::DeviceState::Online);
     env.storage.devs[0].set_state(DeviceState::Missing);
     assert_eq!(env.health(&l), Health::Lost);
     let e = env.try_read(l.root(), 6, 1, true).unwrap_err().to_string();
@@ -344,6 +348,8 @@ fn missed_ranges_persist_replay_and_truncate() {
     env.write(&l, 8, &pattern(10, 4)).unwrap();
     env.write(&l, 40, &pattern(11, 20)).unwrap();
     env.devs[1].fail_writes.store(false, Ordering::SeqCst);
+    // Back, as a reopen finds it (a failed write faulted it).
+    env.storage.devs[1].set_state(crate::device::DeviceState::Online);
     let want = env.try_read(l.root(), 0, 64, false).unwrap();
     assert_ne!(env.copy(&l, 0, 0, 64), want, "copy 0 is stale");
     // Checkpointed state: the decoded tree avoids the same ranges.
