@@ -177,11 +177,7 @@ impl<'a> Driver<'a> {
     /// a crash from its start on may show any operation done before it
     /// ended, and one after it must show every operation done before it
     /// began.
-    pub fn may_commit<R>(
-        &mut self,
-        f: impl FnOnce(&Fs) -> Result<R>,
-        committed: impl FnOnce(&R) -> bool,
-    ) -> Result<R> {
+    pub fn may_commit<R>(&mut self, f: impl FnOnce(&Fs) -> Result<R>, committed: impl FnOnce(&R) -> bool) -> Result<R> {
         let start = self.rec.mark();
         let r = f(self.fs)?;
         let end = self.rec.mark();
