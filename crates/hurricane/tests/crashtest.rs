@@ -91,7 +91,6 @@ fn full() {
     ci("full");
 }
 #[test]
-#[ignore = "needs the healing replicate: the resilver rewrites the copies on the new device"]
 fn resilver() {
     ci("resilver");
 }

@@ -172,6 +172,31 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
+    /// Runs an engine call that is not a sync but may commit on its own
+    /// (a resilver that completes checkpoints before it marks its device
+    /// online). When `committed` says it did, the call counts as a sync:
+    /// a crash from its start on may show any operation done before it
+    /// ended, and one after it must show every operation done before it
+    /// began.
+    pub fn may_commit<R>(&mut self, f: impl FnOnce(&Fs) -> Result<R>, committed: impl FnOnce(&R) -> bool) -> Result<R> {
+        let start = self.rec.mark();
+        let r = f(self.fs)?;
+        let end = self.rec.mark();
+        if committed(&r) {
+            if self.trace {
+                eprintln!(
+                    "{}commit (not a sync) after op {} [events {}..{}]",
+                    self.hist.prefix,
+                    self.hist.ops.len(),
+                    start.pos,
+                    end.pos
+                );
+            }
+            self.syncs.lock().push(SyncRec { start, end });
+        }
+        Ok(r)
+    }
+
     /// The layout the live pool gives `path` now (a file's, or a
     /// directory's default for new files): what must survive a crash.
     fn live_layout(&self, path: &str) -> Result<String> {
@@ -1027,7 +1052,9 @@ pub(crate) fn resilver(d: &mut Driver, size: Size) -> Result<()> {
                 let stop = Arc::new(AtomicBool::new(false));
                 let s2 = stop.clone();
                 let o = ScrubOptions { repair: true, start: pos, stop: Some(stop), ..Default::default() };
-                let r = d.fs.scrub(&o, &|_| s2.store(true, Ordering::Relaxed))?;
+                // The step that completes the resilver checkpoints: a
+                // commit of everything done so far.
+                let r = d.may_commit(|fs| fs.scrub(&o, &|_| s2.store(true, Ordering::Relaxed)), |r| r.complete)?;
                 if !r.lost.is_empty() {
                     return Err(Error::Invalid(format!("resilver lost data: {:?}", r.lost)));
                 }
@@ -1044,7 +1071,7 @@ pub(crate) fn resilver(d: &mut Driver, size: Size) -> Result<()> {
     }
     while !online {
         let o = ScrubOptions { repair: true, start: pos, ..Default::default() };
-        online = d.fs.scrub(&o, &|_| {})?.complete;
+        online = d.may_commit(|fs| fs.scrub(&o, &|_| {}), |r| r.complete)?.complete;
     }
     if !d.fs.resilvering().is_empty() {
         return Err(Error::Invalid("the resilver ended with device 1 still resilvering".into()));
