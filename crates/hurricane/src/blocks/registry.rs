@@ -28,6 +28,9 @@ pub struct ParamSpec {
     pub doc: &'static str,
 }
 
+/// How a type's parameters fix its number of children ([`BlockType::implied_width`]).
+pub type ImpliedWidth = fn(&[(String, Value)]) -> Option<u64>;
+
 pub struct BlockType {
     pub name: &'static str,
     pub doc: &'static str,
@@ -45,7 +48,7 @@ pub struct BlockType {
     /// For a type whose parameters fix its number of children (`parity`:
     /// data + parity): that number, so a spec written without children can
     /// be filled.
-    pub implied_width: Option<fn(&[(String, Value)]) -> Option<u64>>,
+    pub implied_width: Option<ImpliedWidth>,
     /// Version of the type's persistent state and journal records (the first
     /// byte of each, written and checked by the framework); None for types
     /// that keep no state, whose nodes may have neither. A type bumps it when
