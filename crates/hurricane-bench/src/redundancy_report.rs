@@ -3,6 +3,7 @@
 //! against, their ratio against the targets, Hurricane's degraded read
 //! against its own healthy read, and `redundancy.png`.
 
+use crate::mount_report::median;
 use serde_json::Value;
 use std::path::Path;
 
@@ -28,15 +29,6 @@ pub struct RedundancyRow {
     /// Hurricane's speed over btrfs's (time ratios inverted).
     pub ratio: f64,
     pub target: Option<f64>,
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
 /// Medians and ratios of the rows in `text` (JSON lines), profile by profile.

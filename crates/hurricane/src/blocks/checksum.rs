@@ -291,10 +291,7 @@ struct Checksum {
 }
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
-    let mut devices = Vec::new();
-    for c in &a.children {
-        collect_devices(c, &mut devices);
-    }
+    let mut devices: Vec<u32> = a.children.iter().flat_map(super::common::devices_under).collect();
     devices.sort_unstable();
     devices.dedup();
     let sums = match a.state {
@@ -302,13 +299,6 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
         None => Sums::default(),
     };
     Ok(Arc::new(Checksum { id: a.id, children: a.children, devices, sums: RwLock::new(sums), busy: Busy::default() }))
-}
-
-fn collect_devices(b: &Arc<dyn Block>, out: &mut Vec<u32>) {
-    out.extend(b.device());
-    for c in b.children() {
-        collect_devices(c, out);
-    }
 }
 
 impl Checksum {

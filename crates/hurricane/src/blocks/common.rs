@@ -235,3 +235,19 @@ pub fn scrub_by_read<B: super::Block + ?Sized>(
     }
     Ok(())
 }
+
+/// Every device under `b` (its own and its descendants'), sorted, each once:
+/// what a composite names in errors and weighs for load.
+pub(super) fn devices_under(b: &std::sync::Arc<dyn super::Block>) -> Vec<u32> {
+    fn walk(b: &std::sync::Arc<dyn super::Block>, out: &mut Vec<u32>) {
+        out.extend(b.device());
+        for c in b.children() {
+            walk(c, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(b, &mut out);
+    out.sort_unstable();
+    out.dedup();
+    out
+}

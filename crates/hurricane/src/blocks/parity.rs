@@ -269,26 +269,9 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
         decode_state(s, &g, &mut st)?;
     }
     st.derive_free();
-    let devices = a
-        .children
-        .iter()
-        .map(|c| {
-            let mut devs = Vec::new();
-            collect_devices(c, &mut devs);
-            devs.sort_unstable();
-            devs.dedup();
-            devs
-        })
-        .collect();
+    let devices = a.children.iter().map(super::common::devices_under).collect();
     let locks = (0..LOCKS).map(|_| RwLock::new(())).collect();
     Ok(Arc::new(Parity { g, children: a.children, devices, state: Mutex::new(st), locks }))
-}
-
-fn collect_devices(b: &Arc<dyn Block>, out: &mut Vec<u32>) {
-    out.extend(b.device());
-    for c in b.children() {
-        collect_devices(c, out);
-    }
 }
 
 /// `u32 runs, (logical u64, physical u64, len u64)*, u32 missed, (physical

@@ -316,17 +316,7 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
     let word = a.params.word("read")?;
     let policy =
         Policy::from_word(word).ok_or_else(|| Error::Layout(format!("replicate: unknown read policy {word:?}")))?;
-    let devices = a
-        .children
-        .iter()
-        .map(|c| {
-            let mut devs = Vec::new();
-            collect_devices(c, &mut devs);
-            devs.sort_unstable();
-            devs.dedup();
-            devs
-        })
-        .collect();
+    let devices = a.children.iter().map(super::common::devices_under).collect();
     let n = a.children.len();
     let missed = match a.state {
         Some(s) => decode_state(s, n)?,
@@ -355,13 +345,6 @@ fn decode_state(s: &[u8], copies: usize) -> Result<Vec<Ranges>> {
     }
     d.expect_end()?;
     Ok(out)
-}
-
-fn collect_devices(b: &Arc<dyn Block>, out: &mut Vec<u32>) {
-    out.extend(b.device());
-    for c in b.children() {
-        collect_devices(c, out);
-    }
 }
 
 /// Credits `n` repaired blocks of `b` at `fblk` to the devices holding them:
