@@ -312,6 +312,23 @@ impl Map {
 }
 
 impl Extent {
+    /// Applies a truncate or punch: drops the mappings it covers, frees their
+    /// space once the request's batch commits (pending space is freed by the
+    /// writer that allocated it) and records the change if it dropped anything.
+    fn drop_mappings(&self, io: &IoCtx, c: Change) {
+        let mut m = self.map.write();
+        let freed = m.apply(c, self.max);
+        if freed.is_empty() {
+            return;
+        }
+        for (p, l) in freed {
+            for (p, l) in m.minus_pending(p, l) {
+                io.free(self.dev, p, l);
+            }
+        }
+        io.record(&TYPE, self.id, &c.encode());
+    }
+
     fn handle<'a>(&self, io: &'a IoCtx) -> Result<&'a DeviceHandle> {
         io.storage
             .devs
@@ -443,19 +460,7 @@ impl Block for Extent {
     }
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
-        let mut m = self.map.write();
-        let c = Change::Truncate { from: nblocks };
-        let freed = m.apply(c, self.max);
-        if freed.is_empty() {
-            return Ok(());
-        }
-        for (p, l) in freed {
-            // Pending space is freed by the writer that allocated it.
-            for (p, l) in m.minus_pending(p, l) {
-                io.free(self.dev, p, l);
-            }
-        }
-        io.record(&TYPE, self.id, &c.encode());
+        self.drop_mappings(io, Change::Truncate { from: nblocks });
         Ok(())
     }
 
@@ -464,20 +469,7 @@ impl Block for Extent {
             return Ok(());
         }
         fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("extent node {}: punch {fblk}+{n}", self.id)))?;
-        let mut m = self.map.write();
-        let c = Change::Punch { fblk, len: n };
-        let freed = m.apply(c, self.max);
-        if freed.is_empty() {
-            return Ok(());
-        }
-        // As for truncate: pending space is freed by the writer that
-        // allocated it, the rest once this batch commits.
-        for (p, l) in freed {
-            for (p, l) in m.minus_pending(p, l) {
-                io.free(self.dev, p, l);
-            }
-        }
-        io.record(&TYPE, self.id, &c.encode());
+        self.drop_mappings(io, Change::Punch { fblk, len: n });
         Ok(())
     }
 
