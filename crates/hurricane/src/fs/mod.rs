@@ -5,6 +5,8 @@
 //! path-level API with [`File`] handles (in `path.rs`) is for programs that
 //! link the engine in-process.
 
+mod add;
+mod evacuate;
 mod health;
 mod io;
 mod ops;
@@ -12,6 +14,8 @@ mod path;
 mod replace;
 mod scrub;
 
+pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
+pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
 pub use health::PoolHealth;
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
@@ -22,7 +26,7 @@ pub use scrub::{load_position, save_position, LostFile, ScrubOptions, ScrubPos, 
 
 use crate::blocks::{IoCtx, Layout, NodeRecord};
 use crate::codec::{crc, Decoder, Encoder};
-use crate::device::{Device, StatsSnapshot, BLOCK_SIZE};
+use crate::device::{Device, DeviceState, StatsSnapshot, BLOCK_SIZE};
 use crate::error::{Error, Result};
 use crate::journal::{self, Batch, Cursor, Gate, Ino, Op, Region};
 use crate::layout::{self, PoolInfo};
@@ -188,7 +192,7 @@ impl Fs {
         let journal = Region { dev: 0, start: RESERVED_BLOCKS, blocks: jblocks };
         let journal_mirror = (n >= 2).then_some(Region { dev: 1, ..journal });
         let allocs = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
-        let storage = Storage { devs: handles, allocs };
+        let storage = Storage { devs: handles.into(), allocs };
         for j in std::iter::once(&journal).chain(journal_mirror.as_ref()) {
             storage.allocs[j.dev as usize].mark_used(j.start, j.blocks);
         }
@@ -271,7 +275,7 @@ impl Fs {
         let mut sb = sb;
         sb.version = FORMAT_VERSION;
         let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
-        let storage = Storage { devs: handles, allocs };
+        let storage = Storage { devs: handles.into(), allocs: allocs.into() };
         let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };
         for d in &storage.devs {
             if d.state() == crate::device::DeviceState::Missing {
@@ -772,9 +776,15 @@ impl Drop for Inner {
 }
 
 fn pool_info(s: &Storage) -> PoolInfo {
-    // No space is offered on a device that takes no writes.
-    let free = s.allocs.iter().zip(&s.devs).map(|(a, d)| if d.state().writable() { a.free_blocks() } else { 0 });
-    PoolInfo { devices: s.device_count(), free_blocks: free.collect() }
+    // No space is offered on a device that takes no new data.
+    let free = s.allocs.iter().zip(&s.devs).map(|(a, d)| if d.state().placeable() { a.free_blocks() } else { 0 });
+    let retired = s
+        .devs
+        .iter()
+        .filter(|d| matches!(d.state(), DeviceState::Removed | DeviceState::Evacuating))
+        .map(|d| (d.index, d.state().name()))
+        .collect();
+    PoolInfo { devices: s.device_count(), free_blocks: free.collect(), retired }
 }
 
 fn salt_of(id: &[u8; 16]) -> u64 {

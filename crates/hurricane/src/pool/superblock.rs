@@ -187,7 +187,7 @@ impl Superblock {
             }
         }
         for &(i, st) in &dev_states {
-            if i >= dev_count || st == 0 || st > 4 {
+            if i >= dev_count || st == 0 || st > 5 {
                 return bad(format!("state {st} for device {i} of {dev_count}"));
             }
         }
