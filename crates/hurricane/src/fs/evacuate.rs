@@ -21,6 +21,9 @@
 //!    none), the device is marked *removed* in every superblock and a
 //!    checkpoint is taken.
 //!
+//! Directories whose default layout names the device (`extent@2`) are
+//! given the same spec on other devices, at the start and again at the end.
+//!
 //! A crash during step 2 reopens the pool with the device still
 //! evacuating; running the removal again finishes it. The devices that hold
 //! the journal, its mirror or a copy of the meta-file are not removed
@@ -103,6 +106,15 @@ impl Fs {
             _ => {}
         }
         self.check_removable(dev)?;
+        if let Ok(spec) = crate::layout::parse(self.default_layout()) {
+            if crate::layout::relocate(&spec, dev, &self.pool_info()).is_ok_and(|r| r != crate::layout::canonical(spec))
+            {
+                return Err(Error::NotSupported(format!(
+                    "the pool's default layout {} names device {dev}",
+                    self.default_layout()
+                )));
+            }
+        }
         if !self.storage().devs.iter().any(|d| d.index != dev && d.state().placeable()) {
             return Err(Error::Invalid(format!("device {dev}: no other device of the pool takes data")));
         }
@@ -162,6 +174,8 @@ impl Fs {
             self.set_persistent_state(dev, Some(DeviceState::Evacuating))?;
             tracing::info!("device {dev} ({}): evacuating", h.name());
         }
+        // New files in directories whose default names it go elsewhere now.
+        self.relocate_dir_layouts(dev)?;
         let stop = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
         let mut report = RemoveReport { resumed, ..Default::default() };
         let mut p = RemoveProgress::default();
@@ -189,6 +203,8 @@ impl Fs {
                 progress(&p);
             }
         }
+        // A directory default set to name it meanwhile names another device.
+        self.relocate_dir_layouts(dev)?;
         // Nothing refers to it any more: out of the pool for good.
         self.sync()?;
         self.set_persistent_state(dev, Some(DeviceState::Removed))?;
@@ -220,6 +236,40 @@ impl Fs {
             ))),
             None => Ok(()),
         }
+    }
+
+    /// Rewrites the default layouts of directories that name device `dev`
+    /// (`replicate[extent@1,extent@2]`) to name other devices, as a file's
+    /// layout is moved. Specs that only give widths stay as they are.
+    fn relocate_dir_layouts(&self, dev: u32) -> Result<()> {
+        let names = |s: &crate::layout::Spec| -> bool {
+            fn walk(s: &crate::layout::Spec, dev: u32) -> bool {
+                s.device == Some(dev) || s.children.iter().any(|c| walk(c, dev))
+            }
+            walk(s, dev)
+        };
+        for node in self.state().all() {
+            let text = match node.data.read().dir() {
+                Some(d) if !d.layout.is_empty() => d.layout.clone(),
+                _ => continue,
+            };
+            let Ok(spec) = crate::layout::parse(&text) else { continue };
+            if !names(&spec) {
+                continue;
+            }
+            let ino = node.ino;
+            let new = crate::layout::relocate(&spec, dev, &self.pool_info()).map_err(|e| {
+                let p = self.paths_of(&[ino].into_iter().collect()).remove(&ino).unwrap_or_default().join(", ");
+                Error::Layout(format!("directory {p}: default layout {text}: {e}"))
+            })?;
+            let g = self.inner.gate.enter();
+            let mut l = self.state().lock(&[ino]);
+            let op = Op::SetDirLayout { ino, spec: new.to_string() };
+            self.state().apply(&op, &mut l)?;
+            g.log(&[op]);
+            tracing::info!("directory inode {ino}: default layout {text} now {new}");
+        }
+        Ok(())
     }
 
     /// Regular files with a per-device leaf on `dev`, with their sizes.

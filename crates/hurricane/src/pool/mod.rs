@@ -269,7 +269,7 @@ pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Devic
         .map(|(i, p)| {
             let name = p.display().to_string();
             if !p.exists() {
-                tracing::warn!("device {i} ({name}) is missing");
+                tracing::debug!("device {i} ({name}) is missing");
                 return Arc::new(MissingDevice::new(name, 0)) as Arc<dyn Device>;
             }
             match FileDevice::open(p, writable) {
@@ -438,7 +438,10 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
                     .find(|(pos, _)| *pos == i as usize)
                     .map(|(_, n)| n.clone())
                     .unwrap_or_else(|| "not found".into());
-                tracing::warn!("device {i} ({name}) of {count} is missing: the pool opens degraded");
+                let removed = best.dev_states.contains(&(i, DeviceState::Removed as u8));
+                if !removed {
+                    tracing::warn!("device {i} ({name}) of {count} is missing: the pool opens degraded");
+                }
                 let dev = Arc::new(MissingDevice::new(name, guess.saturating_mul(BLOCK_SIZE as u64)));
                 handles.push(DeviceHandle::with_state(i, dev, DeviceState::Missing));
             }
