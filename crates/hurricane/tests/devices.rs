@@ -122,9 +122,18 @@ fn an_add_cut_short_by_a_crash_opens_either_way() {
     fs.write_file("/g", &pattern(8, 10_000), Some("extent@2")).unwrap();
     fs.close().unwrap();
     // Without the new device's superblock the pool is as it was.
+    let orphan = MemDevice::from_image("mem2", d2.crash_image(CrashMode::DropAll));
     let fs = Fs::open(all(&again.devs), quiet()).unwrap();
     assert_eq!(fs.storage().device_count(), 2);
     assert_eq!(fs.read_file("/f").unwrap(), pattern(7, 200_000));
+    fs.close().unwrap();
+    // The pool went on without it: listed again, it is refused by name
+    // (it claims a slot the pool does not have).
+    let mut devs = all(&again.devs);
+    devs.push(Arc::new(orphan));
+    let e = Fs::open(devs, quiet()).err().unwrap().to_string();
+    assert!(e.contains("mem2") && e.contains("device 2, but the pool has 2 devices"), "{e}");
+    assert!(Fs::open(all(&again.devs), quiet()).is_ok());
 }
 
 #[test]
