@@ -301,13 +301,72 @@ fn writers_and_readers_go_on_while_a_device_is_removed() {
 }
 
 #[test]
-fn devices_with_fixed_regions_or_no_room_left_are_refused() {
-    let pool = MemPool::new(3, 32 * MB);
+fn the_journal_and_meta_data_devices_can_be_removed_too() {
+    let pool = MemPool::new(4, 64 * MB);
+    let fs = pool.open().unwrap();
+    let model = fill_small(&fs);
+    // Device 0 holds the journal and a meta-file copy, device 1 the
+    // journal's mirror and the other copy.
+    for dev in [1, 0] {
+        let r = fs.remove_device(dev, &RemoveOptions::default(), &|_| {}).unwrap();
+        assert!(r.complete);
+        assert_eq!(fs.storage().devs[dev as usize].state(), DeviceState::Removed);
+        check(&fs, &model);
+        fs.write_file(&format!("/after{dev}"), &pattern(40 + dev as u64, 300_000), None).unwrap();
+        fs.sync().unwrap();
+    }
+    fs.close().unwrap();
+    // Both images gone: the pool opens from devices 2 and 3 alone, with its
+    // journal, mirror and meta-data there, and nothing is missing.
+    let mut devs = all(&pool.devs);
+    devs[0] = Arc::new(MissingDevice::new("mem0", 0));
+    devs[1] = Arc::new(MissingDevice::new("mem1", 0));
+    let fs = Fs::open(devs, quiet()).unwrap();
+    check(&fs, &model);
+    assert_eq!(fs.read_file("/after0").unwrap(), pattern(40, 300_000));
+    assert_eq!(fs.read_file("/after1").unwrap(), pattern(41, 300_000));
+    let h = fs.health(10);
+    assert_eq!((h.degraded, h.lost, h.meta), (0, 0, hurricane::blocks::Health::Ok), "{h:?}");
+    assert!(fs.report().double_claims.is_empty());
+    // Work goes on and survives another reopening (journal replay included).
+    fs.write_file("/later", &pattern(50, 100_000), None).unwrap();
+    fs.sync().unwrap();
+    drop(fs);
+    let mut devs = all(&pool.devs);
+    devs[0] = Arc::new(MissingDevice::new("mem0", 0));
+    devs[1] = Arc::new(MissingDevice::new("mem1", 0));
+    let fs = Fs::open(devs, quiet()).unwrap();
+    assert!(fs.report().replayed_ops > 0);
+    assert_eq!(fs.read_file("/later").unwrap(), pattern(50, 100_000));
+    // With two devices left, neither journal copy has anywhere to go.
+    let e = fs.remove_device(2, &RemoveOptions::default(), &|_| {}).unwrap_err().to_string();
+    assert!(e.contains("journal") || e.contains("meta-data"), "{e}");
+}
+
+fn fill_small(fs: &Fs) -> BTreeMap<&'static str, Vec<u8>> {
+    let mut model = BTreeMap::new();
+    for (p, l, n) in [
+        ("/m01", "replicate(copies=2)[extent@0,extent@1]", 400_000),
+        ("/m23", "replicate(copies=2)[extent@2,extent@3]", 300_000),
+        ("/s", "stripe(unit=64K,width=2)", 700_000),
+    ] {
+        let d = pattern(n as u64, n);
+        fs.write_file(p, &d, Some(l)).unwrap();
+        model.insert(p, d);
+    }
+    model
+}
+
+#[test]
+fn devices_with_nowhere_to_go_or_no_room_left_are_refused() {
+    let pool = MemPool::new(2, 32 * MB);
     let fs = pool.open().unwrap();
     for d in [0, 1] {
         let e = fs.remove_device(d, &RemoveOptions::default(), &|_| {}).unwrap_err().to_string();
-        assert!(e.contains("journal") && e.contains("replace"), "{e}");
+        assert!(e.contains("journal") || e.contains("meta-data"), "{e}");
     }
+    let pool = MemPool::new(3, 32 * MB);
+    let fs = pool.open().unwrap();
     let e = fs.remove_device(7, &RemoveOptions::default(), &|_| {}).unwrap_err().to_string();
     assert!(e.contains("has 3 devices"), "{e}");
     // A group as wide as the pool has nowhere to go: the file stays where
@@ -325,4 +384,28 @@ fn devices_with_fixed_regions_or_no_room_left_are_refused() {
     let e = fs.remove_device(2, &RemoveOptions::default(), &|_| {}).unwrap_err().to_string();
     assert!(e.contains("free"), "{e}");
     assert_eq!(fs.storage().devs[2].state(), DeviceState::Online);
+}
+
+#[test]
+fn the_default_layout_follows_the_devices() {
+    // The default stripe has no width: it spans the devices there are.
+    let pool = MemPool::new(2, 64 * MB);
+    let fs = pool.open().unwrap();
+    fs.add_device(mem("mem2", 64 * MB), &AddOptions::default()).unwrap();
+    fs.write_file("/big", &pattern(1, 4 * MB as usize), None).unwrap();
+    assert_eq!(devices_of(&fs, "/big"), vec![0, 1, 2]);
+    // A default written with a width the pool can no longer give loses it.
+    let opts =
+        hurricane::FormatOptions { default_layout: Some("stripe(unit=64K,width=4)".into()), ..Default::default() };
+    let pool = MemPool::with(4, 64 * MB, &opts);
+    let fs = pool.open().unwrap();
+    fs.write_file("/a", &pattern(2, MB as usize), None).unwrap();
+    fs.remove_device(3, &RemoveOptions::default(), &|_| {}).unwrap();
+    assert_eq!(fs.default_layout(), "stripe(unit=64K)");
+    fs.write_file("/b", &pattern(3, MB as usize), None).unwrap();
+    assert_eq!(devices_of(&fs, "/b"), vec![0, 1, 2]);
+    fs.close().unwrap();
+    let fs = pool.open().unwrap();
+    assert_eq!(fs.default_layout(), "stripe(unit=64K)");
+    assert_eq!(fs.read_file("/a").unwrap(), pattern(2, MB as usize));
 }

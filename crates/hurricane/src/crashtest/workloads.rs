@@ -28,7 +28,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
-    ("evacuate", "files on every device, then device 2 removed: marked evacuating and its files moved off one per step between creates, writes, truncations and removals, to removed"),
+    ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
 
@@ -1230,25 +1230,27 @@ pub(crate) fn degraded(d: &mut Driver, size: Size) -> Result<()> {
     d.sync()
 }
 
-/// Files on every device, device 2 among them, then device 2 is removed:
-/// marked evacuating, and its files moved off one per operation between
-/// creates, writes, truncations and removals, until it is removed. Every
-/// crash state must open (device 2 online, evacuating or removed) and show
-/// each file whole, with its layout before or after its move.
+/// Files on every device, then device 1 (which holds the journal's mirror
+/// and a copy of the meta-file as well) is removed: marked evacuating, its
+/// files moved off one per operation between creates, writes, truncations
+/// and removals, then its meta-file copy and journal mirror moved to device
+/// 2, until it is removed. Every crash state must open (device 1 online,
+/// evacuating or removed) and show each file whole, with its layout before
+/// or after its move.
 pub(crate) fn evacuate(d: &mut Driver, size: Size) -> Result<()> {
     use crate::device::DeviceState;
     use crate::fs::RemoveOptions;
     use std::sync::atomic::{AtomicBool, Ordering};
     const BEFORE: &[&str] = &[
-        "replicate(copies=2)[extent@0,extent@2]",
-        "replicate(copies=2)[extent@2,extent@1]",
-        "stripe(unit=16K)[extent@2,extent@0]",
-        "parity(data=1,parity=1,unit=8K)[extent@2,extent@1]",
+        "replicate(copies=2)[extent@0,extent@1]",
+        "replicate(copies=2)[extent@1,extent@2]",
+        "stripe(unit=16K)[extent@1,extent@0]",
+        "parity(data=1,parity=1,unit=8K)[extent@1,extent@2]",
+        "extent@1",
         "extent@2",
-        "extent@0",
     ];
-    // What may be created once device 2 takes no new data.
-    const AFTER: &[&str] = &["replicate(copies=2)[extent@0,extent@1]", "extent@1", "stripe(unit=16K,width=2)"];
+    // What may be created once device 1 takes no new data.
+    const AFTER: &[&str] = &["replicate(copies=2)[extent@0,extent@2]", "extent@2", "stripe(unit=16K,width=2)"];
     for _ in 0..16 {
         let s = *BEFORE.choose(&mut d.rng).unwrap_or(&BEFORE[0]);
         let len = d.rng.gen_range(1..96 << 10);
@@ -1285,10 +1287,10 @@ pub(crate) fn evacuate(d: &mut Driver, size: Size) -> Result<()> {
             _ if !removed => {
                 // One step of the removal: one file moved (the first step
                 // also marks the device evacuating; the last one removes it).
-                d.op_may_commit("evacuate device 2 by one file".into(), |d| {
+                d.op_may_commit("evacuate device 1 by one file".into(), |d| {
                     let stop = Arc::new(AtomicBool::new(false));
                     let s2 = stop.clone();
-                    let r = d.fs.remove_device(2, &RemoveOptions { stop: Some(stop) }, &|p| {
+                    let r = d.fs.remove_device(1, &RemoveOptions { stop: Some(stop) }, &|p| {
                         if p.files_done >= 1 {
                             s2.store(true, Ordering::Relaxed);
                         }
@@ -1307,17 +1309,17 @@ pub(crate) fn evacuate(d: &mut Driver, size: Size) -> Result<()> {
         }
     }
     while !removed {
-        d.op_may_commit("evacuate the rest of device 2".into(), |d| {
-            removed = d.fs.remove_device(2, &RemoveOptions::default(), &|_| {})?.complete;
+        d.op_may_commit("evacuate the rest of device 1".into(), |d| {
+            removed = d.fs.remove_device(1, &RemoveOptions::default(), &|_| {})?.complete;
             d.refresh_all_layouts()?;
             Ok(removed)
         })?;
     }
-    if d.fs.storage().devs[2].state() != DeviceState::Removed {
-        return Err(Error::Invalid("the removal ended with device 2 not removed".into()));
+    if d.fs.storage().devs[1].state() != DeviceState::Removed {
+        return Err(Error::Invalid("the removal ended with device 1 not removed".into()));
     }
-    if let Some(f) = d.m.files.values().find(|f| f.layout.contains("@2")) {
-        return Err(Error::Invalid(format!("a file still on device 2 after its removal: {}", f.layout)));
+    if let Some(f) = d.m.files.values().find(|f| f.layout.contains("@1")) {
+        return Err(Error::Invalid(format!("a file still on device 1 after its removal: {}", f.layout)));
     }
     for _ in 0..4 {
         let s = *AFTER.choose(&mut d.rng).unwrap_or(&AFTER[0]);

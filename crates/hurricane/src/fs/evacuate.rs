@@ -18,23 +18,26 @@
 //!    crash before the commit leaves the old tree in force and the copy's
 //!    space unreferenced (free at the next open); after it, the new tree.
 //! 3. When no file is left on it (the scan is repeated until one finds
-//!    none), the device is marked *removed* in every superblock and a
-//!    checkpoint is taken.
+//!    none), what the pool keeps there besides files moves: a copy of the
+//!    meta-file by a checkpoint written to a layout with that copy
+//!    elsewhere; a copy of the journal by a superblock naming a new region
+//!    on another device, written just after a checkpoint under the
+//!    meta-data lock (the journal is empty then, and no commit can add to
+//!    it before the switch). The device is then marked *removed* in every
+//!    superblock and a checkpoint is taken.
 //!
 //! Directories whose default layout names the device (`extent@2`) are
 //! given the same spec on other devices, at the start and again at the end.
 //!
-//! A crash during step 2 reopens the pool with the device still
-//! evacuating; running the removal again finishes it. The devices that hold
-//! the journal, its mirror or a copy of the meta-file are not removed
-//! (their regions are fixed at mkfs): they can be replaced.
+//! A crash during step 2 or 3 reopens the pool with the device still
+//! evacuating; running the removal again finishes it.
 
 use super::Fs;
 use crate::blocks::{Health, IoCtx, Layout, NodeRecord, BLOCK_SIZE};
 use crate::codec::Encoder;
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
-use crate::journal::{Ino, Op};
+use crate::journal::{Ino, Op, Region};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -106,15 +109,6 @@ impl Fs {
             _ => {}
         }
         self.check_removable(dev)?;
-        if let Ok(spec) = crate::layout::parse(self.default_layout()) {
-            if crate::layout::relocate(&spec, dev, &self.pool_info()).is_ok_and(|r| r != crate::layout::canonical(spec))
-            {
-                return Err(Error::NotSupported(format!(
-                    "the pool's default layout {} names device {dev}",
-                    self.default_layout()
-                )));
-            }
-        }
         if !self.storage().devs.iter().any(|d| d.index != dev && d.state().placeable()) {
             return Err(Error::Invalid(format!("device {dev}: no other device of the pool takes data")));
         }
@@ -205,6 +199,8 @@ impl Fs {
         }
         // A directory default set to name it meanwhile names another device.
         self.relocate_dir_layouts(dev)?;
+        self.move_fixed_regions(dev)?;
+        self.adjust_default_layout(dev)?;
         // Nothing refers to it any more: out of the pool for good.
         self.sync()?;
         self.set_persistent_state(dev, Some(DeviceState::Removed))?;
@@ -215,27 +211,139 @@ impl Fs {
         Ok(report)
     }
 
-    /// Refuses devices whose regions are fixed: the journal, its mirror, a
-    /// meta-file copy.
+    /// Checks that what the pool keeps on `dev` besides files (the journal,
+    /// its mirror, meta-file copies) has somewhere else to go.
     fn check_removable(&self, dev: u32) -> Result<()> {
+        let info = self.pool_info();
         let m = self.inner.meta.lock();
-        let what = if m.sb.journal.dev == dev {
-            Some("the journal")
-        } else if m.sb.journal_mirror.is_some_and(|j| j.dev == dev) {
-            Some("the journal's mirror")
-        } else {
-            let mut on = false;
-            m.meta.extents(&mut |d, _, _| on |= d == dev);
-            m.meta.nodes().iter().for_each(|n| on |= n.device() == Some(dev));
-            on.then_some("a copy of the meta-data")
-        };
-        match what {
-            Some(w) => Err(Error::NotSupported(format!(
-                "device {dev} holds {w}, which stays where the pool was made: it can be replaced \
-                 (hurricane device replace), not removed"
-            ))),
-            None => Ok(()),
+        if m.meta.nodes().iter().any(|n| n.device() == Some(dev)) {
+            crate::layout::relocate(&m.meta.spec(), dev, &info).map_err(|e| {
+                Error::NotSupported(format!("device {dev} holds a copy of the meta-data, which cannot move: {e}"))
+            })?;
         }
+        for (r, other) in journal_copies(&m.sb) {
+            if r.dev == dev && journal_target(self.storage(), dev, other.map(|o| o.dev)).is_none() {
+                return Err(Error::NotSupported(format!(
+                    "device {dev} holds a copy of the journal, and no other device can take it (the pool needs \
+                     another device besides the other copy's; add one first)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the meta-file's copies and the journal's copies off `dev`
+    /// (module notes, step 3): the meta-file by a checkpoint written to its
+    /// new layout; each journal copy by a superblock that names a new
+    /// region, written right after a checkpoint, while the journal is
+    /// empty and the meta-data lock keeps commits out, so no record is
+    /// ever in a region the superblock no longer names.
+    fn move_fixed_regions(&self, dev: u32) -> Result<()> {
+        {
+            let mut m = self.inner.meta.lock();
+            if m.meta.nodes().iter().any(|n| n.device() == Some(dev)) {
+                let spec = crate::layout::relocate(&m.meta.spec(), dev, &self.pool_info())?;
+                tracing::info!("meta-file: moving off device {dev} to {spec}");
+                m.relayout = Some(spec);
+            }
+        }
+        // Commits may come between the checkpoint and the lock: then again.
+        for _ in 0..64 {
+            self.checkpoint()?;
+            let mut m = self.inner.meta.lock();
+            if m.relayout.is_some() {
+                continue;
+            }
+            if m.cursor.tail != m.cursor.head {
+                continue;
+            }
+            let mut sb = m.sb.clone();
+            let mut moved = Vec::new();
+            let copies: Vec<(Region, Option<Region>)> = journal_copies(&sb);
+            for (i, (r, other)) in copies.into_iter().enumerate() {
+                if r.dev != dev {
+                    continue;
+                }
+                let j = journal_target(self.storage(), dev, other.map(|o| o.dev)).ok_or_else(|| {
+                    Error::NotSupported(format!("no device can take the journal copy on device {dev}"))
+                })?;
+                let a = &self.storage().allocs[j as usize];
+                let start = match a.alloc_reserved(None, r.blocks) {
+                    Some((s, n)) if n == r.blocks => s,
+                    Some((s, n)) => {
+                        a.free_now(s, n);
+                        return Err(Error::NoSpace(format!(
+                            "device {j}: no {} contiguous free blocks for the journal",
+                            r.blocks
+                        )));
+                    }
+                    None => return Err(Error::NoSpace(format!("device {j}: no room for the journal"))),
+                };
+                let new = Region { dev: j, start, blocks: r.blocks };
+                // Replay starts at the cursor: nothing there may look like a record.
+                let tail = m.cursor.tail;
+                let n = 4u64.min(r.blocks - tail);
+                let h = &self.storage().devs[j as usize];
+                h.write_blocks(start + tail, &vec![0u8; (n * BS) as usize])?;
+                h.flush()?;
+                if i == 0 {
+                    sb.journal = new;
+                } else {
+                    sb.journal_mirror = Some(new);
+                }
+                moved.push((r, new));
+            }
+            if moved.is_empty() {
+                return Ok(());
+            }
+            sb.generation += 1;
+            self.storage().write_superblocks(&sb)?;
+            m.sb = sb;
+            for (old, new) in moved {
+                if let Some(a) = self.storage().allocs.get(old.dev as usize) {
+                    a.free_now(old.start, old.blocks);
+                }
+                tracing::info!(
+                    "journal copy moved from device {} to device {} (blocks {}+{})",
+                    old.dev,
+                    new.dev,
+                    new.start,
+                    new.blocks
+                );
+            }
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "the journal on device {dev} could not be moved: commits kept arriving between checkpoints"
+        )))
+    }
+
+    /// Keeps the pool's default layout usable without device `dev`: one that
+    /// names it names other devices; one whose width the remaining devices
+    /// cannot give (`stripe(width=4)` on 3) loses its width, so it spans
+    /// every device that takes data. Recorded with the next superblock.
+    fn adjust_default_layout(&self, dev: u32) -> Result<()> {
+        let cur = self.default_layout();
+        let info = self.pool_info();
+        let spec = crate::layout::parse(&cur)?;
+        let mut new = crate::layout::relocate(&spec, dev, &info)?;
+        if crate::layout::resolve(&new, &info).is_err() {
+            let t = crate::blocks::lookup(&new.kind);
+            if let Some(wp) = t.and_then(|t| t.width_param).filter(|_| t.is_some_and(|t| t.distinct_devices)) {
+                new.params.retain(|(k, _)| k != wp);
+            }
+            crate::layout::resolve(&new, &info).map_err(|e| {
+                Error::Layout(format!("the pool's default layout {cur} cannot do without device {dev}: {e}"))
+            })?;
+        }
+        let new = new.to_string();
+        if new != cur {
+            let mut m = self.inner.meta.lock();
+            m.sb.default_layout = new.clone();
+            *self.inner.default_layout.write() = new.clone();
+            tracing::info!("default layout {cur} is now {new}");
+        }
+        Ok(())
     }
 
     /// Rewrites the default layouts of directories that name device `dev`
@@ -393,4 +501,25 @@ impl Fs {
         m.sb = sb;
         Ok(())
     }
+}
+
+/// The journal's copies, each with the other one: (primary, mirror) and
+/// (mirror, primary).
+fn journal_copies(sb: &crate::pool::Superblock) -> Vec<(Region, Option<Region>)> {
+    let mut v = vec![(sb.journal, sb.journal_mirror)];
+    if let Some(m) = sb.journal_mirror {
+        v.push((m, Some(sb.journal)));
+    }
+    v
+}
+
+/// The device a journal copy on `from` moves to: one that takes new data,
+/// is neither `from` nor the other copy's, with the most free space.
+fn journal_target(storage: &crate::pool::Storage, from: u32, other: Option<u32>) -> Option<u32> {
+    storage
+        .devs
+        .iter()
+        .filter(|d| d.index != from && Some(d.index) != other && d.state().placeable())
+        .max_by_key(|d| storage.allocs.get(d.index as usize).map_or(0, |a| a.free_blocks()))
+        .map(|d| d.index)
 }

@@ -110,6 +110,9 @@ struct MetaState {
     /// Groups a failed commit took out of the gate: the next commit writes
     /// them first, so what is durable is always a prefix of what was done.
     unwritten: Vec<Vec<u8>>,
+    /// A new layout for the meta-file (its copies moved off a device being
+    /// removed): the next checkpoint writes it there.
+    relayout: Option<crate::blocks::Spec>,
 }
 
 pub(crate) struct Inner {
@@ -121,7 +124,7 @@ pub(crate) struct Inner {
     committed_cv: Condvar,
     salt: u64,
     read_only: bool,
-    pub(crate) default_layout: String,
+    pub(crate) default_layout: parking_lot::RwLock<String>,
     /// New files' layouts get checksum blocks (superblock `checksum`).
     pub(crate) checksum: bool,
     /// Inodes whose times changed since the last commit (sharded lists).
@@ -260,7 +263,8 @@ impl Fs {
         };
         let mut e = Encoder::new();
         state.encode(&mut e);
-        let mut ms = MetaState { sb, cursor: Cursor { tail: 0, head: 0, seq: 1 }, meta, unwritten: Vec::new() };
+        let mut ms =
+            MetaState { sb, cursor: Cursor { tail: 0, head: 0, seq: 1 }, meta, unwritten: Vec::new(), relayout: None };
         write_checkpoint(&storage, &mut ms, &e.buf, true)?;
         Ok(())
     }
@@ -397,6 +401,7 @@ impl Fs {
             sb,
             meta,
             unwritten: Vec::new(),
+            relayout: None,
         };
         let inner = Arc::new(Inner {
             storage,
@@ -407,7 +412,7 @@ impl Fs {
             committed_cv: Condvar::new(),
             salt,
             read_only: opts.read_only,
-            default_layout,
+            default_layout: parking_lot::RwLock::new(default_layout),
             checksum,
             dirty: (0..shards()).map(|_| CachePadded::new(Mutex::new(Vec::new()))).collect(),
             rename_lock: Mutex::new(()),
@@ -553,8 +558,8 @@ impl Fs {
         (self.inner.commits.load(Ordering::Relaxed), self.inner.checkpoints.load(Ordering::Relaxed))
     }
 
-    pub fn default_layout(&self) -> &str {
-        &self.inner.default_layout
+    pub fn default_layout(&self) -> String {
+        self.inner.default_layout.read().clone()
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -792,11 +797,14 @@ fn salt_of(id: &[u8; 16]) -> u64 {
         ^ u64::from_le_bytes(id[8..].try_into().unwrap_or_default())
 }
 
+/// The default layout of a new pool: one extent, or a stripe over every
+/// device that takes new data when a file is made (no width: a device added
+/// later is used at once, one removed is left out).
 pub fn default_pool_layout(devices: u32) -> String {
     if devices <= 1 {
         "extent".into()
     } else {
-        format!("stripe(unit=1M,width={devices})")
+        "stripe(unit=1M)".into()
     }
 }
 
@@ -861,7 +869,7 @@ fn write_checkpoint_staged(
     bytes: &[u8],
     format: bool,
 ) -> std::result::Result<(), (Error, bool)> {
-    let spec = m.meta.spec();
+    let spec = m.relayout.clone().unwrap_or_else(|| m.meta.spec());
     let fresh = Layout::build(&spec).map_err(|e| (e, true))?;
     let mut padded = bytes.to_vec();
     padded.resize(bytes.len().div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE, 0);
@@ -886,6 +894,7 @@ fn write_checkpoint_staged(
     m.sb = sb;
     set_meta_reserve(storage, &fresh, &m.sb.journal);
     m.meta = fresh;
+    m.relayout = None;
     m.cursor.tail = m.cursor.head;
     Ok(())
 }

@@ -39,6 +39,11 @@ impl PoolInfo {
     fn free(&self, dev: u32) -> u64 {
         self.free_blocks.get(dev as usize).copied().unwrap_or(0)
     }
+    /// Devices that take new data: a spread-out composite written without a
+    /// width spans them all.
+    pub fn usable(&self) -> u32 {
+        self.devices.saturating_sub(self.retired.iter().filter(|r| r.0 < self.devices).count() as u32)
+    }
     /// Why device `dev` takes no new data ("removed", "evacuating"), if it does not.
     pub fn retired(&self, dev: u32) -> Option<&'static str> {
         self.retired.binary_search_by_key(&dev, |r| r.0).ok().map(|i| self.retired[i].1)
@@ -450,7 +455,7 @@ fn expand(s: &Spec, pool: &PoolInfo, depth: usize, nodes: &mut usize) -> Result<
         // Spread-out composites default to the whole pool; replicas to two.
         let n = match width_of(t, s).or_else(|| registry::implied_width(t, &s.params)) {
             Some(w) => w,
-            None if t.distinct_devices => pool.devices.into(),
+            None if t.distinct_devices => pool.usable().into(),
             None if t.width_param.is_some() => 2,
             None => t.min_children as u64,
         };
