@@ -76,8 +76,8 @@ pub struct AddArgs {
 #[command(after_help = "The device is marked evacuating first: nothing new is placed on it. \
 Files are moved one at a time (each waits for its turn while it moves); redundant files on a \
 missing or failing device are rebuilt from their other pieces. An interrupted removal (stopped, \
-or a crash) goes on when the command is run again. The devices holding the journal or a copy \
-of the meta-data cannot be removed; replace them instead.")]
+or a crash) goes on when the command is run again. The journal's and the meta-data's copies on \
+the device move too, which needs a device besides the one holding the other copy.")]
 pub struct RemoveArgs {
     /// Pool directory or mount point.
     pub target: PathBuf,
