@@ -168,21 +168,35 @@ fn add(a: &AddArgs) -> CliResult {
     Ok(())
 }
 
+/// Runs `job` on the pool directory `dir` opened (writable or not) under
+/// its lock, with a byte progress bar that `job` moves through its
+/// `(done, total)` callback; closes the pool either way.
+fn offline<R>(
+    dir: &Path,
+    writable: bool,
+    what: &str,
+    job: impl FnOnce(&Fs, &dyn Fn(u64, u64)) -> CliResult<R>,
+) -> CliResult<R> {
+    let _lock = PoolLock::take(dir, writable)?;
+    let fs = Fs::open_dir(dir, Options { read_only: !writable, ..Options::default() })?;
+    let pb = bytes_bar(0, what);
+    let r = job(&fs, &|done, total| {
+        pb.set_length(total);
+        pb.set_position(done);
+    });
+    pb.finish_and_clear();
+    let c = fs.close();
+    let r = r?;
+    c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+    Ok(r)
+}
+
 fn remove(a: &RemoveArgs) -> CliResult {
     let (dev, files, bytes) = if is_pool(&a.target) {
-        let dir = &a.target;
-        let _lock = PoolLock::take(dir, true)?;
-        let fs = Fs::open_dir(dir, Options::default())?;
-        let dev = resolve_device(&fs, &a.dev)?;
-        let pb = bytes_bar(0, "evacuate");
-        let r = fs.remove_device(dev, &RemoveOptions::default(), &|p| {
-            pb.set_length(p.total_bytes);
-            pb.set_position(p.done_bytes);
-        });
-        pb.finish_and_clear();
-        let c = fs.close();
-        let r = r?;
-        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+        let (dev, r) = offline(&a.target, true, "evacuate", |fs, bar| {
+            let dev = resolve_device(fs, &a.dev)?;
+            Ok((dev, fs.remove_device(dev, &RemoveOptions::default(), &|p| bar(p.done_bytes, p.total_bytes))?))
+        })?;
         if r.resumed && !a.json {
             println!("resumed the evacuation of device {dev}");
         }
@@ -207,9 +221,6 @@ fn is_pool(p: &Path) -> bool {
 pub fn scrub(a: &ScrubArgs) -> CliResult {
     let summary = if is_pool(&a.target) {
         let writable = !a.no_repair;
-        let _lock = PoolLock::take(&a.target, writable)?;
-        let fs = Fs::open_dir(&a.target, Options { read_only: !writable, ..Options::default() })?;
-        let pb = bytes_bar(0, "scrub");
         let opts = ScrubOptions {
             repair: writable,
             rate: a.rate,
@@ -217,14 +228,9 @@ pub fn scrub(a: &ScrubArgs) -> CliResult {
             resume: !a.restart,
             ..Default::default()
         };
-        let r = fs.scrub(&opts, &|p| {
-            pb.set_length(p.total_bytes);
-            pb.set_position(p.done_bytes);
-        });
-        pb.finish_and_clear();
-        let c = fs.close();
-        let r = r?;
-        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+        let r = offline(&a.target, writable, "scrub", |fs, bar| {
+            Ok(fs.scrub(&opts, &|p| bar(p.done_bytes, p.total_bytes))?)
+        })?;
         ScrubSummary::from(&r)
     } else {
         let req = Request::Scrub { repair: !a.no_repair, rate: a.rate, resume: !a.restart };

@@ -9,28 +9,6 @@ mod fuse_util;
 
 use fuse_util::*;
 use hurricane_fuse::report::StatusReport;
-use std::process::{Command, Stdio};
-
-/// Runs `hurricane ARGS`; returns (exit status, stdout, stderr), never a panic.
-fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(BIN).args(args).env_remove("RUST_LOG").stdin(Stdio::null()).output().unwrap();
-    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
-    assert!(!err.contains("panicked") && !err.contains("internal error"), "{args:?}: {err}");
-    (o.status.code().unwrap_or(-1), out, err)
-}
-
-fn put(pool: &Pool, name: &str, bytes: &[u8], layout: &str) {
-    let local = pool.tmp.path().join(format!("local-{name}"));
-    std::fs::write(&local, bytes).unwrap();
-    hurricane(&["put", s(&pool.dir), s(&local), &format!("/{name}"), "-l", layout]);
-}
-
-fn get(pool: &Pool, name: &str) -> Vec<u8> {
-    let dest = pool.tmp.path().join(format!("got-{}", name.replace('/', "_")));
-    let _ = std::fs::remove_file(&dest);
-    hurricane(&["get", s(&pool.dir), &format!("/{name}"), s(&dest)]);
-    std::fs::read(&dest).unwrap()
-}
 
 fn status(target: &std::path::Path) -> StatusReport {
     let (_, out, _) = run(&["status", "--json", s(target)]);
@@ -51,7 +29,7 @@ fn offline_add_then_remove_keeps_every_file() {
         ("s", data(2 << 20, 4), "stripe(unit=64K,width=3)"),
     ];
     for (n, d, l) in &files {
-        put(&pool, n, d, l);
+        pool.put(n, d, l);
     }
     // A new image file, made at the size of the largest device.
     let new = pool.tmp.path().join("new3.img");
@@ -87,7 +65,7 @@ fn offline_add_then_remove_keeps_every_file() {
     // Its image is no longer needed.
     std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
     for (n, d, _) in &files {
-        assert!(get(&pool, n) == *d, "{n}");
+        assert!(pool.get(n) == *d, "{n}");
     }
     pool.fsck_clean();
     let (code, out, _) = run(&["fsck", "--data", s(&pool.dir)]);
@@ -103,7 +81,7 @@ fn offline_add_then_remove_keeps_every_file() {
     assert_eq!(code, 0, "{out}{err}");
     std::fs::remove_file(pool.dir.join("dev0.img")).unwrap();
     for (n, d, _) in files.iter().filter(|f| f.0 != "p") {
-        assert!(get(&pool, n) == *d, "{n} without device 0");
+        assert!(pool.get(n) == *d, "{n} without device 0");
     }
     assert!(status(&pool.dir).healthy());
     pool.fsck_clean();
@@ -185,7 +163,7 @@ fn online_add_and_remove_while_files_are_in_use() {
     mnt.unmount();
     std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
     assert!(std::fs::read_to_string(pool.dir.join("pool.conf")).unwrap().contains("new3.img"));
-    assert_eq!(get(&pool, "d/m"), m);
-    assert_eq!(get(&pool, "on3"), data(200_000, 13));
+    assert_eq!(pool.get("d/m"), m);
+    assert_eq!(pool.get("on3"), data(200_000, 13));
     pool.fsck_clean();
 }

@@ -12,27 +12,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs `hurricane ARGS`; returns (exit status, stdout, stderr), never a panic.
-fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(BIN).args(args).env_remove("RUST_LOG").stdin(Stdio::null()).output().unwrap();
-    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
-    assert!(!err.contains("panicked") && !err.contains("internal error"), "{args:?}: {err}");
-    (o.status.code().unwrap_or(-1), out, err)
-}
-
-fn put(pool: &Pool, name: &str, bytes: &[u8], layout: &str) {
-    let local = pool.tmp.path().join(format!("local-{name}"));
-    std::fs::write(&local, bytes).unwrap();
-    hurricane(&["put", s(&pool.dir), s(&local), &format!("/{name}"), "-l", layout]);
-}
-
-fn get(pool: &Pool, name: &str) -> Vec<u8> {
-    let dest = pool.tmp.path().join(format!("got-{name}"));
-    let _ = std::fs::remove_file(&dest);
-    hurricane(&["get", s(&pool.dir), &format!("/{name}"), s(&dest)]);
-    std::fs::read(&dest).unwrap()
-}
-
 fn summary(json: &str) -> ScrubSummary {
     let line = json.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON in {json}"));
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
@@ -46,8 +25,8 @@ const MIRROR_2_FIRST: &str = "replicate(copies=2,read=primary)[extent@2,extent@1
 #[test]
 fn scrub_of_a_healthy_pool_repairs_nothing() {
     let pool = Pool::new(3, "32M");
-    put(&pool, "m", &data(3 << 20, 1), MIRROR);
-    put(&pool, "s", &data(1 << 20, 2), "stripe(unit=64K,width=3)");
+    pool.put("m", &data(3 << 20, 1), MIRROR);
+    pool.put("s", &data(1 << 20, 2), "stripe(unit=64K,width=3)");
     let out = hurricane(&["scrub", s(&pool.dir)]);
     assert!(out.contains("2 files") && out.contains("0 repaired") && out.contains("0 unrecoverable"), "{out}");
     let sm = summary(&hurricane(&["scrub", "--json", "--no-repair", s(&pool.dir)]));
@@ -62,8 +41,8 @@ fn scrub_repairs_flipped_bytes_in_a_copy_and_names_files_it_cannot_repair() {
     let pool = Pool::new(3, "32M");
     let m = data(1 << 20, 3);
     let p = data(64 << 10, 4);
-    put(&pool, "m", &m, MIRROR);
-    put(&pool, "p", &p, "extent@0");
+    pool.put("m", &m, MIRROR);
+    pool.put("p", &p, "extent@0");
     // One byte of each file's first block, in one copy, on the images.
     for (dev, block) in [(1, &m[..4096]), (0, &p[..4096])] {
         let img = pool.dir.join(format!("dev{dev}.img"));
@@ -76,7 +55,7 @@ fn scrub_repairs_flipped_bytes_in_a_copy_and_names_files_it_cannot_repair() {
     assert_eq!(code, 4, "{out}");
     assert!(out.contains("unrecoverable: /p (bytes 0+4096)"), "{out}");
     assert!(!out.contains("/m"), "{out}");
-    assert_eq!(get(&pool, "m"), m);
+    assert_eq!(pool.get("m"), m);
     let (code, out, _) = run(&["scrub", s(&pool.dir)]);
     assert_eq!(code, 4);
     assert!(out.contains("0 repaired"), "{out}");
@@ -86,8 +65,8 @@ fn scrub_repairs_flipped_bytes_in_a_copy_and_names_files_it_cannot_repair() {
 fn replacing_a_readable_device_copies_it() {
     let pool = Pool::new(3, "32M");
     let (m, b) = (data(2 << 20, 5), data(700_000, 6));
-    put(&pool, "m", &m, MIRROR);
-    put(&pool, "b", &b, "extent@1");
+    pool.put("m", &m, MIRROR);
+    pool.put("b", &b, "extent@1");
     let new = pool.tmp.path().join("new1.img");
     let out = hurricane(&["device", "replace", s(&pool.dir), s(&pool.dir.join("dev1.img")), s(&new)]);
     assert!(out.contains("copied"), "{out}");
@@ -96,8 +75,8 @@ fn replacing_a_readable_device_copies_it() {
     assert!(conf.contains("new1.img") && !conf.contains("dev1.img"), "{conf}");
     // The old image is no longer needed.
     std::fs::remove_file(pool.dir.join("dev1.img")).unwrap();
-    assert_eq!(get(&pool, "m"), m);
-    assert_eq!(get(&pool, "b"), b);
+    assert_eq!(pool.get("m"), m);
+    assert_eq!(pool.get("b"), b);
     pool.fsck_clean();
     // Refusals name what is wrong.
     let (code, _, err) = run(&["device", "replace", s(&pool.dir), "7", s(&pool.tmp.path().join("x.img"))]);
@@ -111,16 +90,16 @@ fn replacing_a_readable_device_copies_it() {
     let (code, _, err) = run(&["device", "replace", s(&pool.dir), "0", s(&small)]);
     assert_eq!(code, 1);
     assert!(err.contains("smaller"), "{err}");
-    assert_eq!(get(&pool, "b"), b);
+    assert_eq!(pool.get("b"), b);
 }
 
 #[test]
 fn replacing_a_deleted_image_rebuilds_and_lists_what_had_no_copy() {
     let pool = Pool::new(3, "32M");
     let m = data(1 << 20, 7);
-    put(&pool, "m", &m, MIRROR);
-    put(&pool, "plain", &data(100_000, 8), "extent@1");
-    put(&pool, "other", &data(100_000, 9), "extent@2");
+    pool.put("m", &m, MIRROR);
+    pool.put("plain", &data(100_000, 8), "extent@1");
+    pool.put("other", &data(100_000, 9), "extent@2");
     std::fs::remove_file(pool.dir.join("dev1.img")).unwrap();
     let new = pool.tmp.path().join("new1.img");
     let (code, out, err) = run(&["device", "replace", s(&pool.dir), "1", s(&new)]);
@@ -128,7 +107,7 @@ fn replacing_a_deleted_image_rebuilds_and_lists_what_had_no_copy() {
     assert!(out.contains("rebuilt") && out.contains("unrecoverable: /plain (bytes 0+100000)"), "{out}");
     assert!(!out.contains("/other") && !out.contains("/m "), "{out}");
     assert!(err.contains("1 files have unrecoverable data"), "{err}");
-    assert_eq!(get(&pool, "other"), data(100_000, 9));
+    assert_eq!(pool.get("other"), data(100_000, 9));
     // Nothing left to resume; the pool is whole.
     assert!(hurricane(&["device", "replace", "--resume", s(&pool.dir)]).contains("no replacement to resume"));
     pool.fsck_clean();
@@ -138,20 +117,20 @@ fn replacing_a_deleted_image_rebuilds_and_lists_what_had_no_copy() {
 fn a_replaced_device_holds_a_full_copy() {
     let pool = Pool::new(3, "32M");
     let m = data(3 << 20, 10);
-    put(&pool, "m", &m, MIRROR);
+    pool.put("m", &m, MIRROR);
     std::fs::remove_file(pool.dir.join("dev1.img")).unwrap();
     let new = pool.tmp.path().join("new1.img");
     hurricane(&["device", "replace", s(&pool.dir), "1", s(&new)]);
     // The other copy gone: everything comes from the rebuilt device.
     std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
-    assert_eq!(get(&pool, "m"), m);
+    assert_eq!(pool.get("m"), m);
 }
 
 #[test]
 fn an_interrupted_replacement_resumes() {
     let pool = Pool::new(3, "64M");
     let m = data(12 << 20, 11);
-    put(&pool, "m", &m, MIRROR_2_FIRST);
+    pool.put("m", &m, MIRROR_2_FIRST);
     std::fs::remove_file(pool.dir.join("dev1.img")).unwrap();
     let new = pool.tmp.path().join("new1.img");
     // Slow enough to be cut: 1 MiB/s over 12 MiB.
@@ -180,7 +159,7 @@ fn an_interrupted_replacement_resumes() {
     assert!(out.contains("rebuilt devices: [1]"), "{out}");
     assert!(out.contains("(resumed)"), "the resilver went on from its saved position: {out}");
     assert!(hurricane(&["device", "replace", "--resume", s(&pool.dir)]).contains("no replacement to resume"));
-    assert_eq!(get(&pool, "m"), m);
+    assert_eq!(pool.get("m"), m);
     pool.fsck_clean();
 }
 
@@ -229,7 +208,7 @@ fn mounted_scrub_and_replace(pool: &Pool) {
     mnt.unmount();
     let conf = std::fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
     assert!(conf.contains("new2.img") && !conf.contains("new1.img"), "{conf}");
-    assert_eq!(get(pool, "after"), b"written after the replacement");
+    assert_eq!(pool.get("after"), b"written after the replacement");
     pool.fsck_clean();
 }
 

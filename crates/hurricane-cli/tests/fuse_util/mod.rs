@@ -196,6 +196,30 @@ impl Pool {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("hurricane-mount.log")).unwrap_or_default()
     }
+
+    /// `hurricane put` of `bytes` as `/NAME` with `layout`.
+    pub fn put(&self, name: &str, bytes: &[u8], layout: &str) {
+        let local = self.tmp.path().join(format!("local-{}", name.replace('/', "_")));
+        std::fs::write(&local, bytes).unwrap();
+        hurricane(&["put", s(&self.dir), s(&local), &format!("/{name}"), "-l", layout]);
+    }
+
+    /// `hurricane get` of `/NAME`.
+    pub fn get(&self, name: &str) -> Vec<u8> {
+        let dest = self.tmp.path().join(format!("got-{}", name.replace('/', "_")));
+        let _ = std::fs::remove_file(&dest);
+        hurricane(&["get", s(&self.dir), &format!("/{name}"), s(&dest)]);
+        std::fs::read(&dest).unwrap()
+    }
+}
+
+/// Runs `hurricane ARGS` that may fail; returns (exit status, stdout,
+/// stderr), and fails the test only on a panic of the command.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(BIN).args(args).env_remove("RUST_LOG").stdin(Stdio::null()).output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(!err.contains("panicked") && !err.contains("internal error"), "{args:?}: {err}");
+    (o.status.code().unwrap_or(-1), out, err)
 }
 
 /// A mounted pool. Dropping it unmounts (lazily if a failed test left

@@ -478,22 +478,13 @@ impl Fs {
             return Err(e);
         }
         let g = self.inner.gate.enter();
-        let mut ops = vec![Op::SetLayout { ino, layout: e.into_inner() }];
-        ops.extend(changes.into_inner().into_iter().map(|change| Op::Map { ino, change }));
-        let mut l = self.state().lock(&[ino]);
-        // Installed the way replay installs it: the logged tree decoded,
-        // then its logged records applied.
-        for op in &ops {
-            self.state().apply(op, &mut l)?;
-        }
-        g.log(&ops);
+        self.install_layout(&g, ino, e.into_inner(), changes.into_inner())?;
         // The old tree's space, once this batch is durable.
         old.extents(&mut |d, s, len| {
             if let Some(a) = self.storage().allocs.get(d as usize) {
                 a.free_deferred(g.epoch(), s, len);
             }
         });
-        drop(l);
         drop(g);
         // Loads that raced the move must not publish what they read.
         self.inner.cache.invalidate_from(ino, 0);

@@ -383,16 +383,29 @@ impl Fs {
         if !buf.is_empty() {
             fresh.root().write(&io, 0, &buf)?;
         }
-        let mut ops = vec![Op::SetLayout { ino, layout: e.into_inner() }];
-        ops.extend(changes.into_inner().into_iter().map(|change| Op::Map { ino, change }));
+        self.install_layout(&g, ino, e.into_inner(), changes.into_inner())?;
+        tracing::debug!("inode {ino}: inline data moved to the default layout");
+        Ok(())
+    }
+
+    /// Gives file `ino` a new tree, the way replay installs it: `SetLayout`
+    /// with the tree as encoded before it was written, then the records its
+    /// writes made (`changes`), applied and logged as one group in `g`'s
+    /// batch. The caller holds the file's I/O lock exclusively.
+    pub(crate) fn install_layout(
+        &self,
+        g: &crate::journal::Entered,
+        ino: Ino,
+        encoded: Vec<u8>,
+        changes: Vec<NodeRecord>,
+    ) -> Result<()> {
+        let mut ops = vec![Op::SetLayout { ino, layout: encoded }];
+        ops.extend(changes.into_iter().map(|change| Op::Map { ino, change }));
         let mut l = self.state().lock(&[ino]);
-        // The new tree is installed the way replay installs it: decoded
-        // from the logged layout, then the logged records applied to it.
         for op in &ops {
             self.state().apply(op, &mut l)?;
         }
         g.log(&ops);
-        tracing::debug!("inode {ino}: inline data moved to the default layout");
         Ok(())
     }
 
