@@ -508,20 +508,48 @@ impl State {
         }
     }
 
-    /// Hands out `want` consecutive physical stripes: a free range freed in
-    /// an epoch before `epoch`, else new ones at the top.
-    fn alloc(&mut self, want: u64, epoch: u64) -> u64 {
-        let pick = self.free.iter().find(|(_, &(l, e))| l >= want && e < epoch).map(|(&s, &(l, e))| (s, l, e));
-        if let Some((s, l, e)) = pick {
+    /// Hands out `want` consecutive physical stripes for logical stripes
+    /// starting at `logical`: a free range freed in an epoch before `epoch`,
+    /// else new ones at the top. The first stripe is congruent to `logical`
+    /// modulo `n` (the children) where it can be, so a logical stripe's
+    /// units sit on the children its number rotates them to, whatever
+    /// history of copy-on-write rewrites moved it: neighbouring stripes
+    /// then put their units on different children, as in a file written in
+    /// one go. Stripes skipped at the top to align stay free for later
+    /// requests. Past `limit` (physical stripes the children hold), or with
+    /// no aligned fit below it, any free range of the epoch will do.
+    fn alloc(&mut self, want: u64, epoch: u64, logical: u64, n: u64, limit: u64) -> u64 {
+        let n = n.max(1);
+        let align = |s: u64| s + (logical % n + n - s % n) % n;
+        let aligned = self
+            .free
+            .iter()
+            .find(|(&s, &(l, e))| e < epoch && align(s) + want <= s + l)
+            .map(|(&s, &(l, e))| (s, l, e, align(s)));
+        let top = align(self.top);
+        let pick = match aligned {
+            Some(p) => Some(p),
+            None if top.saturating_add(want) <= limit => None,
+            None => self.free.iter().find(|(_, &(l, e))| l >= want && e < epoch).map(|(&s, &(l, e))| (s, l, e, s)),
+        };
+        if let Some((s, l, e, a)) = pick {
             self.free.remove(&s);
-            if l > want {
-                self.free.insert(s + want, (l - want, e));
+            if a > s {
+                self.free.insert(s, (a - s, e));
             }
-            return s;
+            if s + l > a + want {
+                self.free.insert(a + want, (s + l - a - want, e));
+            }
+            return a;
         }
-        let s = self.top;
-        self.top += want;
-        s
+        let a = if top.saturating_add(want) <= limit { top } else { self.top };
+        if a > self.top {
+            // Never written: free for any request.
+            let gap = self.top;
+            self.release(gap, a - gap, 0);
+        }
+        self.top = a + want;
+        a
     }
 
     /// Physical stripes [p, p+len) are free again, reusable by requests of
@@ -1063,7 +1091,8 @@ impl Parity {
         let (k, n, ub) = (g.k, g.n(), g.unit_bytes());
         let sdb = k * ub;
         let ru = r as usize;
-        let p0 = self.state.lock().alloc(r, io.epoch);
+        let limit = self.children.iter().map(|c| c.capacity()).min().unwrap_or(u64::MAX) / g.unit;
+        let p0 = self.state.lock().alloc(r, io.epoch, l0, n as u64, limit);
         // Shard j: unit j of every stripe, concatenated (RS works position by
         // position, so one call encodes them all).
         let shards: Vec<Vec<u8>> =
@@ -1710,6 +1739,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn stripes_rewritten_piece_by_piece_keep_their_rotation() {
+        // A file written in pieces smaller than a stripe moves each stripe
+        // through several fresh physical ones. Where each lands must still
+        // rotate with its logical number, so neighbouring stripes put their
+        // units on different children (as HFS pattern A needs of a file of
+        // one unit per reader).
+        for (k, m, unit, piece) in [(6, 1, 8 * 4096, 5), (3, 1, 4096, 2), (2, 2, 4 * 4096, 3)] {
+            let n = k + m;
+            let env = Env::new(n as u32, 4096);
+            let l = build(&parity(k, m, unit));
+            let sd = k * unit / BS as u64;
+            let total = sd * 9 + sd / 2;
+            let d = pattern(k * 7 + m, total as usize);
+            let mut f = 0;
+            while f < total {
+                let c = piece.min(total - f);
+                env.write(&l, f, &d[f as usize * BS..(f + c) as usize * BS]).unwrap();
+                f += c;
+                if f % (3 * piece) == 0 {
+                    env.commit();
+                }
+            }
+            assert_eq!(env.read(&l, 0, total as usize), d, "k={k} m={m}");
+            let st = state_of(&l);
+            let runs = u32::from_le_bytes(st[..4].try_into().unwrap()) as usize;
+            for r in 0..runs {
+                let at = 4 + r * 24;
+                let word = |i: usize| u64::from_le_bytes(st[at + i * 8..at + i * 8 + 8].try_into().unwrap());
+                let (lg, ph) = (word(0), word(1));
+                assert_eq!(ph % n, lg % n, "k={k} m={m}: logical stripe {lg} in physical {ph}");
+            }
+            env.check_accounting(&[&l]);
+        }
+    }
+
     /// Random writes (partial and whole stripes), reads and truncates against
     /// a model, batches committing now and then so stripes are reused; then
     /// the decoded and the replayed trees read the same.
@@ -1919,11 +1984,13 @@ mod tests {
         for b in 32..64u64 {
             assert_eq!(env.read(&l, b, 1), model[b as usize * BS..(b as usize + 1) * BS], "block {b}");
         }
+        assert_eq!(l.root().health(&|_| false), Health::Degraded, "a part of a unit marked it rebuilt");
         env.set(0, DeviceState::Missing);
         assert_eq!(env.read(&l, 0, 96), model);
         env.set(0, DeviceState::Online);
-        let t = env.scrub(&l, true, &|_| false);
-        assert!(t.repaired.load(Ordering::Relaxed) > 0);
+        // The whole read above rebuilt the missed unit if it holds data,
+        // scrub rebuilds it if it holds parity.
+        env.scrub(&l, true, &|_| false);
         assert_eq!(l.root().health(&|_| false), Health::Ok);
         env.set(3, DeviceState::Missing);
         env.set(2, DeviceState::Missing);
@@ -2028,7 +2095,9 @@ mod tests {
             let st = state_of(l);
             u64::from_le_bytes(st[12..20].try_into().unwrap())
         };
-        assert_eq!(phys(&l), 2, "same epoch: fresh stripes");
+        // Fresh stripes, each congruent to logical stripe 0 modulo the 3
+        // children: 0, 3, 6.
+        assert_eq!(phys(&l), 6, "same epoch: fresh stripes");
         env.commit();
         env.write(&l, 0, &pattern(4, 2)).unwrap();
         assert_eq!(phys(&l), 0, "next epoch: the first freed stripe");
