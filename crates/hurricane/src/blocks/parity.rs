@@ -1482,6 +1482,7 @@ impl Block for Parity {
         let end = fblk.saturating_add(n);
         let batch = (BATCH_BYTES / (sd * BLOCK_SIZE as u64)).max(1);
         let pieces = self.state.lock().pieces(fblk / sd, (end - 1) / sd + 1);
+        let mut steps = Vec::new();
         for (l0, phys, len) in pieces {
             if phys.is_none() {
                 continue;
@@ -1489,21 +1490,25 @@ impl Block for Parity {
             let mut off = 0;
             while off < len {
                 let r = (len - off).min(batch);
-                let l = l0 + off;
-                let slots = self.slots(l, l + r - 1);
-                let _g: Vec<_> = slots.iter().map(|&i| self.locks[i].read()).collect();
-                // Look the run up again under the locks: a writer may have
-                // moved some of it meanwhile.
-                let now = self.state.lock().pieces(l, l + r);
-                for (ll, pp, lr) in now {
-                    if let Some(pp) = pp {
-                        self.scrub_run(io, s, ll, pp, lr as usize, (fblk, end))?;
-                    }
-                }
+                steps.push((l0 + off, r));
                 off += r;
             }
         }
-        Ok(())
+        // Several batches at once (each under its own shared locks), so
+        // every child has requests queued while another batch verifies.
+        super::common::run_steps(&steps, super::common::SCRUB_WORKERS, &|&(l, r)| {
+            let slots = self.slots(l, l + r - 1);
+            let _g: Vec<_> = slots.iter().map(|&i| self.locks[i].read()).collect();
+            // Look the run up again under the locks: a writer may have
+            // moved some of it meanwhile.
+            let now = self.state.lock().pieces(l, l + r);
+            for (ll, pp, lr) in now {
+                if let Some(pp) = pp {
+                    self.scrub_run(io, s, ll, pp, lr as usize, (fblk, end))?;
+                }
+            }
+            Ok(())
+        })
     }
 }
 
