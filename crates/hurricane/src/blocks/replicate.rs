@@ -756,13 +756,25 @@ impl Replicate {
         if !s.repair {
             return Ok(());
         }
-        let mut good = vec![0u8; lb * BLOCK_SIZE];
-        for k in 0..lb {
-            if let Some(c) = source[k] {
-                good[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
-                    .copy_from_slice(&bufs[c][k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]);
+        // One copy the source of every block (the usual case, and every
+        // block of a rebuild): write from its buffer as it is.
+        let first = source.iter().flatten().next().copied();
+        let one = first.filter(|&c0| source.iter().all(|s| s.is_none_or(|c| c == c0)));
+        let assembled;
+        let good: &[u8] = match one {
+            Some(c) => &bufs[c],
+            None => {
+                let mut g = vec![0u8; lb * BLOCK_SIZE];
+                for k in 0..lb {
+                    if let Some(c) = source[k] {
+                        g[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
+                            .copy_from_slice(&bufs[c][k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]);
+                    }
+                }
+                assembled = g;
+                &assembled
             }
-        }
+        };
         for c in 0..nc {
             // Blocks to write: where the copy is bad and either side holds
             // data (both holes agree already).
@@ -771,7 +783,7 @@ impl Replicate {
             let mut current: Vec<bool> = (0..lb).map(|k| missed[c][k] && source[k].is_some() && !write[k]).collect();
             if write.iter().any(|&w| w) && self.copy_is(io, c, crate::device::DeviceState::writable) {
                 for (off, l) in runs(&write) {
-                    match self.children[c].write(io, pos + off, blocks(&good, off, l)) {
+                    match self.children[c].write(io, pos + off, blocks(good, off, l)) {
                         Ok(()) => {
                             s.tally.repaired(l);
                             credit_repair(&self.children[c], io, pos + off, l);
