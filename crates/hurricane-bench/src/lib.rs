@@ -17,7 +17,7 @@
 mod exp;
 mod mount_report;
 mod plot;
-pub mod pool;
+mod pool;
 mod redundancy_report;
 
 pub use mount_report::{mount_report, mount_rows, MountRow};
