@@ -92,6 +92,11 @@ fn implied_width(params: &[(String, Value)]) -> Option<u64> {
 const LOCKS: usize = 64;
 /// Data bytes encoded and written in one batch (bounds the buffers).
 const BATCH_BYTES: u64 = 4 << 20;
+/// Data bytes a scrub step reads and checks at once: larger than a write's
+/// batch because each Reed-Solomon decode call has a fixed cost (its
+/// erasure locator over the whole field, about a millisecond) that small
+/// steps of a rebuild paid hundreds of times per GiB.
+const SCRUB_BATCH_BYTES: u64 = 16 << 20;
 /// Requests at least this long reach the children in parallel.
 const PARALLEL_MIN_BLOCKS: u64 = 64;
 /// A small read of a lost unit rebuilds this many blocks of it around the
@@ -1558,7 +1563,7 @@ impl Block for Parity {
         let g = self.g;
         let sd = g.sd();
         let end = fblk.saturating_add(n);
-        let batch = (BATCH_BYTES / (sd * BLOCK_SIZE as u64)).max(1);
+        let batch = (SCRUB_BATCH_BYTES / (sd * BLOCK_SIZE as u64)).max(1);
         let pieces = self.state.lock().pieces(fblk / sd, (end - 1) / sd + 1);
         let mut steps = Vec::new();
         for (l0, phys, len) in pieces {
