@@ -434,7 +434,8 @@ fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
         pb.set_message(st.phase.clone());
         pb.set_length(st.total_bytes);
         pb.set_position(st.done_bytes);
-        std::thread::sleep(Duration::from_millis(200));
+        // Short: the wait after the job ends counts in its time.
+        std::thread::sleep(Duration::from_millis(20));
     };
     pb.finish_and_clear();
     if st.state == JobState::Failed {

@@ -44,6 +44,7 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
             }
             pool.timing(true);
             pool.cold();
+            let before: Vec<_> = pool.sims.iter().map(|d| d.stats()).collect();
             let policy = prefetch_for(pattern);
             let r = if pattern == "A" {
                 pattern_a(&pool.fs, path, DISKS, region, PAGE, policy)
@@ -52,13 +53,28 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
             };
             pool.timing(false);
             pool.fs.storage().devs[3].set_state(DeviceState::Online);
+            // Per disk: requests, media accesses (seek and rotation), and
+            // seconds busy on the model's clock, for explaining a figure.
+            let disks: Vec<_> = pool
+                .sims
+                .iter()
+                .zip(&before)
+                .map(|(d, b)| {
+                    let a = d.stats();
+                    json!({
+                        "requests": a.requests - b.requests,
+                        "media": a.media - b.media,
+                        "busy_s": (a.busy_ns - b.busy_ns) as f64 / 1e9,
+                    })
+                })
+                .collect();
             let (bytes, secs) = r?;
             if bytes != size {
                 return Err(format!("pattern {pattern} on {structure} read {bytes} of {size} bytes"));
             }
             let k = kbps(bytes, secs);
             rows.push(vec![pattern.to_string(), structure.to_string(), f0(k), f2(k / aggregate)]);
-            out.push(json!({"pattern": pattern, "structure": structure, "kbps": k, "fraction": k / aggregate, "seconds": secs, "policy": policy.to_string()}));
+            out.push(json!({"pattern": pattern, "structure": structure, "kbps": k, "fraction": k / aggregate, "seconds": secs, "policy": policy.to_string(), "disks": disks}));
         }
     }
     let head = ["pattern", "file", "KB/s", "fraction"];

@@ -251,3 +251,43 @@ pub(super) fn devices_under(b: &std::sync::Arc<dyn super::Block>) -> Vec<u32> {
     out.dedup();
     out
 }
+
+/// Scrub steps in flight at once per node: each reads its own range, so a
+/// scrub keeps several requests queued on every device (as `btrfs scrub`
+/// does) instead of waiting for one range before asking for the next.
+pub(super) const SCRUB_WORKERS: usize = 4;
+
+/// Runs `f` on every step, up to `workers` at once (the calling thread
+/// among them), steps started in order. Stops starting steps after the
+/// first error and returns it.
+pub(super) fn run_steps<T: Sync>(steps: &[T], workers: usize, f: &(dyn Fn(&T) -> Result<()> + Sync)) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let workers = workers.clamp(1, steps.len().max(1));
+    if workers == 1 {
+        return steps.iter().try_for_each(f);
+    }
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let first_err = parking_lot::Mutex::new(None);
+    let work = || loop {
+        if failed.load(Ordering::Relaxed) {
+            return;
+        }
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(step) = steps.get(i) else { return };
+        if let Err(e) = f(step) {
+            failed.store(true, Ordering::Relaxed);
+            first_err.lock().get_or_insert(e);
+        }
+    };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (1..workers).map(|_| s.spawn(work)).collect();
+        work();
+        for h in hs {
+            if let Err(p) = h.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+    });
+    first_err.into_inner().map_or(Ok(()), Err)
+}

@@ -676,28 +676,49 @@ impl Replicate {
         };
         let mut bufs = vec![vec![0u8; lb * BLOCK_SIZE]; nc];
         let mut ok = vec![vec![false; lb]; nc];
-        let mut has = Vec::with_capacity(nc);
-        for c in 0..nc {
-            let child = &self.children[c];
-            has.push(data_blocks(child, pos, end));
+        let has: Vec<Vec<bool>> = self.children.iter().map(|child| data_blocks(child, pos, end)).collect();
+        // Every copy that is trusted and readable, read at once.
+        let mut reads = Vec::with_capacity(nc);
+        for (c, (buf, ok)) in bufs.iter_mut().zip(ok.iter_mut()).enumerate() {
             if self.devices[c].iter().any(|&d| (s.rebuild)(d)) {
                 continue; // rebuilt wholesale: nothing on it is trusted
             }
             if !self.copy_is(io, c, crate::device::DeviceState::readable) {
                 continue;
             }
+            reads.push((c, buf, ok));
+        }
+        let read_copy = |(c, buf, ok): (usize, &mut Vec<u8>, &mut Vec<bool>)| {
+            let child = &self.children[c];
             s.tally.checked(len);
-            if child.read(io, pos, &mut bufs[c]).is_ok() {
-                ok[c].fill(true);
+            if child.read(io, pos, buf).is_ok() {
+                ok.fill(true);
             } else {
                 for k in 0..lb {
-                    let b = &mut bufs[c][k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE];
-                    ok[c][k] = child.read(io, pos + k as u64, b).is_ok();
+                    let b = &mut buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE];
+                    ok[k] = child.read(io, pos + k as u64, b).is_ok();
                 }
             }
             for k in 0..lb {
-                ok[c][k] &= !missed[c][k];
+                ok[k] &= !missed[c][k];
             }
+        };
+        if reads.len() > 1 {
+            std::thread::scope(|sc| {
+                let mut it = reads.into_iter();
+                let first = it.next();
+                let hs: Vec<_> = it.map(|r| sc.spawn(|| read_copy(r))).collect();
+                if let Some(r) = first {
+                    read_copy(r);
+                }
+                for h in hs {
+                    if let Err(p) = h.join() {
+                        std::panic::resume_unwind(p);
+                    }
+                }
+            });
+        } else {
+            reads.into_iter().for_each(read_copy);
         }
         // Per block: the copy to trust, and the copies to rewrite from it.
         let mut source: Vec<Option<usize>> = vec![None; lb];
@@ -735,13 +756,25 @@ impl Replicate {
         if !s.repair {
             return Ok(());
         }
-        let mut good = vec![0u8; lb * BLOCK_SIZE];
-        for k in 0..lb {
-            if let Some(c) = source[k] {
-                good[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
-                    .copy_from_slice(&bufs[c][k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]);
+        // One copy the source of every block (the usual case, and every
+        // block of a rebuild): write from its buffer as it is.
+        let first = source.iter().flatten().next().copied();
+        let one = first.filter(|&c0| source.iter().all(|s| s.is_none_or(|c| c == c0)));
+        let assembled;
+        let good: &[u8] = match one {
+            Some(c) => &bufs[c],
+            None => {
+                let mut g = vec![0u8; lb * BLOCK_SIZE];
+                for k in 0..lb {
+                    if let Some(c) = source[k] {
+                        g[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]
+                            .copy_from_slice(&bufs[c][k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]);
+                    }
+                }
+                assembled = g;
+                &assembled
             }
-        }
+        };
         for c in 0..nc {
             // Blocks to write: where the copy is bad and either side holds
             // data (both holes agree already).
@@ -750,7 +783,7 @@ impl Replicate {
             let mut current: Vec<bool> = (0..lb).map(|k| missed[c][k] && source[k].is_some() && !write[k]).collect();
             if write.iter().any(|&w| w) && self.copy_is(io, c, crate::device::DeviceState::writable) {
                 for (off, l) in runs(&write) {
-                    match self.children[c].write(io, pos + off, blocks(&good, off, l)) {
+                    match self.children[c].write(io, pos + off, blocks(good, off, l)) {
                         Ok(()) => {
                             s.tally.repaired(l);
                             credit_repair(&self.children[c], io, pos + off, l);
@@ -924,9 +957,12 @@ impl Block for Replicate {
     /// Reads every copy of every block holding data, compares them, and
     /// (with `s.repair`) rewrites bad, differing, missed and rebuilt copies
     /// from a good one, clearing what was missed.
+    /// Steps of the range run several at once, each under its own range
+    /// lock, so every copy's device has requests queued.
     fn scrub(&self, io: &IoCtx, s: &Scrub, fblk: u64, n: u64) -> Result<()> {
         let end = fblk.saturating_add(n);
         let mut pos = fblk;
+        let mut steps = Vec::new();
         while pos < end {
             // Holes hold nothing to verify.
             match self.next_data(pos) {
@@ -934,10 +970,10 @@ impl Block for Replicate {
                 _ => break,
             }
             let len = SCRUB_STEP.min(end - pos);
-            self.scrub_step(io, s, pos, len)?;
+            steps.push((pos, len));
             pos += len;
         }
-        Ok(())
+        super::common::run_steps(&steps, super::common::SCRUB_WORKERS, &|&(pos, len)| self.scrub_step(io, s, pos, len))
     }
 }
 

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BS: u64 = BLOCK_SIZE as u64;
-/// File blocks per chunk: 16 MiB.
-const CHUNK_BLOCKS: u64 = 4096;
+/// File blocks per chunk: 64 MiB (the blocks scrub steps of it at once).
+const CHUNK_BLOCKS: u64 = 16384;
 /// How often the position file is rewritten at most.
 const SAVE_EVERY: Duration = Duration::from_secs(1);
 
