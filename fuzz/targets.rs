@@ -130,8 +130,8 @@ pub fn journal_replay(data: &[u8]) {
     }
     let dev = Arc::new(MemDevice::new("fuzz", JBLOCKS * BLOCK_SIZE as u64));
     let storage = Storage {
-        devs: vec![DeviceHandle::new(0, dev.clone() as Arc<dyn Device>)],
-        allocs: vec![Allocator::new(0, JBLOCKS)],
+        devs: vec![DeviceHandle::new(0, dev.clone() as Arc<dyn Device>)].into(),
+        allocs: vec![Allocator::new(0, JBLOCKS)].into(),
     };
     let region = Region { dev: 0, start: 0, blocks: JBLOCKS };
     let salt = 0x5eed;
@@ -176,8 +176,10 @@ pub fn layout_decode(data: &[u8]) {
     l.extents(&mut |_, _, len| n = n.saturating_add(len));
     // Reading through a decoded tree stays within the devices it names.
     let dev = Arc::new(MemDevice::new("fuzz", 64 * BLOCK_SIZE as u64));
-    let storage =
-        Storage { devs: vec![DeviceHandle::new(0, dev as Arc<dyn Device>)], allocs: vec![Allocator::new(0, 64)] };
+    let storage = Storage {
+        devs: vec![DeviceHandle::new(0, dev as Arc<dyn Device>)].into(),
+        allocs: vec![Allocator::new(0, 64)].into(),
+    };
     let sink = |_: NodeRecord| {};
     let io = IoCtx { storage: &storage, epoch: 0, sink: &sink, repair: true };
     let mut buf = vec![0u8; 2 * BLOCK_SIZE];

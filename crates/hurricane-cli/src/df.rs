@@ -98,8 +98,8 @@ pub fn run(a: &DfArgs) -> CliResult {
         }
         let sf = fs.statfs();
         let default = fs.default_layout();
-        let canon = hurricane::layout::parse(default).map(|s| hurricane::layout::canonical(s).to_string());
-        writeln!(o, "inodes: {}   default layout: {}", sf.files, canon.as_deref().unwrap_or(default))?;
+        let canon = hurricane::layout::parse(&default).map(|s| hurricane::layout::canonical(s).to_string());
+        writeln!(o, "inodes: {}   default layout: {}", sf.files, canon.as_deref().unwrap_or(&default))?;
         Ok(())
     })
 }

@@ -1,15 +1,16 @@
-//! `hurricane scrub` and `hurricane device replace`: offline on a pool
+//! `hurricane scrub` and `hurricane device replace|add|remove`: offline on a pool
 //! directory, online on a mount point (through the mount's
 //! `user.hurricane.control`, see hurricane_fuse::control), with a progress
 //! bar either way.
 
 use crate::util::{bytes_bar, parse_size, CliResult, Fail, PoolLock};
 use clap::{Args, Subcommand};
-use hurricane::fs::{ReplaceOptions, ReplaceProgress, ScrubOptions};
+use hurricane::fs::{AddOptions, RemoveOptions, ReplaceOptions, ReplaceProgress, ScrubOptions};
 use hurricane::units::human;
 use hurricane::{Fs, Options};
 use hurricane_fuse::control::{
-    open_replacement, JobState, Request, ScrubSummary, Status, CONTROL_XATTR, SCRUB_POSITION_FILE,
+    open_new_device, open_replacement, resolve_device, JobState, Request, ScrubSummary, Status, CONTROL_XATTR,
+    SCRUB_POSITION_FILE,
 };
 use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,43 @@ pub enum DeviceCmd {
     /// OLD's size if missing, or block device): copies OLD if it reads,
     /// else rebuilds it from redundancy (resilver).
     Replace(ReplaceArgs),
+    /// Grow the pool by NEW (an image file, made with --size or the size of
+    /// the largest device if missing, or a block device). New files spread
+    /// onto it at once; existing files stay where they are.
+    Add(AddArgs),
+    /// Move every file with a piece on DEV (index or path) to the other
+    /// devices, then take DEV out of the pool (its number is not reused).
+    Remove(RemoveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    /// Pool directory or mount point.
+    pub target: PathBuf,
+    /// The new device: an image file or a block device.
+    pub new: PathBuf,
+    /// Size of a new image file (e.g. 10G).
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "The device is marked evacuating first: nothing new is placed on it. \
+Files are moved one at a time (each waits for its turn while it moves); redundant files on a \
+missing or failing device are rebuilt from their other pieces. An interrupted removal (stopped, \
+or a crash) goes on when the command is run again. The journal's and the meta-data's copies on \
+the device move too, which needs a device besides the one holding the other copy.")]
+pub struct RemoveArgs {
+    /// Pool directory or mount point.
+    pub target: PathBuf,
+    /// The device to remove: its index or its path.
+    pub dev: String,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -78,7 +116,88 @@ pub struct ReplaceArgs {
 pub fn device(c: &DeviceCmd) -> CliResult {
     match c {
         DeviceCmd::Replace(a) => replace(a),
+        DeviceCmd::Add(a) => add(a),
+        DeviceCmd::Remove(a) => remove(a),
     }
+}
+
+fn add(a: &AddArgs) -> CliResult {
+    let new = std::path::absolute(&a.new).map_err(|e| Fail::new(format!("{}: {e}", a.new.display())))?;
+    let index = if is_pool(&a.target) {
+        let dir = &a.target;
+        let paths = hurricane::pool::device_paths(dir)?;
+        if paths.iter().any(|p| same_file(p, &new)) {
+            return Err(Fail::new(format!("{}: already a device of this pool", new.display())));
+        }
+        let _lock = PoolLock::take(dir, true)?;
+        let size = match a.size {
+            Some(s) => s,
+            None => paths
+                .iter()
+                .filter_map(|p| hurricane::device::FileDevice::open(p, false).ok())
+                .map(|d| {
+                    use hurricane::device::Device;
+                    d.size()
+                })
+                .max()
+                .ok_or_else(|| Fail::new("no device of the pool is there"))?,
+        };
+        let created = !new.exists();
+        let dev = open_new_device(&new, size)?;
+        let fs = Fs::open_dir(dir, Options::default())?;
+        let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(new.clone()) };
+        let r = fs.add_device(dev, &opts);
+        let c = fs.close();
+        if r.is_err() && created {
+            // Nothing refers to an image this command made.
+            let _ = std::fs::remove_file(&new);
+        }
+        let i = r?;
+        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+        i
+    } else {
+        let req = Request::Add { new: new.to_string_lossy().into_owned(), size: a.size };
+        let st = online(&a.target, &req)?;
+        st.device.ok_or_else(|| Fail::new("the mount did not say which device was added"))?
+    };
+    if a.json {
+        println!("{}", serde_json::json!({ "device": index, "path": new }));
+    } else {
+        println!("added device {index}: {}", new.display());
+    }
+    Ok(())
+}
+
+fn remove(a: &RemoveArgs) -> CliResult {
+    let (dev, files, bytes) = if is_pool(&a.target) {
+        let dir = &a.target;
+        let _lock = PoolLock::take(dir, true)?;
+        let fs = Fs::open_dir(dir, Options::default())?;
+        let dev = resolve_device(&fs, &a.dev)?;
+        let pb = bytes_bar(0, "evacuate");
+        let r = fs.remove_device(dev, &RemoveOptions::default(), &|p| {
+            pb.set_length(p.total_bytes);
+            pb.set_position(p.done_bytes);
+        });
+        pb.finish_and_clear();
+        let c = fs.close();
+        let r = r?;
+        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+        if r.resumed && !a.json {
+            println!("resumed the evacuation of device {dev}");
+        }
+        (dev, r.files_moved, r.bytes_copied)
+    } else {
+        let st = online(&a.target, &Request::Remove { dev: a.dev.clone() })?;
+        let dev = st.device.ok_or_else(|| Fail::new("the mount did not say which device was removed"))?;
+        (dev, st.moved_files, st.copied_bytes)
+    };
+    if a.json {
+        println!("{}", serde_json::json!({ "device": dev, "files_moved": files, "bytes_copied": bytes }));
+    } else {
+        println!("removed device {dev}: moved {files} files ({}) to the other devices", human(bytes));
+    }
+    Ok(())
 }
 
 fn is_pool(p: &Path) -> bool {
@@ -294,7 +413,13 @@ fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
             e => format!("{}: the mount refused the request ({e}; see its log)", mnt.display()),
         })
     })?;
-    let pb = bytes_bar(0, if matches!(req, Request::Scrub { .. }) { "scrub" } else { "replace" });
+    let what = match req {
+        Request::Scrub { .. } => "scrub",
+        Request::Replace { .. } => "replace",
+        Request::Add { .. } => "add",
+        Request::Remove { .. } => "evacuate",
+    };
+    let pb = bytes_bar(0, what);
     let st = loop {
         let st = read()?;
         if st.job > before.job && st.state != JobState::Running {

@@ -1,11 +1,13 @@
 //! The maintenance channel of a mount: `user.hurricane.control` on the
-//! root. Setting it (root only) to a JSON [`Request`] starts a scrub or a
-//! device replacement on a thread of the mount; reading it gives the
+//! root. Setting it (root only) to a JSON [`Request`] starts a scrub, a
+//! device replacement, addition or removal on a thread of the mount; reading it gives the
 //! [`Status`] of the running or last job as JSON. `hurricane scrub` and
 //! `hurricane device replace` on a mount point use it and show the progress.
 
 use hurricane::device::{Device, FileDevice};
-use hurricane::fs::{ReplaceOptions, ReplaceProgress, ScrubOptions, ScrubProgress, ScrubReport};
+use hurricane::fs::{
+    AddOptions, RemoveOptions, ReplaceOptions, ReplaceProgress, ScrubOptions, ScrubProgress, ScrubReport,
+};
 use hurricane::Fs;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -37,6 +39,17 @@ pub enum Request {
         /// Rebuild from redundancy even if the old device reads.
         rebuild: bool,
         rate: Option<u64>,
+    },
+    /// Grow the pool by a device.
+    Add {
+        /// Image file (made with `size` bytes if missing) or block device.
+        new: String,
+        size: Option<u64>,
+    },
+    /// Move everything off a device and take it out of the pool.
+    Remove {
+        /// Device index, or its path as the pool lists it.
+        dev: String,
     },
 }
 
@@ -110,8 +123,15 @@ pub struct Status {
     pub checked_blocks: u64,
     pub repaired_blocks: u64,
     pub lost_blocks: u64,
-    /// Replacement: bytes copied from the old device.
+    /// Replacement: bytes copied from the old device; removal: file bytes
+    /// moved to other devices.
     pub copied_bytes: u64,
+    /// Removal: files moved off the device.
+    #[serde(default)]
+    pub moved_files: u64,
+    /// Add: the new device's number; removal: the device removed.
+    #[serde(default)]
+    pub device: Option<u32>,
     pub result: Option<ScrubSummary>,
     pub error: Option<String>,
 }
@@ -171,6 +191,8 @@ impl Control {
         let what = match req {
             Request::Scrub { .. } => "scrub",
             Request::Replace { .. } => "replace",
+            Request::Add { .. } => "add",
+            Request::Remove { .. } => "remove",
         };
         *st = Status { job, state: JobState::Running, what: what.into(), ..Default::default() };
         drop(st);
@@ -263,7 +285,44 @@ fn run(
             status.lock().copied_bytes = r.copied_bytes;
             Ok(r.rebuild.as_ref().map(ScrubSummary::from))
         }
+        Request::Add { new, size } => {
+            let path = PathBuf::from(new);
+            let size = size.unwrap_or_else(|| fs.storage().devs.iter().map(|d| d.blocks()).max().unwrap_or(0) * 4096);
+            let dev = open_new_device(&path, size)?;
+            let opts = AddOptions { pool_dir: Some(dir.to_path_buf()), path: Some(path) };
+            let i = fs.add_device(dev, &opts).map_err(|e| e.to_string())?;
+            status.lock().device = Some(i);
+            Ok(None)
+        }
+        Request::Remove { dev } => {
+            let i = resolve_device(fs, dev)?;
+            status.lock().device = Some(i);
+            let opts = RemoveOptions { stop: Some(stop.clone()) };
+            let r = fs
+                .remove_device(i, &opts, &|p| {
+                    let mut st = status.lock();
+                    st.phase = "evacuate".into();
+                    st.done_bytes = p.done_bytes;
+                    st.total_bytes = p.total_bytes;
+                    st.moved_files = p.files_done;
+                })
+                .map_err(|e| e.to_string())?;
+            let mut st = status.lock();
+            st.copied_bytes = r.bytes_copied;
+            st.moved_files = r.files_moved;
+            if !r.complete {
+                return Err(format!("stopped before device {i} was empty: it is still evacuating"));
+            }
+            Ok(None)
+        }
     }
+}
+
+/// A device joining the pool at `path`: an image file made with `size`
+/// bytes when there is none, else an existing file or block device.
+pub fn open_new_device(path: &Path, size: u64) -> Result<Arc<dyn Device>, String> {
+    let dev = if path.exists() { FileDevice::open(path, true) } else { FileDevice::create(path, size) };
+    Ok(Arc::new(dev.map_err(|e| e.to_string())?))
 }
 
 /// A device of the pool by index or by the path it is known by.

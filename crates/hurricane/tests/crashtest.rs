@@ -34,6 +34,7 @@ fn workload_list() {
         "full",
         "resilver",
         "parity",
+        "evacuate",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -93,6 +94,10 @@ fn full() {
 #[test]
 fn resilver() {
     ci("resilver");
+}
+#[test]
+fn evacuate() {
+    ci("evacuate");
 }
 
 /// The checker has teeth: a disk that acknowledges flushes without doing

@@ -522,7 +522,8 @@ mod tests {
     #[test]
     fn punch_drops_a_range_frees_it_after_the_batch_and_replays() {
         let dev: Arc<dyn Device> = Arc::new(MemDevice::new("mem:0", 256 * BS as u64));
-        let storage = Storage { allocs: vec![Allocator::new(1, 256)], devs: vec![DeviceHandle::new(0, dev)] };
+        let storage =
+            Storage { allocs: vec![Allocator::new(1, 256)].into(), devs: vec![DeviceHandle::new(0, dev)].into() };
         let log = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| log.lock().push(c);
         let io = IoCtx { storage: &storage, epoch: 3, sink: &sink, repair: true };

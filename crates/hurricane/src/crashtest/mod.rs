@@ -361,6 +361,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             "appends" => workloads::appends(&mut d, size)?,
             "full" => workloads::full(&mut d, size)?,
             "resilver" => workloads::resilver(&mut d, size)?,
+            "evacuate" => workloads::evacuate(&mut d, size)?,
             "degraded" => workloads::degraded(&mut d, size)?,
             other => {
                 let (specs, max) =

@@ -28,6 +28,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
+    ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
 
@@ -197,6 +198,24 @@ impl<'a> Driver<'a> {
         Ok(r)
     }
 
+    /// An operation that may commit on its own (the step that completes a
+    /// device's removal syncs and checkpoints): `f` does it and says
+    /// whether it committed; if so, the operation also counts as a sync
+    /// spanning it (as [`Driver::may_commit`]).
+    pub fn op_may_commit(&mut self, what: String, f: impl FnOnce(&mut Self) -> Result<bool>) -> Result<()> {
+        let start = self.rec.mark();
+        let mut committed = false;
+        self.op(what, |d| {
+            committed = f(d)?;
+            Ok(())
+        })?;
+        if committed {
+            let end = self.rec.mark();
+            self.syncs.lock().push(SyncRec { start, end });
+        }
+        Ok(())
+    }
+
     /// The layout the live pool gives `path` now (a file's, or a
     /// directory's default for new files): what must survive a crash.
     fn live_layout(&self, path: &str) -> Result<String> {
@@ -206,6 +225,16 @@ impl<'a> Driver<'a> {
         } else {
             self.fs.layout_get(ino)
         }
+    }
+
+    /// Re-reads every file's layout into the model (files moved to other devices).
+    fn refresh_all_layouts(&mut self) -> Result<()> {
+        let files: Vec<String> =
+            self.m.paths.iter().filter(|(_, n)| matches!(n, Node::File(_))).map(|(p, _)| p.clone()).collect();
+        for p in files {
+            self.refresh_layout(&p)?;
+        }
+        Ok(())
     }
 
     /// Re-reads a file's layout into the model (creation, inline promotion).
@@ -1197,6 +1226,104 @@ pub(crate) fn degraded(d: &mut Driver, size: Size) -> Result<()> {
             Ok(_) => return Err(Error::Invalid(format!("{p} ({}) read with its only copy missing", f.layout))),
             Err(e) => return Err(Error::Invalid(format!("{p} ({}) with device 2 missing: {e}", f.layout))),
         }
+    }
+    d.sync()
+}
+
+/// Files on every device, then device 1 (which holds the journal's mirror
+/// and a copy of the meta-file as well) is removed: marked evacuating, its
+/// files moved off one per operation between creates, writes, truncations
+/// and removals, then its meta-file copy and journal mirror moved to device
+/// 2, until it is removed. Every crash state must open (device 1 online,
+/// evacuating or removed) and show each file whole, with its layout before
+/// or after its move.
+pub(crate) fn evacuate(d: &mut Driver, size: Size) -> Result<()> {
+    use crate::device::DeviceState;
+    use crate::fs::RemoveOptions;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const BEFORE: &[&str] = &[
+        "replicate(copies=2)[extent@0,extent@1]",
+        "replicate(copies=2)[extent@1,extent@2]",
+        "stripe(unit=16K)[extent@1,extent@0]",
+        "parity(data=1,parity=1,unit=8K)[extent@1,extent@2]",
+        "extent@1",
+        "extent@2",
+    ];
+    // What may be created once device 1 takes no new data.
+    const AFTER: &[&str] = &["replicate(copies=2)[extent@0,extent@2]", "extent@2", "stripe(unit=16K,width=2)"];
+    for _ in 0..16 {
+        let s = *BEFORE.choose(&mut d.rng).unwrap_or(&BEFORE[0]);
+        let len = d.rng.gen_range(1..96 << 10);
+        d.create_file(Some(s), len)?;
+    }
+    d.sync()?;
+    let mut removed = false;
+    for i in 0..size.ops / 2 {
+        match d.rng.gen_range(0..10) {
+            0..=1 => {
+                let s = *AFTER.choose(&mut d.rng).unwrap_or(&AFTER[0]);
+                let len = d.rng.gen_range(0..64 << 10);
+                d.create_file(Some(s), len)?;
+            }
+            2..=3 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..=cur);
+                    let len = d.rng.gen_range(1..32 << 10);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            4 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    d.truncate(&p, cur / 2)?;
+                }
+            }
+            5 => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+            _ if !removed => {
+                // One step of the removal: one file moved (the first step
+                // also marks the device evacuating; the last one removes it).
+                d.op_may_commit("evacuate device 1 by one file".into(), |d| {
+                    let stop = Arc::new(AtomicBool::new(false));
+                    let s2 = stop.clone();
+                    let r = d.fs.remove_device(1, &RemoveOptions { stop: Some(stop) }, &|p| {
+                        if p.files_done >= 1 {
+                            s2.store(true, Ordering::Relaxed);
+                        }
+                    })?;
+                    removed = r.complete;
+                    d.refresh_all_layouts()?;
+                    Ok(r.complete)
+                })?;
+            }
+            _ => {
+                d.mkdir()?;
+            }
+        }
+        if d.rng.gen_bool(0.2) || i % 16 == 15 {
+            d.sync()?;
+        }
+    }
+    while !removed {
+        d.op_may_commit("evacuate the rest of device 1".into(), |d| {
+            removed = d.fs.remove_device(1, &RemoveOptions::default(), &|_| {})?.complete;
+            d.refresh_all_layouts()?;
+            Ok(removed)
+        })?;
+    }
+    if d.fs.storage().devs[1].state() != DeviceState::Removed {
+        return Err(Error::Invalid("the removal ended with device 1 not removed".into()));
+    }
+    if let Some(f) = d.m.files.values().find(|f| f.layout.contains("@1")) {
+        return Err(Error::Invalid(format!("a file still on device 1 after its removal: {}", f.layout)));
+    }
+    for _ in 0..4 {
+        let s = *AFTER.choose(&mut d.rng).unwrap_or(&AFTER[0]);
+        d.create_file(Some(s), 20 << 10)?;
     }
     d.sync()
 }

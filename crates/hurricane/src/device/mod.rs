@@ -69,6 +69,9 @@ pub enum DeviceState {
     Resilvering = 3,
     /// Taken out of the pool; its slot stays so device numbers never change.
     Removed = 4,
+    /// Being emptied before its removal: it serves the data it still holds,
+    /// reads and writes alike, but no new data is placed on it.
+    Evacuating = 5,
 }
 
 impl DeviceState {
@@ -79,6 +82,7 @@ impl DeviceState {
             DeviceState::Faulted => "faulted",
             DeviceState::Resilvering => "resilvering",
             DeviceState::Removed => "removed",
+            DeviceState::Evacuating => "evacuating",
         }
     }
     fn from_u8(v: u8) -> DeviceState {
@@ -87,24 +91,30 @@ impl DeviceState {
             1 => DeviceState::Missing,
             2 => DeviceState::Faulted,
             3 => DeviceState::Resilvering,
+            5 => DeviceState::Evacuating,
             _ => DeviceState::Removed,
         }
     }
-    /// A state kept in the superblock (`dev_states`): resilvering or
-    /// removed; anything else is not persistent.
+    /// A state kept in the superblock (`dev_states`): resilvering,
+    /// removed or evacuating; anything else is not persistent.
     pub fn from_persistent(v: u8) -> Option<DeviceState> {
         match v {
             3 => Some(DeviceState::Resilvering),
             4 => Some(DeviceState::Removed),
+            5 => Some(DeviceState::Evacuating),
             _ => None,
         }
     }
     /// Reads may be served by a device in this state.
     pub fn readable(self) -> bool {
-        self == DeviceState::Online
+        matches!(self, DeviceState::Online | DeviceState::Evacuating)
     }
     /// Writes may go to a device in this state.
     pub fn writable(self) -> bool {
+        matches!(self, DeviceState::Online | DeviceState::Resilvering | DeviceState::Evacuating)
+    }
+    /// New data may be placed on a device in this state.
+    pub fn placeable(self) -> bool {
         matches!(self, DeviceState::Online | DeviceState::Resilvering)
     }
 }
@@ -220,6 +230,13 @@ impl DeviceHandle {
         if old != s {
             tracing::warn!(device = self.index, name = %self.name(), from = %old, to = %s, "device state changed");
         }
+    }
+
+    /// Puts the slot in the state the pool's superblock records for it, as
+    /// the pool opens (not a change worth a warning).
+    pub fn restore_state(&self, s: DeviceState) {
+        self.state.store(s as u8, std::sync::atomic::Ordering::Release);
+        tracing::debug!(device = self.index, name = %self.name(), state = %s, "device state restored");
     }
 
     pub fn errors(&self) -> ErrorCounts {

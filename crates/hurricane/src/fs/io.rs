@@ -370,7 +370,7 @@ impl Fs {
         if !old.root().holds_data_in_metadata() {
             return Ok(());
         }
-        let fresh = Arc::new(Layout::build(&self.file_spec(self.default_layout())?)?);
+        let fresh = Arc::new(Layout::build(&self.file_spec(&self.default_layout())?)?);
         let mut e = Encoder::new();
         fresh.encode(&mut e);
         let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };

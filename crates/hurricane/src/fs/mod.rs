@@ -5,6 +5,8 @@
 //! path-level API with [`File`] handles (in `path.rs`) is for programs that
 //! link the engine in-process.
 
+mod add;
+mod evacuate;
 mod health;
 mod io;
 mod ops;
@@ -12,6 +14,8 @@ mod path;
 mod replace;
 mod scrub;
 
+pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
+pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
 pub use health::PoolHealth;
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
@@ -24,7 +28,7 @@ pub use scrub::{
 
 use crate::blocks::{IoCtx, Layout, NodeRecord};
 use crate::codec::{crc, Decoder, Encoder};
-use crate::device::{Device, StatsSnapshot, BLOCK_SIZE};
+use crate::device::{Device, DeviceState, StatsSnapshot, BLOCK_SIZE};
 use crate::error::{Error, Result};
 use crate::journal::{self, Batch, Cursor, Gate, Ino, Op, Region};
 use crate::layout::{self, PoolInfo};
@@ -108,6 +112,9 @@ struct MetaState {
     /// Groups a failed commit took out of the gate: the next commit writes
     /// them first, so what is durable is always a prefix of what was done.
     unwritten: Vec<Vec<u8>>,
+    /// A new layout for the meta-file (its copies moved off a device being
+    /// removed): the next checkpoint writes it there.
+    relayout: Option<crate::blocks::Spec>,
 }
 
 pub(crate) struct Inner {
@@ -119,7 +126,7 @@ pub(crate) struct Inner {
     committed_cv: Condvar,
     salt: u64,
     read_only: bool,
-    pub(crate) default_layout: String,
+    pub(crate) default_layout: parking_lot::RwLock<String>,
     /// New files' layouts get checksum blocks (superblock `checksum`).
     pub(crate) checksum: bool,
     /// Inodes whose times changed since the last commit (sharded lists).
@@ -190,7 +197,7 @@ impl Fs {
         let journal = Region { dev: 0, start: RESERVED_BLOCKS, blocks: jblocks };
         let journal_mirror = (n >= 2).then_some(Region { dev: 1, ..journal });
         let allocs = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
-        let storage = Storage { devs: handles, allocs };
+        let storage = Storage { devs: handles.into(), allocs };
         for j in std::iter::once(&journal).chain(journal_mirror.as_ref()) {
             storage.allocs[j.dev as usize].mark_used(j.start, j.blocks);
         }
@@ -258,7 +265,8 @@ impl Fs {
         };
         let mut e = Encoder::new();
         state.encode(&mut e);
-        let mut ms = MetaState { sb, cursor: Cursor { tail: 0, head: 0, seq: 1 }, meta, unwritten: Vec::new() };
+        let mut ms =
+            MetaState { sb, cursor: Cursor { tail: 0, head: 0, seq: 1 }, meta, unwritten: Vec::new(), relayout: None };
         write_checkpoint(&storage, &mut ms, &e.buf, true)?;
         Ok(())
     }
@@ -273,7 +281,7 @@ impl Fs {
         let mut sb = sb;
         sb.version = FORMAT_VERSION;
         let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
-        let storage = Storage { devs: handles, allocs };
+        let storage = Storage { devs: handles.into(), allocs: allocs.into() };
         let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };
         for d in &storage.devs {
             if d.state() == crate::device::DeviceState::Missing {
@@ -395,6 +403,7 @@ impl Fs {
             sb,
             meta,
             unwritten: Vec::new(),
+            relayout: None,
         };
         let inner = Arc::new(Inner {
             storage,
@@ -405,7 +414,7 @@ impl Fs {
             committed_cv: Condvar::new(),
             salt,
             read_only: opts.read_only,
-            default_layout,
+            default_layout: parking_lot::RwLock::new(default_layout),
             checksum,
             dirty: (0..shards()).map(|_| CachePadded::new(Mutex::new(Vec::new()))).collect(),
             rename_lock: Mutex::new(()),
@@ -551,8 +560,8 @@ impl Fs {
         (self.inner.commits.load(Ordering::Relaxed), self.inner.checkpoints.load(Ordering::Relaxed))
     }
 
-    pub fn default_layout(&self) -> &str {
-        &self.inner.default_layout
+    pub fn default_layout(&self) -> String {
+        self.inner.default_layout.read().clone()
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -774,9 +783,15 @@ impl Drop for Inner {
 }
 
 fn pool_info(s: &Storage) -> PoolInfo {
-    // No space is offered on a device that takes no writes.
-    let free = s.allocs.iter().zip(&s.devs).map(|(a, d)| if d.state().writable() { a.free_blocks() } else { 0 });
-    PoolInfo { devices: s.device_count(), free_blocks: free.collect() }
+    // No space is offered on a device that takes no new data.
+    let free = s.allocs.iter().zip(&s.devs).map(|(a, d)| if d.state().placeable() { a.free_blocks() } else { 0 });
+    let retired = s
+        .devs
+        .iter()
+        .filter(|d| matches!(d.state(), DeviceState::Removed | DeviceState::Evacuating))
+        .map(|d| (d.index, d.state().name()))
+        .collect();
+    PoolInfo { devices: s.device_count(), free_blocks: free.collect(), retired }
 }
 
 fn salt_of(id: &[u8; 16]) -> u64 {
@@ -784,11 +799,14 @@ fn salt_of(id: &[u8; 16]) -> u64 {
         ^ u64::from_le_bytes(id[8..].try_into().unwrap_or_default())
 }
 
+/// The default layout of a new pool: one extent, or a stripe over every
+/// device that takes new data when a file is made (no width: a device added
+/// later is used at once, one removed is left out).
 pub fn default_pool_layout(devices: u32) -> String {
     if devices <= 1 {
         "extent".into()
     } else {
-        format!("stripe(unit=1M,width={devices})")
+        "stripe(unit=1M)".into()
     }
 }
 
@@ -853,7 +871,7 @@ fn write_checkpoint_staged(
     bytes: &[u8],
     format: bool,
 ) -> std::result::Result<(), (Error, bool)> {
-    let spec = m.meta.spec();
+    let spec = m.relayout.clone().unwrap_or_else(|| m.meta.spec());
     let fresh = Layout::build(&spec).map_err(|e| (e, true))?;
     let mut padded = bytes.to_vec();
     padded.resize(bytes.len().div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE, 0);
@@ -878,6 +896,7 @@ fn write_checkpoint_staged(
     m.sb = sb;
     set_meta_reserve(storage, &fresh, &m.sb.journal);
     m.meta = fresh;
+    m.relayout = None;
     m.cursor.tail = m.cursor.head;
     Ok(())
 }

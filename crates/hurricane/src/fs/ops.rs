@@ -196,7 +196,14 @@ fn device_order(info: &layout::PoolInfo) -> Vec<u32> {
     let mut order: Vec<u32> = (0..info.devices).collect();
     order.sort_by_key(|&d| (free(d) == 0, std::cmp::Reverse(free(d)), d));
     let n = info.devices;
-    order.iter().map(|&d| if free(d) == 0 { d.saturating_add(n) } else { d }).collect()
+    // Retired devices (never picked) are offset further, so that which
+    // devices are retired is part of the order as well.
+    let key = |d: u32| match (info.retired(d).is_some(), free(d) == 0) {
+        (true, _) => d.saturating_add(n.saturating_mul(2)),
+        (false, true) => d.saturating_add(n),
+        (false, false) => d,
+    };
+    order.iter().map(|&d| key(d)).collect()
 }
 
 impl Fs {

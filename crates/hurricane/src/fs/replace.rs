@@ -289,9 +289,7 @@ pub fn set_device_path(dir: &Path, index: u32, path: &Path) -> Result<()> {
     let mut out = String::new();
     let mut done = false;
     for line in text.lines() {
-        let t = line.trim();
-        let is_device = !(t.is_empty() || t.starts_with('#') || t.starts_with("sim"));
-        if is_device {
+        if pool::is_device_line(line.trim()) {
             if seen == index {
                 out.push_str(&format!("device = {}\n", path.display()));
                 done = true;
@@ -306,16 +304,7 @@ pub fn set_device_path(dir: &Path, index: u32, path: &Path) -> Result<()> {
     if !done {
         return Err(Error::Invalid(format!("{}: lists no device {index}", f.display())));
     }
-    let tmp = dir.join(format!("{}.tmp", pool::POOL_FILE));
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut t = std::fs::File::create(&tmp)?;
-        t.write_all(out.as_bytes())?;
-        t.sync_all()?;
-        std::fs::rename(&tmp, &f)?;
-        std::fs::File::open(dir)?.sync_all()
-    };
-    write().map_err(|e| Error::io(f.display().to_string(), e))
+    pool::replace_pool_file(dir, &out)
 }
 
 /// The newest superblock among `devs` (none of which is `skip`).

@@ -422,7 +422,7 @@ pub(super) fn apply_resilvering(storage: &crate::pool::Storage, sb: &crate::pool
     for &(i, st) in &sb.dev_states {
         if st == DeviceState::Resilvering as u8 {
             if let Some(h) = storage.devs.get(i as usize) {
-                h.set_state(DeviceState::Resilvering);
+                h.restore_state(DeviceState::Resilvering);
             }
         }
     }

@@ -10,4 +10,4 @@
 mod spec;
 
 pub use crate::blocks::{canonical, Spec, Value};
-pub use spec::{parse, resolve, with_checksums, PoolInfo};
+pub use spec::{parse, relocate, resolve, with_checksums, PoolInfo};

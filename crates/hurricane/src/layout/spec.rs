@@ -26,15 +26,27 @@ pub struct PoolInfo {
     pub devices: u32,
     /// Free blocks per device; devices past the end count as full.
     pub free_blocks: Vec<u64>,
+    /// Devices that take no new data (being evacuated, or removed), sorted:
+    /// never picked, and refused when a layout names them.
+    pub retired: Vec<(u32, &'static str)>,
 }
 
 impl PoolInfo {
     /// A pool with one device per entry of `free_blocks`.
     pub fn new(free_blocks: Vec<u64>) -> Self {
-        PoolInfo { devices: u32::try_from(free_blocks.len()).unwrap_or(u32::MAX), free_blocks }
+        PoolInfo { devices: u32::try_from(free_blocks.len()).unwrap_or(u32::MAX), free_blocks, retired: Vec::new() }
     }
     fn free(&self, dev: u32) -> u64 {
         self.free_blocks.get(dev as usize).copied().unwrap_or(0)
+    }
+    /// Devices that take new data: a spread-out composite written without a
+    /// width spans them all.
+    pub fn usable(&self) -> u32 {
+        self.devices.saturating_sub(self.retired.iter().filter(|r| r.0 < self.devices).count() as u32)
+    }
+    /// Why device `dev` takes no new data ("removed", "evacuating"), if it does not.
+    pub fn retired(&self, dev: u32) -> Option<&'static str> {
+        self.retired.binary_search_by_key(&dev, |r| r.0).ok().map(|i| self.retired[i].1)
     }
 }
 
@@ -345,6 +357,82 @@ pub fn resolve(spec: &Spec, pool: &PoolInfo) -> Result<Spec> {
     Ok(canonical(s))
 }
 
+/// The same layout with every per-device leaf on device `from` moved to
+/// another device, picked as [`resolve`] picks (free space first, then the
+/// device this layout uses least, then the most free) among those no
+/// sibling's subtree uses (so copies and stripe units stay apart). A child
+/// of a stripe-like parent (distinct devices, a `width`, no width implied by
+/// its parameters) that has nowhere to go is dropped instead, narrowing the
+/// parent, as long as it keeps its fewest children: the file's data is
+/// copied into the new tree whole. For emptying a device (`device remove`).
+/// Fails, naming the leaf, when a redundancy group would have to lose a
+/// member.
+pub fn relocate(spec: &Spec, from: u32, pool: &PoolInfo) -> Result<Spec> {
+    let mut pool = pool.clone();
+    if pool.retired(from).is_none() {
+        pool.retired.push((from, "being emptied"));
+        pool.retired.sort_unstable();
+    }
+    let mut s = spec.clone();
+    let mut uses = BTreeMap::new();
+    count_devices(&s, &mut uses);
+    uses.remove(&from);
+    relocate_in(&mut s, from, &pool, &BTreeSet::new(), &mut uses)?;
+    check_devices(&s, &pool)?;
+    Ok(canonical(s))
+}
+
+fn relocate_in(
+    s: &mut Spec,
+    from: u32,
+    pool: &PoolInfo,
+    taken: &BTreeSet<u32>,
+    uses: &mut BTreeMap<u32, usize>,
+) -> Result<()> {
+    if is_per_device(s) {
+        if s.device == Some(from) {
+            let d = pick(pool, taken, uses).ok_or_else(|| {
+                Error::Layout(format!(
+                    "no device to move {}@{from} to: every other device of the pool holds a sibling's data \
+                     or takes no new data",
+                    s.kind
+                ))
+            })?;
+            s.device = Some(d);
+            *uses.entry(d).or_default() += 1;
+        }
+        return Ok(());
+    }
+    let t = lookup(&s.kind);
+    let narrows = t.is_some_and(|t| t.distinct_devices && t.implied_width.is_none() && t.width_param == Some("width"));
+    let min = t.map_or(1, |t| t.min_children.max(1));
+    let mut i = 0;
+    while i < s.children.len() {
+        let mut avoid = taken.clone();
+        for (j, c) in s.children.iter().enumerate() {
+            if j != i {
+                let mut u = BTreeMap::new();
+                count_devices(c, &mut u);
+                avoid.extend(u.into_keys());
+            }
+        }
+        let mut child = s.children[i].clone();
+        let mut trial = uses.clone();
+        match relocate_in(&mut child, from, pool, &avoid, &mut trial) {
+            Ok(()) => {
+                s.children[i] = child;
+                *uses = trial;
+                i += 1;
+            }
+            Err(_) if narrows && s.children.len() > min => {
+                s.children.remove(i);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn is_per_device(s: &Spec) -> bool {
     lookup(&s.kind).is_some_and(|t| t.per_device)
 }
@@ -367,7 +455,7 @@ fn expand(s: &Spec, pool: &PoolInfo, depth: usize, nodes: &mut usize) -> Result<
         // Spread-out composites default to the whole pool; replicas to two.
         let n = match width_of(t, s).or_else(|| registry::implied_width(t, &s.params)) {
             Some(w) => w,
-            None if t.distinct_devices => pool.devices.into(),
+            None if t.distinct_devices => pool.usable().into(),
             None if t.width_param.is_some() => 2,
             None => t.min_children as u64,
         };
@@ -444,7 +532,7 @@ fn pick(pool: &PoolInfo, taken: &BTreeSet<u32>, uses: &BTreeMap<u32, usize>) -> 
     // Past the listed devices all look alike (full, unused), so one more than
     // the devices already used or taken suffices to find the best.
     let scan = (pool.free_blocks.len() + uses.len() + taken.len() + 1).min(pool.devices as usize) as u32;
-    (0..scan).filter(|d| !taken.contains(d)).min_by_key(|&d| {
+    (0..scan).filter(|d| !taken.contains(d) && pool.retired(*d).is_none()).min_by_key(|&d| {
         let free = pool.free(d);
         (free == 0, uses.get(&d).copied().unwrap_or(0), Reverse(free), d)
     })
@@ -468,6 +556,9 @@ fn check_devices(s: &Spec, pool: &PoolInfo) -> Result<()> {
                 n => format!("{n} devices: 0..{}", n - 1),
             };
             return Err(Error::Layout(format!("{}@{d}: device {d} does not exist (pool has {range})", s.kind)));
+        }
+        if let Some(why) = pool.retired(d) {
+            return Err(Error::Layout(format!("{}@{d}: device {d} is {why}: it takes no new data", s.kind)));
         }
     }
     if lookup(&s.kind).is_some_and(|t| t.distinct_devices) {
@@ -707,6 +798,36 @@ mod tests {
     }
 
     #[test]
+    fn relocate_moves_leaves_off_a_device_keeping_groups_distinct() {
+        let p = pool(5);
+        let r = |s: &str, from| relocate(&parse(s).unwrap(), from, &p).map(|x| x.to_string());
+        // A replica moves to a device its group does not use.
+        assert_eq!(
+            r("replicate[checksum[extent@1],checksum[extent@2]]", 2).unwrap(),
+            "replicate[checksum[extent@1],checksum[extent@0]]"
+        );
+        // Every leaf on the device moves; others stay put.
+        let got = r("stripe(unit=64K)[extent@3,extent@1,extent@3]", 3).unwrap();
+        assert!(!got.contains("@3"), "{got}");
+        assert!(got.contains("extent@1"), "{got}");
+        // A group that already spans every other device has nowhere to go.
+        let err = r("parity(data=3,parity=2)[extent@0,extent@1,extent@2,extent@3,extent@4]", 4).unwrap_err();
+        assert!(err.to_string().contains("no device to move extent@4"), "{err}");
+        let err = r("replicate[extent@0,extent@1,extent@2,extent@3,extent@4]", 1).unwrap_err();
+        assert!(err.to_string().contains("no device to move extent@1"), "{err}");
+        // A stripe as wide as the rest of the pool narrows instead.
+        assert_eq!(
+            r("stripe[checksum[extent@0],checksum[extent@1],checksum[extent@2],checksum[extent@3],checksum[extent@4]]", 3).unwrap(),
+            "stripe[checksum[extent@0],checksum[extent@1],checksum[extent@2],checksum[extent@4]]"
+        );
+        // A retired device is never chosen.
+        let mut q = pool(3);
+        q.retired = vec![(0, "removed")];
+        let got = relocate(&parse("replicate[extent@1,extent@2]").unwrap(), 2, &q).unwrap_err();
+        assert!(got.to_string().contains("no device"), "{got}");
+    }
+
+    #[test]
     fn resolve_errors() {
         let e = resolve_err("extent@9", 4);
         assert!(e.contains("extent@9: device 9 does not exist (pool has 4 devices: 0..3)"), "{e}");
@@ -733,7 +854,7 @@ mod tests {
         let bad = Spec { kind: "nope".into(), params: vec![], children: vec![], device: None };
         assert!(resolve(&bad, &pool(4)).unwrap_err().to_string().contains("unknown block type"));
         // A huge claimed pool is scanned only as far as needed.
-        let huge = PoolInfo { devices: u32::MAX, free_blocks: vec![] };
+        let huge = PoolInfo { devices: u32::MAX, free_blocks: vec![], retired: vec![] };
         assert_eq!(
             resolve(&parse("stripe(width=3)").unwrap(), &huge).unwrap().to_string(),
             "stripe[extent@0,extent@1,extent@2]"

@@ -3,9 +3,11 @@
 
 pub mod alloc;
 pub mod superblock;
+mod table;
 
 pub use alloc::Allocator;
 pub use superblock::{Superblock, FORMAT_VERSION, MAX_COUNTER, MAX_DEVICES, OLDEST_READABLE, RESERVED_BLOCKS};
+pub use table::Table;
 
 use crate::device::{Device, DeviceHandle, DeviceState, FaultSpec, FileDevice, MissingDevice, BLOCK_SIZE};
 use crate::error::{Error, Result};
@@ -15,8 +17,8 @@ use std::sync::Arc;
 /// The devices of an open pool and their allocators, indexed by device number.
 /// Building blocks reach device space only through this.
 pub struct Storage {
-    pub devs: Vec<DeviceHandle>,
-    pub allocs: Vec<Allocator>,
+    pub devs: Table<DeviceHandle>,
+    pub allocs: Table<Allocator>,
 }
 
 impl Storage {
@@ -155,7 +157,7 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.trim();
-        if line.is_empty() || line.starts_with('#') || sim_line(line).is_some() || fault_line(line).is_some() {
+        if !is_device_line(line) {
             continue;
         }
         let p = line.strip_prefix("device").map(|r| r.trim_start().trim_start_matches('=').trim()).unwrap_or(line);
@@ -166,6 +168,28 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
         return Err(Error::Device(format!("{}: lists no devices", f.display())));
     }
     Ok(out)
+}
+
+/// Whether a (trimmed) line of `pool.conf` names a device: anything but
+/// blank lines, comments, `sim =` and `fault =` lines.
+pub fn is_device_line(line: &str) -> bool {
+    !(line.is_empty() || line.starts_with('#') || sim_line(line).is_some() || fault_line(line).is_some())
+}
+
+/// Replaces `pool.conf` with `text`: a temporary file, synced, renamed over
+/// it, and the directory synced, so a crash leaves the old list or the new.
+pub fn replace_pool_file(dir: &Path, text: &str) -> Result<()> {
+    let f = dir.join(POOL_FILE);
+    let tmp = dir.join(format!("{POOL_FILE}.tmp"));
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut t = std::fs::File::create(&tmp)?;
+        t.write_all(text.as_bytes())?;
+        t.sync_all()?;
+        std::fs::rename(&tmp, &f)?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|e| Error::io(f.display().to_string(), e))
 }
 
 /// The value of a `sim = SPEC` line.
@@ -245,7 +269,7 @@ pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Devic
         .map(|(i, p)| {
             let name = p.display().to_string();
             if !p.exists() {
-                tracing::warn!("device {i} ({name}) is missing");
+                tracing::debug!("device {i} ({name}) is missing");
                 return Arc::new(MissingDevice::new(name, 0)) as Arc<dyn Device>;
             }
             match FileDevice::open(p, writable) {
@@ -351,15 +375,25 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
         let names: Vec<String> = gone.iter().map(|(_, n)| n.clone()).collect();
         return Err(Error::Device(format!("none of the pool's devices is there: {} missing", names.join(", "))));
     };
-    let count = first.dev_count;
+    // The newest superblock decides the pool's shape. A device whose own
+    // superblock is older may say the pool has fewer devices: a device was
+    // added, and the add's superblock writes did not reach it before a
+    // crash (the new device's superblock, written first, is the newest).
+    let mut best = first;
+    for (sb, _) in &found {
+        if sb.generation > best.generation {
+            best = sb.clone();
+        }
+    }
+    let count = best.dev_count;
     // Indexed by device number; sized by the devices given, never by the
     // count a superblock claims.
     let mut slots: std::collections::BTreeMap<u32, (Superblock, Arc<dyn Device>)> = Default::default();
     for (sb, dev) in found {
-        if sb.pool_id != first.pool_id {
+        if sb.pool_id != best.pool_id {
             return Err(Error::Device(format!("{}: belongs to another pool", dev.name())));
         }
-        if sb.dev_count != count {
+        if sb.dev_count != count && sb.generation >= best.generation {
             return Err(Error::Device(format!(
                 "{}: says the pool has {} devices, another says {count}",
                 dev.name(),
@@ -367,16 +401,17 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
             )));
         }
         let i = sb.dev_index;
+        if i >= count {
+            return Err(Error::Device(format!(
+                "{}: says it is device {i}, but the pool has {count} devices (an add that did not complete? \
+                 take it out of the pool's device list)",
+                dev.name()
+            )));
+        }
         if let Some((_, other)) = slots.get(&i) {
             return Err(Error::Device(format!("{} and {} are both device {i} of the pool", other.name(), dev.name())));
         }
         slots.insert(i, (sb, dev));
-    }
-    let mut best = first;
-    for (sb, _) in slots.values() {
-        if sb.generation > best.generation {
-            best = sb.clone();
-        }
     }
     // A missing device's size is not recorded anywhere else: the largest
     // present device stands for it (what `df` shows; nothing is allocated
@@ -403,7 +438,10 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
                     .find(|(pos, _)| *pos == i as usize)
                     .map(|(_, n)| n.clone())
                     .unwrap_or_else(|| "not found".into());
-                tracing::warn!("device {i} ({name}) of {count} is missing: the pool opens degraded");
+                let removed = best.dev_states.contains(&(i, DeviceState::Removed as u8));
+                if !removed {
+                    tracing::warn!("device {i} ({name}) of {count} is missing: the pool opens degraded");
+                }
                 let dev = Arc::new(MissingDevice::new(name, guess.saturating_mul(BLOCK_SIZE as u64)));
                 handles.push(DeviceHandle::with_state(i, dev, DeviceState::Missing));
             }
@@ -416,8 +454,14 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
     // A device removed from the pool stays so (a resilvering one is set
     // by the open, after replay: the journal may be on it).
     for &(i, st) in &best.dev_states {
-        if let (Some(h), Some(DeviceState::Removed)) = (handles.get(i as usize), DeviceState::from_persistent(st)) {
-            h.set_state(DeviceState::Removed);
+        if let (Some(h), Some(s @ (DeviceState::Removed | DeviceState::Evacuating))) =
+            (handles.get(i as usize), DeviceState::from_persistent(st))
+        {
+            // A removed device that is still there stays out of use; an
+            // evacuating one serves what it holds only if it is there.
+            if s == DeviceState::Removed || h.state() == DeviceState::Online {
+                h.restore_state(s);
+            }
         }
     }
     check_journal(&best, &handles)?;

@@ -187,7 +187,7 @@ impl Superblock {
             }
         }
         for &(i, st) in &dev_states {
-            if i >= dev_count || st == 0 || st > 4 {
+            if i >= dev_count || st == 0 || st > 5 {
                 return bad(format!("state {st} for device {i} of {dev_count}"));
             }
         }
@@ -255,6 +255,20 @@ mod tests {
         newer.version = FORMAT_VERSION + 1;
         let msg = Superblock::decode(&newer.encode().unwrap(), "d").unwrap_err().to_string();
         assert!(msg.contains("newer"), "{msg}");
+    }
+
+    #[test]
+    fn device_states_are_held_to_the_persistent_ones() {
+        for (st, ok) in [(0u8, false), (3, true), (4, true), (5, true), (6, false), (255, false)] {
+            let mut sb = sample();
+            sb.dev_states = vec![(2, st)];
+            let r = Superblock::decode(&sb.encode().unwrap(), "d");
+            assert_eq!(r.is_ok(), ok, "state {st}: {r:?}");
+        }
+        let mut sb = sample();
+        sb.dev_states = vec![(3, 5)];
+        let msg = Superblock::decode(&sb.encode().unwrap(), "d").unwrap_err().to_string();
+        assert!(msg.contains("state 5 for device 3 of 3"), "{msg}");
     }
 
     #[test]

@@ -1,0 +1,525 @@
+//! Taking a device out of the pool (`hurricane device remove`): every file
+//! with a piece on it moves to other devices, then the device is marked
+//! removed. Its slot stays, so device numbers never change.
+//!
+//! Steps, each crash-safe:
+//!
+//! 1. The device is marked *evacuating* in every superblock: from then on
+//!    no new data is placed on it (the resolver never picks it, and a
+//!    layout naming it is refused), while it still serves what it holds.
+//! 2. Each file with a per-device leaf on it is moved whole, under its I/O
+//!    lock held exclusively: a new tree is built with those leaves on other
+//!    devices ([`crate::layout::relocate`]: a redundancy group keeps its
+//!    pieces on distinct devices), the file's data is copied into it
+//!    through the old tree (so a missing or failing device is read around
+//!    by redundancy), and the new tree is installed by one journalled
+//!    `SetLayout` with the new tree's records, the way an inline file is
+//!    promoted. The old tree's space is freed once that batch commits. A
+//!    crash before the commit leaves the old tree in force and the copy's
+//!    space unreferenced (free at the next open); after it, the new tree.
+//! 3. When no file is left on it (the scan is repeated until one finds
+//!    none), what the pool keeps there besides files moves: a copy of the
+//!    meta-file by a checkpoint written to a layout with that copy
+//!    elsewhere; a copy of the journal by a superblock naming a new region
+//!    on another device, written just after a checkpoint under the
+//!    meta-data lock (the journal is empty then, and no commit can add to
+//!    it before the switch). The device is then marked *removed* in every
+//!    superblock and a checkpoint is taken.
+//!
+//! Directories whose default layout names the device (`extent@2`) are
+//! given the same spec on other devices, at the start and again at the end.
+//!
+//! A crash during step 2 or 3 reopens the pool with the device still
+//! evacuating; running the removal again finishes it.
+
+use super::Fs;
+use crate::blocks::{Health, IoCtx, Layout, NodeRecord, BLOCK_SIZE};
+use crate::codec::Encoder;
+use crate::device::DeviceState;
+use crate::error::{Error, Result};
+use crate::journal::{Ino, Op, Region};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BS: u64 = BLOCK_SIZE as u64;
+/// File blocks copied per request (4 MiB).
+const COPY_BLOCKS: u64 = 1024;
+
+/// How to remove a device.
+#[derive(Debug, Clone, Default)]
+pub struct RemoveOptions {
+    /// Set from elsewhere to stop after the file being moved (the device
+    /// stays evacuating; running the removal again goes on).
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// Progress of a removal, after every copied request.
+#[derive(Debug, Clone, Default)]
+pub struct RemoveProgress {
+    pub files_done: u64,
+    pub files_total: u64,
+    /// File bytes visited so far, and in all (the files' sizes, rounded up
+    /// to whole blocks; holes are skipped, so the count may end short).
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+}
+
+/// What a removal did.
+#[derive(Debug, Clone, Default)]
+pub struct RemoveReport {
+    pub files_moved: u64,
+    pub bytes_copied: u64,
+    /// The device was already evacuating (an earlier removal was stopped
+    /// or interrupted by a crash).
+    pub resumed: bool,
+    /// False when stopped before the end: the device is still evacuating.
+    pub complete: bool,
+    pub duration: Duration,
+}
+
+impl Fs {
+    /// Empties device `dev` onto the others and takes it out of the pool
+    /// (see the module notes).
+    pub fn remove_device(
+        &self,
+        dev: u32,
+        opts: &RemoveOptions,
+        progress: &dyn Fn(&RemoveProgress),
+    ) -> Result<RemoveReport> {
+        let t0 = Instant::now();
+        self.check_writable()?;
+        let n = self.storage().device_count();
+        let h = self
+            .storage()
+            .devs
+            .get(dev as usize)
+            .ok_or_else(|| Error::Invalid(format!("device {dev}: the pool has {n} devices")))?;
+        match h.state() {
+            DeviceState::Removed => {
+                return Err(Error::Invalid(format!("device {dev} ({}) is already removed", h.name())))
+            }
+            DeviceState::Resilvering => {
+                return Err(Error::Invalid(format!(
+                    "device {dev} ({}) is being resilvered: finish that first (hurricane scrub)",
+                    h.name()
+                )))
+            }
+            _ => {}
+        }
+        self.check_removable(dev)?;
+        if !self.storage().devs.iter().any(|d| d.index != dev && d.state().placeable()) {
+            return Err(Error::Invalid(format!("device {dev}: no other device of the pool takes data")));
+        }
+        // Enough room elsewhere for what it holds (a first check: layouts
+        // may place more than that, as their groups require).
+        let mut held = 0u64;
+        for node in self.state().all() {
+            if let Some(l) = node.data.read().layout() {
+                l.extents(&mut |d, _, len| {
+                    if d == dev {
+                        held = held.saturating_add(len);
+                    }
+                });
+            }
+        }
+        let room: u64 = self
+            .storage()
+            .devs
+            .iter()
+            .filter(|d| d.index != dev && d.state().placeable())
+            .map(|d| self.storage().allocs[d.index as usize].free_blocks())
+            .sum();
+        if held > room {
+            return Err(Error::NoSpace(format!(
+                "device {dev} holds {} bytes of data, the other devices have {} bytes free",
+                held * BS,
+                room * BS
+            )));
+        }
+        // Files whose data on it has no other copy cannot move while it is away.
+        let down = |d: u32| d == dev || self.storage().devs.get(d as usize).is_none_or(|x| !x.state().readable());
+        let stuck: Vec<Ino> = self
+            .state()
+            .all()
+            .iter()
+            .filter(|n| {
+                n.data.read().layout().is_some_and(|l| {
+                    l.nodes().iter().any(|b| b.device() == Some(dev)) && l.root().health(&down) == Health::Lost
+                })
+            })
+            .map(|n| n.ino)
+            .collect();
+        if !stuck.is_empty() && !h.state().readable() {
+            let paths = self.paths_of(&stuck.iter().copied().collect());
+            let mut names: Vec<String> = paths.into_values().flatten().collect();
+            names.sort();
+            return Err(Error::Device(format!(
+                "{dev} ({}) is {}, and these files have data only there, which cannot be moved: {} \
+                 (bring the device back, or delete them)",
+                h.name(),
+                h.state(),
+                names.join(", ")
+            )));
+        }
+        let resumed = self.inner.meta.lock().sb.dev_states.contains(&(dev, DeviceState::Evacuating as u8));
+        if !resumed {
+            self.set_persistent_state(dev, Some(DeviceState::Evacuating))?;
+            tracing::info!("device {dev} ({}): evacuating", h.name());
+        }
+        // New files in directories whose default names it go elsewhere now.
+        self.relocate_dir_layouts(dev)?;
+        let stop = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+        let mut report = RemoveReport { resumed, ..Default::default() };
+        let mut p = RemoveProgress::default();
+        loop {
+            let files = self.files_on(dev);
+            if files.is_empty() {
+                break;
+            }
+            p.files_total += files.len() as u64;
+            p.total_bytes += files.iter().map(|f| f.1.div_ceil(BS) * BS).sum::<u64>();
+            for (ino, _) in files {
+                if stop() {
+                    report.duration = t0.elapsed();
+                    return Ok(report);
+                }
+                let copied = self.move_off(ino, dev, &mut |b| {
+                    p.done_bytes += b;
+                    progress(&p);
+                })?;
+                if copied.is_some() {
+                    report.files_moved += 1;
+                }
+                report.bytes_copied += copied.unwrap_or(0);
+                p.files_done += 1;
+                progress(&p);
+            }
+        }
+        // A directory default set to name it meanwhile names another device.
+        self.relocate_dir_layouts(dev)?;
+        self.move_fixed_regions(dev)?;
+        self.adjust_default_layout(dev)?;
+        // Nothing refers to it any more: out of the pool for good.
+        self.sync()?;
+        self.set_persistent_state(dev, Some(DeviceState::Removed))?;
+        self.checkpoint()?;
+        tracing::info!("device {dev} ({}): removed ({} files moved)", h.name(), report.files_moved);
+        report.complete = true;
+        report.duration = t0.elapsed();
+        Ok(report)
+    }
+
+    /// Checks that what the pool keeps on `dev` besides files (the journal,
+    /// its mirror, meta-file copies) has somewhere else to go.
+    fn check_removable(&self, dev: u32) -> Result<()> {
+        let info = self.pool_info();
+        let m = self.inner.meta.lock();
+        if m.meta.nodes().iter().any(|n| n.device() == Some(dev)) {
+            crate::layout::relocate(&m.meta.spec(), dev, &info).map_err(|e| {
+                Error::NotSupported(format!("device {dev} holds a copy of the meta-data, which cannot move: {e}"))
+            })?;
+        }
+        for (r, other) in journal_copies(&m.sb) {
+            if r.dev == dev && journal_target(self.storage(), dev, other.map(|o| o.dev)).is_none() {
+                return Err(Error::NotSupported(format!(
+                    "device {dev} holds a copy of the journal, and no other device can take it (the pool needs \
+                     another device besides the other copy's; add one first)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the meta-file's copies and the journal's copies off `dev`
+    /// (module notes, step 3): the meta-file by a checkpoint written to its
+    /// new layout; each journal copy by a superblock that names a new
+    /// region, written right after a checkpoint, while the journal is
+    /// empty and the meta-data lock keeps commits out, so no record is
+    /// ever in a region the superblock no longer names.
+    fn move_fixed_regions(&self, dev: u32) -> Result<()> {
+        {
+            let mut m = self.inner.meta.lock();
+            if m.meta.nodes().iter().any(|n| n.device() == Some(dev)) {
+                let spec = crate::layout::relocate(&m.meta.spec(), dev, &self.pool_info())?;
+                tracing::info!("meta-file: moving off device {dev} to {spec}");
+                m.relayout = Some(spec);
+            }
+        }
+        // Commits may come between the checkpoint and the lock: then again.
+        for _ in 0..64 {
+            self.checkpoint()?;
+            let mut m = self.inner.meta.lock();
+            if m.relayout.is_some() {
+                continue;
+            }
+            if m.cursor.tail != m.cursor.head {
+                continue;
+            }
+            let mut sb = m.sb.clone();
+            let mut moved = Vec::new();
+            let copies: Vec<(Region, Option<Region>)> = journal_copies(&sb);
+            for (i, (r, other)) in copies.into_iter().enumerate() {
+                if r.dev != dev {
+                    continue;
+                }
+                let j = journal_target(self.storage(), dev, other.map(|o| o.dev)).ok_or_else(|| {
+                    Error::NotSupported(format!("no device can take the journal copy on device {dev}"))
+                })?;
+                let a = &self.storage().allocs[j as usize];
+                let start = match a.alloc_reserved(None, r.blocks) {
+                    Some((s, n)) if n == r.blocks => s,
+                    Some((s, n)) => {
+                        a.free_now(s, n);
+                        return Err(Error::NoSpace(format!(
+                            "device {j}: no {} contiguous free blocks for the journal",
+                            r.blocks
+                        )));
+                    }
+                    None => return Err(Error::NoSpace(format!("device {j}: no room for the journal"))),
+                };
+                let new = Region { dev: j, start, blocks: r.blocks };
+                // Replay starts at the cursor: nothing there may look like a record.
+                let tail = m.cursor.tail;
+                let n = 4u64.min(r.blocks - tail);
+                let h = &self.storage().devs[j as usize];
+                h.write_blocks(start + tail, &vec![0u8; (n * BS) as usize])?;
+                h.flush()?;
+                if i == 0 {
+                    sb.journal = new;
+                } else {
+                    sb.journal_mirror = Some(new);
+                }
+                moved.push((r, new));
+            }
+            if moved.is_empty() {
+                return Ok(());
+            }
+            sb.generation += 1;
+            self.storage().write_superblocks(&sb)?;
+            m.sb = sb;
+            for (old, new) in moved {
+                if let Some(a) = self.storage().allocs.get(old.dev as usize) {
+                    a.free_now(old.start, old.blocks);
+                }
+                tracing::info!(
+                    "journal copy moved from device {} to device {} (blocks {}+{})",
+                    old.dev,
+                    new.dev,
+                    new.start,
+                    new.blocks
+                );
+            }
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "the journal on device {dev} could not be moved: commits kept arriving between checkpoints"
+        )))
+    }
+
+    /// Keeps the pool's default layout usable without device `dev`: one that
+    /// names it names other devices; one whose width the remaining devices
+    /// cannot give (`stripe(width=4)` on 3) loses its width, so it spans
+    /// every device that takes data. Recorded with the next superblock.
+    fn adjust_default_layout(&self, dev: u32) -> Result<()> {
+        let cur = self.default_layout();
+        let info = self.pool_info();
+        let spec = crate::layout::parse(&cur)?;
+        let mut new = crate::layout::relocate(&spec, dev, &info)?;
+        if crate::layout::resolve(&new, &info).is_err() {
+            let t = crate::blocks::lookup(&new.kind);
+            if let Some(wp) = t.and_then(|t| t.width_param).filter(|_| t.is_some_and(|t| t.distinct_devices)) {
+                new.params.retain(|(k, _)| k != wp);
+            }
+            crate::layout::resolve(&new, &info).map_err(|e| {
+                Error::Layout(format!("the pool's default layout {cur} cannot do without device {dev}: {e}"))
+            })?;
+        }
+        let new = new.to_string();
+        if new != cur {
+            let mut m = self.inner.meta.lock();
+            m.sb.default_layout = new.clone();
+            *self.inner.default_layout.write() = new.clone();
+            tracing::info!("default layout {cur} is now {new}");
+        }
+        Ok(())
+    }
+
+    /// Rewrites the default layouts of directories that name device `dev`
+    /// (`replicate[extent@1,extent@2]`) to name other devices, as a file's
+    /// layout is moved. Specs that only give widths stay as they are.
+    fn relocate_dir_layouts(&self, dev: u32) -> Result<()> {
+        let names = |s: &crate::layout::Spec| -> bool {
+            fn walk(s: &crate::layout::Spec, dev: u32) -> bool {
+                s.device == Some(dev) || s.children.iter().any(|c| walk(c, dev))
+            }
+            walk(s, dev)
+        };
+        for node in self.state().all() {
+            let text = match node.data.read().dir() {
+                Some(d) if !d.layout.is_empty() => d.layout.clone(),
+                _ => continue,
+            };
+            let Ok(spec) = crate::layout::parse(&text) else { continue };
+            if !names(&spec) {
+                continue;
+            }
+            let ino = node.ino;
+            let new = crate::layout::relocate(&spec, dev, &self.pool_info()).map_err(|e| {
+                let p = self.paths_of(&[ino].into_iter().collect()).remove(&ino).unwrap_or_default().join(", ");
+                Error::Layout(format!("directory {p}: default layout {text}: {e}"))
+            })?;
+            let g = self.inner.gate.enter();
+            let mut l = self.state().lock(&[ino]);
+            let op = Op::SetDirLayout { ino, spec: new.to_string() };
+            self.state().apply(&op, &mut l)?;
+            g.log(&[op]);
+            tracing::info!("directory inode {ino}: default layout {text} now {new}");
+        }
+        Ok(())
+    }
+
+    /// Regular files with a per-device leaf on `dev`, with their sizes.
+    fn files_on(&self, dev: u32) -> Vec<(Ino, u64)> {
+        self.state()
+            .all()
+            .iter()
+            .filter_map(|n| {
+                let d = n.data.read();
+                let l = d.layout()?;
+                l.nodes().iter().any(|b| b.device() == Some(dev)).then_some((n.ino, d.size))
+            })
+            .collect()
+    }
+
+    /// Moves file `ino` off device `dev` (module notes, step 2). Returns the
+    /// bytes copied, or None when the file no longer has a piece there.
+    fn move_off(&self, ino: Ino, dev: u32, copied: &mut dyn FnMut(u64)) -> Result<Option<u64>> {
+        let Some(node) = self.state().get(ino) else { return Ok(None) };
+        let _io = node.io.write();
+        let Some(old) = node.data.read().layout().cloned() else { return Ok(None) };
+        if !old.nodes().iter().any(|b| b.device() == Some(dev)) {
+            return Ok(None);
+        }
+        let paths = || self.paths_of(&[ino].into_iter().collect()).remove(&ino).unwrap_or_default().join(", ");
+        let spec = crate::layout::relocate(&old.spec(), dev, &self.pool_info())
+            .map_err(|e| Error::Layout(format!("inode {ino} ({}): {e}", paths())))?;
+        let fresh = Layout::build(&spec)?;
+        let mut e = Encoder::new();
+        fresh.encode(&mut e);
+        // The copy: every run of data the old tree has, read through it (a
+        // piece on a missing device is rebuilt from redundancy) and written
+        // to the new tree, which no one else sees yet.
+        let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+        let changes = Mutex::new(Vec::new());
+        let sink = |c: NodeRecord| changes.lock().push(c);
+        let wio = IoCtx { storage: self.storage(), epoch: 0, sink: &sink, repair: false };
+        let mut buf = vec![0u8; (COPY_BLOCKS * BS) as usize];
+        let mut total = 0u64;
+        // Up to the end of the file: space preallocated past it is not kept.
+        let end = node.data.read().size.div_ceil(BS);
+        let mut b = old.root().next_data(0).filter(|&s| s < end);
+        let copy = (|| -> Result<()> {
+            while let Some(start) = b {
+                let n = COPY_BLOCKS.min(end - start);
+                let part = &mut buf[..(n * BS) as usize];
+                old.root().read(&rio, start, part).map_err(|e| {
+                    Error::Device(format!(
+                        "inode {ino} ({}): reading blocks {start}+{n} to move them off device {dev}: {e}",
+                        paths()
+                    ))
+                })?;
+                // Blocks of zeros stay holes (they read the same).
+                let zero = |k: u64| part[(k * BS) as usize..((k + 1) * BS) as usize].iter().all(|&x| x == 0);
+                let mut k = 0;
+                while k < n {
+                    if zero(k) {
+                        k += 1;
+                        continue;
+                    }
+                    let run = (k..n).take_while(|&j| !zero(j)).count() as u64;
+                    fresh.root().write(&wio, start + k, &part[(k * BS) as usize..((k + run) * BS) as usize])?;
+                    k += run;
+                }
+                total += n * BS;
+                copied(n * BS);
+                b = old.root().next_data(start + n).filter(|&s| s < end);
+            }
+            Ok(())
+        })();
+        if let Err(e) = copy {
+            // Nothing refers to what the copy allocated: give it back.
+            fresh.extents(&mut |d, s, l| self.storage().allocs[d as usize].free_now(s, l));
+            return Err(e);
+        }
+        let g = self.inner.gate.enter();
+        let mut ops = vec![Op::SetLayout { ino, layout: e.into_inner() }];
+        ops.extend(changes.into_inner().into_iter().map(|change| Op::Map { ino, change }));
+        let mut l = self.state().lock(&[ino]);
+        // Installed the way replay installs it: the logged tree decoded,
+        // then its logged records applied.
+        for op in &ops {
+            self.state().apply(op, &mut l)?;
+        }
+        g.log(&ops);
+        // The old tree's space, once this batch is durable.
+        old.extents(&mut |d, s, len| {
+            if let Some(a) = self.storage().allocs.get(d as usize) {
+                a.free_deferred(g.epoch(), s, len);
+            }
+        });
+        drop(l);
+        drop(g);
+        // Loads that raced the move must not publish what they read.
+        self.inner.cache.invalidate_from(ino, 0);
+        tracing::debug!("inode {ino}: moved off device {dev} ({total} bytes)");
+        Ok(Some(total))
+    }
+
+    /// Records device `dev`'s persistent state (None: online) in every
+    /// superblock and puts its slot in it.
+    pub(super) fn set_persistent_state(&self, dev: u32, st: Option<DeviceState>) -> Result<()> {
+        let mut m = self.inner.meta.lock();
+        let mut sb = m.sb.clone();
+        sb.dev_states.retain(|(i, _)| *i != dev);
+        if let Some(s) = st {
+            sb.dev_states.push((dev, s as u8));
+            sb.dev_states.sort_unstable();
+        }
+        sb.generation += 1;
+        if let Some(h) = self.storage().devs.get(dev as usize) {
+            // A device that is away stays so until it is back: what is
+            // recorded is what it will be then.
+            let away = matches!(h.state(), DeviceState::Missing | DeviceState::Faulted);
+            let s = st.unwrap_or(DeviceState::Online);
+            if !away || s == DeviceState::Removed {
+                h.set_state(s);
+            }
+        }
+        self.storage().write_superblocks(&sb)?;
+        m.sb = sb;
+        Ok(())
+    }
+}
+
+/// The journal's copies, each with the other one: (primary, mirror) and
+/// (mirror, primary).
+fn journal_copies(sb: &crate::pool::Superblock) -> Vec<(Region, Option<Region>)> {
+    let mut v = vec![(sb.journal, sb.journal_mirror)];
+    if let Some(m) = sb.journal_mirror {
+        v.push((m, Some(sb.journal)));
+    }
+    v
+}
+
+/// The device a journal copy on `from` moves to: one that takes new data,
+/// is neither `from` nor the other copy's, with the most free space.
+fn journal_target(storage: &crate::pool::Storage, from: u32, other: Option<u32>) -> Option<u32> {
+    storage
+        .devs
+        .iter()
+        .filter(|d| d.index != from && Some(d.index) != other && d.state().placeable())
+        .max_by_key(|d| storage.allocs.get(d.index as usize).map_or(0, |a| a.free_blocks()))
+        .map(|d| d.index)
+}
