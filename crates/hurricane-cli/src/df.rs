@@ -38,10 +38,10 @@ pub fn run(a: &DfArgs) -> CliResult {
             let total = al.total_blocks() * BLOCK_SIZE as u64;
             let free = al.free_blocks() * BLOCK_SIZE as u64;
             let (name, s) = stats.get(i).cloned().unwrap_or_default();
-            let writable = st.devs.get(i).is_some_and(|d| d.state().writable());
+            let writable = st.devs.get(i).is_some_and(|d| d.state().placeable());
             tt += total;
             tu += total - free;
-            // Free space on a device that takes no writes is not free.
+            // Free space on a device new data may not go to is not free.
             if writable {
                 tf += free;
             }
@@ -90,7 +90,7 @@ pub fn run(a: &DfArgs) -> CliResult {
         let unwritable: Vec<String> = st
             .devs
             .iter()
-            .filter(|d| !d.state().writable())
+            .filter(|d| !d.state().placeable())
             .map(|d| format!("device {} ({})", d.index, d.state().name()))
             .collect();
         if !unwritable.is_empty() {

@@ -409,13 +409,13 @@ fn free_space_counts_only_devices_that_take_writes() {
     let free = |i: usize| fs.storage().allocs[i].free_blocks();
     let all = fs.statfs();
     assert_eq!(all.bfree, free(0) + free(1) + free(2));
-    for state in [DeviceState::Missing, DeviceState::Faulted, DeviceState::Removed] {
+    for state in [DeviceState::Missing, DeviceState::Faulted, DeviceState::Removed, DeviceState::Evacuating] {
         fs.storage().devs[1].set_state(state);
         let s = fs.statfs();
         assert_eq!(s.bfree, free(0) + free(2), "{state}");
         assert_eq!(s.blocks, all.blocks, "{state}: the pool's size stays");
     }
-    // A resilvering device takes writes: its space counts.
+    // A resilvering device takes new data: its space counts.
     fs.storage().devs[1].set_state(DeviceState::Resilvering);
     assert_eq!(fs.statfs().bfree, all.bfree);
     fs.storage().devs[1].set_state(DeviceState::Online);
