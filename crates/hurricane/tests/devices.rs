@@ -369,11 +369,12 @@ fn devices_with_nowhere_to_go_or_no_room_left_are_refused() {
     let fs = pool.open().unwrap();
     let e = fs.remove_device(7, &RemoveOptions::default(), &|_| {}).unwrap_err().to_string();
     assert!(e.contains("has 3 devices"), "{e}");
-    // A group as wide as the pool has nowhere to go: the file stays where
-    // it is, and so does the device (still evacuating, its data intact).
+    // A group as wide as the pool has nowhere to go: refused before
+    // anything changes, naming the file.
     fs.write_file("/wide", &pattern(1, 100_000), Some("parity(data=2,parity=1)[extent@0,extent@1,extent@2]")).unwrap();
     let e = fs.remove_device(2, &RemoveOptions::default(), &|_| {}).unwrap_err().to_string();
-    assert!(e.contains("/wide") && e.contains("no device to move"), "{e}");
+    assert!(e.contains("cannot be emptied: /wide") && e.contains("no device to move"), "{e}");
+    assert_eq!(fs.storage().devs[2].state(), DeviceState::Online);
     assert_eq!(fs.read_file("/wide").unwrap(), pattern(1, 100_000));
     // More data than the others can take is refused before anything moves.
     let pool = MemPool::new(3, 48 * MB);

@@ -163,6 +163,30 @@ impl Fs {
                 names.join(", ")
             )));
         }
+        // Every file must have somewhere to go before anything is marked.
+        let mut info = self.pool_info();
+        if info.retired(dev).is_none() {
+            info.retired.push((dev, "being emptied"));
+            info.retired.sort_unstable();
+        }
+        let mut nowhere: Vec<Ino> = Vec::new();
+        let mut why = String::new();
+        for (ino, _) in self.files_on(dev) {
+            let Some(l) = self.state().get(ino).and_then(|n| n.data.read().layout().cloned()) else { continue };
+            if let Err(e) = crate::layout::relocate(&l.spec(), dev, &info) {
+                why = e.to_string();
+                nowhere.push(ino);
+            }
+        }
+        if !nowhere.is_empty() {
+            let mut names: Vec<String> =
+                self.paths_of(&nowhere.iter().copied().collect()).into_values().flatten().collect();
+            names.sort();
+            return Err(Error::Layout(format!(
+                "device {dev} cannot be emptied: {} ({why}; remove them or add a device first)",
+                names.join(", ")
+            )));
+        }
         let resumed = self.inner.meta.lock().sb.dev_states.contains(&(dev, DeviceState::Evacuating as u8));
         if !resumed {
             self.set_persistent_state(dev, Some(DeviceState::Evacuating))?;
