@@ -30,7 +30,18 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("inode", inode),
     ("layout_spec", layout_spec),
     ("superblock_open", superblock_open),
+    ("scrub_pos", scrub_pos),
 ];
+
+/// A scrub position file (`POOL/scrub.pos`) as read back to resume a scrub.
+pub fn scrub_pos(data: &[u8]) {
+    if let Ok(rec) = hurricane::fs::PositionRecord::decode(data) {
+        // What decodes is written back byte for byte, and decodes the same.
+        let text = rec.encode();
+        assert_eq!(text.as_bytes(), data, "scrub position round trip");
+        assert_eq!(hurricane::fs::PositionRecord::decode(text.as_bytes()), Ok(rec));
+    }
+}
 
 /// A superblock slot as read from a device.
 pub fn superblock(data: &[u8]) {

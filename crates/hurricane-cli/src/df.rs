@@ -33,13 +33,18 @@ pub fn run(a: &DfArgs) -> CliResult {
             "writes".into(),
             "state".into(),
         ]];
-        let (mut tt, mut tf, mut tr, mut tw) = (0u64, 0u64, 0u64, 0u64);
+        let (mut tt, mut tu, mut tf, mut tr, mut tw) = (0u64, 0u64, 0u64, 0u64, 0u64);
         for (i, al) in st.allocs.iter().enumerate() {
             let total = al.total_blocks() * BLOCK_SIZE as u64;
             let free = al.free_blocks() * BLOCK_SIZE as u64;
             let (name, s) = stats.get(i).cloned().unwrap_or_default();
+            let writable = st.devs.get(i).is_some_and(|d| d.state().placeable());
             tt += total;
-            tf += free;
+            tu += total - free;
+            // Free space on a device new data may not go to is not free.
+            if writable {
+                tf += free;
+            }
             tr += s.reads;
             tw += s.writes;
             let state = st.devs.get(i).map(|d| d.state().name()).unwrap_or("missing");
@@ -60,7 +65,7 @@ pub fn run(a: &DfArgs) -> CliResult {
             "all".into(),
             format!("{} devices", st.allocs.len()),
             size(tt),
-            size(tt - tf),
+            size(tu),
             size(tf),
             pct(tt - tf, tt),
             tr.to_string(),
@@ -81,6 +86,15 @@ pub fn run(a: &DfArgs) -> CliResult {
                 }
             }
             writeln!(o, "{}", line.trim_end())?;
+        }
+        let unwritable: Vec<String> = st
+            .devs
+            .iter()
+            .filter(|d| !d.state().placeable())
+            .map(|d| format!("device {} ({})", d.index, d.state().name()))
+            .collect();
+        if !unwritable.is_empty() {
+            writeln!(o, "free counts only writable devices: not {}", unwritable.join(", "))?;
         }
         let sf = fs.statfs();
         let default = fs.default_layout();

@@ -328,3 +328,45 @@ fn fio_verifies_through_a_device_deleted_mid_run_and_a_replacement() {
     }
     m.unmount();
 }
+
+/// `df --output=avail` of a path, in bytes.
+fn df_avail(p: &Path) -> u64 {
+    let o = Command::new("df").args(["-B1", "--output=avail"]).arg(p).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    text.lines().nth(1).and_then(|l| l.trim().parse().ok()).unwrap_or_else(|| panic!("{text}"))
+}
+
+/// The free column of `hurricane df`'s "all" row, in bytes.
+fn hurricane_df_free(pool: &Path) -> (u64, String) {
+    let (code, out, e) = hc(&["df", s(pool)]);
+    assert_eq!(code, 0, "{e}");
+    let all = out.lines().find(|l| l.trim_start().starts_with("all ")).unwrap_or_else(|| panic!("{out}"));
+    // all, "N devices", size, used, free, ...
+    let free = all.split_whitespace().nth(5).and_then(|f| f.parse().ok()).unwrap_or_else(|| panic!("{out}"));
+    (free, out)
+}
+
+#[test]
+fn df_on_a_mount_leaves_out_a_missing_devices_space() {
+    require_fuse!();
+    let pool = Pool::new(3, "64M");
+    let (_, _, before) = status(&pool.dir);
+    let free2 = before.devices[2].size - before.devices[2].used;
+    let m = pool.mount(&["cache=0"]);
+    let healthy = df_avail(&m.mnt);
+    std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
+    // Status asks every device whether it is still there.
+    let (_, text, rep) = status(&m.mnt);
+    assert_eq!(rep.devices[2].state, "missing", "{text}");
+    let degraded = df_avail(&m.mnt);
+    assert!(degraded < healthy, "{degraded} >= {healthy}");
+    // What goes is about the missing device's free space (its size less
+    // what is used, less the superblock area the allocator never offers).
+    assert!(healthy - degraded > free2 / 2, "{healthy} - {degraded} vs {free2}");
+    m.unmount();
+    // Offline, `hurricane df` counts the same and says why.
+    let (free, out) = hurricane_df_free(&pool.dir);
+    assert_eq!(free, degraded, "{out}");
+    assert!(out.contains("free counts only writable devices: not device 2 (missing)"), "{out}");
+}

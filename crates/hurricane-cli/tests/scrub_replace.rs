@@ -250,3 +250,106 @@ fn the_control_attribute_refuses_garbage() {
     assert_eq!(code, 0, "{err}");
     mnt.unmount();
 }
+
+/// A small seeded generator (xorshift), so the flips are reproducible.
+struct Xs(u64);
+
+impl Xs {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn random_bit_flips_on_every_device_are_repaired_or_listed_by_path() {
+    const LAYOUTS: &[(&str, &str, u64)] = &[
+        ("rep2", "replicate(copies=2)", 1),
+        ("rep3", "replicate(copies=3)", 2),
+        ("par31", "parity(data=3,parity=1)", 1),
+        ("par22", "parity(data=2,parity=2)", 2),
+        ("par43", "parity(data=4,parity=3)", 3),
+        ("ext", "extent", 0),
+        ("stripe", "stripe(unit=64K,width=3)", 0),
+    ];
+    let pool = Pool::new(8, "32M");
+    let mut rng = Xs(0x9e37_79b9_7f4a_7c15);
+    let mut files = Vec::new();
+    for (name, spec, tol) in LAYOUTS {
+        for i in 0..3 {
+            let len = 1 + rng.below(300_000) as usize;
+            let file = format!("{name}-{i}");
+            let bytes = data(len, rng.next());
+            put(&pool, &file, &bytes, spec);
+            files.push((file, bytes, *tol));
+        }
+    }
+    // Where each file's blocks are, from the engine.
+    let fs = hurricane::Fs::open_dir(&pool.dir, hurricane::Options::default()).unwrap();
+    let extents: Vec<Vec<(u32, u64, u64)>> =
+        files.iter().map(|(f, _, _)| fs.device_extents_of(&format!("/{f}")).unwrap()).collect();
+    fs.close().unwrap();
+    drop(fs);
+    let mut images: Vec<Vec<u8>> =
+        (0..8).map(|d| std::fs::read(pool.dir.join(format!("dev{d}.img"))).unwrap()).collect();
+    let mut damaged = std::collections::BTreeSet::new();
+    let mut hit = std::collections::BTreeSet::new();
+    for ((file, bytes, tol), ext) in files.iter().zip(&extents) {
+        let mut devs: Vec<u32> =
+            ext.iter().map(|e| e.0).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        if *tol == 0 {
+            assert_eq!(ext.iter().map(|e| e.2).sum::<u64>(), (bytes.len() as u64).div_ceil(4096), "{file}");
+            if rng.below(2) == 0 {
+                continue;
+            }
+        }
+        // Shuffled, devices without a flip yet first.
+        for i in (1..devs.len()).rev() {
+            devs.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        devs.sort_by_key(|d| hit.contains(d));
+        let bad = if *tol == 0 { 1 } else { 1 + rng.below(*tol) as usize };
+        for &d in devs.iter().take(bad) {
+            let blocks: Vec<u64> = ext.iter().filter(|e| e.0 == d).flat_map(|&(_, s, l)| s..s + l).collect();
+            for _ in 0..1 + rng.below(3) {
+                let b = blocks[rng.below(blocks.len() as u64) as usize];
+                let bit = rng.below(4096 * 8) as usize;
+                images[d as usize][b as usize * 4096 + bit / 8] ^= 1 << (bit % 8);
+            }
+            hit.insert(d);
+            if *tol == 0 {
+                damaged.insert(format!("/{file}"));
+            }
+        }
+    }
+    assert_eq!(hit.len(), 8, "every device gets flips: {hit:?}");
+    for (d, img) in images.iter().enumerate() {
+        std::fs::write(pool.dir.join(format!("dev{d}.img")), img).unwrap();
+    }
+    drop(images);
+
+    let (code, out, _) = run(&["scrub", "--json", s(&pool.dir)]);
+    assert_eq!(code, 4, "{out}");
+    let sm = summary(&out);
+    assert!(sm.complete && sm.repaired_blocks >= 1, "{out}");
+    let lost: std::collections::BTreeSet<String> = sm.lost.iter().flat_map(|l| l.paths.clone()).collect();
+    assert_eq!(lost, damaged);
+    let again = summary(&run(&["scrub", "--json", s(&pool.dir)]).1);
+    assert_eq!(again.repaired_blocks, 0);
+    assert_eq!(again.lost.len(), damaged.len());
+    for (file, bytes, _) in &files {
+        if damaged.contains(&format!("/{file}")) {
+            let dest = pool.tmp.path().join(format!("got-{file}"));
+            let (code, _, err) = run(&["get", s(&pool.dir), &format!("/{file}"), s(&dest)]);
+            assert_ne!(code, 0, "{file} read back despite a flipped block");
+            assert!(err.contains("checksum") || err.contains("I/O"), "{file}: {err}");
+        } else {
+            assert!(get(&pool, file) == *bytes, "{file} reads back different bytes");
+        }
+    }
+}

@@ -400,3 +400,24 @@ fn a_replicated_file_with_a_copy_missing_is_degraded() {
     assert_eq!(h.degraded_paths, vec!["/r".to_string()]);
     assert_eq!(h.lost_paths, vec!["/on2".to_string()]);
 }
+
+#[test]
+fn free_space_counts_only_devices_that_take_writes() {
+    let pool = MemPool::new(3, 64 * MB);
+    let fs = pool.open().unwrap();
+    fs.write_file("/on1", &pattern(70, 3 * MB as usize), Some("extent@1")).unwrap();
+    let free = |i: usize| fs.storage().allocs[i].free_blocks();
+    let all = fs.statfs();
+    assert_eq!(all.bfree, free(0) + free(1) + free(2));
+    for state in [DeviceState::Missing, DeviceState::Faulted, DeviceState::Removed, DeviceState::Evacuating] {
+        fs.storage().devs[1].set_state(state);
+        let s = fs.statfs();
+        assert_eq!(s.bfree, free(0) + free(2), "{state}");
+        assert_eq!(s.blocks, all.blocks, "{state}: the pool's size stays");
+    }
+    // A resilvering device takes new data: its space counts.
+    fs.storage().devs[1].set_state(DeviceState::Resilvering);
+    assert_eq!(fs.statfs().bfree, all.bfree);
+    fs.storage().devs[1].set_state(DeviceState::Online);
+    assert_eq!(fs.statfs().bfree, all.bfree);
+}

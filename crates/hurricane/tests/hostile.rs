@@ -1180,3 +1180,61 @@ fn version_2_pools_open_and_are_upgraded() {
     }
     assert_eq!(newest, FORMAT_VERSION);
 }
+
+/// A damaged or foreign `scrub.pos`: a resumed scrub either refuses it
+/// with an error naming the file, or starts over from the beginning; it
+/// never skips files on its word.
+#[test]
+fn hostile_scrub_position_files_are_refused_or_start_over() {
+    use hurricane::fs::{save_position, PositionRecord, ScrubOptions, ScrubPos};
+    let dir = tempfile::tempdir().unwrap();
+    let posf = dir.path().join("scrub.pos");
+    let pool = MemPool::new(2, 64 * MB);
+    let fs = pool.open().unwrap();
+    for i in 0..3 {
+        fs.write_file(&format!("/f{i}"), &pattern(80 + i, 300_000), Some("extent@1")).unwrap();
+    }
+    let full = fs.scrub(&ScrubOptions::default(), &|_| {}).unwrap().checked_blocks;
+    let opts = ScrubOptions { position_file: Some(posf.clone()), resume: true, ..Default::default() };
+    let id = fs.pool_id();
+    let good = PositionRecord { pool: id, rebuild: vec![], pos: ScrubPos { ino: 2, block: 1 } }.encode();
+
+    // Refused by name: truncated, garbage, not text, numbers out of range.
+    let refused: Vec<Vec<u8>> = vec![
+        good.as_bytes()[..good.len() / 2].to_vec(),
+        good.lines().take(4).map(|l| format!("{l}\n")).collect::<String>().into_bytes(),
+        b"\x00\x01garbage\xff\xfe".to_vec(),
+        vec![0xff; 4096],
+        good.replace("block 1", "block 99999999999999999999").into_bytes(),
+        good.replace("inode 2", "inode -2").into_bytes(),
+        format!("{good}{good}").into_bytes(),
+    ];
+    for bad in refused {
+        std::fs::write(&posf, &bad).unwrap();
+        let e = fs.scrub(&opts, &|_| {}).unwrap_err().to_string();
+        assert!(e.contains("scrub.pos"), "{:?}: {e}", String::from_utf8_lossy(&bad));
+        // The same bytes through the fuzz target: no panic.
+        fuzz_targets::scrub_pos(&bad);
+    }
+
+    // Started over: another pool's, another rebuild's, or past every inode.
+    let restart = [
+        PositionRecord { pool: [7; 16], rebuild: vec![], pos: ScrubPos { ino: 3, block: 0 } },
+        PositionRecord { pool: id, rebuild: vec![1], pos: ScrubPos { ino: 3, block: 0 } },
+        PositionRecord { pool: id, rebuild: vec![], pos: ScrubPos { ino: 1 << 40, block: 0 } },
+        PositionRecord { pool: id, rebuild: vec![], pos: ScrubPos { ino: u64::MAX, block: 0 } },
+    ];
+    for rec in restart {
+        std::fs::write(&posf, rec.encode()).unwrap();
+        let r = fs.scrub(&opts, &|_| {}).unwrap();
+        assert_eq!(r.resumed_from, None, "{rec:?}");
+        assert!(r.complete, "{rec:?}");
+        assert_eq!(r.checked_blocks, full, "{rec:?}: the whole pool is scrubbed");
+        assert!(!posf.exists());
+    }
+
+    // A block past the end of its file goes on with the next file.
+    save_position(&posf, &id, &[], ScrubPos { ino: 2, block: 1 << 30 }).unwrap();
+    let r = fs.scrub(&opts, &|_| {}).unwrap();
+    assert!(r.complete && r.checked_blocks < full);
+}

@@ -112,3 +112,113 @@ fn the_resolver_gives_a_childless_spec_data_plus_parity_children() {
     let e = resolve(&parse("parity(data=6,parity=2)").unwrap(), &PoolInfo::new(vec![1000; 7])).unwrap_err();
     assert!(e.to_string().contains("needs 8 distinct devices"), "{e}");
 }
+
+/// The device block of each unit of a one-stripe file with 4 KiB units:
+/// (device, block, bytes), data units first in file order, then the parity
+/// units.
+fn units_of(pool: &MemPool, fs: &Fs, path: &str, data: &[u8]) -> Vec<(u32, u64, Vec<u8>)> {
+    use hurricane::device::Device;
+    let ext = fs.device_extents_of(path).unwrap();
+    let mut units: Vec<(u32, u64, Vec<u8>)> = ext
+        .iter()
+        .map(|&(d, b, len)| {
+            assert_eq!(len, 1, "{ext:?}");
+            let mut buf = vec![0u8; 4096];
+            pool.devs[d as usize].read_at(&mut buf, b * 4096).unwrap();
+            (d, b, buf)
+        })
+        .collect();
+    let pos = |u: &(u32, u64, Vec<u8>)| data.chunks(4096).position(|c| c == u.2.as_slice()).unwrap_or(usize::MAX);
+    units.sort_by_key(pos);
+    units
+}
+
+fn flip(pool: &MemPool, d: u32, b: u64) {
+    use hurricane::device::Device;
+    let mut buf = vec![0u8; 4096];
+    pool.devs[d as usize].read_at(&mut buf, b * 4096).unwrap();
+    buf[77] ^= 0x10;
+    pool.devs[d as usize].write_at(&buf, b * 4096).unwrap();
+}
+
+fn block_at(pool: &MemPool, d: u32, b: u64) -> Vec<u8> {
+    use hurricane::device::Device;
+    let mut buf = vec![0u8; 4096];
+    pool.devs[d as usize].read_at(&mut buf, b * 4096).unwrap();
+    buf
+}
+
+/// The units' bytes, in the order `units_of` gives.
+fn contents(units: &[(u32, u64, Vec<u8>)]) -> Vec<Vec<u8>> {
+    units.iter().map(|u| u.2.clone()).collect()
+}
+
+fn repair() -> hurricane::fs::ScrubOptions {
+    hurricane::fs::ScrubOptions { repair: true, ..Default::default() }
+}
+
+#[test]
+fn a_reconstructing_read_rewrites_the_bad_parity_units_it_read() {
+    let pool = MemPool::new(4, 64 * MB);
+    let fs = pool.open().unwrap();
+    let data = pattern(90, 8192);
+    fs.write_file("/p", &data, Some("parity(data=2,parity=2,unit=4K)")).unwrap();
+    fs.sync().unwrap();
+    let units = units_of(&pool, &fs, "/p", &data);
+    assert_eq!(units[0].2, data[..4096]);
+    assert_eq!(units[1].2, data[4096..]);
+    // Data unit 0 and parity unit 0 damaged: the read needs the other
+    // parity unit and reads both.
+    flip(&pool, units[0].0, units[0].1);
+    flip(&pool, units[2].0, units[2].1);
+    fs.drop_caches();
+    assert_eq!(fs.read_file("/p").unwrap(), data);
+    // Rewrites are copy-on-write under the checksum blocks: the units are
+    // where the file's extents now say, holding what they held before.
+    assert!(contents(&units_of(&pool, &fs, "/p", &data)) == contents(&units), "a unit is not repaired");
+    // Nothing is left for a scrub.
+    let r = fs.scrub(&repair(), &|_| {}).unwrap();
+    assert_eq!(r.repaired_blocks, 0);
+    assert!(r.lost.is_empty());
+}
+
+#[test]
+fn with_one_parity_unit_the_checksums_tell_which_unit_is_bad() {
+    let pool = MemPool::new(4, 64 * MB);
+    let fs = pool.open().unwrap();
+    let data = pattern(91, 3 * 4096);
+    fs.write_file("/p", &data, Some("parity(data=3,parity=1,unit=4K)")).unwrap();
+    fs.sync().unwrap();
+    let units = units_of(&pool, &fs, "/p", &data);
+    for bad in [3, 1] {
+        flip(&pool, units[bad].0, units[bad].1);
+        fs.drop_caches();
+        let r = fs.scrub(&repair(), &|_| {}).unwrap();
+        assert!(r.lost.is_empty(), "unit {bad}: {:?}", r.lost);
+        assert_eq!(r.repaired_blocks, 1, "unit {bad}: only the bad unit is rewritten");
+        assert!(contents(&units_of(&pool, &fs, "/p", &data)) == contents(&units), "unit {bad} is not repaired");
+    }
+    assert_eq!(fs.read_file("/p").unwrap(), data);
+}
+
+#[test]
+fn with_one_parity_unit_and_no_checksums_a_mismatch_reports_the_stripe() {
+    let opts = hurricane::FormatOptions { checksum: false, ..Default::default() };
+    let pool = MemPool::with(4, 64 * MB, &opts);
+    let fs = pool.open().unwrap();
+    let data = pattern(92, 3 * 4096);
+    fs.write_file("/p", &data, Some("parity(data=3,parity=1,unit=4K)")).unwrap();
+    fs.sync().unwrap();
+    let units = units_of(&pool, &fs, "/p", &data);
+    flip(&pool, units[3].0, units[3].1);
+    fs.drop_caches();
+    // Nothing tells the bad unit: the stripe is reported, nothing rewritten.
+    let r = fs.scrub(&repair(), &|_| {}).unwrap();
+    assert_eq!(r.repaired_blocks, 0);
+    assert_eq!(r.lost.len(), 1);
+    assert_eq!(r.lost[0].paths, vec!["/p".to_string()]);
+    assert_eq!(r.lost[0].ranges, vec![(0, 3 * 4096)]);
+    for (d, b, good) in &units[..3] {
+        assert!(block_at(&pool, *d, *b) == *good, "data on device {d} is left as it was");
+    }
+}

@@ -1099,7 +1099,13 @@ impl Parity {
                 };
                 let hurt: Vec<usize> =
                     (0..r as usize).filter(|&t| g.children_of(p + t as u64, want(t)) & f.bad[t] != 0).collect();
-                let lost = self.rebuild(&mut f, &hurt, false)?;
+                // A repairing read rewrites the parity units it read and
+                // found bad too, so their parity is computed as well.
+                let parity_fix: Vec<u64> = (0..r as usize)
+                    .map(|t| f.errored[t] & g.children_of(p + t as u64, g.all() & !((1u64 << g.k) - 1)) & all_writable)
+                    .collect();
+                let with_parity = io.repair && hurt.iter().any(|&t| parity_fix[t] != 0);
+                let lost = self.rebuild(&mut f, &hurt, with_parity)?;
                 if let Some(&t) = lost.first() {
                     let s = l + t as u64;
                     let bad = f.bad[t];
@@ -1140,8 +1146,10 @@ impl Parity {
                     kept.push_back(Rebuilt { p, child: c, w0: f.w0, data });
                 }
                 // Self-heal: rewrite the data units rebuilt above that a
-                // failed read or a missed write left bad, where their child
-                // takes writes.
+                // failed read or a missed write left bad, and the parity
+                // units this read failed on, where their child takes writes.
+                // (Parity units of stripes read without reconstruction are
+                // not read, so not checked: that is the scrub's part.)
                 if io.repair {
                     let mut fix = Vec::new();
                     for &t in &hurt {
@@ -1150,7 +1158,10 @@ impl Parity {
                         // A missed unit is marked rebuilt only when all of it
                         // is written: a read of part of a unit leaves it.
                         let missed_here = if f.ub == g.unit_bytes() { missed[t] } else { 0 };
-                        let mask = (f.errored[t] | missed_here) & data_kids & all_writable;
+                        let mut mask = (f.errored[t] | missed_here) & data_kids & all_writable;
+                        if with_parity {
+                            mask |= parity_fix[t];
+                        }
                         fix.extend(bits(mask).map(|c| (t, c)));
                     }
                     if !fix.is_empty() {

@@ -22,7 +22,9 @@ pub use path::{File, OpenOptions};
 pub use replace::{
     prepare_offline_replacement, prepare_replacement, set_device_path, ReplaceOptions, ReplaceProgress, ReplaceReport,
 };
-pub use scrub::{load_position, save_position, LostFile, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport};
+pub use scrub::{
+    load_position, save_position, LostFile, PositionRecord, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport,
+};
 
 use crate::blocks::{IoCtx, Layout, NodeRecord};
 use crate::codec::{crc, Decoder, Encoder};

@@ -114,6 +114,8 @@ pub struct DirItem {
 }
 
 #[derive(Debug, Clone, Copy)]
+/// Space and inodes, as statfs(2) reports them. `bfree` counts only the
+/// devices new data may be placed on (online or resilvering).
 pub struct StatFs {
     pub blocks: u64,
     pub bfree: u64,
@@ -280,7 +282,11 @@ impl Fs {
     pub fn statfs(&self) -> StatFs {
         let s = self.storage();
         let blocks = s.allocs.iter().map(|a| a.total_blocks()).sum();
-        let bfree = s.allocs.iter().map(|a| a.free_blocks()).sum();
+        // Only devices new data may go to have free space to offer: a
+        // missing, faulted, removed or evacuating device's free blocks
+        // cannot be used.
+        let bfree =
+            s.allocs.iter().zip(&s.devs).filter(|(_, d)| d.state().placeable()).map(|(a, _)| a.free_blocks()).sum();
         let files = self.state().count() as u64;
         StatFs {
             blocks,

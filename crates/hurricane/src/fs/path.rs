@@ -221,6 +221,19 @@ impl Fs {
         self.layout_get(self.resolve(path)?)
     }
 
+    /// The device extents holding a file's data (and its redundancy):
+    /// (device, first block, blocks), in layout order. A file whose data
+    /// lives in its meta-data record has none.
+    pub fn device_extents_of(&self, path: &str) -> Result<Vec<(u32, u64, u64)>> {
+        let node = self.state().inode(self.resolve(path)?)?;
+        let d = node.data.read();
+        let mut out = Vec::new();
+        if let Some(l) = d.layout() {
+            l.extents(&mut |dev, start, len| out.push((dev, start, len)));
+        }
+        Ok(out)
+    }
+
     pub fn set_layout(&self, path: &str, spec: &str) -> Result<()> {
         self.layout_set(&Creds::root(), self.resolve(path)?, spec)
     }

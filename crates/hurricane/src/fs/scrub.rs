@@ -157,6 +157,17 @@ impl Fs {
             (Some(f), true) => load_position(f, &pool_id, &rebuild)?,
             _ => None,
         };
+        // A saved position past every inode the pool has is not one this
+        // pool's scrub wrote (or its files are gone): going on from it would
+        // skip everything, and end a resilver that rebuilt nothing.
+        let last_ino = self.state().all().iter().map(|n| n.ino).max().unwrap_or(0);
+        let saved = saved.filter(|p| {
+            let ok = p.ino <= last_ino;
+            if !ok {
+                tracing::info!("scrub position at inode {} is past the last inode {last_ino}; starting over", p.ino);
+            }
+            ok
+        });
         let start = opts.start.or(saved).unwrap_or_default();
         let stop = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
         let read_bytes = |fs: &Fs| fs.storage().devs.iter().map(|d| d.stats.snapshot().read_bytes).sum::<u64>();
@@ -423,18 +434,41 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// What a scrub position file holds: the pool it belongs to, the devices
+/// its scrub rebuilds (sorted), and where to go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PositionRecord {
+    pub pool: [u8; 16],
+    pub rebuild: Vec<u32>,
+    pub pos: ScrubPos,
+}
+
+impl PositionRecord {
+    /// The file's text (docs/FORMAT.md, "Scrub position").
+    pub fn encode(&self) -> String {
+        let mut sorted = self.rebuild.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let devs: Vec<String> = sorted.iter().map(|d| d.to_string()).collect();
+        format!(
+            "{POS_MAGIC}\npool {}\nrebuild {}\ninode {}\nblock {}\n",
+            hex(&self.pool),
+            if devs.is_empty() { "-".to_string() } else { devs.join(",") },
+            self.pos.ino,
+            self.pos.block
+        )
+    }
+
+    /// Strict: the five lines in order, nothing else; what is wrong is said.
+    pub fn decode(bytes: &[u8]) -> std::result::Result<PositionRecord, String> {
+        let text = std::str::from_utf8(bytes).map_err(|_| "not text (invalid UTF-8)".to_string())?;
+        parse_position(text)
+    }
+}
+
 /// Writes the position file (a temporary file renamed over it).
 pub fn save_position(f: &std::path::Path, pool: &[u8; 16], rebuild: &[u32], pos: ScrubPos) -> Result<()> {
-    let mut sorted = rebuild.to_vec();
-    sorted.sort_unstable();
-    let devs: Vec<String> = sorted.iter().map(|d| d.to_string()).collect();
-    let text = format!(
-        "{POS_MAGIC}\npool {}\nrebuild {}\ninode {}\nblock {}\n",
-        hex(pool),
-        if devs.is_empty() { "-".to_string() } else { devs.join(",") },
-        pos.ino,
-        pos.block
-    );
+    let text = PositionRecord { pool: *pool, rebuild: rebuild.to_vec(), pos }.encode();
     let tmp = f.with_extension("tmp");
     std::fs::write(&tmp, text).map_err(|e| Error::io(tmp.display().to_string(), e))?;
     std::fs::rename(&tmp, f).map_err(|e| Error::io(f.display().to_string(), e))
@@ -452,26 +486,34 @@ fn remove_position(f: &std::path::Path) -> Result<()> {
 /// another pool or another rebuild (then it is stale and ignored). Anything
 /// malformed is an error naming the file.
 pub fn load_position(f: &std::path::Path, pool: &[u8; 16], rebuild: &[u32]) -> Result<Option<ScrubPos>> {
-    let text = match std::fs::read_to_string(f) {
+    let bytes = match std::fs::read(f) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(f.display().to_string(), e)),
     };
-    let (id, devs, pos) = parse_position(&text).map_err(|why| Error::corrupt(f.display().to_string(), why))?;
+    let rec = PositionRecord::decode(&bytes).map_err(|why| Error::corrupt(f.display().to_string(), why))?;
     let mut want: Vec<u32> = rebuild.to_vec();
     want.sort_unstable();
-    if id != hex(pool) || devs != want {
+    want.dedup();
+    if rec.pool != *pool || rec.rebuild != want {
         tracing::info!("{}: from another pool or another rebuild; starting from the beginning", f.display());
         return Ok(None);
     }
-    Ok(Some(pos))
+    Ok(Some(rec.pos))
 }
 
-/// Strict: the five lines in order, nothing else.
-fn parse_position(text: &str) -> std::result::Result<(String, Vec<u32>, ScrubPos), String> {
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.len() != 5 || lines[0] != POS_MAGIC || !text.ends_with('\n') {
+/// Decimal digits without leading zeros (so one number has one spelling).
+fn canonical_number(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+}
+
+fn parse_position(text: &str) -> std::result::Result<PositionRecord, String> {
+    let lines: Vec<&str> = text.split_terminator('\n').collect();
+    if lines.first() != Some(&POS_MAGIC) {
         return Err("not a scrub position file of this version".into());
+    }
+    if lines.len() != 5 || !text.ends_with('\n') {
+        return Err(format!("{} lines where 5 are expected (truncated or extended)", lines.len()));
     }
     let field = |i: usize, key: &str| -> std::result::Result<&str, String> {
         lines[i]
@@ -483,20 +525,29 @@ fn parse_position(text: &str) -> std::result::Result<(String, Vec<u32>, ScrubPos
     if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()) {
         return Err(format!("bad pool id {id:?}"));
     }
-    let devs = match field(2, "rebuild")? {
+    let mut pool = [0u8; 16];
+    for (i, b) in pool.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&id[2 * i..2 * i + 2], 16).map_err(|_| format!("bad pool id {id:?}"))?;
+    }
+    let dev = |d: &str| -> std::result::Result<u32, String> {
+        if !canonical_number(d) {
+            return Err(format!("bad device {d:?}"));
+        }
+        d.parse::<u32>().map_err(|_| format!("bad device {d:?}"))
+    };
+    let rebuild = match field(2, "rebuild")? {
         "-" => Vec::new(),
         s => {
-            let mut v = s
-                .split(',')
-                .map(|d| d.parse::<u32>().map_err(|_| format!("bad device {d:?}")))
-                .collect::<std::result::Result<Vec<u32>, String>>()?;
-            v.sort_unstable();
+            let v = s.split(',').map(dev).collect::<std::result::Result<Vec<u32>, String>>()?;
+            if v.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(format!("devices {s:?} not in increasing order"));
+            }
             v
         }
     };
     let num = |i: usize, key: &str| -> std::result::Result<u64, String> {
         let s = field(i, key)?;
-        if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+        if !canonical_number(s) {
             return Err(format!("bad {key} {s:?}"));
         }
         s.parse::<u64>().map_err(|_| format!("bad {key} {s:?}"))
@@ -506,7 +557,7 @@ fn parse_position(text: &str) -> std::result::Result<(String, Vec<u32>, ScrubPos
     if block > super::io::MAX_FILE_SIZE / BS {
         return Err(format!("block {block} past the largest file"));
     }
-    Ok((id.to_string(), devs, ScrubPos { ino, block }))
+    Ok(PositionRecord { pool, rebuild, pos: ScrubPos { ino, block } })
 }
 
 #[cfg(test)]
@@ -535,6 +586,11 @@ mod tests {
             good.trim_end().to_string(),
             good.replace("position 1", "position 9"),
             good.replace("block 7", &format!("block {}", u64::MAX)),
+            good.replace("rebuild 1,3", "rebuild 3,1"),
+            good.replace("rebuild 1,3", "rebuild 1,1,3"),
+            good.replace("inode 42", "inode 042"),
+            good.replace("block 7", "block +7"),
+            good.replace('\n', "\r\n"),
             String::new(),
         ];
         for b in bad {
