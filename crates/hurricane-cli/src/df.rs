@@ -2,7 +2,7 @@
 
 use crate::util::{human, CliResult, Pool};
 use clap::Args;
-use hurricane::device::BLOCK_SIZE;
+use hurricane::device::{DeviceState, BLOCK_SIZE};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -39,8 +39,12 @@ pub fn run(a: &DfArgs) -> CliResult {
             let free = al.free_blocks() * BLOCK_SIZE as u64;
             let (name, s) = stats.get(i).cloned().unwrap_or_default();
             let writable = st.devs.get(i).is_some_and(|d| d.state().placeable());
-            tt += total;
-            tu += total - free;
+            // A removed device is no longer part of the pool's size.
+            let removed = st.devs.get(i).is_some_and(|d| d.state() == DeviceState::Removed);
+            if !removed {
+                tt += total;
+                tu += total - free;
+            }
             // Free space on a device new data may not go to is not free.
             if writable {
                 tf += free;
@@ -60,14 +64,14 @@ pub fn run(a: &DfArgs) -> CliResult {
                 state.to_string(),
             ]);
         }
-        let down = st.devs.iter().filter(|d| d.state() != hurricane::device::DeviceState::Online).count();
+        let down = st.devs.iter().filter(|d| !matches!(d.state(), DeviceState::Online | DeviceState::Removed)).count();
         rows.push([
             "all".into(),
             format!("{} devices", st.allocs.len()),
             size(tt),
             size(tu),
             size(tf),
-            pct(tt - tf, tt),
+            pct(tu, tt),
             tr.to_string(),
             tw.to_string(),
             if down == 0 { "online".into() } else { format!("{down} down") },
@@ -90,11 +94,11 @@ pub fn run(a: &DfArgs) -> CliResult {
         let unwritable: Vec<String> = st
             .devs
             .iter()
-            .filter(|d| !d.state().placeable())
+            .filter(|d| !d.state().placeable() && d.state() != DeviceState::Removed)
             .map(|d| format!("device {} ({})", d.index, d.state().name()))
             .collect();
         if !unwritable.is_empty() {
-            writeln!(o, "free counts only writable devices: not {}", unwritable.join(", "))?;
+            writeln!(o, "free counts only devices that take new data: not {}", unwritable.join(", "))?;
         }
         let sf = fs.statfs();
         let default = fs.default_layout();

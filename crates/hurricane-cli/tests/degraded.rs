@@ -368,5 +368,5 @@ fn df_on_a_mount_leaves_out_a_missing_devices_space() {
     // Offline, `hurricane df` counts the same and says why.
     let (free, out) = hurricane_df_free(&pool.dir);
     assert_eq!(free, degraded, "{out}");
-    assert!(out.contains("free counts only writable devices: not device 2 (missing)"), "{out}");
+    assert!(out.contains("free counts only devices that take new data: not device 2 (missing)"), "{out}");
 }

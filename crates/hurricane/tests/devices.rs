@@ -154,6 +154,11 @@ fn removing_a_device_moves_every_file_and_keeps_its_data() {
     assert!(!seen.is_empty() && seen.iter().all(|(d, t)| d <= t), "{seen:?}");
     assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
     assert_eq!(fs.storage().devs[2].state(), DeviceState::Removed);
+    // It no longer counts in the pool's size nor its free space.
+    let st = fs.statfs();
+    let others: Vec<usize> = vec![0, 1, 3, 4];
+    assert_eq!(st.blocks, others.iter().map(|&i| fs.storage().allocs[i].total_blocks()).sum::<u64>());
+    assert_eq!(st.bfree, others.iter().map(|&i| fs.storage().allocs[i].free_blocks()).sum::<u64>());
     for (p, _, _) in LAYOUTS {
         let devs = devices_of(&fs, p);
         assert!(!devs.contains(&2), "{p}: {devs:?}");

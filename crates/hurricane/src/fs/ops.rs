@@ -281,7 +281,14 @@ impl Fs {
 
     pub fn statfs(&self) -> StatFs {
         let s = self.storage();
-        let blocks = s.allocs.iter().map(|a| a.total_blocks()).sum();
+        // A removed device is no longer part of the pool's size.
+        let blocks = s
+            .allocs
+            .iter()
+            .zip(&s.devs)
+            .filter(|(_, d)| d.state() != crate::device::DeviceState::Removed)
+            .map(|(a, _)| a.total_blocks())
+            .sum();
         // Only devices new data may go to have free space to offer: a
         // missing, faulted, removed or evacuating device's free blocks
         // cannot be used.
