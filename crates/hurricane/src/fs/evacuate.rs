@@ -152,23 +152,16 @@ impl Fs {
             .map(|n| n.ino)
             .collect();
         if !stuck.is_empty() && !h.state().readable() {
-            let paths = self.paths_of(&stuck.iter().copied().collect());
-            let mut names: Vec<String> = paths.into_values().flatten().collect();
-            names.sort();
             return Err(Error::Device(format!(
                 "{dev} ({}) is {}, and these files have data only there, which cannot be moved: {} \
                  (bring the device back, or delete them)",
                 h.name(),
                 h.state(),
-                names.join(", ")
+                self.joined_paths(&stuck)
             )));
         }
         // Every file must have somewhere to go before anything is marked.
-        let mut info = self.pool_info();
-        if info.retired(dev).is_none() {
-            info.retired.push((dev, "being emptied"));
-            info.retired.sort_unstable();
-        }
+        let info = self.pool_info();
         let mut nowhere: Vec<Ino> = Vec::new();
         let mut why = String::new();
         for (ino, _) in self.files_on(dev) {
@@ -179,12 +172,9 @@ impl Fs {
             }
         }
         if !nowhere.is_empty() {
-            let mut names: Vec<String> =
-                self.paths_of(&nowhere.iter().copied().collect()).into_values().flatten().collect();
-            names.sort();
             return Err(Error::Layout(format!(
                 "device {dev} cannot be emptied: {} ({why}; remove them or add a device first)",
-                names.join(", ")
+                self.joined_paths(&nowhere)
             )));
         }
         let resumed = self.inner.meta.lock().sb.dev_states.contains(&(dev, DeviceState::Evacuating as u8));
@@ -391,8 +381,7 @@ impl Fs {
             }
             let ino = node.ino;
             let new = crate::layout::relocate(&spec, dev, &self.pool_info()).map_err(|e| {
-                let p = self.paths_of(&[ino].into_iter().collect()).remove(&ino).unwrap_or_default().join(", ");
-                Error::Layout(format!("directory {p}: default layout {text}: {e}"))
+                Error::Layout(format!("directory {}: default layout {text}: {e}", self.joined_paths(&[ino])))
             })?;
             let g = self.inner.gate.enter();
             let mut l = self.state().lock(&[ino]);
@@ -402,6 +391,13 @@ impl Fs {
             tracing::info!("directory inode {ino}: default layout {text} now {new}");
         }
         Ok(())
+    }
+
+    /// Every path of the inodes `inos`, sorted, joined for a message.
+    fn joined_paths(&self, inos: &[Ino]) -> String {
+        let mut names: Vec<String> = self.paths_of(&inos.iter().copied().collect()).into_values().flatten().collect();
+        names.sort();
+        names.join(", ")
     }
 
     /// Regular files with a per-device leaf on `dev`, with their sizes.
@@ -426,7 +422,7 @@ impl Fs {
         if !old.nodes().iter().any(|b| b.device() == Some(dev)) {
             return Ok(None);
         }
-        let paths = || self.paths_of(&[ino].into_iter().collect()).remove(&ino).unwrap_or_default().join(", ");
+        let paths = || self.joined_paths(&[ino]);
         let spec = crate::layout::relocate(&old.spec(), dev, &self.pool_info())
             .map_err(|e| Error::Layout(format!("inode {ino} ({}): {e}", paths())))?;
         let fresh = Layout::build(&spec)?;
