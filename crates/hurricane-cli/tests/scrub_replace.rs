@@ -285,7 +285,7 @@ fn random_bit_flips_on_every_device_are_repaired_or_listed_by_path() {
             let len = 1 + rng.below(300_000) as usize;
             let file = format!("{name}-{i}");
             let bytes = data(len, rng.next());
-            put(&pool, &file, &bytes, spec);
+            pool.put(&file, &bytes, spec);
             files.push((file, bytes, *tol));
         }
     }
@@ -349,7 +349,7 @@ fn random_bit_flips_on_every_device_are_repaired_or_listed_by_path() {
             assert_ne!(code, 0, "{file} read back despite a flipped block");
             assert!(err.contains("checksum") || err.contains("I/O"), "{file}: {err}");
         } else {
-            assert!(get(&pool, file) == *bytes, "{file} reads back different bytes");
+            assert!(pool.get(file) == *bytes, "{file} reads back different bytes");
         }
     }
 }
