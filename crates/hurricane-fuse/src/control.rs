@@ -346,8 +346,7 @@ pub fn resolve_device(fs: &Fs, old: &str) -> Result<u32, String> {
 /// The replacement device at `path`: an image file made with `size` bytes
 /// when there is none, else an existing file or block device.
 pub fn open_replacement(path: &Path, size: u64) -> Result<Arc<dyn Device>, String> {
-    let dev = if path.exists() { FileDevice::open(path, true) } else { FileDevice::create(path, size) };
-    let dev = dev.map_err(|e| e.to_string())?;
+    let dev = open_new_device(path, size)?;
     if dev.size() < size {
         return Err(format!(
             "{}: {} bytes, smaller than the device it replaces ({size} bytes)",
@@ -355,7 +354,7 @@ pub fn open_replacement(path: &Path, size: u64) -> Result<Arc<dyn Device>, Strin
             dev.size()
         ));
     }
-    Ok(Arc::new(dev))
+    Ok(dev)
 }
 
 #[cfg(test)]
