@@ -12,6 +12,7 @@ use hurricane::codec::{Decoder, Encoder};
 use hurricane::device::{Device, DeviceHandle, MemDevice, BLOCK_SIZE};
 use hurricane::journal::{self, Cursor, Op, Region};
 use hurricane::layout::{self, PoolInfo};
+use hurricane::namespace::store::{Delta, MetaFile, MetaStore, Sys};
 use hurricane::namespace::{Body, Dir, InodeData, State};
 use hurricane::pool::{Allocator, Storage, Superblock};
 use hurricane::{FormatOptions, Fs, Options};
@@ -26,7 +27,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("journal_payload", journal_payload),
     ("journal_replay", journal_replay),
     ("layout_decode", layout_decode),
-    ("checkpoint", checkpoint),
+    ("store", store),
+    ("store_sys", store_sys),
     ("inode", inode),
     ("layout_spec", layout_spec),
     ("superblock_open", superblock_open),
@@ -59,27 +61,26 @@ pub fn superblock(data: &[u8]) {
     let _ = Superblock::decode(data, "fuzz");
 }
 
-/// A state with a root directory, as after loading a checkpoint.
+/// A state over a store with a root directory, as a new pool has.
 fn fresh_state() -> State {
-    let st = State::new(4);
-    st.insert(
-        1,
-        InodeData {
-            mode: libc::S_IFDIR | 0o755,
-            uid: 0,
-            gid: 0,
-            nlink: 2,
-            size: 0,
-            atime: 0,
-            mtime: 0,
-            ctime: 0,
-            btime: 0,
-            rdev: 0,
-            xattrs: Default::default(),
-            body: Body::Dir(Dir::new(1)),
-        },
-    );
-    st
+    let root = InodeData {
+        mode: libc::S_IFDIR | 0o755,
+        uid: 0,
+        gid: 0,
+        nlink: 2,
+        size: 0,
+        atime: 0,
+        mtime: 0,
+        ctime: 0,
+        btime: 0,
+        rdev: 0,
+        xattrs: Default::default(),
+        body: Body::Dir(Dir::new(1)),
+    };
+    let mut e = Encoder::new();
+    root.encode(&mut e);
+    let store = MetaStore::scratch(e.into_inner()).expect("a scratch store");
+    State::new(Arc::new(store), 4, 64).expect("a state over it")
 }
 
 /// A journal record's payload: decoded into ops, which are then replayed
@@ -109,10 +110,22 @@ fn replay_ops(groups: &[Vec<Op>]) {
             break;
         }
     }
-    // The state must still encode and load back.
-    let mut e = Encoder::new();
-    st.encode(&mut e);
-    let _ = State::new(2).decode(&e.buf);
+    // What replay left must commit to the store and read back the same.
+    let mut delta = Delta::default();
+    let _ = st.take(&mut delta);
+    st.store().commit(&delta).expect("a replayed state commits");
+    let again = State::new(st.store().clone(), 2, 64).expect("the store reopens");
+    assert_eq!(again.count(), st.count(), "inode count after a commit");
+    for ino in st.inos().expect("inode list") {
+        let (a, b) = (st.get(ino), again.get(ino));
+        assert_eq!(a.is_some(), b.is_some(), "inode {ino} after a commit");
+        if let (Some(a), Some(b)) = (a, b) {
+            let (mut ea, mut eb) = (Encoder::new(), Encoder::new());
+            a.data.read().encode(&mut ea);
+            b.data.read().encode(&mut eb);
+            assert_eq!(ea.buf, eb.buf, "inode {ino} record after a commit");
+        }
+    }
 }
 
 /// Input: a u8 count of corruptions, each (u16 block-relative offset, u8
@@ -187,17 +200,64 @@ pub fn layout_decode(data: &[u8]) {
     let _ = l.root().next_data(0);
 }
 
-/// A meta-file checkpoint (inode records and directory blocks).
-pub fn checkpoint(data: &[u8]) {
-    let st = State::new(4);
-    if st.decode(data).is_err() {
-        return;
+/// A meta-file image: the meta-data store opened over it (redb checks its
+/// own header and page checksums), then its records read and decoded as a
+/// pool would. Errors are allowed, panics not.
+pub fn store(data: &[u8]) {
+    let Ok(store) = open_image(data) else { return };
+    if let Ok(sys) = store.sys() {
+        let _ = Sys::decode(&sys_bytes(&sys));
     }
+    let _ = store.free_map();
+    let _ = store.orphans();
+    let Ok(inos) = store.inos() else { return };
+    for ino in inos.into_iter().take(256) {
+        let Ok(Some(rec)) = store.inode(ino) else { continue };
+        let mut d = Decoder::new(&rec, "fuzz");
+        let Ok(n) = InodeData::decode(&mut d) else { continue };
+        if n.is_dir() {
+            let mut seen = 0;
+            let _ = store.entries_from(ino, 0, &mut |_, name, _, _| {
+                let _ = store.lookup(ino, name);
+                seen += 1;
+                Ok(seen < 256)
+            });
+        }
+    }
+}
+
+fn sys_bytes(s: &Sys) -> Vec<u8> {
     let mut e = Encoder::new();
-    st.encode(&mut e);
-    let st2 = State::new(2);
-    st2.decode(&e.buf).expect("re-encoded checkpoint decodes");
-    assert_eq!(st.count(), st2.count(), "checkpoint round trip");
+    e.u32(hurricane::namespace::store::STORE_VERSION).u64(s.cursor.tail).u64(s.cursor.head).u64(s.cursor.seq);
+    e.u64(s.next_ino).u64(s.inodes);
+    e.into_inner()
+}
+
+/// The store's `sys` record (journal cursor, next inode, inode count).
+pub fn store_sys(data: &[u8]) {
+    let Ok(s) = Sys::decode(data) else { return };
+    let again = Sys::decode(&sys_bytes(&s)).expect("re-encoded sys record decodes");
+    assert_eq!(again, s, "sys record round trip");
+}
+
+/// A meta-data store over a copy of `image` on a memory device.
+pub fn open_image(image: &[u8]) -> hurricane::Result<MetaStore> {
+    let size = (image.len() as u64).div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+    let dev: Arc<dyn Device> = Arc::new(MemDevice::new("image", size + (64 << 10)));
+    let h = DeviceHandle::new(0, dev);
+    let blocks = h.blocks();
+    let storage = Arc::new(Storage { devs: vec![h].into(), allocs: vec![Allocator::new(2, blocks)].into() });
+    let spec = hurricane::blocks::Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(0) };
+    let layout = Layout::build(&spec)?;
+    let mut padded = image.to_vec();
+    padded.resize(size as usize, 0);
+    if !padded.is_empty() {
+        let sink = |_: NodeRecord| {};
+        let io = IoCtx { storage: &storage, epoch: 0, sink: &sink, repair: false };
+        layout.root().write(&io, 0, &padded)?;
+    }
+    let file = MetaFile::unchecked(storage, layout, image.len() as u64);
+    MetaStore::open(file, 1 << 20)
 }
 
 /// One inode record.

@@ -34,7 +34,9 @@ pub struct MountArgs {
     /// Mount options, comma-separated, repeatable: allow_other, allow_root,
     /// ro, rw, nodev, nosuid, noexec, noatime, sync, dirsync, auto_unmount,
     /// fsname=NAME, subtype=NAME, threads=N, attr_timeout=SECS,
-    /// commit_interval=SECS, cache=SIZE, log=FILE, nouring, default_permissions
+    /// commit_interval=SECS, cache=SIZE (data blocks), inode_cache=N (inodes
+    /// kept in memory), meta_cache=SIZE (meta-data store pages), log=FILE,
+    /// nouring, default_permissions
     /// (the kernel checks permissions too; by default the engine alone checks
     /// and the kernel keeps only names every user may reach), writeback_cache
     /// (the kernel merges writes; their errors come at fsync or close).
@@ -222,6 +224,22 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
         println!("\nrequests through /dev/fuse reads (no io_uring)");
     }
     println!("\njournal: {} commits, {} checkpoints", v.journal.commits, v.journal.checkpoints);
+    let m = &v.meta;
+    println!(
+        "meta-data: {} inodes in memory ({} changed since the checkpoint): {} hits, {} read from the store, {} evicted; \
+         store {} ({} entry and {} record reads; pages: {} hits, {} misses, {} evicted)",
+        m.inodes_resident,
+        m.inodes_dirty,
+        m.inodes.hits,
+        m.inodes.misses,
+        m.inodes.evictions,
+        human(m.store_bytes),
+        m.entry_reads,
+        m.record_reads,
+        m.pages.hits,
+        m.pages.misses,
+        m.pages.evictions
+    );
     let c = &v.cache;
     println!(
         "cache: {:.1}% hits of {} block lookups; {} of {} in use; {} prefetched ({} used), {} evictions",

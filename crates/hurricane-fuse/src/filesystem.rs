@@ -348,6 +348,7 @@ impl HurricaneFuse {
         let st = self.fs.statfs();
         let report = self.fs.report();
         let cache = self.fs.cache_stats();
+        let m = self.fs.meta_cache_stats();
         // Taken before the report is built: the lock is not reentrant.
         let kernel_features = self.negotiated.lock().clone();
         let io_uring = kernel_features.iter().any(|n| n == "over_io_uring");
@@ -386,6 +387,24 @@ impl HurricaneFuse {
                 prefetch_used: cache.prefetch_used,
                 evictions: cache.evictions,
                 invalidations: cache.invalidations,
+            },
+            meta: crate::report::MetaCacheReport {
+                inodes: crate::report::KindReport {
+                    hits: m.inodes.hits,
+                    misses: m.inodes.misses,
+                    evictions: m.inodes.evictions,
+                },
+                inodes_resident: m.inodes.resident,
+                inodes_dirty: m.inodes.dirty,
+                entry_reads: m.store.name_reads,
+                record_reads: m.store.inode_reads,
+                pages: crate::report::KindReport {
+                    hits: m.store.page_hits,
+                    misses: m.store.page_misses,
+                    evictions: m.store.page_evictions,
+                },
+                store_bytes: m.store.bytes,
+                store_commits: m.store.commits,
             },
             ops,
             health: crate::report::health_report(&self.fs),

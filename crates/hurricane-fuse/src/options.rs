@@ -35,6 +35,10 @@ pub struct MountOptions {
     pub commit_interval: Option<Duration>,
     /// Memory bound of the engine's block cache in bytes (0: none).
     pub cache_bytes: Option<u64>,
+    /// Inodes the meta-data cache holds (`inode_cache=N`).
+    pub inode_cache: Option<usize>,
+    /// Bytes of the meta-data store's page cache (`meta_cache=SIZE`).
+    pub meta_cache_bytes: Option<u64>,
     /// Serve requests through per-CPU io_uring queues where the kernel
     /// offers FUSE over io_uring (as root, the mount turns the kernel's
     /// `enable_uring` on); `nouring` keeps to /dev/fuse reads.
@@ -62,6 +66,8 @@ impl Default for MountOptions {
             log: None,
             commit_interval: None,
             cache_bytes: None,
+            inode_cache: None,
+            meta_cache_bytes: None,
             uring: true,
             writeback_cache: false,
         }
@@ -171,6 +177,21 @@ impl MountOptions {
                         o.commit_interval = Some(d);
                     }
                     "cache" => o.cache_bytes = Some(parse_size(key, need()?)?),
+                    "inode_cache" => {
+                        let v = need()?;
+                        let n: usize = v.parse().map_err(|_| format!("mount option inode_cache={v}: not a number"))?;
+                        if n < 64 {
+                            return Err(format!("mount option inode_cache={v}: at least 64 inodes"));
+                        }
+                        o.inode_cache = Some(n);
+                    }
+                    "meta_cache" => {
+                        let b = parse_size(key, need()?)?;
+                        if b < 1 << 20 {
+                            return Err("mount option meta_cache: at least 1M".into());
+                        }
+                        o.meta_cache_bytes = Some(b);
+                    }
                     "uring" if val.is_none() => o.uring = true,
                     "nouring" if val.is_none() => o.uring = false,
                     "writeback_cache" if val.is_none() => o.writeback_cache = true,
@@ -319,6 +340,11 @@ mod tests {
         assert!(MountOptions::parse::<&str>(&[]).is_ok());
         assert_eq!(MountOptions::parse(&["cache=64M"]).unwrap().cache_bytes, Some(64 << 20));
         assert_eq!(MountOptions::parse(&["cache=0"]).unwrap().cache_bytes, Some(0));
+        let o = MountOptions::parse(&["inode_cache=100000,meta_cache=256M"]).unwrap();
+        assert_eq!((o.inode_cache, o.meta_cache_bytes), (Some(100_000), Some(256 << 20)));
+        for bad in ["inode_cache=10", "inode_cache=x", "meta_cache=4K", "inode_cache"] {
+            assert!(MountOptions::parse(&[bad]).is_err(), "{bad}");
+        }
         assert!(MountOptions::parse(&["cache=lots"]).is_err());
         assert!(MountOptions::parse::<&str>(&[]).unwrap().uring);
         assert!(!MountOptions::parse(&["nouring"]).unwrap().uring);

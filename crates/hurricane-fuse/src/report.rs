@@ -20,6 +20,9 @@ pub struct StatsReport {
     pub devices: Vec<DeviceReport>,
     pub journal: JournalReport,
     pub cache: CacheReport,
+    /// The meta-data caches: inodes in memory, and the store's pages.
+    #[serde(default)]
+    pub meta: MetaCacheReport,
     /// Request counters by operation name.
     pub ops: BTreeMap<String, OpReport>,
     /// Files by health (what `hurricane status` shows of a mount).
@@ -212,6 +215,31 @@ pub struct CacheReport {
     pub prefetch_used: u64,
     pub evictions: u64,
     pub invalidations: u64,
+}
+
+/// The meta-data caches, per kind of record.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetaCacheReport {
+    /// Inodes: in memory (of them changed since the last checkpoint), and
+    /// lookups served from memory, read from the store, dropped.
+    pub inodes: KindReport,
+    pub inodes_resident: u64,
+    pub inodes_dirty: u64,
+    /// Directory entries and inode records read from the store.
+    pub entry_reads: u64,
+    pub record_reads: u64,
+    /// The store's pages (B-tree blocks of directories and the inode table).
+    pub pages: KindReport,
+    pub store_bytes: u64,
+    pub store_commits: u64,
+}
+
+/// Hits, misses and evictions of one kind of cached record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindReport {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
 }
 
 /// Counters of one kind of request.

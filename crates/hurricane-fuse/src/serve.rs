@@ -110,6 +110,12 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     if let Some(b) = o.cache_bytes {
         opts.cache_bytes = b;
     }
+    if let Some(n) = o.inode_cache {
+        opts.inode_cache = n;
+    }
+    if let Some(b) = o.meta_cache_bytes {
+        opts.meta_cache_bytes = usize::try_from(b).unwrap_or(usize::MAX);
+    }
     let fs = Fs::open_dir(&pool, opts).map_err(|e| {
         let msg = e.to_string();
         if msg.contains(&*pool.to_string_lossy()) {

@@ -515,7 +515,7 @@ fn scan(fs: &Fs, progress: Progress) -> Result<Scan> {
             Body::Dir(dir) => {
                 node.parent = dir.parent;
                 node.dir_layout = dir.layout.clone();
-                node.entries = dir.entries.iter().map(|(k, e)| (k.clone(), e.ino, e.kind)).collect();
+                node.entries = dir.entries()?.into_iter().map(|(k, e)| (k, e.ino, e.kind)).collect();
                 node.entries.sort();
             }
             Body::Symlink(t) => node.symlink_len = Some(t.len() as u64),
@@ -855,7 +855,7 @@ fn with_locked(fs: &Fs, inos: &[Ino], f: impl FnOnce(&mut crate::namespace::Lock
     for op in &ops {
         fs.state().apply(op, &mut l)?;
     }
-    g.log(&ops);
+    fs.log(&g, &ops);
     Ok(())
 }
 
@@ -894,7 +894,7 @@ fn fix_structure(fs: &Fs, s: &Scan, done: &mut Vec<String>) -> Result<()> {
                 // the state (the closing checkpoint records it).
                 with_locked(fs, &[*dir], |l| {
                     if let Some(d) = l.get(*dir)?.dir_mut() {
-                        d.remove(name);
+                        d.remove(name)?;
                     }
                     Ok(vec![])
                 })?;
@@ -903,7 +903,7 @@ fn fix_structure(fs: &Fs, s: &Scan, done: &mut Vec<String>) -> Result<()> {
             Finding::KindMismatch { dir, name, ino, actual, .. } => {
                 with_locked(fs, &[*dir], |l| {
                     if let Some(d) = l.get(*dir)?.dir_mut() {
-                        d.insert(name.clone(), *ino, *actual);
+                        d.insert(name.clone(), *ino, *actual)?;
                     }
                     Ok(vec![])
                 })?;
@@ -937,7 +937,7 @@ fn fix_structure(fs: &Fs, s: &Scan, done: &mut Vec<String>) -> Result<()> {
                     for (d, name) in naming.get(ino).into_iter().flatten() {
                         with_locked(fs, &[*d], |l| {
                             if let Some(x) = l.get(*d)?.dir_mut() {
-                                x.remove(name);
+                                x.remove(name)?;
                             }
                             Ok(vec![])
                         })?;
@@ -1029,7 +1029,12 @@ pub fn inject(fs: &Fs, damage: &Damage) -> Result<()> {
         Damage::DropEntry { path } => {
             let (dir, name) = split(path)?;
             with_locked(fs, &[dir], |l| {
-                l.get(dir)?.dir_mut().and_then(|d| d.remove(&name)).ok_or_else(|| Error::NotFound(path.clone()))?;
+                l.get(dir)?
+                    .dir_mut()
+                    .map(|d| d.remove(&name))
+                    .transpose()?
+                    .flatten()
+                    .ok_or_else(|| Error::NotFound(path.clone()))?;
                 Ok(vec![])
             })?;
         }
@@ -1048,7 +1053,7 @@ pub fn inject(fs: &Fs, damage: &Damage) -> Result<()> {
                     name.as_bytes().to_vec(),
                     missing,
                     S_IFREG,
-                );
+                )?;
                 Ok(vec![])
             })?;
         }
@@ -1180,7 +1185,7 @@ mod tests {
         let y = fs.resolve("/x/y").unwrap();
         let x = fs.resolve("/x").unwrap();
         with_locked(&fs, &[y], |l| {
-            l.get(y)?.dir_mut().unwrap().insert(b"back".to_vec(), x, S_IFDIR);
+            l.get(y)?.dir_mut().unwrap().insert(b"back".to_vec(), x, S_IFDIR)?;
             Ok(vec![])
         })
         .unwrap();

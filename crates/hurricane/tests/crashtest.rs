@@ -35,6 +35,7 @@ fn workload_list() {
         "resilver",
         "parity",
         "evacuate",
+        "directory",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -204,4 +205,9 @@ fn recovery_time() {
 #[test]
 fn degraded() {
     ci("degraded");
+}
+
+#[test]
+fn directory() {
+    ci("directory");
 }

@@ -179,8 +179,9 @@ fn recovery_crashes(rec: &Recorded, p: usize, images: Vec<Arc<Vec<u8>>>) -> Resu
         })
         .collect();
     {
-        let fs = Fs::open(devs, Options { background_commit: false, ..Options::default() })
-            .map_err(|e| format!("recovery: open failed: {e}"))?;
+        let fs =
+            Fs::open(devs, Options { background_commit: false, inode_cache: super::INODE_CACHE, ..Options::default() })
+                .map_err(|e| format!("recovery: open failed: {e}"))?;
         fsck::check(&fs, false, &mut |_, _, _| {}).map_err(|e| format!("recovery: fsck failed to run: {e}"))?;
     }
     let events = recorder.take();
@@ -236,8 +237,9 @@ fn touched(t: &ThreadHist, i: usize, p: usize) -> HashSet<u64> {
 /// Opens one crash state and checks it; Ok(true) when it showed a state
 /// newer than the last completed sync.
 fn check_state(rec: &Recorded, p: usize, devs: Vec<Arc<dyn Device>>) -> Result<bool, String> {
-    let fs = Fs::open(devs, Options { background_commit: false, ..Options::default() })
-        .map_err(|e| format!("open failed: {e}"))?;
+    let fs =
+        Fs::open(devs, Options { background_commit: false, inode_cache: super::INODE_CACHE, ..Options::default() })
+            .map_err(|e| format!("open failed: {e}"))?;
     let r = fs.report();
     if !r.double_claims.is_empty() {
         return Err(format!("blocks claimed twice: {:?}", r.double_claims));

@@ -194,6 +194,9 @@ pub fn workloads() -> &'static [(&'static str, &'static str)] {
 pub const DEVICES: usize = 3;
 pub const DEVICE_SIZE: u64 = 8 << 20;
 pub const JOURNAL_SIZE: u64 = 96 << 10;
+/// Inodes the pool's cache holds in every run and check: few enough that
+/// inodes are evicted and read back from the meta-data store all the time.
+pub const INODE_CACHE: usize = 48;
 
 /// Records the workload and checks `opts.points` crash points of it.
 pub fn run(opts: &CrashOptions) -> CrashReport {
@@ -297,7 +300,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
         (0..DEVICES).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), DEVICE_SIZE))).collect();
     let dyns = || mems.iter().map(|d| d.clone() as Arc<dyn Device>).collect::<Vec<_>>();
     Fs::format(dyns(), &FormatOptions { journal_size: Some(JOURNAL_SIZE), ..Default::default() })?;
-    let quiet = Options { background_commit: false, ..Options::default() };
+    let quiet = Options { background_commit: false, inode_cache: INODE_CACHE, ..Options::default() };
     let prefixes: Vec<String> =
         if concurrent { (0..threads).map(|t| format!("/t{t}")).collect() } else { vec![String::new()] };
     if concurrent {
@@ -363,6 +366,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             "resilver" => workloads::resilver(&mut d, size)?,
             "evacuate" => workloads::evacuate(&mut d, size)?,
             "degraded" => workloads::degraded(&mut d, size)?,
+            "directory" => workloads::directory(&mut d, size)?,
             other => {
                 let (specs, max) =
                     workloads::layout_family(other).ok_or_else(|| Error::Invalid(format!("workload {other}")))?;

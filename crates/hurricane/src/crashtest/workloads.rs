@@ -29,6 +29,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
     ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
+    ("directory", "many entries in few directories, created, removed, renamed, chmodded and given xattrs, with checkpoints between: entries and inodes read back from the meta-data store past a small inode cache, changes since the checkpoint from memory"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
 
@@ -1005,6 +1006,60 @@ pub(crate) fn full(d: &mut Driver, size: Size) -> Result<()> {
     }
     if fulls == 0 {
         return Err(Error::Invalid("the full workload never filled a device".into()));
+    }
+    d.sync()
+}
+
+/// Many entries in few directories, checkpointed often. Every workload runs
+/// with an inode cache of a few dozen inodes, so entries and inodes are read
+/// back from the meta-data store; here the directories are larger than the
+/// cache and the checkpoints that settle their changes come between the
+/// operations.
+pub(crate) fn directory(d: &mut Driver, size: Size) -> Result<()> {
+    d.mkdir()?;
+    for _ in 0..60 {
+        let len = d.rng.gen_range(0..300);
+        d.create_file(Some("inline"), len)?;
+    }
+    d.may_commit(|fs| fs.checkpoint(), |_| true)?;
+    for i in 0..size.ops {
+        match d.rng.gen_range(0..10) {
+            0..=3 => {
+                let len = d.rng.gen_range(0..300);
+                d.create_file(Some("inline"), len)?;
+            }
+            4..=5 => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+            6 => {
+                if let Some(p) = d.pick_file() {
+                    if let Some(to) = d.rename_target(&p) {
+                        d.rename(&p, &to)?;
+                    }
+                }
+            }
+            7 => {
+                if let Some(p) = d.pick_file() {
+                    let perm = d.rng.gen_range(0o400..0o777);
+                    d.chmod(&p, perm)?;
+                }
+            }
+            8 => {
+                if let Some(p) = d.pick_file() {
+                    d.setxattr(&p, &format!("user.x{}", i % 3), 40)?;
+                }
+            }
+            _ => {
+                d.create_empty(None)?;
+            }
+        }
+        if d.rng.gen_bool(0.1) {
+            d.may_commit(|fs| fs.checkpoint(), |_| true)?;
+        } else if d.rng.gen_bool(0.2) {
+            d.sync()?;
+        }
     }
     d.sync()
 }

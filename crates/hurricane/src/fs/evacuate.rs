@@ -115,7 +115,7 @@ impl Fs {
         // Enough room elsewhere for what it holds (a first check: layouts
         // may place more than that, as their groups require).
         let mut held = 0u64;
-        for node in self.state().all() {
+        for node in self.state().each() {
             if let Some(l) = node.data.read().layout() {
                 l.extents(&mut |d, _, len| {
                     if d == dev {
@@ -142,8 +142,7 @@ impl Fs {
         let down = |d: u32| d == dev || self.storage().devs.get(d as usize).is_none_or(|x| !x.state().readable());
         let stuck: Vec<Ino> = self
             .state()
-            .all()
-            .iter()
+            .each()
             .filter(|n| {
                 n.data.read().layout().is_some_and(|l| {
                     l.nodes().iter().any(|b| b.device() == Some(dev)) && l.root().health(&down) == Health::Lost
@@ -230,8 +229,9 @@ impl Fs {
     fn check_removable(&self, dev: u32) -> Result<()> {
         let info = self.pool_info();
         let m = self.inner.meta.lock();
-        if m.meta.nodes().iter().any(|n| n.device() == Some(dev)) {
-            crate::layout::relocate(&m.meta.spec(), dev, &info).map_err(|e| {
+        let meta = self.inner.state.store().file().layout();
+        if meta.nodes().iter().any(|n| n.device() == Some(dev)) {
+            crate::layout::relocate(&meta.spec(), dev, &info).map_err(|e| {
                 Error::NotSupported(format!("device {dev} holds a copy of the meta-data, which cannot move: {e}"))
             })?;
         }
@@ -255,8 +255,9 @@ impl Fs {
     fn move_fixed_regions(&self, dev: u32) -> Result<()> {
         {
             let mut m = self.inner.meta.lock();
-            if m.meta.nodes().iter().any(|n| n.device() == Some(dev)) {
-                let spec = crate::layout::relocate(&m.meta.spec(), dev, &self.pool_info())?;
+            let meta = self.inner.state.store().file().layout();
+            if meta.nodes().iter().any(|n| n.device() == Some(dev)) {
+                let spec = crate::layout::relocate(&meta.spec(), dev, &self.pool_info())?;
                 tracing::info!("meta-file: moving off device {dev} to {spec}");
                 m.relayout = Some(spec);
             }
@@ -370,7 +371,7 @@ impl Fs {
             }
             walk(s, dev)
         };
-        for node in self.state().all() {
+        for node in self.state().each() {
             let text = match node.data.read().dir() {
                 Some(d) if !d.layout.is_empty() => d.layout.clone(),
                 _ => continue,
@@ -387,7 +388,7 @@ impl Fs {
             let mut l = self.state().lock(&[ino]);
             let op = Op::SetDirLayout { ino, spec: new.to_string() };
             self.state().apply(&op, &mut l)?;
-            g.log(&[op]);
+            self.log(&g, &[op]);
             tracing::info!("directory inode {ino}: default layout {text} now {new}");
         }
         Ok(())
@@ -403,8 +404,7 @@ impl Fs {
     /// Regular files with a per-device leaf on `dev`, with their sizes.
     fn files_on(&self, dev: u32) -> Vec<(Ino, u64)> {
         self.state()
-            .all()
-            .iter()
+            .each()
             .filter_map(|n| {
                 let d = n.data.read();
                 let l = d.layout()?;

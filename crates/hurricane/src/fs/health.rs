@@ -37,11 +37,11 @@ impl Fs {
             lost: 0,
             lost_paths: Vec::new(),
             degraded_paths: Vec::new(),
-            meta: self.inner.meta.lock().meta.root().health(&down),
+            meta: self.inner.state.store().file().layout().root().health(&down),
         };
         let mut lost = Vec::new();
         let mut degraded = Vec::new();
-        for n in self.inner.state.all() {
+        for n in self.inner.state.each() {
             let Some(l) = n.data.read().layout().cloned() else { continue };
             match l.root().health(&down) {
                 Health::Ok => h.healthy += 1,
@@ -80,7 +80,13 @@ impl Fs {
         while let Some((dir, prefix)) = todo.pop() {
             let Some(d) = st.get(dir) else { continue };
             let entries: Vec<(Vec<u8>, Ino)> = match d.data.read().dir() {
-                Some(x) => x.entries.iter().map(|(k, e)| (k.clone(), e.ino)).collect(),
+                Some(x) => match x.entries() {
+                    Ok(v) => v.into_iter().map(|(k, e)| (k, e.ino)).collect(),
+                    Err(e) => {
+                        tracing::warn!("directory {dir}: {e}");
+                        continue;
+                    }
+                },
                 None => continue,
             };
             for (name, ino) in entries {

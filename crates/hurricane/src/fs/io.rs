@@ -99,7 +99,7 @@ impl Fs {
         if !changes.is_empty() {
             let ops: Vec<Op> = changes.into_iter().map(|change| Op::Map { ino, change }).collect();
             let g = self.inner.gate.enter();
-            g.log(&ops);
+            self.log(&g, &ops);
             drop(g);
             self.mark_dirty(ino);
         }
@@ -318,7 +318,7 @@ impl Fs {
                     }
                     ops.extend(meta);
                     let logged_size = ops.iter().any(|o| matches!(o, Op::SetSize { .. }));
-                    g.log(&ops);
+                    self.log(&g, &ops);
                     drop(l);
                     drop(g);
                     if !logged_size {
@@ -328,7 +328,7 @@ impl Fs {
                 }
                 Err(e) => {
                     // Whatever was allocated before the failure is still recorded.
-                    g.log(&ops);
+                    self.log(&g, &ops);
                     drop(l);
                     drop(g);
                     match e {
@@ -405,7 +405,7 @@ impl Fs {
         for op in &ops {
             self.state().apply(op, &mut l)?;
         }
-        g.log(&ops);
+        self.log(&g, &ops);
         Ok(())
     }
 
@@ -446,7 +446,7 @@ impl Fs {
         let mut l = self.state().lock(&[ino]);
         self.state().apply(&set, &mut l)?;
         ops.push(set);
-        g.log(&ops);
+        self.log(&g, &ops);
         Ok(())
     }
 
@@ -485,7 +485,7 @@ impl Fs {
                 let r = lay.root().write(&io, b, &zero[..n as usize * BLOCK_SIZE]);
                 self.inner.cache.invalidate(ino, b, n);
                 let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
-                g.log(&ops);
+                self.log(&g, &ops);
                 r?;
             }
             b += n;
@@ -496,7 +496,7 @@ impl Fs {
             if end > l.get(ino)?.size {
                 let op = Op::SetSize { ino, size: end, mtime: now() };
                 self.state().apply(&op, &mut l)?;
-                g.log(&[op]);
+                self.log(&g, &[op]);
             }
         }
         Ok(())

@@ -26,13 +26,14 @@ pub use scrub::{
     load_position, save_position, LostFile, PositionRecord, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport,
 };
 
-use crate::blocks::{IoCtx, Layout, NodeRecord};
-use crate::codec::{crc, Decoder, Encoder};
+use crate::blocks::Layout;
+use crate::codec::{Decoder, Encoder};
 use crate::device::{Device, DeviceState, StatsSnapshot, BLOCK_SIZE};
 use crate::error::{Error, Result};
 use crate::journal::{self, Batch, Cursor, Gate, Ino, Op, Region};
 use crate::layout::{self, PoolInfo};
-use crate::namespace::{inode::S_IFDIR, Body, Dir, InodeData, State, ROOT};
+use crate::namespace::store::{Delta, MetaFile, MetaStore, Sys};
+use crate::namespace::{inode::S_IFDIR, Body, Dir, InodeData, State, Taken, ROOT};
 use crate::pool::{self, Allocator, Storage, Superblock, FORMAT_VERSION, RESERVED_BLOCKS};
 use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex};
@@ -71,6 +72,12 @@ pub struct Options {
     pub background_commit: bool,
     /// Memory bound of the file-data block cache in bytes (0: no cache).
     pub cache_bytes: u64,
+    /// Inodes the meta-data cache holds (changed ones stay until the next
+    /// checkpoint, which comes sooner when half the cache is changed).
+    pub inode_cache: usize,
+    /// Bytes of the meta-data store's page cache (directory and inode
+    /// table blocks).
+    pub meta_cache_bytes: usize,
     /// Threads that run prefetch requests (0: four per device, 4 to 64).
     pub io_threads: usize,
 }
@@ -82,6 +89,8 @@ impl Default for Options {
             read_only: false,
             background_commit: true,
             cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
+            inode_cache: DEFAULT_INODE_CACHE,
+            meta_cache_bytes: DEFAULT_META_CACHE_BYTES,
             io_threads: 0,
         }
     }
@@ -108,7 +117,6 @@ pub struct OpenReport {
 struct MetaState {
     sb: Superblock,
     cursor: Cursor,
-    meta: Layout,
     /// Groups a failed commit took out of the gate: the next commit writes
     /// them first, so what is durable is always a prefix of what was done.
     unwritten: Vec<Vec<u8>>,
@@ -118,7 +126,7 @@ struct MetaState {
 }
 
 pub(crate) struct Inner {
-    pub(crate) storage: Storage,
+    pub(crate) storage: Arc<Storage>,
     pub(crate) state: State,
     pub(crate) gate: Gate,
     meta: Mutex<MetaState>,
@@ -141,6 +149,8 @@ pub(crate) struct Inner {
     report: Mutex<OpenReport>,
     commits: AtomicU64,
     checkpoints: AtomicU64,
+    /// Changed inodes that call for a checkpoint.
+    dirty_limit: usize,
     /// File-data blocks (see `cache`).
     pub(crate) cache: crate::cache::BlockCache,
     /// Threads running prefetch requests into `cache`.
@@ -153,6 +163,18 @@ pub struct Fs {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// The meta-data caches' counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetaCacheStats {
+    pub inodes: crate::namespace::CacheCounters,
+    pub store: crate::namespace::store::StoreStats,
+}
+
+/// Inodes the meta-data cache holds by default.
+pub const DEFAULT_INODE_CACHE: usize = 262_144;
+/// Bytes of the meta-data store's page cache by default.
+pub const DEFAULT_META_CACHE_BYTES: usize = 64 << 20;
+
 pub(crate) fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
@@ -162,7 +184,7 @@ fn shards() -> usize {
 }
 
 /// A sink for requests that record nothing (reads, meta-file writes).
-pub(crate) fn ignore(_: NodeRecord) {}
+pub(crate) use crate::blocks::ignore_records as ignore;
 
 impl Fs {
     /// Makes a new pool on `devs` (erasing what they held).
@@ -197,7 +219,7 @@ impl Fs {
         let journal = Region { dev: 0, start: RESERVED_BLOCKS, blocks: jblocks };
         let journal_mirror = (n >= 2).then_some(Region { dev: 1, ..journal });
         let allocs = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
-        let storage = Storage { devs: handles.into(), allocs };
+        let storage = Arc::new(Storage { devs: handles.into(), allocs });
         for j in std::iter::once(&journal).chain(journal_mirror.as_ref()) {
             storage.allocs[j.dev as usize].mark_used(j.start, j.blocks);
         }
@@ -223,27 +245,26 @@ impl Fs {
         };
         let meta = Layout::build(&layout::resolve(&layout::parse(&meta_spec)?, &info)?)?;
 
-        let state = State::new(4);
         let t = now();
         let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
-        state.insert(
-            ROOT,
-            InodeData {
-                mode: S_IFDIR | 0o755,
-                uid,
-                gid,
-                nlink: 2,
-                size: 0,
-                atime: t,
-                mtime: t,
-                ctime: t,
-                btime: t,
-                rdev: 0,
-                xattrs: Default::default(),
-                body: Body::Dir(Dir::new(ROOT)),
-            },
-        );
+        let root = InodeData {
+            mode: S_IFDIR | 0o755,
+            uid,
+            gid,
+            nlink: 2,
+            size: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            btime: t,
+            rdev: 0,
+            xattrs: Default::default(),
+            body: Body::Dir(Dir::new(ROOT)),
+        };
+        let mut rec = Encoder::new();
+        root.encode(&mut rec);
         let pool_id = pool::new_pool_id();
+        let cursor = Cursor { tail: 0, head: 0, seq: 1 };
         let sb = Superblock {
             version: FORMAT_VERSION,
             pool_id,
@@ -253,7 +274,7 @@ impl Fs {
             dev_blocks: 0,
             generation: 0,
             journal,
-            cursor: Cursor { tail: 0, head: 0, seq: 1 },
+            cursor,
             meta_layout: Vec::new(),
             meta_len: 0,
             meta_crc: 0,
@@ -263,11 +284,24 @@ impl Fs {
             checksum: opts.checksum,
             dev_states: Vec::new(),
         };
-        let mut e = Encoder::new();
-        state.encode(&mut e);
-        let mut ms =
-            MetaState { sb, cursor: Cursor { tail: 0, head: 0, seq: 1 }, meta, unwritten: Vec::new(), relayout: None };
-        write_checkpoint(&storage, &mut ms, &e.buf, true)?;
+        // The free map before the meta-file takes its space: an open claims
+        // the meta-file's extents from the superblock.
+        let mut free = Vec::new();
+        for (d, a) in storage.allocs.iter().enumerate() {
+            free.extend(free_entries(d as u32, a.free_extents()));
+        }
+        let file = MetaFile::new(storage.clone(), meta, 0, false);
+        file.arm(sb);
+        let sys = Sys { cursor, next_ino: ROOT + 1, inodes: 1 };
+        let store = MetaStore::create(file, 1 << 20, sys, (ROOT, rec.into_inner()), free)?;
+        let mut sb = store.file().disarm().ok_or_else(|| Error::Device("meta-file superblock lost".into()))?;
+        let (layout, len) = store.file().describe();
+        drop(store);
+        sb.meta_layout = layout;
+        sb.meta_len = len;
+        sb.generation += 1;
+        storage.flush_all()?;
+        storage.write_superblocks(&sb)?;
         Ok(())
     }
 
@@ -281,7 +315,7 @@ impl Fs {
         let mut sb = sb;
         sb.version = FORMAT_VERSION;
         let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
-        let storage = Storage { devs: handles.into(), allocs: allocs.into() };
+        let storage = Arc::new(Storage { devs: handles.into(), allocs: allocs.into() });
         let mut report = OpenReport { was_clean: sb.clean, ..Default::default() };
         for d in &storage.devs {
             if d.state() == crate::device::DeviceState::Missing {
@@ -302,60 +336,64 @@ impl Fs {
             storage.allocs[r.dev as usize].mark_used(r.start, r.blocks);
         }
         let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta-file layout"))?;
-        let claim = |d: u32, s: u64, l: u64, what: &str, report: &mut OpenReport| {
-            let end = s.checked_add(l);
-            // The size of a device that is not there is a guess: what lies
-            // past it is not a claim on another owner's blocks.
-            let guessed = storage.devs.get(d as usize).is_some_and(|h| !h.state().readable());
-            let ok = storage.allocs.get(d as usize).is_some_and(|a| {
-                end.is_some_and(|e| e <= a.total_blocks()) && a.mark_used(s, l) || guessed && end.is_some()
-            });
-            if !ok {
-                report.double_claims.push(format!("{what}: device {d} blocks {s}+{l}"));
-            }
-        };
-        meta.extents(&mut |d, s, l| claim(d, s, l, "meta-file", &mut report));
-        set_meta_reserve(&storage, &meta, &j);
-
-        // The checkpoint, read through the meta-file's own building blocks.
-        // Its length is held to what the meta-file's extents on the real
-        // devices can hold before a buffer is sized by it.
-        let mut room = 0u64;
-        meta.extents(&mut |d, s, l| {
-            if storage.devs.get(d as usize).is_some_and(|dev| s.checked_add(l).is_some_and(|e| e <= dev.blocks())) {
-                room = room.saturating_add(l.saturating_mul(BLOCK_SIZE as u64));
-            }
-        });
+        // The meta-file's length (its holes read as zeros) is held to what
+        // the pool's devices could hold.
+        let room: u64 = storage.devs.iter().map(|d| d.blocks().saturating_mul(BLOCK_SIZE as u64)).sum();
         if sb.meta_len > room {
             return Err(Error::corrupt(
                 "superblock",
-                format!("meta-file length {} bytes is more than its extents hold ({room} bytes)", sb.meta_len),
+                format!("meta-file length {} bytes is more than the pool holds ({room} bytes)", sb.meta_len),
             ));
         }
-        let nblk = (sb.meta_len as usize).div_ceil(BLOCK_SIZE);
-        let io = IoCtx { storage: &storage, epoch: 0, sink: &ignore, repair: false };
-        let read_copy = |b: &Arc<dyn crate::blocks::Block>| -> Result<Vec<u8>> {
-            let mut buf = vec![0u8; nblk * BLOCK_SIZE];
-            b.read(&io, 0, &mut buf)?;
-            buf.truncate(sb.meta_len as usize);
-            if crc(&buf) != sb.meta_crc {
-                return Err(Error::corrupt("meta-file checkpoint", "checksum mismatch"));
+        let meta_extents = {
+            let mut v = Vec::new();
+            meta.extents(&mut |d, s, l| v.push((d, s, l)));
+            v
+        };
+
+        // A replacement being resilvered stays so until its resilver ends:
+        // nothing is read from it (its copies of the meta-file and journal
+        // are not whole yet) before then.
+        scrub::apply_resilvering(&storage, &sb);
+        // The meta-data store, read through the meta-file's own building
+        // blocks. Nothing is loaded: inodes and directory entries are read
+        // when asked for.
+        let file = MetaFile::new(storage.clone(), meta, sb.meta_len, opts.read_only);
+        file.arm(sb.clone());
+        let store = Arc::new(MetaStore::open(file, opts.meta_cache_bytes)?);
+        if let Some(s2) = store.file().disarm() {
+            sb = s2;
+        }
+        let sys = store.sys()?;
+
+        // Free space as of the checkpoint; the journal and the meta-file
+        // (which may have grown after the free map was taken) are claimed
+        // on top.
+        let mut known = vec![false; storage.allocs.len()];
+        let mut free: Vec<Vec<(u64, u64)>> = vec![Vec::new(); storage.allocs.len()];
+        for (d, s, l) in store.free_map()? {
+            let Some(k) = known.get_mut(d as usize) else {
+                return Err(Error::corrupt(
+                    "meta-data store",
+                    format!("free space of device {d}, which the pool has not"),
+                ));
+            };
+            *k = true;
+            if s != u64::MAX {
+                free[d as usize].push((s, l));
             }
-            Ok(buf)
-        };
-        // A damaged copy of a replicated meta-file: each child of a
-        // replicate root holds a whole copy, and any intact one will do.
-        let buf = match read_copy(meta.root()) {
-            Ok(b) => b,
-            Err(e) => meta.root().children().iter().find_map(|c| read_copy(c).ok()).ok_or(e)?,
-        };
-        let state = State::new(shards());
-        state.decode(&buf)?;
-        drop(buf);
+        }
+        for (d, a) in storage.allocs.iter().enumerate() {
+            if known[d] {
+                a.load_free(&free[d]).map_err(|e| Error::corrupt("meta-data store", format!("device {d}: {e}")))?;
+            }
+        }
+        set_meta_reserve(&storage, &meta_extents, &j);
+        let state = State::new(store.clone(), shards(), opts.inode_cache)?;
 
         let salt = salt_of(&sb.pool_id);
         let t0 = Instant::now();
-        let (records, cursor, copy) = journal::replay_mirrored(&storage, &j, mirror.as_ref(), salt, sb.cursor)?;
+        let (records, cursor, copy) = journal::replay_mirrored(&storage, &j, mirror.as_ref(), salt, sys.cursor)?;
         report.journal_copy = copy;
         // The copy that fell behind (or lay on a device that was away) gets
         // the records replay took from the other, so the two agree again.
@@ -364,16 +402,37 @@ impl Fs {
                 journal::JournalCopy::Primary => (j, m),
                 journal::JournalCopy::Mirror => (m, j),
             };
-            let live = Cursor { tail: sb.cursor.tail, head: cursor.head, seq: cursor.seq };
+            let live = Cursor { tail: sys.cursor.tail, head: cursor.head, seq: cursor.seq };
             if storage.devs.get(to.dev as usize).is_some_and(|d| d.state().writable()) {
                 if let Err(e) = journal::resync(&storage, &from, &to, &live) {
                     tracing::warn!("journal copy on device {} not brought up to date: {e}", to.dev);
                 }
             }
         }
+        // Replay, noting the extents each file replay changes had at the
+        // checkpoint: the free map knows those, and is moved on from them
+        // to the files' extents after replay.
+        let extents_of = |ino: Ino| -> Vec<(u32, u64, u64)> {
+            let mut v = Vec::new();
+            if let Some(n) = state.get(ino) {
+                if let Some(l) = n.data.read().layout() {
+                    l.extents(&mut |d, s, len| v.push((d, s, len)));
+                }
+            }
+            v
+        };
+        let mut before: std::collections::BTreeMap<Ino, Vec<(u32, u64, u64)>> = Default::default();
+        let mut touched: std::collections::BTreeSet<Ino> = Default::default();
         for rec in &records {
             for group in journal::decode_payload(rec)? {
                 for op in &group {
+                    if let Some(ino) = op_space_owner(op) {
+                        before.entry(ino).or_insert_with(|| extents_of(ino));
+                    }
+                    touched.extend(state.involved(op));
+                    if let Op::Create(n) = op {
+                        touched.insert(n.ino);
+                    }
                     state.replay(op)?;
                     report.replayed_ops += 1;
                 }
@@ -381,15 +440,35 @@ impl Fs {
         }
         report.replayed_records = records.len();
         report.replay_time = t0.elapsed();
-        // A replacement being resilvered stays so until its resilver ends
-        // (set after replay: the journal may be on it).
-        scrub::apply_resilvering(&storage, &sb);
-
-        // Allocation state is rebuilt from the tree.
-        for n in state.all() {
-            if let Some(l) = n.data.read().layout() {
-                let ino = n.ino;
-                l.extents(&mut |d, s, len| claim(d, s, len, &format!("inode {ino}"), &mut report));
+        for v in before.values() {
+            for &(d, s, l) in v {
+                if let Some(a) = storage.allocs.get(d as usize) {
+                    a.free_now(s, l);
+                }
+            }
+        }
+        for &ino in before.keys() {
+            for (d, s, l) in extents_of(ino) {
+                let ok = storage
+                    .allocs
+                    .get(d as usize)
+                    .is_some_and(|a| s.checked_add(l).is_some_and(|e| e <= a.total_blocks()) && a.mark_used(s, l));
+                let guessed = storage.devs.get(d as usize).is_some_and(|h| !h.state().readable());
+                if !ok && !guessed {
+                    report.double_claims.push(format!("inode {ino}: device {d} blocks {s}+{l}"));
+                }
+            }
+        }
+        // The journal and the meta-file are claimed last: the free map
+        // leaves them free (they are where the superblocks say), and a
+        // file's space at the checkpoint may have gone to the meta-file
+        // since.
+        for r in std::iter::once(&j).chain(mirror.as_ref()) {
+            storage.allocs[r.dev as usize].claim(r.start, r.blocks);
+        }
+        for &(d, s, l) in &meta_extents {
+            if let Some(a) = storage.allocs.get(d as usize) {
+                a.claim(s, l);
             }
         }
         if state.get(ROOT).is_none_or(|r| !r.data.read().is_dir()) {
@@ -399,12 +478,12 @@ impl Fs {
         let checksum = sb.checksum;
         let storage_devices = storage.devs.len();
         let ms = MetaState {
-            cursor: Cursor { tail: sb.cursor.tail, head: cursor.head, seq: cursor.seq },
+            cursor: Cursor { tail: sys.cursor.tail, head: cursor.head, seq: cursor.seq },
             sb,
-            meta,
             unwritten: Vec::new(),
             relayout: None,
         };
+        let dirty_limit = (opts.inode_cache / 2).max(16);
         let inner = Arc::new(Inner {
             storage,
             state,
@@ -425,6 +504,7 @@ impl Fs {
             report: Mutex::new(report),
             commits: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
+            dirty_limit,
             cache: crate::cache::BlockCache::new(opts.cache_bytes),
             io_pool: crate::cache::IoPool::new(match opts.io_threads {
                 0 => (4 * storage_devices).clamp(4, 64),
@@ -433,21 +513,13 @@ impl Fs {
         });
         let fs = Fs { inner };
         if !opts.read_only {
-            // Inodes with no links are orphans of open-then-unlinked files.
-            let all = fs.inner.state.all();
-            let mut orphans: Vec<Ino> =
-                all.iter().filter(|n| n.ino != ROOT && n.data.read().nlink == 0).map(|n| n.ino).collect();
-            if !orphans.is_empty() {
-                // A link count of 0 on an inode some entry still names is
-                // damage for fsck to fix, not a file to free.
-                let named: std::collections::HashSet<Ino> = all
-                    .iter()
-                    .filter_map(|n| n.data.read().dir().map(|d| d.entries.values().map(|e| e.ino).collect::<Vec<_>>()))
-                    .flatten()
-                    .collect();
-                orphans.retain(|i| !named.contains(i));
-            }
-            drop(all);
+            // Inodes with no links are orphans of open-then-unlinked files:
+            // those the checkpoint recorded, and those replay left so.
+            let mut orphans: Vec<Ino> = fs.inner.state.store().orphans()?;
+            orphans.extend(touched.iter().copied().filter(|&i| fs.inner.state.was_unlinked(i)));
+            orphans.sort_unstable();
+            orphans.dedup();
+            orphans.retain(|&i| i != ROOT && fs.inner.state.get(i).is_some_and(|n| n.data.read().nlink == 0));
             for ino in &orphans {
                 fs.free_inode(*ino)?;
             }
@@ -545,6 +617,11 @@ impl Fs {
         self.inner.cache.stats()
     }
 
+    /// The meta-data caches' counters: the inode cache and the store.
+    pub fn meta_cache_stats(&self) -> MetaCacheStats {
+        MetaCacheStats { inodes: self.inner.state.counters(), store: self.inner.state.store().stats() }
+    }
+
     /// Empties the data cache (benchmarks start each run cold).
     pub fn drop_caches(&self) {
         self.inner.cache.clear()
@@ -562,6 +639,18 @@ impl Fs {
 
     pub fn default_layout(&self) -> String {
         self.inner.default_layout.read().clone()
+    }
+
+    /// Logs ops that commit together, marking the inodes they change (a
+    /// data write changes a file's tree without locking its inode record),
+    /// so the cache keeps them until a checkpoint writes them.
+    pub(crate) fn log(&self, g: &journal::Entered<'_>, ops: &[Op]) {
+        for op in ops {
+            if let Some(ino) = changed_inode(op) {
+                self.inner.state.touch(ino);
+            }
+        }
+        g.log(ops);
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -605,7 +694,10 @@ impl Fs {
             return Ok(());
         }
         let half = m.sb.journal.blocks / 2;
-        let want_ckpt = checkpoint || m.cursor.used(&m.sb.journal) > half;
+        let want_ckpt = checkpoint
+            || m.cursor.used(&m.sb.journal) > half
+            || m.relayout.is_some()
+            || inner.state.dirty_count() > inner.dirty_limit;
         let (mut batch, mut snap) = self.capture(want_ckpt);
         if !m.unwritten.is_empty() {
             let mut groups = std::mem::take(&mut m.unwritten);
@@ -639,27 +731,27 @@ impl Fs {
     /// the meta devices have no room for a new meta-file and the checkpoint
     /// was not `required`, as a journal record when it fits), else as a
     /// journal record.
-    fn write_batch(&self, m: &mut MetaState, batch: &Batch, snap: Option<Vec<u8>>, required: bool) -> Result<()> {
+    fn write_batch(&self, m: &mut MetaState, batch: &Batch, snap: Option<Snapshot>, required: bool) -> Result<()> {
         let inner = &*self.inner;
         // Ordered mode: data first, then the meta-data that points at it.
         inner.storage.flush_all()?;
-        if let Some(bytes) = snap {
-            match write_checkpoint_staged(&inner.storage, m, &bytes, false) {
+        if let Some((mut delta, taken)) = snap {
+            match self.write_checkpoint(m, &mut delta) {
                 Ok(()) => {
+                    inner.state.settle(taken);
                     inner.checkpoints.fetch_add(1, Ordering::Relaxed);
                     return Ok(());
                 }
-                // No room for a new meta-file, or a device it needs is down
-                // (degraded pool): the batch goes to the journal while it
-                // fits, and a later checkpoint tries again.
-                // Only when it failed before its superblock write: after
-                // it, the checkpoint may be in force, and the batch in it.
-                Err((e, true)) if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {
+                // A device the meta-file needs is down, or no room to grow
+                // it: the batch goes to the journal while it fits, and a
+                // later checkpoint takes the same changes again (they stay
+                // marked until one commits).
+                Err(e) if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {
                     if !matches!(e, Error::NoSpace(_)) {
                         tracing::warn!("checkpoint failed, committing to the journal instead: {e}");
                     }
                 }
-                Err((e, _)) => return Err(e),
+                Err(e) => return Err(e),
             }
         }
         if !batch.is_empty() {
@@ -674,7 +766,7 @@ impl Fs {
 
     /// Takes the pending ops (and lazy time updates) out of the gate, with a
     /// snapshot of the whole state when asked.
-    fn capture(&self, snapshot: bool) -> (Batch, Option<Vec<u8>>) {
+    fn capture(&self, snapshot: bool) -> (Batch, Option<Snapshot>) {
         let inner = &*self.inner;
         inner.gate.capture(|batch| {
             let mut times = Vec::new();
@@ -684,6 +776,7 @@ impl Fs {
                         if n.dirty_times.swap(false, Ordering::AcqRel) {
                             let g = n.data.read();
                             times.push(Op::Times { ino, atime: g.atime, mtime: g.mtime, ctime: g.ctime });
+                            inner.state.touch(ino);
                         }
                     }
                 }
@@ -692,11 +785,84 @@ impl Fs {
                 batch.push(&times);
             }
             snapshot.then(|| {
-                let mut e = Encoder::with_capacity(1 << 16);
-                inner.state.encode(&mut e);
-                e.into_inner()
+                let mut delta = Delta::default();
+                let taken = inner.state.take(&mut delta);
+                // Free space at the cut: frees of this batch are free once it commits.
+                let mut free = Vec::new();
+                for (d, a) in inner.storage.allocs.iter().enumerate() {
+                    free.extend(free_entries(d as u32, a.snapshot(batch.epoch)));
+                }
+                delta.free = Some(free);
+                (delta, taken)
             })
         })
+    }
+
+    /// Writes a checkpoint: the changes since the last one as one store
+    /// transaction, with the journal position they cover. A meta-file
+    /// being moved (device removal or replacement) is copied to its new
+    /// tree first, with the superblocks switched to it.
+    fn write_checkpoint(&self, m: &mut MetaState, delta: &mut Delta) -> Result<()> {
+        let inner = &*self.inner;
+        let file = inner.state.store().file();
+        // The meta-file's extents, before a move and after, are recorded
+        // free: an open claims the ones the superblocks name.
+        let mut meta_extents = Vec::new();
+        file.layout().extents(&mut |d, s, l| meta_extents.push((d, s, l)));
+        // A copy that missed writes while its device was away is made whole
+        // again once every device of the meta-file takes writes: the file
+        // is copied to a fresh tree (the copies' missed ranges go with the
+        // old one).
+        if m.relayout.is_none() {
+            let lay = file.layout();
+            let mut all_up = true;
+            lay.extents(&mut |d, _, _| {
+                all_up &=
+                    inner.storage.devs.get(d as usize).is_some_and(|h| h.state().readable() && h.state().writable());
+            });
+            if all_up && lay.root().health(&|_| false) != crate::blocks::Health::Ok {
+                tracing::info!("meta-file: a copy missed writes; copying it whole to a fresh tree");
+                m.relayout = Some(lay.spec());
+            }
+        }
+        if let Some(spec) = m.relayout.clone() {
+            let fresh = Layout::build(&spec)?;
+            let old = match file.copy_to(fresh) {
+                Ok(old) => old,
+                Err(e) => return Err(e),
+            };
+            let (layout, len) = file.describe();
+            let mut sb = m.sb.clone();
+            sb.generation += 1;
+            sb.meta_layout = layout;
+            sb.meta_len = len;
+            inner.storage.write_superblocks(&sb)?;
+            m.sb = sb;
+            old.extents(&mut |d, s, l| inner.storage.allocs[d as usize].free_now(s, l));
+            m.relayout = None;
+        }
+        if let Some(free) = delta.free.take() {
+            // The journal and the meta-file are recorded free: an open
+            // claims them from the superblocks, wherever they are by then.
+            let mut extra = meta_extents;
+            file.layout().extents(&mut |d, s, l| extra.push((d, s, l)));
+            for r in std::iter::once(&m.sb.journal).chain(m.sb.journal_mirror.as_ref()) {
+                extra.push((r.dev, r.start, r.blocks));
+            }
+            delta.free = Some(merge_free(free, extra));
+        }
+        delta.sys.cursor = Cursor { tail: m.cursor.head, head: m.cursor.head, seq: m.cursor.seq };
+        file.arm(m.sb.clone());
+        let r = inner.state.store().commit(delta);
+        if let Some(sb) = file.disarm() {
+            m.sb = sb;
+        }
+        r?;
+        let mut ext = Vec::new();
+        file.layout().extents(&mut |d, s, l| ext.push((d, s, l)));
+        set_meta_reserve(&inner.storage, &ext, &m.sb.journal);
+        m.cursor.tail = m.cursor.head;
+        Ok(())
     }
 
     fn start_committer(&self, every: Duration) {
@@ -810,93 +976,74 @@ pub fn default_pool_layout(devices: u32) -> String {
     }
 }
 
-/// Keeps room on the meta-file's devices for the next checkpoint's new copy
-/// (its size now, twice over, plus what half a journal of changes may add):
-/// data allocations leave it free, so a pool full of data still commits.
-fn set_meta_reserve(storage: &Storage, meta: &Layout, journal: &Region) {
+/// Keeps room on the meta-file's devices for its growth (half its size
+/// again, plus what half a journal of changes may add): data allocations
+/// leave it free, so a pool full of data still checkpoints.
+fn set_meta_reserve(storage: &Storage, meta: &[(u32, u64, u64)], journal: &Region) {
     let mut per_dev = vec![0u64; storage.allocs.len()];
-    meta.extents(&mut |d, _, l| {
+    for &(d, _, l) in meta {
         if let Some(x) = per_dev.get_mut(d as usize) {
             *x = x.saturating_add(l);
         }
-    });
+    }
     for (a, used) in storage.allocs.iter().zip(per_dev) {
-        a.set_reserve(if used == 0 { 0 } else { used.saturating_mul(2).saturating_add(journal.blocks / 2 + 16) });
+        a.set_reserve(if used == 0 { 0 } else { (used / 2).saturating_add(journal.blocks / 2 + 16) });
     }
 }
 
-/// Writes a new meta-file's contents. Each child of a `replicate` root holds
-/// a whole copy and is written on its own: a copy whose devices take no
-/// writes (a degraded pool) is left empty, and the checkpoint stands on the
-/// others (open reads any copy whose checksum holds; the next checkpoint
-/// writes every copy again). Any other failure fails the checkpoint.
-fn write_meta(storage: &Storage, io: &IoCtx, fresh: &Layout, bytes: &[u8]) -> Result<()> {
-    let root = fresh.root();
-    if root.kind().name != "replicate" || root.children().len() < 2 {
-        return root.write(io, 0, bytes);
-    }
-    let down = |d: u32| storage.devs.get(d as usize).is_none_or(|h| !h.state().writable());
-    let mut written = 0;
-    let mut first_err = None;
-    for c in root.children() {
-        match c.write(io, 0, bytes) {
-            Ok(()) => written += 1,
-            Err(e) if c.health(&down) == crate::blocks::Health::Lost => {
-                tracing::warn!("meta-file copy left out, its device is down: {e}");
-                first_err.get_or_insert(e);
+/// The free map entries of a device for the store, with the marker that
+/// says the device's map is recorded (a device added after the checkpoint
+/// has none, and is all free).
+fn free_entries(dev: u32, free: Vec<(u64, u64)>) -> impl Iterator<Item = (u32, u64, u64)> {
+    free.into_iter().map(move |(s, l)| (dev, s, l)).chain(std::iter::once((dev, u64::MAX, 0)))
+}
+
+/// Free map entries with `extra` extents added, merged per device (the
+/// per-device markers kept).
+fn merge_free(free: Vec<(u32, u64, u64)>, extra: Vec<(u32, u64, u64)>) -> Vec<(u32, u64, u64)> {
+    let mut v: Vec<(u32, u64, u64)> = free.into_iter().chain(extra).collect();
+    v.sort_unstable();
+    let mut out: Vec<(u32, u64, u64)> = Vec::with_capacity(v.len());
+    for (d, s, l) in v {
+        if s == u64::MAX {
+            out.push((d, s, l));
+            continue;
+        }
+        match out.last_mut() {
+            Some((pd, ps, pl)) if *pd == d && *ps != u64::MAX && *ps + *pl >= s => {
+                *pl = (*pl).max(s + l - *ps);
             }
-            Err(e) => return Err(e),
+            _ => out.push((d, s, l)),
         }
     }
-    match first_err {
-        Some(e) if written == 0 => Err(e),
-        _ => Ok(()),
+    out
+}
+
+/// The inode whose space an op changes (its extents are compared before
+/// and after replay).
+fn op_space_owner(op: &Op) -> Option<Ino> {
+    match op {
+        Op::Create(n) => Some(n.ino),
+        Op::Map { ino, .. } | Op::SetLayout { ino, .. } | Op::Free { ino } | Op::SetSize { ino, .. } => Some(*ino),
+        _ => None,
     }
 }
 
-/// Writes a checkpoint into a freshly allocated meta-file (same layout as the
-/// current one), then switches the superblocks to it and frees the old one.
-/// The superblock write is the commit point: a crash before it leaves the
-/// old checkpoint and journal in force.
-fn write_checkpoint(storage: &Storage, m: &mut MetaState, bytes: &[u8], format: bool) -> Result<()> {
-    write_checkpoint_staged(storage, m, bytes, format).map_err(|(e, _)| e)
+/// The inode an op changes in place (one whose record is not write-locked
+/// through the state: data writes change a file's tree under its I/O lock).
+fn changed_inode(op: &Op) -> Option<Ino> {
+    match op {
+        Op::SetAttr { ino, .. }
+        | Op::SetSize { ino, .. }
+        | Op::Map { ino, .. }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. }
+        | Op::SetLayout { ino, .. }
+        | Op::SetDirLayout { ino, .. }
+        | Op::Times { ino, .. } => Some(*ino),
+        Op::Create(_) | Op::Free { .. } | Op::Link { .. } | Op::Unlink { .. } | Op::Rename { .. } => None,
+    }
 }
 
-/// [`write_checkpoint`], telling on failure whether it failed before the
-/// superblock write (true: nothing of it can be in force after a crash, so
-/// the batch may go to the journal instead).
-fn write_checkpoint_staged(
-    storage: &Storage,
-    m: &mut MetaState,
-    bytes: &[u8],
-    format: bool,
-) -> std::result::Result<(), (Error, bool)> {
-    let spec = m.relayout.clone().unwrap_or_else(|| m.meta.spec());
-    let fresh = Layout::build(&spec).map_err(|e| (e, true))?;
-    let mut padded = bytes.to_vec();
-    padded.resize(bytes.len().div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE, 0);
-    let io = IoCtx { storage, epoch: 0, sink: &ignore, repair: false };
-    if let Err(e) = write_meta(storage, &io, &fresh, &padded) {
-        fresh.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
-        return Err((e, true));
-    }
-    storage.flush_all().map_err(|e| (e, true))?;
-    let mut e = Encoder::new();
-    fresh.encode(&mut e);
-    let mut sb = m.sb.clone();
-    sb.generation += 1;
-    sb.meta_layout = e.into_inner();
-    sb.meta_len = bytes.len() as u64;
-    sb.meta_crc = crc(bytes);
-    sb.cursor = Cursor { tail: m.cursor.head, head: m.cursor.head, seq: m.cursor.seq };
-    storage.write_superblocks(&sb).map_err(|e| (e, false))?;
-    if !format {
-        m.meta.extents(&mut |d, s, l| storage.allocs[d as usize].free_now(s, l));
-    }
-    m.sb = sb;
-    set_meta_reserve(storage, &fresh, &m.sb.journal);
-    m.meta = fresh;
-    m.relayout = None;
-    m.cursor.tail = m.cursor.head;
-    Ok(())
-}
+/// A checkpoint's changes, and what to settle in the state once they commit.
+type Snapshot = (Delta, Taken);

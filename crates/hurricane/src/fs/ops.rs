@@ -229,7 +229,7 @@ impl Fs {
                 if name.len() > NAME_MAX {
                     return Err(Error::NameTooLong(show(&name[..32])));
                 }
-                dir.get(name).ok_or_else(|| Error::NotFound(show(name)))?.ino
+                dir.get(name)?.ok_or_else(|| Error::NotFound(show(name)))?.ino
             }
         };
         self.getattr(child)
@@ -269,14 +269,9 @@ impl Fs {
             return Ok(());
         }
         let from = offset.max(2) + 1;
-        for (&cookie, name) in dir.by_cookie.range(from..) {
-            if let Some(e) = dir.get(name) {
-                if !f(DirItem { name: name.clone(), ino: e.ino, kind: e.kind, next: cookie }) {
-                    break;
-                }
-            }
-        }
-        Ok(())
+        dir.for_each_from(from, &mut |cookie, name, e| {
+            f(DirItem { name: name.to_vec(), ino: e.ino, kind: e.kind, next: cookie })
+        })
     }
 
     pub fn statfs(&self) -> StatFs {
@@ -370,7 +365,7 @@ impl Fs {
             if !cred.allowed(p, W | X) {
                 return Err(Error::Access(show(name)));
             }
-            if d.get(name).is_some() {
+            if d.get(name)?.is_some() {
                 return Err(Error::Exists(show(name)));
             }
             if kind == S_IFDIR && p.nlink >= LINK_MAX {
@@ -416,7 +411,7 @@ impl Fs {
         for op in &ops[1..] {
             self.state().apply(op, &mut l)?;
         }
-        g.log(&ops);
+        self.log(&g, &ops);
         Ok(attr_of(ino, l.get(ino)?))
     }
 
@@ -436,12 +431,12 @@ impl Fs {
                 let p = self.state().inode(dir)?;
                 let d = p.data.read();
                 let dd = d.dir().ok_or_else(|| Error::NotDir(format!("inode {dir}")))?;
-                dd.get(name).ok_or_else(|| Error::NotFound(show(name)))?.ino
+                dd.get(name)?.ok_or_else(|| Error::NotFound(show(name)))?.ino
             };
             let mut inos = vec![dir, child];
             inos.extend_from_slice(extra);
             let mut l = self.state().lock(&inos);
-            let now_child = l.get(dir)?.dir().and_then(|d| d.get(name)).map(|e| e.ino);
+            let now_child = l.get(dir)?.dir().map(|d| d.get(name)).transpose()?.flatten().map(|e| e.ino);
             if now_child == Some(child) {
                 return Ok((l, child));
             }
@@ -485,14 +480,14 @@ impl Fs {
                 _ => {}
             }
         }
-        if dir && l.get(child)?.dir().is_some_and(|d| !d.entries.is_empty()) {
+        if dir && l.get(child)?.dir().is_some_and(|d| !d.is_empty()) {
             return Err(Error::NotEmpty(show(name)));
         }
         let op = Op::Unlink { dir: parent, name: name.to_vec(), time: now() };
         self.state().apply(&op, &mut l)?;
         let mut ops = vec![op];
         self.reap(&g, &mut l, child, &mut ops)?;
-        g.log(&ops);
+        self.log(&g, &ops);
         Ok(())
     }
 
@@ -522,7 +517,7 @@ impl Fs {
         let mut l = self.state().lock(&[ino]);
         let mut ops = Vec::new();
         self.reap(&g, &mut l, ino, &mut ops)?;
-        g.log(&ops);
+        self.log(&g, &ops);
         Ok(())
     }
 
@@ -547,13 +542,13 @@ impl Fs {
             if !cred.allowed(p, W | X) {
                 return Err(Error::Access(show(newname)));
             }
-            if d.get(newname).is_some() {
+            if d.get(newname)?.is_some() {
                 return Err(Error::Exists(show(newname)));
             }
         }
         let op = Op::Link { dir: newparent, name: newname.to_vec(), ino, time: now() };
         self.state().apply(&op, &mut l)?;
-        g.log(&[op]);
+        self.log(&g, &[op]);
         Ok(attr_of(ino, l.get(ino)?))
     }
 
@@ -601,7 +596,7 @@ impl Fs {
                 let p = self.state().inode(d)?;
                 let x = p.data.read();
                 let dd = x.dir().ok_or_else(|| Error::NotDir(format!("inode {d}")))?;
-                Ok(dd.get(n).map(|e| (e.ino, e.kind)))
+                Ok(dd.get(n)?.map(|e| (e.ino, e.kind)))
             };
             let (src, skind) = entry(sdir, sname)?.ok_or_else(|| Error::NotFound(show(sname)))?;
             let dst = entry(ddir, dname)?;
@@ -623,8 +618,8 @@ impl Fs {
             }
             let mut l = self.state().lock(&inos);
             // Re-check the entries under the locks.
-            let s_now = l.get(sdir)?.dir().and_then(|d| d.get(sname)).map(|e| e.ino);
-            let d_now = l.get(ddir)?.dir().and_then(|d| d.get(dname)).map(|e| e.ino);
+            let s_now = l.get(sdir)?.dir().map(|d| d.get(sname)).transpose()?.flatten().map(|e| e.ino);
+            let d_now = l.get(ddir)?.dir().map(|d| d.get(dname)).transpose()?.flatten().map(|e| e.ino);
             if s_now != Some(src) || d_now != dst.map(|d| d.0) {
                 continue;
             }
@@ -655,7 +650,7 @@ impl Fs {
                     match (skind == S_IFDIR, dkind == S_IFDIR) {
                         (true, false) => return Err(Error::NotDir(show(dname))),
                         (false, true) => return Err(Error::IsDir(show(dname))),
-                        (true, true) if l.get(d)?.dir().is_some_and(|x| !x.entries.is_empty()) => {
+                        (true, true) if l.get(d)?.dir().is_some_and(|x| !x.is_empty()) => {
                             return Err(Error::NotEmpty(show(dname)));
                         }
                         _ => {}
@@ -683,7 +678,7 @@ impl Fs {
             if let (Some((d, _)), false) = (dst, flags.exchange) {
                 self.reap(&g, &mut l, d, &mut ops)?;
             }
-            g.log(&ops);
+            self.log(&g, &ops);
             return Ok(());
         }
     }
@@ -768,7 +763,7 @@ impl Fs {
         if mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some() {
             let op = Op::SetAttr { ino, mode, uid, gid, atime, mtime, ctime: t };
             self.state().apply(&op, &mut l)?;
-            g.log(&[op]);
+            self.log(&g, &[op]);
         }
         Ok(attr_of(ino, l.get(ino)?))
     }
@@ -836,7 +831,7 @@ impl Fs {
         }
         let op = Op::SetXattr { ino, name: name.to_vec(), value: value.to_vec(), time: now() };
         self.state().apply(&op, &mut l)?;
-        g.log(&[op]);
+        self.log(&g, &[op]);
         Ok(())
     }
 
@@ -854,7 +849,7 @@ impl Fs {
         }
         let op = Op::RemoveXattr { ino, name: name.to_vec(), time: now() };
         self.state().apply(&op, &mut l)?;
-        g.log(&[op]);
+        self.log(&g, &[op]);
         Ok(())
     }
 
@@ -900,7 +895,7 @@ impl Fs {
                 for op in &ops {
                     self.state().apply(op, &mut l)?;
                 }
-                g.log(&ops);
+                self.log(&g, &ops);
                 return Ok(());
             }
         }
@@ -913,7 +908,7 @@ impl Fs {
         }
         let op = Op::SetLayout { ino, layout: e.into_inner() };
         self.state().apply(&op, &mut l)?;
-        g.log(&[op]);
+        self.log(&g, &[op]);
         Ok(())
     }
 
@@ -946,7 +941,7 @@ impl Fs {
         }
         let op = Op::SetDirLayout { ino, spec: canon };
         self.state().apply(&op, &mut l)?;
-        g.log(&[op]);
+        self.log(&g, &[op]);
         Ok(())
     }
 

@@ -160,7 +160,7 @@ impl Fs {
         // A saved position past every inode the pool has is not one this
         // pool's scrub wrote (or its files are gone): going on from it would
         // skip everything, and end a resilver that rebuilt nothing.
-        let last_ino = self.state().all().iter().map(|n| n.ino).max().unwrap_or(0);
+        let last_ino = self.state().inos().ok().and_then(|v| v.last().copied()).unwrap_or(0);
         let saved = saved.filter(|p| {
             let ok = p.ino <= last_ino;
             if !ok {
@@ -176,8 +176,7 @@ impl Fs {
         // The files to visit, with what they hold from the start point on.
         let files: Vec<(Ino, u64)> = self
             .state()
-            .all()
-            .iter()
+            .each()
             .filter(|n| n.ino >= start.ino)
             .filter_map(|n| {
                 let d = n.data.read();
@@ -234,7 +233,7 @@ impl Fs {
                         .map(|change| Op::Map { ino, change })
                         .collect();
                     if !ops.is_empty() {
-                        g.log(&ops);
+                        self.log(&g, &ops);
                     }
                     r
                 } else {
@@ -344,7 +343,9 @@ impl Fs {
     /// Marks resilvered devices online and drops them from the superblocks'
     /// device states.
     fn set_online(&self, devs: &[u32]) -> Result<()> {
-        // A fresh meta-file first: its copy on the device is written anew.
+        // The meta-file is copied whole to a fresh tree first, so its copy
+        // on the device is whole again.
+        self.inner.meta.lock().relayout = Some(self.inner.state.store().file().layout().spec());
         self.checkpoint()?;
         let mut m = self.inner.meta.lock();
         let mut sb = m.sb.clone();
@@ -372,15 +373,22 @@ impl Fs {
         // directory's own name and parent for building its path.
         let mut hits: Vec<(Ino, Ino, Vec<u8>)> = Vec::new();
         let mut dir_name: BTreeMap<Ino, (Ino, Vec<u8>)> = BTreeMap::new();
-        for n in self.state().all() {
+        for n in self.state().each() {
             let d = n.data.read();
             let Some(dir) = d.dir() else { continue };
-            for (name, e) in &dir.entries {
+            let entries = match dir.entries() {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!("directory {}: {e}", n.ino);
+                    continue;
+                }
+            };
+            for (name, e) in entries {
                 if inos.contains(&e.ino) {
                     hits.push((e.ino, n.ino, name.clone()));
                 }
                 if e.kind == crate::namespace::inode::S_IFDIR {
-                    dir_name.insert(e.ino, (n.ino, name.clone()));
+                    dir_name.insert(e.ino, (n.ino, name));
                 }
             }
         }

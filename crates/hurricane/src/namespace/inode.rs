@@ -2,6 +2,7 @@
 //! depends on the type (a file's layout tree, a directory's entries, a
 //! symlink's target), with their encoding in the meta-file.
 
+use super::store::MetaStore;
 use crate::blocks::Layout;
 use crate::codec::{Decoder, Encoder};
 use crate::error::Result;
@@ -28,36 +29,176 @@ pub struct DirEntry {
     pub cookie: u64,
 }
 
-#[derive(Default, Clone)]
+/// A directory: its own attributes of the namespace, and its entries as
+/// the meta-data store has them at the last checkpoint plus the changes
+/// made since (`names` by name, `cookies` by readdir position). Nothing is
+/// loaded whole: a lookup reads the changes, then the store; a readdir
+/// merges the store's entries in cookie order with the changes.
+#[derive(Clone)]
 pub struct Dir {
-    pub entries: HashMap<Vec<u8>, DirEntry>,
-    pub by_cookie: BTreeMap<u64, Vec<u8>>,
-    pub next_cookie: u64,
+    /// This directory's inode number: its entries' key in the store.
+    pub ino: Ino,
     pub parent: Ino,
     /// Default layout spec for files created beneath ("" = inherit).
     pub layout: String,
+    /// The cookie the next entry gets (cookies only grow, so a readdir
+    /// position stays valid across inserts and deletes).
+    pub next_cookie: u64,
+    /// Live entries.
+    pub count: u64,
+    names: HashMap<Vec<u8>, Option<DirEntry>>,
+    cookies: BTreeMap<u64, Option<Vec<u8>>>,
+    store: Option<Arc<MetaStore>>,
+}
+
+/// A directory's changes since the last checkpoint, as a checkpoint takes them.
+pub struct DirChanges {
+    pub names: Vec<(Vec<u8>, Option<DirEntry>)>,
+    pub cookies: Vec<(u64, Option<Vec<u8>>)>,
 }
 
 impl Dir {
+    /// A new, empty directory (its inode number is set when it enters the table).
     pub fn new(parent: Ino) -> Self {
-        Dir { parent, next_cookie: FIRST_COOKIE, ..Default::default() }
+        Dir {
+            ino: 0,
+            parent,
+            layout: String::new(),
+            next_cookie: FIRST_COOKIE,
+            count: 0,
+            names: HashMap::new(),
+            cookies: BTreeMap::new(),
+            store: None,
+        }
     }
-    pub fn insert(&mut self, name: Vec<u8>, ino: Ino, kind: u32) {
-        if let Some(old) = self.entries.get(&name) {
-            self.by_cookie.remove(&old.cookie);
+
+    /// Binds the directory to its inode number and the store that holds its entries.
+    pub fn attach(&mut self, ino: Ino, store: &Arc<MetaStore>) {
+        self.ino = ino;
+        self.store = Some(store.clone());
+    }
+
+    /// The entry called `name`.
+    pub fn get(&self, name: &[u8]) -> Result<Option<DirEntry>> {
+        if let Some(e) = self.names.get(name) {
+            return Ok(*e);
+        }
+        match &self.store {
+            Some(s) => Ok(s.lookup(self.ino, name)?.map(|e| DirEntry { ino: e.ino, kind: e.kind, cookie: e.cookie })),
+            None => Ok(None),
+        }
+    }
+
+    /// Adds (or replaces) the entry `name`.
+    pub fn insert(&mut self, name: Vec<u8>, ino: Ino, kind: u32) -> Result<()> {
+        if let Some(old) = self.get(&name)? {
+            self.cookies.insert(old.cookie, None);
+            self.count = self.count.saturating_sub(1);
         }
         let cookie = self.next_cookie;
         self.next_cookie += 1;
-        self.by_cookie.insert(cookie, name.clone());
-        self.entries.insert(name, DirEntry { ino, kind, cookie });
+        self.cookies.insert(cookie, Some(name.clone()));
+        self.names.insert(name, Some(DirEntry { ino, kind, cookie }));
+        self.count += 1;
+        Ok(())
     }
-    pub fn remove(&mut self, name: &[u8]) -> Option<DirEntry> {
-        let e = self.entries.remove(name)?;
-        self.by_cookie.remove(&e.cookie);
-        Some(e)
+
+    /// Removes the entry `name`, returning it.
+    pub fn remove(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
+        let Some(e) = self.get(name)? else { return Ok(None) };
+        self.names.insert(name.to_vec(), None);
+        self.cookies.insert(e.cookie, None);
+        self.count = self.count.saturating_sub(1);
+        Ok(Some(e))
     }
-    pub fn get(&self, name: &[u8]) -> Option<DirEntry> {
-        self.entries.get(name).copied()
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Entries with cookies from `from`, in cookie order, until `f` returns false.
+    pub fn for_each_from(&self, from: u64, f: &mut dyn FnMut(u64, &[u8], DirEntry) -> bool) -> Result<()> {
+        // The changes take precedence over the store, cookie by cookie
+        // (between a checkpoint's commit and the clearing of what it
+        // wrote, both hold the same entries).
+        let mut changes = self.cookies.range(from..).peekable();
+        let mut go = true;
+        let emit_change = |c: u64, name: &Option<Vec<u8>>, f: &mut dyn FnMut(u64, &[u8], DirEntry) -> bool| -> bool {
+            match name {
+                Some(n) => match self.names.get(n.as_slice()) {
+                    Some(Some(e)) if e.cookie == c => f(c, n, *e),
+                    _ => true,
+                },
+                None => true,
+            }
+        };
+        if let Some(s) = &self.store {
+            s.entries_from(self.ino, from, &mut |c, name, ino, kind| {
+                while let Some((&cc, n)) = changes.next_if(|(&cc, _)| cc < c) {
+                    if !emit_change(cc, n, f) {
+                        go = false;
+                        return Ok(false);
+                    }
+                }
+                if let Some((&cc, n)) = changes.next_if(|(&cc, _)| cc == c) {
+                    go = emit_change(cc, n, f);
+                    return Ok(go);
+                }
+                go = f(c, name, DirEntry { ino, kind, cookie: c });
+                Ok(go)
+            })?;
+        }
+        if go {
+            for (&c, n) in changes {
+                if !emit_change(c, n, f) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every entry (for fsck and the whole-pool walks; a large directory
+    /// costs its size in memory here).
+    pub fn entries(&self) -> Result<Vec<(Vec<u8>, DirEntry)>> {
+        let mut v = Vec::new();
+        self.for_each_from(0, &mut |_, n, e| {
+            v.push((n.to_vec(), e));
+            true
+        })?;
+        Ok(v)
+    }
+
+    /// The changed entry `name` (what a changed cookie refers to).
+    pub fn names_entry(&self, name: &[u8]) -> Option<DirEntry> {
+        self.names.get(name).copied().flatten()
+    }
+
+    pub fn has_changes(&self) -> bool {
+        !self.names.is_empty() || !self.cookies.is_empty()
+    }
+
+    /// The changes since the last checkpoint.
+    pub fn changes(&self) -> DirChanges {
+        DirChanges {
+            names: self.names.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            cookies: self.cookies.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        }
+    }
+
+    /// Forgets the changes a committed checkpoint wrote, unless they
+    /// changed again since it took them.
+    pub fn settle(&mut self, c: &DirChanges) {
+        for (k, v) in &c.names {
+            if self.names.get(k) == Some(v) {
+                self.names.remove(k);
+            }
+        }
+        for (k, v) in &c.cookies {
+            if self.cookies.get(k) == Some(v) {
+                self.cookies.remove(k);
+            }
+        }
     }
 }
 
@@ -132,7 +273,7 @@ impl InodeData {
                 l.encode(e);
             }
             Body::Dir(d) => {
-                e.u8(2).u64(d.parent).str(&d.layout);
+                e.u8(2).u64(d.parent).str(&d.layout).u64(d.next_cookie).u64(d.count);
             }
             Body::Symlink(t) => {
                 e.u8(3).bytes(t);
@@ -168,6 +309,13 @@ impl InodeData {
                 let layout = d.str()?.to_string();
                 let mut dir = Dir::new(parent);
                 dir.layout = layout;
+                dir.next_cookie = d.u64()?;
+                dir.count = d.u64()?;
+                if dir.next_cookie < FIRST_COOKIE || dir.count > dir.next_cookie - FIRST_COOKIE {
+                    return Err(
+                        d.err(format!("directory with {} entries and next cookie {}", dir.count, dir.next_cookie))
+                    );
+                }
                 Body::Dir(dir)
             }
             3 => Body::Symlink(d.bytes()?.to_vec()),

@@ -1,10 +1,13 @@
-//! The namespace and its meta-data state: a sharded table of inodes (Tam
-//! 8.1: no global lock or list on the lookup and getattr path; each shard is
-//! cache-padded and locked on its own), directories held in their inodes,
-//! and [`State::apply`], the one place a journal [`Op`] changes the state.
+//! The namespace and its meta-data state: a bounded, sharded cache of
+//! inodes over the meta-data store (`store.rs`: the inode table and the
+//! directories as B-trees in the meta-file), directories that read their
+//! entries from the store and keep their changes until a checkpoint writes
+//! them, and [`State::apply`], the one place a journal [`Op`] changes the
+//! state.
 
 pub mod inode;
 pub mod perm;
+pub mod store;
 
 pub use inode::{Body, Dir, DirEntry, Inode, InodeData};
 pub use perm::Creds;
@@ -14,20 +17,70 @@ use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
 use crossbeam_utils::CachePadded;
+use inode::DirChanges;
 use inode::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 use parking_lot::lock_api::ArcRwLockWriteGuard;
 use parking_lot::{RawRwLock, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use store::{Delta, MetaStore, StoredEntry};
 
 pub const ROOT: Ino = 1;
 
-type Shard = CachePadded<RwLock<HashMap<Ino, Arc<Inode>>>>;
+/// One shard of the inode cache: the inodes in memory, and which of them
+/// changed since the last checkpoint (pinned until it commits), with the
+/// checkpoint generation of their last change.
+#[derive(Default)]
+struct ShardMap {
+    map: HashMap<Ino, Arc<Inode>>,
+    dirty: HashMap<Ino, u64>,
+    /// Inodes freed since the last checkpoint: the store still has them.
+    freed: HashMap<Ino, u64>,
+}
 
+type Shard = CachePadded<RwLock<ShardMap>>;
+
+/// The inode cache's counters, for `hurricane stats`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheCounters {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Inodes in memory now, and of them changed since the last checkpoint.
+    pub resident: u64,
+    pub dirty: u64,
+}
+
+/// The meta-data state: a bounded, sharded cache of inodes over the
+/// meta-data store (Tam 8.1: no global lock on lookup or getattr; each
+/// shard is cache-padded and locked on its own). An inode is read from the
+/// store on a miss; a clean inode nobody holds is evicted when its shard
+/// is over its share of the capacity; a changed one stays until the
+/// checkpoint that writes it commits.
 pub struct State {
     shards: Box<[Shard]>,
     next_ino: CachePadded<AtomicU64>,
+    inodes: AtomicU64,
+    /// Checkpoint generation: changes are tagged with it, and a committed
+    /// checkpoint settles those it took.
+    generation: AtomicU64,
+    per_shard: usize,
+    store: Arc<MetaStore>,
+    hits: CachePadded<AtomicU64>,
+    misses: CachePadded<AtomicU64>,
+    evictions: AtomicU64,
+    /// Inodes an unlink or rename left with no links (open files unlinked):
+    /// the orphans a checkpoint records for the next open to free. A link
+    /// count of 0 reached any other way is damage for fsck, not a file to
+    /// free.
+    unlinked: parking_lot::Mutex<std::collections::HashSet<Ino>>,
+}
+
+/// What a checkpoint took from the state, to settle once it commits.
+pub struct Taken {
+    generation: u64,
+    dirs: Vec<(Ino, DirChanges)>,
 }
 
 /// Write guards on the inodes an operation touches, taken in inode order so
@@ -54,12 +107,27 @@ impl Locked {
 }
 
 impl State {
-    pub fn new(shards: usize) -> Self {
+    /// The state over `store`, as of its last checkpoint, caching about
+    /// `capacity` inodes.
+    pub fn new(store: Arc<MetaStore>, shards: usize, capacity: usize) -> Result<Self> {
         let n = shards.max(1).next_power_of_two();
-        State {
-            shards: (0..n).map(|_| CachePadded::new(RwLock::new(HashMap::new()))).collect(),
-            next_ino: CachePadded::new(AtomicU64::new(ROOT + 1)),
-        }
+        let sys = store.sys()?;
+        Ok(State {
+            shards: (0..n).map(|_| CachePadded::new(RwLock::new(ShardMap::default()))).collect(),
+            next_ino: CachePadded::new(AtomicU64::new(sys.next_ino.max(ROOT + 1))),
+            inodes: AtomicU64::new(sys.inodes),
+            generation: AtomicU64::new(1),
+            per_shard: capacity.div_ceil(n).max(2),
+            store,
+            hits: CachePadded::new(AtomicU64::new(0)),
+            misses: CachePadded::new(AtomicU64::new(0)),
+            evictions: AtomicU64::new(0),
+            unlinked: Default::default(),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<MetaStore> {
+        &self.store
     }
 
     fn shard(&self, ino: Ino) -> &Shard {
@@ -68,19 +136,128 @@ impl State {
         &self.shards[h as usize & (self.shards.len() - 1)]
     }
 
+    /// The inode, read from the store if it is not in memory. A store that
+    /// cannot be read is logged and the inode reported absent; callers
+    /// that must tell the two apart use [`State::inode`].
     pub fn get(&self, ino: Ino) -> Option<Arc<Inode>> {
-        self.shard(ino).read().get(&ino).cloned()
+        match self.try_get(ino) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("inode {ino}: {e}");
+                None
+            }
+        }
+    }
+
+    pub fn try_get(&self, ino: Ino) -> Result<Option<Arc<Inode>>> {
+        {
+            let s = self.shard(ino).read();
+            if let Some(n) = s.map.get(&ino) {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(n.clone()));
+            }
+            if s.freed.contains_key(&ino) {
+                return Ok(None);
+            }
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let Some(rec) = self.store.inode(ino)? else { return Ok(None) };
+        let mut d = Decoder::new(&rec, "inode record");
+        let mut data = InodeData::decode(&mut d)?;
+        d.expect_end()?;
+        if let Some(dir) = data.dir_mut() {
+            dir.attach(ino, &self.store);
+        }
+        let mut s = self.shard(ino).write();
+        if let Some(n) = s.map.get(&ino) {
+            // Another thread read it meanwhile: one object per inode.
+            return Ok(Some(n.clone()));
+        }
+        if s.freed.contains_key(&ino) {
+            return Ok(None);
+        }
+        let node = Arc::new(Inode::new(ino, data));
+        s.map.insert(ino, node.clone());
+        self.evict(&mut s);
+        Ok(Some(node))
+    }
+
+    /// Drops clean inodes nobody holds until the shard is back under its
+    /// share (with some slack, so eviction is not paid on every miss).
+    fn evict(&self, s: &mut ShardMap) {
+        if s.map.len() <= self.per_shard {
+            return;
+        }
+        let target = self.per_shard - self.per_shard / 8;
+        // Changed inodes cannot go: when too few others are here to get
+        // back to the target, the scan waits for the checkpoint that
+        // settles them (which evicts), so a miss never pays for nothing.
+        if s.map.len().saturating_sub(s.dirty.len()) < s.map.len() - target {
+            return;
+        }
+        let mut victims = Vec::new();
+        for (ino, n) in &s.map {
+            if s.map.len() - victims.len() <= target {
+                break;
+            }
+            if !s.dirty.contains_key(ino)
+                && Arc::strong_count(n) == 1
+                && Arc::strong_count(&n.data) == 1
+                && n.opens.load(Ordering::Acquire) == 0
+                && !n.dirty_times.load(Ordering::Acquire)
+            {
+                victims.push(*ino);
+            }
+        }
+        for ino in &victims {
+            s.map.remove(ino);
+        }
+        self.evictions.fetch_add(victims.len() as u64, Ordering::Relaxed);
     }
 
     pub fn inode(&self, ino: Ino) -> Result<Arc<Inode>> {
-        self.get(ino).ok_or_else(|| Error::NotFound(format!("inode {ino}")))
+        self.try_get(ino)?.ok_or_else(|| Error::NotFound(format!("inode {ino}")))
     }
 
-    pub fn insert(&self, ino: Ino, data: InodeData) -> Arc<Inode> {
+    /// Marks an inode changed: it stays in memory until a checkpoint writes it.
+    pub fn touch(&self, ino: Ino) {
+        let g = self.generation.load(Ordering::Acquire);
+        self.shard(ino).write().dirty.insert(ino, g);
+    }
+
+    /// A new inode (created by an op, or loaded by a test or fsck).
+    pub fn insert(&self, ino: Ino, mut data: InodeData) -> Arc<Inode> {
+        if let Some(dir) = data.dir_mut() {
+            dir.attach(ino, &self.store);
+        }
         let node = Arc::new(Inode::new(ino, data));
-        self.shard(ino).write().insert(ino, node.clone());
+        let g = self.generation.load(Ordering::Acquire);
+        let mut s = self.shard(ino).write();
+        if s.map.insert(ino, node.clone()).is_none() {
+            self.inodes.fetch_add(1, Ordering::Relaxed);
+        }
+        s.freed.remove(&ino);
+        s.dirty.insert(ino, g);
+        self.evict(&mut s);
+        drop(s);
         self.next_ino.fetch_max(ino.saturating_add(1), Ordering::Relaxed);
         node
+    }
+
+    /// Whether an unlink or rename left `ino` with no links (see `unlinked`).
+    pub fn was_unlinked(&self, ino: Ino) -> bool {
+        self.unlinked.lock().contains(&ino)
+    }
+
+    fn free(&self, ino: Ino) {
+        self.unlinked.lock().remove(&ino);
+        let g = self.generation.load(Ordering::Acquire);
+        let mut s = self.shard(ino).write();
+        s.map.remove(&ino);
+        s.dirty.remove(&ino);
+        s.freed.insert(ino, g);
+        drop(s);
+        let _ = self.inodes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     pub fn alloc_ino(&self) -> Ino {
@@ -91,16 +268,69 @@ impl State {
         self.next_ino.load(Ordering::Relaxed)
     }
 
+    /// Inodes in the pool.
     pub fn count(&self) -> usize {
-        self.shards.iter().map(|s| s.read().len()).sum()
+        self.inodes.load(Ordering::Relaxed) as usize
     }
 
-    /// Every inode, for checkpoints, fsck and mount-time scans.
+    /// Inodes changed since the last checkpoint.
+    pub fn dirty_count(&self) -> usize {
+        self.shards.iter().map(|s| s.read().dirty.len()).sum()
+    }
+
+    pub fn counters(&self) -> CacheCounters {
+        let (mut resident, mut dirty) = (0, 0);
+        for s in self.shards.iter() {
+            let s = s.read();
+            resident += s.map.len() as u64;
+            dirty += s.dirty.len() as u64;
+        }
+        CacheCounters {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            resident,
+            dirty,
+        }
+    }
+
+    /// Every inode number, in order: the store's, with the changes since
+    /// the last checkpoint.
+    pub fn inos(&self) -> Result<Vec<Ino>> {
+        let mut v = self.store.inos()?;
+        let mut freed = std::collections::HashSet::new();
+        for s in self.shards.iter() {
+            let s = s.read();
+            v.extend(s.dirty.keys().copied());
+            freed.extend(s.freed.keys().copied());
+        }
+        v.sort_unstable();
+        v.dedup();
+        v.retain(|i| !freed.contains(i));
+        Ok(v)
+    }
+
+    /// Every inode, one at a time (the whole-pool walks: scrub, device
+    /// removal, health): each is read from the store if it is not in
+    /// memory, and may be evicted again once the caller lets it go.
+    pub fn each(&self) -> impl Iterator<Item = Arc<Inode>> + '_ {
+        let inos = self.inos().unwrap_or_else(|e| {
+            tracing::error!("listing inodes: {e}");
+            Vec::new()
+        });
+        inos.into_iter().filter_map(|i| self.get(i))
+    }
+
+    /// Every inode at once, for fsck (which models the whole tree): they
+    /// are all in memory while the list lives.
     pub fn all(&self) -> Vec<Arc<Inode>> {
-        let mut v: Vec<Arc<Inode>> =
-            self.shards.iter().flat_map(|s| s.read().values().cloned().collect::<Vec<_>>()).collect();
-        v.sort_unstable_by_key(|i| i.ino);
-        v
+        match self.inos() {
+            Ok(v) => v.into_iter().filter_map(|i| self.get(i)).collect(),
+            Err(e) => {
+                tracing::error!("listing inodes: {e}");
+                Vec::new()
+            }
+        }
     }
 
     /// Write-locks the given inodes in inode order (duplicates and missing
@@ -109,14 +339,19 @@ impl State {
         let mut v: Vec<Ino> = inos.to_vec();
         v.sort_unstable();
         v.dedup();
-        let guards = v.into_iter().filter_map(|i| self.get(i).map(|n| (i, n.data.write_arc()))).collect();
+        let guards: Vec<_> = v.into_iter().filter_map(|i| self.get(i).map(|n| (i, n.data.write_arc()))).collect();
+        // Whoever write-locks an inode changes it: it stays in memory
+        // until the next checkpoint.
+        for (i, _) in &guards {
+            self.touch(*i);
+        }
         Locked { guards }
     }
 
     /// The inodes an op touches, read from the current state.
     pub fn involved(&self, op: &Op) -> Vec<Ino> {
         let entry =
-            |dir: Ino, name: &[u8]| -> Option<Ino> { self.get(dir)?.data.read().dir()?.get(name).map(|e| e.ino) };
+            |dir: Ino, name: &[u8]| -> Option<Ino> { self.get(dir)?.data.read().dir()?.get(name).ok()?.map(|e| e.ino) };
         match op {
             Op::Create(_) => vec![],
             Op::Link { dir, ino, .. } => vec![*dir, *ino],
@@ -189,7 +424,7 @@ impl State {
                 let p = l.get(*dir)?;
                 let pd =
                     p.dir_mut().ok_or_else(|| Error::corrupt("journal", format!("link into non-directory {dir}")))?;
-                pd.insert(name.clone(), *ino, kind);
+                pd.insert(name.clone(), *ino, kind)?;
                 if is_dir {
                     p.nlink += 1;
                 }
@@ -201,7 +436,7 @@ impl State {
                 let pd =
                     p.dir_mut().ok_or_else(|| Error::corrupt("journal", format!("unlink in non-directory {dir}")))?;
                 let e = pd
-                    .remove(name)
+                    .remove(name)?
                     .ok_or_else(|| Error::corrupt("journal", format!("unlink of missing entry in {dir}")))?;
                 p.mtime = *time;
                 p.ctime = *time;
@@ -212,18 +447,23 @@ impl State {
                 let c = l.get(e.ino)?;
                 c.nlink = if child_is_dir { 0 } else { c.nlink.saturating_sub(1) };
                 c.ctime = *time;
+                if c.nlink == 0 {
+                    self.unlinked.lock().insert(e.ino);
+                }
             }
             Op::Rename { sdir, sname, ddir, dname, exchange, time } => {
                 let src = l
                     .get(*sdir)?
                     .dir()
-                    .and_then(|d| d.get(sname))
+                    .map(|d| d.get(sname))
+                    .transpose()?
+                    .flatten()
                     .ok_or_else(|| Error::corrupt("journal", "rename of a missing entry"))?;
-                let dst = l.get(*ddir)?.dir().and_then(|d| d.get(dname));
+                let dst = l.get(*ddir)?.dir().map(|d| d.get(dname)).transpose()?.flatten();
                 if *exchange {
                     let dst = dst.ok_or_else(|| Error::corrupt("journal", "exchange with a missing entry"))?;
-                    dir_of(l, *sdir)?.insert(sname.clone(), dst.ino, dst.kind);
-                    dir_of(l, *ddir)?.insert(dname.clone(), src.ino, src.kind);
+                    dir_of(l, *sdir)?.insert(sname.clone(), dst.ino, dst.kind)?;
+                    dir_of(l, *ddir)?.insert(dname.clone(), src.ino, src.kind)?;
                     if sdir != ddir {
                         relink_dir(l, src, *sdir, *ddir)?;
                         relink_dir(l, dst, *ddir, *sdir)?;
@@ -234,7 +474,7 @@ impl State {
                             // Renaming a link onto another link of the same inode: POSIX says do nothing.
                             return Ok(());
                         }
-                        dir_of(l, *ddir)?.remove(dname);
+                        dir_of(l, *ddir)?.remove(dname)?;
                         let victim = l.get(t.ino)?;
                         if t.kind == S_IFDIR {
                             victim.nlink = 0;
@@ -243,10 +483,13 @@ impl State {
                         } else {
                             victim.nlink = victim.nlink.saturating_sub(1);
                         }
+                        if l.get(t.ino)?.nlink == 0 {
+                            self.unlinked.lock().insert(t.ino);
+                        }
                         l.get(t.ino)?.ctime = *time;
                     }
-                    dir_of(l, *sdir)?.remove(sname);
-                    dir_of(l, *ddir)?.insert(dname.clone(), src.ino, src.kind);
+                    dir_of(l, *sdir)?.remove(sname)?;
+                    dir_of(l, *ddir)?.insert(dname.clone(), src.ino, src.kind)?;
                     if sdir != ddir {
                         relink_dir(l, src, *sdir, *ddir)?;
                     }
@@ -258,9 +501,7 @@ impl State {
                 }
                 l.get(src.ino)?.ctime = *time;
             }
-            Op::Free { ino } => {
-                self.shard(*ino).write().remove(ino);
-            }
+            Op::Free { ino } => self.free(*ino),
             Op::SetAttr { ino, mode, uid, gid, atime, mtime, ctime } => {
                 let n = l.get(*ino)?;
                 if let Some(m) = mode {
@@ -327,88 +568,71 @@ impl State {
         Ok(())
     }
 
-    /// Serialises the whole state: the meta-file checkpoint. Called with the
-    /// journal gate closed, so it is a consistent cut.
-    pub fn encode(&self, e: &mut Encoder) {
-        let all = self.all();
-        e.u64(CKPT_MAGIC).u32(CKPT_VERSION).u64(self.next_ino()).u64(all.len() as u64);
+    /// Takes what changed since the last checkpoint into `delta` (called
+    /// with the journal gate closed: a consistent cut). What it took stays
+    /// in memory until [`State::settle`] after the commit.
+    pub fn take(&self, delta: &mut Delta) -> Taken {
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel);
         let mut dirs = Vec::new();
-        for n in &all {
-            let d = n.data.read();
-            e.u64(n.ino);
-            let mut rec = Encoder::new();
-            d.encode(&mut rec);
-            e.bytes(&rec.buf);
-            if d.is_dir() {
-                dirs.push(n.clone());
+        for s in self.shards.iter() {
+            // Inodes are read after the shard lock is let go: a thread
+            // that holds an inode's lock may be waiting for the shard's.
+            let (freed, dirty): (Vec<Ino>, Vec<(Ino, Option<Arc<Inode>>)>) = {
+                let s = s.read();
+                (s.freed.keys().copied().collect(), s.dirty.keys().map(|i| (*i, s.map.get(i).cloned())).collect())
+            };
+            for ino in freed {
+                delta.inodes.push((ino, None));
+                delta.orphans.push((ino, false));
+            }
+            for (ino, n) in dirty {
+                let Some(n) = n else { continue };
+                let d = n.data.read();
+                let mut e = Encoder::new();
+                d.encode(&mut e);
+                delta.inodes.push((ino, Some(e.into_inner())));
+                delta.orphans.push((ino, d.nlink == 0 && ino != ROOT && self.was_unlinked(ino)));
+                if let Some(dir) = d.dir().filter(|x| x.has_changes()) {
+                    let c = dir.changes();
+                    for (name, e) in &c.names {
+                        let e = e.map(|e| StoredEntry { ino: e.ino, kind: e.kind, cookie: e.cookie });
+                        delta.names.push((ino, name.clone(), e));
+                    }
+                    for (cookie, name) in &c.cookies {
+                        let v = name.as_ref().and_then(|n| {
+                            let e = dir.names_entry(n).filter(|e| e.cookie == *cookie)?;
+                            Some((n.clone(), StoredEntry { ino: e.ino, kind: e.kind, cookie: e.cookie }))
+                        });
+                        delta.cookies.push((ino, *cookie, v));
+                    }
+                    dirs.push((ino, c));
+                }
             }
         }
-        // Directory blocks: entries of each directory. Each entry starts with
-        // a kind byte; 0 = reference to an inode record (embedded inode
-        // records, C-FFS style, are reserved as kind 1).
-        e.u64(dirs.len() as u64);
-        for n in dirs {
-            let d = n.data.read();
-            let dir = d.dir().map(|x| x.entries.iter().collect::<Vec<_>>()).unwrap_or_default();
-            e.u64(n.ino).u32(dir.len() as u32);
-            for (name, ent) in dir {
-                e.u8(0).bytes(name).u64(ent.ino).u32(ent.kind);
-            }
-        }
+        delta.sys.next_ino = self.next_ino();
+        delta.sys.inodes = self.inodes.load(Ordering::Relaxed);
+        Taken { generation, dirs }
     }
 
-    /// Loads a checkpoint into an empty state.
-    pub fn decode(&self, buf: &[u8]) -> Result<()> {
-        let mut d = Decoder::new(buf, "meta-file checkpoint");
-        if d.u64()? != CKPT_MAGIC {
-            return Err(d.err("bad magic"));
-        }
-        let v = d.u32()?;
-        if v > CKPT_VERSION {
-            return Err(d.err(format!("checkpoint version {v} is newer than this build")));
-        }
-        let next = d.u64()?;
-        let count = d.u64()?;
-        if count.saturating_mul(12) > d.remaining() as u64 {
-            return Err(d.err("inode count exceeds the checkpoint"));
-        }
-        for _ in 0..count {
-            let ino = d.u64()?;
-            if ino == 0 || ino == u64::MAX {
-                return Err(d.err(format!("inode number {ino} out of range")));
-            }
-            let rec = d.bytes()?;
-            let mut rd = Decoder::new(rec, "inode record");
-            let data = InodeData::decode(&mut rd)?;
-            rd.expect_end()?;
-            self.insert(ino, data);
-        }
-        let ndirs = d.u64()?;
-        for _ in 0..ndirs {
-            let ino = d.u64()?;
-            let n = d.count(17)?;
-            let node = self.get(ino).ok_or_else(|| d.err(format!("directory block for missing inode {ino}")))?;
-            let mut g = node.data.write();
-            let dir = g.dir_mut().ok_or_else(|| d.err(format!("directory block for non-directory {ino}")))?;
-            for _ in 0..n {
-                match d.u8()? {
-                    0 => {}
-                    k => return Err(d.err(format!("directory entry kind {k} not supported by this build"))),
+    /// After the checkpoint that took `t` committed: what it wrote is in
+    /// the store, so unchanged inodes may be evicted again and directories
+    /// forget the changes it covered.
+    pub fn settle(&self, t: Taken) {
+        for (ino, c) in &t.dirs {
+            if let Some(n) = self.shard(*ino).read().map.get(ino).cloned() {
+                if let Some(d) = n.data.write().dir_mut() {
+                    d.settle(c);
                 }
-                let name = d.bytes()?.to_vec();
-                let child = d.u64()?;
-                let kind = d.u32()?;
-                dir.insert(name, child, kind);
             }
         }
-        d.expect_end()?;
-        self.next_ino.fetch_max(next, Ordering::Relaxed);
-        Ok(())
+        for s in self.shards.iter() {
+            let mut s = s.write();
+            s.dirty.retain(|_, g| *g > t.generation);
+            s.freed.retain(|_, g| *g > t.generation);
+            self.evict(&mut s);
+        }
     }
 }
-
-pub const CKPT_MAGIC: u64 = u64::from_le_bytes(*b"HCMETA01");
-pub const CKPT_VERSION: u32 = 1;
 
 fn dir_of(l: &mut Locked, ino: Ino) -> Result<&mut Dir> {
     l.get(ino)?.dir_mut().ok_or_else(|| Error::corrupt("journal", format!("inode {ino} is not a directory")))

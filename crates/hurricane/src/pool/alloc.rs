@@ -125,6 +125,50 @@ impl Allocator {
         ok
     }
 
+    /// Replaces the free map with `free` (the meta-data store's record of
+    /// it): the extents must lie in the device, apart and in order.
+    pub fn load_free(&self, free: &[(u64, u64)]) -> std::result::Result<(), String> {
+        let mut m = self.inner.lock();
+        let mut map = BTreeMap::new();
+        let mut blocks = 0u64;
+        let mut end = 0u64;
+        for &(s, l) in free {
+            let e = s.checked_add(l).filter(|&e| l > 0 && e <= self.total && s >= end);
+            let Some(e) = e else {
+                return Err(format!("free extent {s}+{l} overlaps another or lies outside the device"));
+            };
+            map.insert(s, l);
+            blocks += l;
+            end = e;
+        }
+        m.free = map;
+        m.free_blocks = blocks;
+        m.cursor = 0;
+        Ok(())
+    }
+
+    /// Marks whatever of [start, start+len) is free as used (space a
+    /// superblock names, which the free map may already count as used).
+    pub fn claim(&self, start: u64, len: u64) {
+        let _ = self.mark_used(start, len);
+    }
+
+    /// The free map as it will be once the journal batch `epoch` commits
+    /// (with the frees that wait for it), for a checkpoint.
+    pub fn snapshot(&self, epoch: u64) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self.inner.lock().free.iter().map(|(&s, &l)| (s, l)).collect();
+        v.extend(self.deferred.lock().iter().filter(|(e, _, _)| *e <= epoch).map(|&(_, s, l)| (s, l)));
+        v.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+        for (s, l) in v {
+            match out.last_mut() {
+                Some((ps, pl)) if *ps + *pl == s => *pl += l,
+                _ => out.push((s, l)),
+            }
+        }
+        out
+    }
+
     /// Returns blocks to the free map at once (they were never committed).
     pub fn free_now(&self, start: u64, len: u64) {
         if len == 0 {

@@ -42,6 +42,12 @@ impl Storage {
                     .collect()
             })
         };
+        // A device that faulted since its last flush may still hold writes
+        // it acknowledged (a replica counts them as written): they are
+        // flushed as far as it lets, not left volatile.
+        for d in self.devs.iter().filter(|d| d.state() == crate::device::DeviceState::Faulted) {
+            let _ = d.dev().flush();
+        }
         let mut first_err = None;
         let mut ok = 0;
         for (d, r) in live.iter().zip(results) {

@@ -1,0 +1,816 @@
+//! The meta-data store: the inode table and the directories as B-trees
+//! (redb) in the meta-file, the file of building blocks the superblock
+//! names (HFS 3.2: block records live in a regular file that is itself
+//! stored by building blocks, so meta-data is replicated and placed like
+//! data).
+//!
+//! Nothing here is loaded whole: the inode table and directories are read
+//! a record at a time through redb's bounded page cache, and a checkpoint
+//! writes only what changed since the last one (a [`Delta`]) as one redb
+//! transaction whose commit is the checkpoint's commit point. The journal
+//! cursor the checkpoint covers is stored in the same transaction, so the
+//! store and the journal replay that follows it can never disagree.
+//!
+//! Tables (docs/FORMAT.md, "The meta-data store"):
+//! - `inodes`: inode number → inode record (`InodeData::encode`).
+//! - `names`: (directory, name) → (inode, type bits, cookie).
+//! - `cookies`: (directory, cookie) → (inode, type bits, name): the readdir order, stable
+//!   across inserts and deletes (cookies only grow).
+//! - `free`: (device, start) → length: each device's free extents at the
+//!   checkpoint, so an open does not walk every file's extents.
+//! - `orphans`: inodes with no links at the checkpoint (open files that
+//!   were unlinked), freed by the next open.
+//! - `sys`: the journal cursor, the next inode number, the inode count.
+//!
+//! The meta-file's length and tree change when redb grows it; the backend
+//! writes the superblocks with the new tree during the commit's first sync
+//! (redb commits in two phases: pages, sync, header, sync), so the header
+//! of a commit never names space the superblock does not.
+
+use crate::base::{Cursor, Ino, BLOCK_SIZE};
+use crate::blocks::{IoCtx, Layout, NodeRecord};
+use crate::codec::{Decoder, Encoder};
+use crate::error::{Error, Result};
+use crate::pool::{Storage, Superblock};
+use parking_lot::{Mutex, RwLock};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+const NAMES: TableDefinition<(u64, &[u8]), (u64, u32, u64)> = TableDefinition::new("names");
+const COOKIES: TableDefinition<(u64, u64), (u64, u32, &[u8])> = TableDefinition::new("cookies");
+const FREE: TableDefinition<(u32, u64), u64> = TableDefinition::new("free");
+const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
+const SYS: TableDefinition<&str, &[u8]> = TableDefinition::new("sys");
+
+/// The meta-file's block checksums: entry `b % 1024` of checksum page
+/// `b / 1024`, kept at file block `SUMS_BASE + b / 1024` (far past any
+/// meta-data, so the pages never meet it). An entry is 0 for a block never
+/// written (it must read as zeros), else the block's CRC-32C with 0 taken
+/// as 1.
+const SUMS_PER_PAGE: u64 = (BLOCK_SIZE / 4) as u64;
+const SUMS_BASE: u64 = 1 << 36;
+
+fn sum_of(b: &[u8]) -> u32 {
+    crc32c::crc32c(b).max(1)
+}
+
+fn sum_ok(entry: u32, b: &[u8]) -> bool {
+    if entry == 0 {
+        b.iter().all(|&x| x == 0)
+    } else {
+        sum_of(b) == entry
+    }
+}
+
+fn page_entries(b: &[u8]) -> Box<[u32]> {
+    b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn page_bytes(p: &[u32]) -> Vec<u8> {
+    p.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Bytes of zeros written at a time when the meta-file grows.
+const GROW_STEP: usize = 1 << 20;
+
+/// The version of the store's tables and records, kept in `sys`.
+pub const STORE_VERSION: u32 = 1;
+
+fn store_err(e: impl fmt::Display) -> Error {
+    Error::corrupt("meta-data store", e.to_string())
+}
+
+/// Runs a store operation, turning a panic inside redb (its own assertions
+/// on what it reads, which damaged meta-data can break) into an error: bad
+/// input never takes the process down.
+fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(Error::corrupt("meta-data store", format!("{what}: the store failed its own checks ({msg})")))
+        }
+    }
+}
+
+/// The `sys` record of a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sys {
+    /// The journal position the checkpoint covers: replay starts here.
+    pub cursor: Cursor,
+    pub next_ino: Ino,
+    pub inodes: u64,
+}
+
+impl Sys {
+    fn encode(&self) -> Vec<u8> {
+        let mut e = Encoder::new();
+        e.u32(STORE_VERSION).u64(self.cursor.tail).u64(self.cursor.head).u64(self.cursor.seq);
+        e.u64(self.next_ino).u64(self.inodes);
+        e.into_inner()
+    }
+
+    /// Strict: the version, every field, nothing after.
+    pub fn decode(buf: &[u8]) -> Result<Sys> {
+        let mut d = Decoder::new(buf, "meta-data store sys record");
+        let v = d.u32()?;
+        if v != STORE_VERSION {
+            return Err(d.err(format!("store version {v} is not {STORE_VERSION}, the one this build reads")));
+        }
+        let cursor = Cursor { tail: d.u64()?, head: d.u64()?, seq: d.u64()? };
+        let next_ino = d.u64()?;
+        let inodes = d.u64()?;
+        d.expect_end()?;
+        if next_ino < 2 || next_ino == u64::MAX {
+            return Err(Error::corrupt("meta-data store sys record", format!("next inode {next_ino} out of range")));
+        }
+        Ok(Sys { cursor, next_ino, inodes })
+    }
+}
+
+impl Default for Sys {
+    fn default() -> Self {
+        Sys { cursor: Cursor { tail: 0, head: 0, seq: 0 }, next_ino: 2, inodes: 0 }
+    }
+}
+
+/// A directory entry as the store keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredEntry {
+    pub ino: Ino,
+    pub kind: u32,
+    pub cookie: u64,
+}
+
+/// What a checkpoint writes: every change since the last one.
+#[derive(Default)]
+pub struct Delta {
+    /// Inode records to put (`Some`) or delete (`None`).
+    pub inodes: Vec<(Ino, Option<Vec<u8>>)>,
+    pub names: Vec<(Ino, Vec<u8>, Option<StoredEntry>)>,
+    pub cookies: Vec<(Ino, u64, Option<(Vec<u8>, StoredEntry)>)>,
+    /// Orphans to add (`true`) or remove (`false`).
+    pub orphans: Vec<(Ino, bool)>,
+    /// Every device's free extents (device, start, length), replacing the
+    /// old ones (`None` leaves them as they are).
+    pub free: Option<Vec<(u32, u64, u64)>>,
+    pub sys: Sys,
+}
+
+impl Delta {
+    pub fn records(&self) -> usize {
+        self.inodes.len() + self.names.len() + self.cookies.len() + self.orphans.len()
+    }
+}
+
+/// Counters of the store (reads that reached redb) for `hurricane stats`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    pub inode_reads: u64,
+    pub name_reads: u64,
+    pub page_hits: u64,
+    pub page_misses: u64,
+    pub page_evictions: u64,
+    pub commits: u64,
+    pub bytes: u64,
+}
+
+/// The meta-file as redb's storage: byte ranges over the file's building
+/// blocks.
+pub struct MetaFile {
+    inner: Arc<FileInner>,
+}
+
+struct FileInner {
+    storage: Arc<Storage>,
+    layout: RwLock<Arc<Layout>>,
+    len: AtomicU64,
+    /// The length at the last sync, and the length the superblocks record.
+    synced_len: AtomicU64,
+    recorded_len: AtomicU64,
+    /// The tree or the length changed since the superblocks last named them.
+    changed: AtomicBool,
+    /// A read-only open keeps redb's writes (its open-time bookkeeping) in
+    /// memory, by block.
+    scratch: Option<Mutex<HashMap<u64, Box<[u8]>>>>,
+    /// The checksums of the meta-file's blocks, by checksum page (each page
+    /// holds 1,024 entries), as written: loaded from the file on first use.
+    sums: Mutex<HashMap<u64, Box<[u32]>>>,
+    /// Whether reads are checked against the checksums.
+    verify: bool,
+    /// The superblock the next sync writes when `changed` is set; the
+    /// meta-data commit path arms it and takes it back after the commit.
+    sb: Mutex<Option<Superblock>>,
+}
+
+impl fmt::Debug for MetaFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MetaFile").field("len", &self.inner.len.load(Ordering::Relaxed)).finish()
+    }
+}
+
+fn io_err(e: Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl MetaFile {
+    /// The meta-file of `len` bytes stored by `layout`.
+    pub fn new(storage: Arc<Storage>, layout: Layout, len: u64, read_only: bool) -> MetaFile {
+        Self::with(storage, layout, len, read_only, true)
+    }
+
+    /// A read-only meta-file over an image of its data alone (no checksum
+    /// pages): what the fuzz target and image tests open.
+    pub fn unchecked(storage: Arc<Storage>, layout: Layout, len: u64) -> MetaFile {
+        Self::with(storage, layout, len, true, false)
+    }
+
+    fn with(storage: Arc<Storage>, layout: Layout, len: u64, read_only: bool, verify: bool) -> MetaFile {
+        MetaFile {
+            inner: Arc::new(FileInner {
+                storage,
+                layout: RwLock::new(Arc::new(layout)),
+                len: AtomicU64::new(len),
+                synced_len: AtomicU64::new(len),
+                recorded_len: AtomicU64::new(len),
+                changed: AtomicBool::new(false),
+                scratch: read_only.then(|| Mutex::new(HashMap::new())),
+                sums: Mutex::new(HashMap::new()),
+                verify,
+                sb: Mutex::new(None),
+            }),
+        }
+    }
+
+    fn handle(&self) -> MetaFile {
+        MetaFile { inner: self.inner.clone() }
+    }
+
+    pub fn layout(&self) -> Arc<Layout> {
+        self.inner.layout.read().clone()
+    }
+
+    pub fn len(&self) -> u64 {
+        self.inner.len.load(Ordering::Acquire)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Gives the backend the superblock to write if the meta-file grows
+    /// during the commit that follows.
+    pub fn arm(&self, sb: Superblock) {
+        *self.inner.sb.lock() = Some(sb);
+    }
+
+    /// Takes the armed superblock back (as last written, if it was).
+    pub fn disarm(&self) -> Option<Superblock> {
+        self.inner.sb.lock().take()
+    }
+
+    /// Puts a copy of the meta-file's content on a new tree (moving the
+    /// meta-data off a device), then stores through it. The caller holds
+    /// the commit lock, so nothing writes meanwhile; readers go on reading
+    /// the old tree until the switch.
+    pub fn copy_to(&self, fresh: Layout) -> Result<Arc<Layout>> {
+        let len = self.len();
+        let old = self.layout();
+        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
+        let step = 256 * BLOCK_SIZE as u64;
+        let mut buf = vec![0u8; step as usize];
+        let mut off = 0;
+        // Data read and checked block by block (a bad block comes from a
+        // good copy), which also loads every checksum page it covers.
+        while off < len {
+            let n = (len - off).min(step).div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+            let b = &mut buf[..n as usize];
+            self.read_blocks(&old, off / BLOCK_SIZE as u64, b)?;
+            fresh.root().write(&io, off / BLOCK_SIZE as u64, b)?;
+            off += n;
+        }
+        let pages = (len.div_ceil(BLOCK_SIZE as u64)).div_ceil(SUMS_PER_PAGE);
+        for p in 0..pages {
+            let page = self.sum_page(&old, p)?;
+            fresh.root().write(&io, SUMS_BASE + p, &page_bytes(&page))?;
+        }
+        self.inner.storage.flush_all()?;
+        let fresh = Arc::new(fresh);
+        *self.inner.layout.write() = fresh.clone();
+        self.inner.changed.store(true, Ordering::Release);
+        Ok(old)
+    }
+
+    /// Checksum page `p`, from memory or read from `layout` (the copy
+    /// that is read may be stale or damaged: entries that disagree with
+    /// their blocks are settled by [`MetaFile::recover`]).
+    fn sum_page(&self, layout: &Layout, p: u64) -> Result<Box<[u32]>> {
+        if let Some(v) = self.inner.sums.lock().get(&p) {
+            return Ok(v.clone());
+        }
+        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
+        let mut b = vec![0u8; BLOCK_SIZE];
+        layout.root().read(&io, SUMS_BASE + p, &mut b)?;
+        let page = page_entries(&b);
+        Ok(self.inner.sums.lock().entry(p).or_insert(page).clone())
+    }
+
+    /// Block `fblk` read from each copy of a replicated meta-file until
+    /// one agrees with its own checksum page; that copy's block and
+    /// checksum page are taken (and the block written back over the copies
+    /// that had it wrong, when not read-only).
+    fn recover(&self, layout: &Layout, fblk: u64, out: &mut [u8]) -> Result<()> {
+        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
+        let p = fblk / SUMS_PER_PAGE;
+        let copies = layout.root().children();
+        let mut good = None;
+        let mut bad = Vec::new();
+        for (c, child) in copies.iter().enumerate() {
+            let mut b = vec![0u8; BLOCK_SIZE];
+            let mut sp = vec![0u8; BLOCK_SIZE];
+            if child.read(&io, fblk, &mut b).is_err() || child.read(&io, SUMS_BASE + p, &mut sp).is_err() {
+                continue;
+            }
+            let page = page_entries(&sp);
+            if sum_ok(page[(fblk % SUMS_PER_PAGE) as usize], &b) {
+                if good.is_none() {
+                    good = Some((b, page));
+                }
+            } else {
+                bad.push(c);
+            }
+        }
+        let Some((b, page)) = good else {
+            return Err(Error::Checksum(format!(
+                "meta-file block {fblk}: no copy agrees with its checksum (the meta-data store is damaged)"
+            )));
+        };
+        tracing::warn!("meta-file block {fblk}: a copy disagreed with its checksum; read from another copy");
+        out.copy_from_slice(&b);
+        self.inner.sums.lock().insert(p, page);
+        if self.inner.scratch.is_none() {
+            for c in bad {
+                let _ = copies[c].write(&io, fblk, &b);
+            }
+        }
+        Ok(())
+    }
+
+    /// The encoded tree and length for a superblock.
+    pub fn describe(&self) -> (Vec<u8>, u64) {
+        let mut e = Encoder::new();
+        self.layout().encode(&mut e);
+        (e.into_inner(), self.len())
+    }
+
+    /// Writes the superblocks with the meta-file's tree and length when
+    /// either changed since they were last written. The length recorded is
+    /// never less than at the previous call: a shorter length is recorded
+    /// one sync later, once the header that stopped reaching past it is
+    /// durable (redb refuses a file shorter than its header says).
+    fn persist(&self) -> Result<()> {
+        let len = self.len();
+        let floor = self.inner.synced_len.swap(len, Ordering::AcqRel);
+        let record = len.max(floor);
+        let changed = self.inner.changed.swap(false, Ordering::AcqRel);
+        if !changed && record == self.inner.recorded_len.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut armed = self.inner.sb.lock();
+        let Some(sb) = armed.as_mut() else {
+            self.inner.changed.store(true, Ordering::Release);
+            return Err(Error::Device("the meta-file changed shape outside a meta-data commit".into()));
+        };
+        let mut e = Encoder::new();
+        self.layout().encode(&mut e);
+        sb.meta_layout = e.into_inner();
+        sb.meta_len = record;
+        sb.generation += 1;
+        if let Err(e) = self.inner.storage.write_superblocks(sb) {
+            self.inner.changed.store(true, Ordering::Release);
+            return Err(e);
+        }
+        self.inner.recorded_len.store(record, Ordering::Release);
+        Ok(())
+    }
+
+    /// Reads whole blocks, each checked against its checksum: a block that
+    /// disagrees is read from another copy, and is an error (never data)
+    /// when none agrees.
+    fn read_blocks(&self, layout: &Layout, fblk: u64, buf: &mut [u8]) -> Result<()> {
+        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
+        layout.root().read(&io, fblk, buf)?;
+        let scratch = self.inner.scratch.as_ref().map(|s| s.lock());
+        for (i, b) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
+            let f = fblk + i as u64;
+            if let Some(v) = scratch.as_ref().and_then(|s| s.get(&f)) {
+                b.copy_from_slice(v);
+                continue;
+            }
+            if !self.inner.verify {
+                continue;
+            }
+            let page = self.sum_page(layout, f / SUMS_PER_PAGE)?;
+            if !sum_ok(page[(f % SUMS_PER_PAGE) as usize], b) {
+                self.recover(layout, f, b)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_blocks(&self, fblk: u64, data: &[u8]) -> Result<()> {
+        let layout = self.layout();
+        // The checksums first in memory, then the data, then the checksum
+        // pages: a crash between leaves blocks no committed state uses.
+        let mut touched = Vec::new();
+        for (i, b) in data.chunks(BLOCK_SIZE).enumerate() {
+            let f = fblk + i as u64;
+            let p = f / SUMS_PER_PAGE;
+            let mut page = self.sum_page(&layout, p)?;
+            page[(f % SUMS_PER_PAGE) as usize] = sum_of(b);
+            self.inner.sums.lock().insert(p, page);
+            if touched.last() != Some(&p) {
+                touched.push(p);
+            }
+        }
+        if let Some(s) = &self.inner.scratch {
+            let mut s = s.lock();
+            for (i, b) in data.chunks(BLOCK_SIZE).enumerate() {
+                s.insert(fblk + i as u64, b.into());
+            }
+            return Ok(());
+        }
+        let changed = &self.inner.changed;
+        let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
+        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        layout.root().write(&io, fblk, data)?;
+        for p in touched {
+            let page = self.sum_page(&layout, p)?;
+            layout.root().write(&io, SUMS_BASE + p, &page_bytes(&page))?;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at a byte offset, merging partial blocks.
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let bs = BLOCK_SIZE as u64;
+        let end = offset + data.len() as u64;
+        if offset.is_multiple_of(bs) && end.is_multiple_of(bs) {
+            return self.write_blocks(offset / bs, data);
+        }
+        let first = offset / bs;
+        let nblk = end.div_ceil(bs) - first;
+        let mut buf = vec![0u8; (nblk * bs) as usize];
+        let layout = self.layout();
+        self.read_blocks(&layout, first, &mut buf)?;
+        let at = (offset - first * bs) as usize;
+        buf[at..at + data.len()].copy_from_slice(data);
+        self.write_blocks(first, &buf)
+    }
+}
+
+impl redb::StorageBackend for MetaFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(MetaFile::len(self))
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
+        let end = offset.checked_add(out.len() as u64).ok_or_else(|| io::Error::other("read past the end"))?;
+        if end > MetaFile::len(self) {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the meta-file"));
+        }
+        let bs = BLOCK_SIZE as u64;
+        let layout = self.layout();
+        if offset.is_multiple_of(bs) && end.is_multiple_of(bs) {
+            return self.read_blocks(&layout, offset / bs, out).map_err(io_err);
+        }
+        let first = offset / bs;
+        let nblk = end.div_ceil(bs) - first;
+        let mut buf = vec![0u8; (nblk * bs) as usize];
+        self.read_blocks(&layout, first, &mut buf).map_err(io_err)?;
+        let at = (offset - first * bs) as usize;
+        out.copy_from_slice(&buf[at..at + out.len()]);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let old = self.inner.len.load(Ordering::Acquire);
+        if len <= old {
+            // Space past a shrunk end stays with the meta-file (the state
+            // committed before may still use it) and is reused when it
+            // grows again; the superblocks learn the shorter length once
+            // a header that no longer reaches past it is durable.
+            self.inner.len.store(len, Ordering::Release);
+            return Ok(());
+        }
+        if self.inner.scratch.is_some() {
+            self.inner.len.store(len, Ordering::Release);
+            return Ok(());
+        }
+        // The new part is written with zeros now: its space is taken in
+        // long runs (the tree stays small enough for a superblock to
+        // record), and whatever a longer file left there before it shrank,
+        // or before a crash, reads as the zeros redb expects of new length.
+        // The checksum pages covering it go first, in one run too.
+        let bs = BLOCK_SIZE as u64;
+        if !old.is_multiple_of(bs) {
+            return Err(io::Error::other(format!("meta-file length {old} is not a whole number of blocks")));
+        }
+        let (first, end) = (old / bs, len.div_ceil(bs));
+        let layout = self.layout();
+        let zero_sum = sum_of(&[0u8; BLOCK_SIZE]);
+        let (p0, p1) = (first / SUMS_PER_PAGE, end.div_ceil(SUMS_PER_PAGE));
+        let mut pages = Vec::with_capacity(((p1 - p0) as usize) * BLOCK_SIZE);
+        for p in p0..p1 {
+            let mut page = self.sum_page(&layout, p).map_err(io_err)?;
+            for f in (p * SUMS_PER_PAGE).max(first)..((p + 1) * SUMS_PER_PAGE).min(end) {
+                page[(f % SUMS_PER_PAGE) as usize] = zero_sum;
+            }
+            pages.extend_from_slice(&page_bytes(&page));
+            self.inner.sums.lock().insert(p, page);
+        }
+        let changed = &self.inner.changed;
+        let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
+        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        layout.root().write(&io, SUMS_BASE + p0, &pages).map_err(io_err)?;
+        let zeros = vec![0u8; GROW_STEP];
+        let mut f = first;
+        while f < end {
+            let n = (end - f).min((GROW_STEP / BLOCK_SIZE) as u64);
+            layout.root().write(&io, f, &zeros[..n as usize * BLOCK_SIZE]).map_err(io_err)?;
+            f += n;
+        }
+        self.inner.len.store(len, Ordering::Release);
+        // The superblocks name the longer file before redb can write a
+        // header that reaches into it.
+        self.inner.changed.store(true, Ordering::Release);
+        self.persist().map_err(io_err)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        if self.inner.scratch.is_some() {
+            return Ok(());
+        }
+        self.inner.storage.flush_all().map_err(io_err)?;
+        self.persist().map_err(io_err)
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let end = offset.checked_add(data.len() as u64).ok_or_else(|| io::Error::other("write past the end"))?;
+        if end > MetaFile::len(self) {
+            return Err(io::Error::other("write past the end of the meta-file"));
+        }
+        self.write_at(offset, data).map_err(io_err)
+    }
+}
+
+/// The open store.
+pub struct MetaStore {
+    db: Database,
+    file: MetaFile,
+    inode_reads: AtomicU64,
+    name_reads: AtomicU64,
+    commits: AtomicU64,
+}
+
+impl MetaStore {
+    fn builder(cache_bytes: usize) -> redb::Builder {
+        let mut b = Database::builder();
+        b.set_cache_size(cache_bytes.max(1 << 20));
+        b
+    }
+
+    /// Makes the store of a new pool: empty tables and the `sys` record.
+    pub fn create(
+        file: MetaFile,
+        cache_bytes: usize,
+        sys: Sys,
+        root: (Ino, Vec<u8>),
+        free: Vec<(u32, u64, u64)>,
+    ) -> Result<MetaStore> {
+        let db = guarded("creating the store", || {
+            Self::builder(cache_bytes).create_with_backend(file.handle()).map_err(store_err)
+        })?;
+        let s = MetaStore {
+            db,
+            file,
+            inode_reads: AtomicU64::new(0),
+            name_reads: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+        };
+        let delta = Delta { inodes: vec![(root.0, Some(root.1))], sys, free: Some(free), ..Default::default() };
+        s.commit(&delta)?;
+        Ok(s)
+    }
+
+    /// Opens the store of a pool. redb checks its own header and, after a
+    /// crash, recovers from the last commit (each commit saves its
+    /// allocator state, so this is quick).
+    pub fn open(file: MetaFile, cache_bytes: usize) -> Result<MetaStore> {
+        let db = guarded("opening the store", || {
+            Self::builder(cache_bytes).create_with_backend(file.handle()).map_err(store_err)
+        })?;
+        Ok(MetaStore {
+            db,
+            file,
+            inode_reads: AtomicU64::new(0),
+            name_reads: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+        })
+    }
+
+    /// A store on a memory device holding only a root directory record
+    /// (`root`), for tests and fuzzing of what lies above the store.
+    pub fn scratch(root: Vec<u8>) -> Result<MetaStore> {
+        use crate::device::{Device, DeviceHandle, MemDevice};
+        use crate::pool::Allocator;
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new("scratch", 256 << 20));
+        let h = DeviceHandle::new(0, dev);
+        let blocks = h.blocks();
+        let storage = Arc::new(Storage { devs: vec![h].into(), allocs: vec![Allocator::new(2, blocks)].into() });
+        let spec = crate::blocks::Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(0) };
+        let file = MetaFile::new(storage, Layout::build(&spec)?, 0, false);
+        file.arm(Superblock::scratch());
+        let sys = Sys { cursor: Cursor { tail: 0, head: 0, seq: 1 }, next_ino: 2, inodes: 1 };
+        MetaStore::create(file, 4 << 20, sys, (1, root), Vec::new())
+    }
+
+    pub fn file(&self) -> &MetaFile {
+        &self.file
+    }
+
+    fn read_txn(&self) -> Result<redb::ReadTransaction> {
+        self.db.begin_read().map_err(store_err)
+    }
+
+    pub fn sys(&self) -> Result<Sys> {
+        guarded("reading the sys record", || {
+            let t = self.read_txn()?;
+            let tab = t.open_table(SYS).map_err(store_err)?;
+            let v = tab.get("sys").map_err(store_err)?.ok_or_else(|| store_err("no sys record"))?;
+            Sys::decode(v.value())
+        })
+    }
+
+    /// An inode's record, if the checkpoint has it.
+    pub fn inode(&self, ino: Ino) -> Result<Option<Vec<u8>>> {
+        guarded("reading an inode", || {
+            self.inode_reads.fetch_add(1, Ordering::Relaxed);
+            let t = self.read_txn()?;
+            let tab = t.open_table(INODES).map_err(store_err)?;
+            Ok(tab.get(ino).map_err(store_err)?.map(|v| v.value().to_vec()))
+        })
+    }
+
+    /// A directory entry as of the checkpoint.
+    pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<StoredEntry>> {
+        guarded("looking up an entry", || {
+            self.name_reads.fetch_add(1, Ordering::Relaxed);
+            let t = self.read_txn()?;
+            let tab = t.open_table(NAMES).map_err(store_err)?;
+            Ok(tab.get((dir, name)).map_err(store_err)?.map(|v| {
+                let (ino, kind, cookie) = v.value();
+                StoredEntry { ino, kind, cookie }
+            }))
+        })
+    }
+
+    /// The checkpoint's entries of `dir` with cookies from `from`, in
+    /// cookie order, until `f` returns false.
+    pub fn entries_from(
+        &self,
+        dir: Ino,
+        from: u64,
+        f: &mut dyn FnMut(u64, &[u8], Ino, u32) -> Result<bool>,
+    ) -> Result<()> {
+        guarded("listing a directory", || {
+            self.name_reads.fetch_add(1, Ordering::Relaxed);
+            let t = self.read_txn()?;
+            let tab = t.open_table(COOKIES).map_err(store_err)?;
+            for r in tab.range((dir, from)..=(dir, u64::MAX)).map_err(store_err)? {
+                let (k, v) = r.map_err(store_err)?;
+                let (ino, kind, name) = v.value();
+                if !f(k.value().1, name, ino, kind)? {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Every inode number of the checkpoint, in order.
+    pub fn inos(&self) -> Result<Vec<Ino>> {
+        guarded("listing inodes", || {
+            let t = self.read_txn()?;
+            let tab = t.open_table(INODES).map_err(store_err)?;
+            let mut v = Vec::with_capacity(tab.len().map_err(store_err)? as usize);
+            for r in tab.iter().map_err(store_err)? {
+                v.push(r.map_err(store_err)?.0.value());
+            }
+            Ok(v)
+        })
+    }
+
+    pub fn orphans(&self) -> Result<Vec<Ino>> {
+        guarded("listing orphans", || {
+            let t = self.read_txn()?;
+            let tab = t.open_table(ORPHANS).map_err(store_err)?;
+            let mut v = Vec::new();
+            for r in tab.iter().map_err(store_err)? {
+                v.push(r.map_err(store_err)?.0.value());
+            }
+            Ok(v)
+        })
+    }
+
+    /// The free extents of every device at the checkpoint.
+    pub fn free_map(&self) -> Result<Vec<(u32, u64, u64)>> {
+        guarded("reading the free map", || {
+            let t = self.read_txn()?;
+            let tab = t.open_table(FREE).map_err(store_err)?;
+            let mut v = Vec::new();
+            for r in tab.iter().map_err(store_err)? {
+                let (k, l) = r.map_err(store_err)?;
+                let (d, s) = k.value();
+                v.push((d, s, l.value()));
+            }
+            Ok(v)
+        })
+    }
+
+    /// Writes a checkpoint's changes as one transaction. Its commit is the
+    /// checkpoint's commit point.
+    pub fn commit(&self, delta: &Delta) -> Result<()> {
+        guarded("committing a checkpoint", || {
+            let mut t = self.db.begin_write().map_err(store_err)?;
+            t.set_quick_repair(true);
+            {
+                let mut tab = t.open_table(INODES).map_err(store_err)?;
+                for (ino, rec) in &delta.inodes {
+                    match rec {
+                        Some(r) => tab.insert(*ino, r.as_slice()).map_err(store_err)?,
+                        None => tab.remove(*ino).map_err(store_err)?,
+                    };
+                }
+                let mut tab = t.open_table(NAMES).map_err(store_err)?;
+                for (dir, name, e) in &delta.names {
+                    match e {
+                        Some(e) => tab.insert((*dir, name.as_slice()), (e.ino, e.kind, e.cookie)).map_err(store_err)?,
+                        None => tab.remove((*dir, name.as_slice())).map_err(store_err)?,
+                    };
+                }
+                let mut tab = t.open_table(COOKIES).map_err(store_err)?;
+                for (dir, cookie, name) in &delta.cookies {
+                    match name {
+                        Some((n, e)) => {
+                            tab.insert((*dir, *cookie), (e.ino, e.kind, n.as_slice())).map_err(store_err)?
+                        }
+                        None => tab.remove((*dir, *cookie)).map_err(store_err)?,
+                    };
+                }
+                let mut tab = t.open_table(ORPHANS).map_err(store_err)?;
+                for (ino, add) in &delta.orphans {
+                    if *add {
+                        tab.insert(*ino, ()).map_err(store_err)?;
+                    } else {
+                        tab.remove(*ino).map_err(store_err)?;
+                    }
+                }
+                let mut tab = t.open_table(FREE).map_err(store_err)?;
+                if let Some(free) = &delta.free {
+                    tab.retain(|_, _| false).map_err(store_err)?;
+                    for (d, s, l) in free {
+                        tab.insert((*d, *s), *l).map_err(store_err)?;
+                    }
+                }
+                let mut tab = t.open_table(SYS).map_err(store_err)?;
+                tab.insert("sys", delta.sys.encode().as_slice()).map_err(store_err)?;
+            }
+            t.commit().map_err(store_err)?;
+            self.commits.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let c = self.db.cache_stats();
+        StoreStats {
+            inode_reads: self.inode_reads.load(Ordering::Relaxed),
+            name_reads: self.name_reads.load(Ordering::Relaxed),
+            page_hits: c.read_hits(),
+            page_misses: c.read_misses(),
+            page_evictions: c.evictions(),
+            commits: self.commits.load(Ordering::Relaxed),
+            bytes: self.file.len(),
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The meta-data store under the engine: inodes read back past a small
+//! cache, directories listed and looked up from the store, checkpoints that
+//! write what changed, opens that load nothing.
+
+mod common;
+
+use common::*;
+use hurricane::{Creds, Fs, Options, SetAttr};
+use std::collections::{BTreeMap, BTreeSet};
+
+const MB: u64 = 1 << 20;
+
+fn small_cache() -> Options {
+    Options { inode_cache: 64, ..quiet() }
+}
+
+fn written(fs: &Fs) -> u64 {
+    fs.device_stats().iter().map(|(_, s)| s.write_bytes).sum()
+}
+
+fn list(fs: &Fs, dir: &str) -> Vec<(String, u64)> {
+    let ino = fs.resolve(dir).unwrap();
+    let mut v = Vec::new();
+    fs.readdir(&Creds::root(), ino, 0, |it| {
+        v.push((String::from_utf8_lossy(&it.name).into_owned(), it.next));
+        true
+    })
+    .unwrap();
+    v
+}
+
+#[test]
+fn inodes_beyond_the_cache_are_read_back_whole() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), small_cache()).unwrap();
+    let mut want = BTreeMap::new();
+    for d in 0..8 {
+        fs.mkdir_all(&format!("/d{d}"), 0o755).unwrap();
+        for i in 0..150 {
+            let path = format!("/d{d}/f{i}");
+            let data = pattern(d * 1000 + i, (i as usize * 37) % 5000);
+            let layout = if i % 3 == 0 { Some("inline") } else { None };
+            fs.write_file(&path, &data, layout).unwrap();
+            fs.set_attr_path(&path, &SetAttr { mode: Some(0o600 + (i as u32 % 64)), ..Default::default() }).unwrap();
+            want.insert(path, (data, 0o600 + (i as u32 % 64)));
+        }
+        // Half the directories are checkpointed, half live in the journal
+        // and the cache's changed inodes.
+        if d % 2 == 0 {
+            fs.checkpoint().unwrap();
+        }
+    }
+    let check = |fs: &Fs| {
+        for (path, (data, mode)) in &want {
+            assert_eq!(&fs.read_file(path).unwrap(), data, "{path}");
+            let a = fs.getattr(fs.resolve(path).unwrap()).unwrap();
+            assert_eq!(a.mode & 0o7777, *mode, "{path}");
+        }
+    };
+    check(&fs);
+    let c = fs.meta_cache_stats().inodes;
+    assert!(c.evictions > 0 && c.misses > 0, "{c:?}");
+    fs.checkpoint().unwrap();
+    check(&fs);
+    let c = fs.meta_cache_stats().inodes;
+    assert!(c.resident <= 64 + 32, "the cache holds its bound once nothing is changed: {c:?}");
+    fs.close().unwrap();
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), small_cache()).unwrap();
+    check(&fs);
+}
+
+#[test]
+fn opening_a_pool_reads_no_inode_and_a_crash_replays_only_the_journal() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = p.open().unwrap();
+    fs.mkdir_all("/many", 0o755).unwrap();
+    for i in 0..3000 {
+        fs.write_file(&format!("/many/e{i}"), b"", None).unwrap();
+    }
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    let c = fs.meta_cache_stats().inodes;
+    assert!(c.resident <= 2, "an open reads the root at most: {c:?}");
+    assert_eq!(fs.statfs().files, 3002, "the root, /many and its entries");
+    for i in 0..10 {
+        fs.write_file(&format!("/many/late{i}"), b"x", None).unwrap();
+    }
+    fs.sync().unwrap();
+    let c = p.crash(hurricane::device::CrashMode::DropAll);
+    let fs = c.open().unwrap();
+    let r = fs.report();
+    assert!(r.replayed_records <= 2 && r.replayed_ops <= 10 * 8, "only the ten late files are replayed: {r:?}");
+    assert_eq!(list(&fs, "/many").len(), 2 + 3010, ". and .. and the entries");
+    assert_eq!(fs.read_file("/many/late9").unwrap(), b"x");
+    assert!(fs.meta_cache_stats().inodes.resident < 100);
+}
+
+#[test]
+fn readdir_cookies_stay_valid_across_inserts_deletes_and_checkpoints() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), small_cache()).unwrap();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    for i in 0..400 {
+        fs.write_file(&format!("/d/a{i:03}"), b"", None).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let ino = fs.resolve("/d").unwrap();
+    // The first page of a listing.
+    let mut seen = Vec::new();
+    let mut next = 0;
+    fs.readdir(&Creds::root(), ino, 0, |it| {
+        next = it.next;
+        seen.push(String::from_utf8_lossy(&it.name).into_owned());
+        seen.len() < 150
+    })
+    .unwrap();
+    // Meanwhile: entries not yet listed are removed, new ones added, some
+    // checkpointed and some not.
+    let mut removed = BTreeSet::new();
+    for i in (200..400).step_by(3) {
+        fs.remove(&format!("/d/a{i:03}")).unwrap();
+        removed.insert(format!("a{i:03}"));
+    }
+    for i in 0..50 {
+        fs.write_file(&format!("/d/b{i:03}"), b"", None).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    for i in 50..80 {
+        fs.write_file(&format!("/d/b{i:03}"), b"", None).unwrap();
+    }
+    fs.remove("/d/b010").unwrap();
+    // The listing goes on from its cookie.
+    fs.readdir(&Creds::root(), ino, next, |it| {
+        seen.push(String::from_utf8_lossy(&it.name).into_owned());
+        true
+    })
+    .unwrap();
+    let unique: BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no entry listed twice");
+    for i in 0..400 {
+        let n = format!("a{i:03}");
+        assert_eq!(seen.contains(&n), !removed.contains(&n), "{n}");
+    }
+    assert!(!seen.contains(&"b010".to_string()));
+    assert!(seen.contains(&"b079".to_string()) && seen.contains(&"b000".to_string()));
+    // Cookies only grow along a listing.
+    let cookies: Vec<u64> = list(&fs, "/d").iter().map(|(_, c)| *c).collect();
+    assert!(cookies.windows(2).all(|w| w[0] < w[1]), "{cookies:?}");
+    assert_eq!(cookies.len(), 2 + 400 - removed.len() + 79);
+}
+
+#[test]
+fn a_checkpoint_writes_what_changed_not_the_whole_state() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = p.open().unwrap();
+    for d in 0..10 {
+        fs.mkdir_all(&format!("/d{d}"), 0o755).unwrap();
+        for i in 0..500 {
+            fs.write_file(&format!("/d{d}/f{i}"), b"", None).unwrap();
+        }
+    }
+    fs.checkpoint().unwrap();
+    let store = fs.meta_cache_stats().store.bytes;
+    // Once settled (the first checkpoints grow the store), one change costs
+    // a few pages, not the 5,000 inodes.
+    fs.set_attr_path("/d3/f7", &SetAttr { mode: Some(0o640), ..Default::default() }).unwrap();
+    fs.checkpoint().unwrap();
+    fs.set_attr_path("/d4/f8", &SetAttr { mode: Some(0o640), ..Default::default() }).unwrap();
+    let before = written(&fs);
+    fs.checkpoint().unwrap();
+    let cost = written(&fs) - before;
+    assert!(cost < store / 8, "a one-inode checkpoint wrote {cost} bytes of a {store}-byte store");
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    assert_eq!(fs.getattr(fs.resolve("/d4/f8").unwrap()).unwrap().mode & 0o777, 0o640);
+}
+
+#[test]
+fn unlinked_open_files_are_freed_by_the_next_open_from_the_orphan_table() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    fs.write_file("/held", &pattern(3, 300_000), None).unwrap();
+    let free0 = fs.statfs().bfree;
+    let f = fs.open_file("/held").unwrap();
+    fs.remove("/held").unwrap();
+    fs.checkpoint().unwrap();
+    drop(f);
+    // A crash while it was open: the checkpoint recorded it as an orphan.
+    let c = p.crash(hurricane::device::CrashMode::DropAll);
+    let fs = c.open().unwrap();
+    assert_eq!(fs.report().orphans_freed, 1);
+    fs.sync().unwrap();
+    assert!(fs.statfs().bfree >= free0 + 300_000 / 4096, "its 300 KB are free again");
+    assert!(fs.resolve("/held").is_err());
+}
