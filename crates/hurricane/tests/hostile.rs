@@ -761,7 +761,7 @@ fn garbage_over_one_copy_of_the_meta_data_loses_nothing() {
         scribble(&mut t[d as usize], s * BLOCK_SIZE as u64, l * BLOCK_SIZE as u64, 99);
     }
     let msg = Fs::open(devs_from(&t), quiet()).map(|_| ()).unwrap_err().to_string();
-    assert!(msg.contains("meta-file") || msg.contains("checkpoint"), "{msg}");
+    assert!(msg.contains("meta-file") || msg.contains("meta-data store"), "{msg}");
     // One superblock slot of each device (the newest): the others say more.
     for dev in 0..3 {
         for slot in 0..2u64 {

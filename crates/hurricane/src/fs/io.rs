@@ -405,7 +405,7 @@ impl Fs {
         for op in &ops {
             self.state().apply(op, &mut l)?;
         }
-        self.log(&g, &ops);
+        self.log(g, &ops);
         Ok(())
     }
 

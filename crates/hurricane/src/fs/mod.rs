@@ -820,32 +820,19 @@ impl Fs {
                 all_up &=
                     inner.storage.devs.get(d as usize).is_some_and(|h| h.state().readable() && h.state().writable());
             });
-            if all_up && lay.root().health(&|_| false) != crate::blocks::Health::Ok {
-                tracing::info!("meta-file: a copy missed writes; copying it whole to a fresh tree");
+            let damaged = file.take_damaged();
+            if all_up && (damaged || lay.root().health(&|_| false) != crate::blocks::Health::Ok) {
+                tracing::info!("meta-file: a copy missed writes or was damaged; copying it whole to a fresh tree");
                 m.relayout = Some(lay.spec());
+            } else if damaged {
+                // Not while a device is away: the next checkpoint tries again.
+                file.mark_damaged();
             }
-        }
-        if let Some(spec) = m.relayout.clone() {
-            let fresh = Layout::build(&spec)?;
-            let old = match file.copy_to(fresh) {
-                Ok(old) => old,
-                Err(e) => return Err(e),
-            };
-            let (layout, len) = file.describe();
-            let mut sb = m.sb.clone();
-            sb.generation += 1;
-            sb.meta_layout = layout;
-            sb.meta_len = len;
-            inner.storage.write_superblocks(&sb)?;
-            m.sb = sb;
-            old.extents(&mut |d, s, l| inner.storage.allocs[d as usize].free_now(s, l));
-            m.relayout = None;
         }
         if let Some(free) = delta.free.take() {
             // The journal and the meta-file are recorded free: an open
             // claims them from the superblocks, wherever they are by then.
             let mut extra = meta_extents;
-            file.layout().extents(&mut |d, s, l| extra.push((d, s, l)));
             for r in std::iter::once(&m.sb.journal).chain(m.sb.journal_mirror.as_ref()) {
                 extra.push((r.dev, r.start, r.blocks));
             }
@@ -858,10 +845,38 @@ impl Fs {
             m.sb = sb;
         }
         r?;
+        m.cursor.tail = m.cursor.head;
+        // A move of the meta-file comes after the commit, so both copies of
+        // the old tree hold the header redb just wrote, and a copy read
+        // whole from them is one the store can open. It does not fail the
+        // checkpoint (which is in force): the next one tries again.
+        if let Some(spec) = m.relayout.clone() {
+            if let Err(e) = self.move_meta_file(m, &spec) {
+                tracing::warn!("meta-file not moved to {spec}: {e}");
+            }
+        }
         let mut ext = Vec::new();
         file.layout().extents(&mut |d, s, l| ext.push((d, s, l)));
         set_meta_reserve(&inner.storage, &ext, &m.sb.journal);
-        m.cursor.tail = m.cursor.head;
+        Ok(())
+    }
+
+    /// Copies the meta-file whole to a fresh tree built from `spec`, then
+    /// switches the superblocks to it and frees the old one.
+    fn move_meta_file(&self, m: &mut MetaState, spec: &crate::blocks::Spec) -> Result<()> {
+        let inner = &*self.inner;
+        let file = inner.state.store().file();
+        let fresh = Layout::build(spec)?;
+        let old = file.copy_to(fresh)?;
+        let (layout, len) = file.describe();
+        let mut sb = m.sb.clone();
+        sb.generation += 1;
+        sb.meta_layout = layout;
+        sb.meta_len = len;
+        inner.storage.write_superblocks(&sb)?;
+        m.sb = sb;
+        old.extents(&mut |d, s, l| inner.storage.allocs[d as usize].free_now(s, l));
+        m.relayout = None;
         Ok(())
     }
 

@@ -577,7 +577,8 @@ impl State {
         for s in self.shards.iter() {
             // Inodes are read after the shard lock is let go: a thread
             // that holds an inode's lock may be waiting for the shard's.
-            let (freed, dirty): (Vec<Ino>, Vec<(Ino, Option<Arc<Inode>>)>) = {
+            type Changed = Vec<(Ino, Option<Arc<Inode>>)>;
+            let (freed, dirty): (Vec<Ino>, Changed) = {
                 let s = s.read();
                 (s.freed.keys().copied().collect(), s.dirty.keys().map(|i| (*i, s.map.get(i).cloned())).collect())
             };

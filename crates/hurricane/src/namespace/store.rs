@@ -37,7 +37,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
@@ -49,22 +49,30 @@ const SYS: TableDefinition<&str, &[u8]> = TableDefinition::new("sys");
 
 /// The meta-file's block checksums: entry `b % 1024` of checksum page
 /// `b / 1024`, kept at file block `SUMS_BASE + b / 1024` (far past any
-/// meta-data, so the pages never meet it). An entry is 0 for a block never
-/// written (it must read as zeros), else the block's CRC-32C with 0 taken
-/// as 1.
-const SUMS_PER_PAGE: u64 = (BLOCK_SIZE / 4) as u64;
+/// meta-data, so the pages never meet it). An entry is the block's CRC-32C
+/// with 0 taken as 1; 0 is a block never written, which no block within the
+/// file's length is.
+const SUMS_PER_PAGE: u64 = (BLOCK_SIZE / 4 - 1) as u64;
 const SUMS_BASE: u64 = 1 << 36;
 
 fn sum_of(b: &[u8]) -> u32 {
     crc32c::crc32c(b).max(1)
 }
 
+/// Every block within the file's length has an entry (growth writes the
+/// zeros' checksum), so 0 is never right: a checksum page lost with its
+/// blocks (both read as zeros) is damage, not an empty block.
 fn sum_ok(entry: u32, b: &[u8]) -> bool {
-    if entry == 0 {
-        b.iter().all(|&x| x == 0)
-    } else {
-        sum_of(b) == entry
-    }
+    entry != 0 && sum_of(b) == entry
+}
+
+/// A checksum page's entries, if the page is whole: its last word is the
+/// checksum of the others (so a page one copy lost or got wrong is known,
+/// and taken from another copy).
+fn valid_page(b: &[u8]) -> Option<Box<[u32]>> {
+    let n = SUMS_PER_PAGE as usize * 4;
+    let own = u32::from_le_bytes([b[n], b[n + 1], b[n + 2], b[n + 3]]);
+    (own == crc32c::crc32c(&b[..n]).max(1)).then(|| page_entries(&b[..n]))
 }
 
 fn page_entries(b: &[u8]) -> Box<[u32]> {
@@ -72,7 +80,11 @@ fn page_entries(b: &[u8]) -> Box<[u32]> {
 }
 
 fn page_bytes(p: &[u32]) -> Vec<u8> {
-    p.iter().flat_map(|x| x.to_le_bytes()).collect()
+    let mut b: Vec<u8> = p.iter().take(SUMS_PER_PAGE as usize).flat_map(|x| x.to_le_bytes()).collect();
+    b.resize(SUMS_PER_PAGE as usize * 4, 0);
+    let own = crc32c::crc32c(&b).max(1);
+    b.extend_from_slice(&own.to_le_bytes());
+    b
 }
 
 /// Bytes of zeros written at a time when the meta-file grows.
@@ -151,13 +163,20 @@ pub struct StoredEntry {
     pub cookie: u64,
 }
 
+/// An entry with its name, as the cookie table keeps it.
+pub type NamedEntry = (Vec<u8>, StoredEntry);
+
+/// What [`MetaStore::entries_from`] hands each entry: its cookie, name,
+/// inode and type bits; it returns whether to go on.
+pub type EntryVisitor<'a> = dyn FnMut(u64, &[u8], Ino, u32) -> Result<bool> + 'a;
+
 /// What a checkpoint writes: every change since the last one.
 #[derive(Default)]
 pub struct Delta {
     /// Inode records to put (`Some`) or delete (`None`).
     pub inodes: Vec<(Ino, Option<Vec<u8>>)>,
     pub names: Vec<(Ino, Vec<u8>, Option<StoredEntry>)>,
-    pub cookies: Vec<(Ino, u64, Option<(Vec<u8>, StoredEntry)>)>,
+    pub cookies: Vec<(Ino, u64, Option<NamedEntry>)>,
     /// Orphans to add (`true`) or remove (`false`).
     pub orphans: Vec<(Ino, bool)>,
     /// Every device's free extents (device, start, length), replacing the
@@ -207,6 +226,14 @@ struct FileInner {
     sums: Mutex<HashMap<u64, Box<[u32]>>>,
     /// Whether reads are checked against the checksums.
     verify: bool,
+    /// Held by a write from its checksum update to its last page write.
+    writing: Mutex<()>,
+    /// The copy redb's header is read from (`usize::MAX`: whichever the
+    /// replicated tree picks).
+    header_from: AtomicUsize,
+    /// A copy was found damaged: the next checkpoint copies the file whole
+    /// to a fresh tree from the good blocks.
+    damaged: AtomicBool,
     /// The superblock the next sync writes when `changed` is set; the
     /// meta-data commit path arms it and takes it back after the commit.
     sb: Mutex<Option<Superblock>>,
@@ -246,6 +273,9 @@ impl MetaFile {
                 scratch: read_only.then(|| Mutex::new(HashMap::new())),
                 sums: Mutex::new(HashMap::new()),
                 verify,
+                writing: Mutex::new(()),
+                header_from: AtomicUsize::new(usize::MAX),
+                damaged: AtomicBool::new(false),
                 sb: Mutex::new(None),
             }),
         }
@@ -283,6 +313,24 @@ impl MetaFile {
     /// the commit lock, so nothing writes meanwhile; readers go on reading
     /// the old tree until the switch.
     pub fn copy_to(&self, fresh: Layout) -> Result<Arc<Layout>> {
+        if let Err(e) = self.fill(&fresh) {
+            // Nothing names the fresh tree: its space goes straight back.
+            fresh.extents(&mut |d, s, l| {
+                if let Some(a) = self.inner.storage.allocs.get(d as usize) {
+                    a.free_now(s, l);
+                }
+            });
+            return Err(e);
+        }
+        let old = self.layout();
+        let fresh = Arc::new(fresh);
+        *self.inner.layout.write() = fresh.clone();
+        self.inner.changed.store(true, Ordering::Release);
+        Ok(old)
+    }
+
+    /// Writes the meta-file's content and checksum pages through `fresh`.
+    fn fill(&self, fresh: &Layout) -> Result<()> {
         let len = self.len();
         let old = self.layout();
         let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
@@ -303,11 +351,7 @@ impl MetaFile {
             let page = self.sum_page(&old, p)?;
             fresh.root().write(&io, SUMS_BASE + p, &page_bytes(&page))?;
         }
-        self.inner.storage.flush_all()?;
-        let fresh = Arc::new(fresh);
-        *self.inner.layout.write() = fresh.clone();
-        self.inner.changed.store(true, Ordering::Release);
-        Ok(old)
+        self.inner.storage.flush_all()
     }
 
     /// Checksum page `p`, from memory or read from `layout` (the copy
@@ -319,9 +363,34 @@ impl MetaFile {
         }
         let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
         let mut b = vec![0u8; BLOCK_SIZE];
-        layout.root().read(&io, SUMS_BASE + p, &mut b)?;
-        let page = page_entries(&b);
+        let mut page = match layout.root().read(&io, SUMS_BASE + p, &mut b) {
+            Ok(()) => valid_page(&b),
+            Err(_) => None,
+        };
+        if page.is_none() {
+            // A copy lost or damaged it: another copy's will do.
+            for child in layout.root().children() {
+                if child.read(&io, SUMS_BASE + p, &mut b).is_ok() {
+                    if let Some(v) = valid_page(&b) {
+                        tracing::warn!("meta-file checksum page {p}: a copy had it wrong; read from another copy");
+                        self.inner.damaged.store(true, Ordering::Release);
+                        page = Some(v);
+                        break;
+                    }
+                }
+            }
+        }
+        let page = page.ok_or_else(|| {
+            Error::Checksum(format!(
+                "meta-file checksum page {p}: damaged on every copy (the meta-data store is damaged)"
+            ))
+        })?;
         Ok(self.inner.sums.lock().entry(p).or_insert(page).clone())
+    }
+
+    /// A fresh checksum page (for blocks the file grows into).
+    fn new_sum_page(&self, p: u64) -> Box<[u32]> {
+        self.inner.sums.lock().entry(p).or_insert_with(|| vec![0u32; SUMS_PER_PAGE as usize].into()).clone()
     }
 
     /// Block `fblk` read from each copy of a replicated meta-file until
@@ -340,7 +409,10 @@ impl MetaFile {
             if child.read(&io, fblk, &mut b).is_err() || child.read(&io, SUMS_BASE + p, &mut sp).is_err() {
                 continue;
             }
-            let page = page_entries(&sp);
+            let Some(page) = valid_page(&sp) else {
+                bad.push(c);
+                continue;
+            };
             if sum_ok(page[(fblk % SUMS_PER_PAGE) as usize], &b) {
                 if good.is_none() {
                     good = Some((b, page));
@@ -355,14 +427,30 @@ impl MetaFile {
             )));
         };
         tracing::warn!("meta-file block {fblk}: a copy disagreed with its checksum; read from another copy");
+        self.inner.damaged.store(true, Ordering::Release);
         out.copy_from_slice(&b);
-        self.inner.sums.lock().insert(p, page);
+        // Only this block's entry is taken from the copy: the rest of the
+        // page in memory may be newer than any copy's.
+        let i = (fblk % SUMS_PER_PAGE) as usize;
+        if let Some(m) = self.inner.sums.lock().get_mut(&p) {
+            m[i] = page[i];
+        }
         if self.inner.scratch.is_none() {
             for c in bad {
                 let _ = copies[c].write(&io, fblk, &b);
             }
         }
         Ok(())
+    }
+
+    /// Marks the file as having a damaged copy (kept for a later checkpoint).
+    pub fn mark_damaged(&self) {
+        self.inner.damaged.store(true, Ordering::Release);
+    }
+
+    /// Whether a damaged copy was met since the last call.
+    pub fn take_damaged(&self) -> bool {
+        self.inner.damaged.swap(false, Ordering::AcqRel)
     }
 
     /// The encoded tree and length for a superblock.
@@ -416,6 +504,25 @@ impl MetaFile {
                 b.copy_from_slice(v);
                 continue;
             }
+            if f == 0 {
+                // redb's header, the one block it rewrites in place (each
+                // commit, between syncs): a checksum kept apart from it
+                // could not be written atomically with it, so the header is
+                // checked by redb (its commit slots carry their own
+                // checksums), and a header a copy got wrong is read from
+                // another copy (`MetaStore::open`).
+                let from = self.inner.header_from.load(Ordering::Acquire);
+                if let Some(child) = layout.root().children().get(from) {
+                    let io = IoCtx {
+                        storage: &self.inner.storage,
+                        epoch: 0,
+                        sink: &crate::blocks::ignore_records,
+                        repair: false,
+                    };
+                    child.read(&io, 0, b)?;
+                }
+                continue;
+            }
             if !self.inner.verify {
                 continue;
             }
@@ -428,11 +535,16 @@ impl MetaFile {
     }
 
     fn write_blocks(&self, fblk: u64, data: &[u8]) -> Result<()> {
+        // One writer at a time from here to the checksum pages' writes, so
+        // a page written is never older than the entries another wrote.
+        let _w = self.inner.writing.lock();
         let layout = self.layout();
         // The checksums first in memory, then the data, then the checksum
         // pages: a crash between leaves blocks no committed state uses.
         let mut touched = Vec::new();
-        for (i, b) in data.chunks(BLOCK_SIZE).enumerate() {
+        // An image opened unchecked has no checksum pages to keep.
+        let keep = if self.inner.verify { data.len() } else { 0 };
+        for (i, b) in data[..keep].chunks(BLOCK_SIZE).enumerate() {
             let f = fblk + i as u64;
             let p = f / SUMS_PER_PAGE;
             let mut page = self.sum_page(&layout, p)?;
@@ -526,12 +638,17 @@ impl redb::StorageBackend for MetaFile {
             return Err(io::Error::other(format!("meta-file length {old} is not a whole number of blocks")));
         }
         let (first, end) = (old / bs, len.div_ceil(bs));
+        let w = self.inner.writing.lock();
         let layout = self.layout();
         let zero_sum = sum_of(&[0u8; BLOCK_SIZE]);
         let (p0, p1) = (first / SUMS_PER_PAGE, end.div_ceil(SUMS_PER_PAGE));
         let mut pages = Vec::with_capacity(((p1 - p0) as usize) * BLOCK_SIZE);
         for p in p0..p1 {
-            let mut page = self.sum_page(&layout, p).map_err(io_err)?;
+            let mut page = if p * SUMS_PER_PAGE < first {
+                self.sum_page(&layout, p).map_err(io_err)?
+            } else {
+                self.new_sum_page(p)
+            };
             for f in (p * SUMS_PER_PAGE).max(first)..((p + 1) * SUMS_PER_PAGE).min(end) {
                 page[(f % SUMS_PER_PAGE) as usize] = zero_sum;
             }
@@ -549,6 +666,7 @@ impl redb::StorageBackend for MetaFile {
             layout.root().write(&io, f, &zeros[..n as usize * BLOCK_SIZE]).map_err(io_err)?;
             f += n;
         }
+        drop(w);
         self.inner.len.store(len, Ordering::Release);
         // The superblocks name the longer file before redb can write a
         // header that reaches into it.
@@ -616,9 +734,36 @@ impl MetaStore {
     /// crash, recovers from the last commit (each commit saves its
     /// allocator state, so this is quick).
     pub fn open(file: MetaFile, cache_bytes: usize) -> Result<MetaStore> {
-        let db = guarded("opening the store", || {
-            Self::builder(cache_bytes).create_with_backend(file.handle()).map_err(store_err)
-        })?;
+        let open = |from: usize| {
+            file.inner.header_from.store(from, Ordering::Release);
+            guarded("opening the store", || {
+                let db = Self::builder(cache_bytes).create_with_backend(file.handle()).map_err(store_err)?;
+                // The tables are read once here, so a header that names
+                // damaged roots fails now, while another copy can be tried.
+                let t = db.begin_read().map_err(store_err)?;
+                t.open_table(SYS).map_err(store_err)?;
+                t.open_table(INODES).map_err(store_err)?;
+                drop(t);
+                Ok(db)
+            })
+        };
+        let copies = file.layout().root().children().len();
+        let mut r = open(usize::MAX);
+        for c in 0..copies {
+            if r.is_ok() {
+                break;
+            }
+            tracing::warn!(
+                "meta-data store: {}; trying the header of copy {c}",
+                r.as_ref().err().map(|e| e.to_string()).unwrap_or_default()
+            );
+            r = open(c);
+            if r.is_ok() {
+                file.inner.damaged.store(true, Ordering::Release);
+            }
+        }
+        file.inner.header_from.store(usize::MAX, Ordering::Release);
+        let db = r?;
         Ok(MetaStore {
             db,
             file,
@@ -686,12 +831,7 @@ impl MetaStore {
 
     /// The checkpoint's entries of `dir` with cookies from `from`, in
     /// cookie order, until `f` returns false.
-    pub fn entries_from(
-        &self,
-        dir: Ino,
-        from: u64,
-        f: &mut dyn FnMut(u64, &[u8], Ino, u32) -> Result<bool>,
-    ) -> Result<()> {
+    pub fn entries_from(&self, dir: Ino, from: u64, f: &mut EntryVisitor<'_>) -> Result<()> {
         guarded("listing a directory", || {
             self.name_reads.fetch_add(1, Ordering::Relaxed);
             let t = self.read_txn()?;
