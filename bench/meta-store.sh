@@ -27,7 +27,7 @@ one() { # NAME BIN_DIR
     local used0 out rss secs used1 open
     used0=$(du -sk "$pool" | cut -f1)
     out=$( { /usr/bin/time -f "TIME %M %e" "$bin/examples/core_bench" meta "$pool" "$count"; } 2>&1 )
-    rss=$(echo "$out" | awk '/^TIME/ {print $2 * 1024}')
+    rss=$(echo "$out" | awk '/^TIME/ {printf "%.0f", $2 * 1024}')
     secs=$(echo "$out" | awk '/^TIME/ {print $3}')
     used1=$(du -sk "$pool" | cut -f1)
     open=$( { /usr/bin/time -f "%e" "$bin/hurricane" df "$pool" >/dev/null; } 2>&1 | tail -1)

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! core_bench seq  POOL_DIR SIZE_MIB [LAYOUT]   sequential 1 MiB write (+fsync), then read
-//! core_bench meta POOL_DIR COUNT               create COUNT empty files, then stat each
+//! core_bench meta POOL_DIR COUNT [INODES]      create COUNT empty files, then stat each (INODES: inode cache)
 //! core_bench posix-meta DIR COUNT              create, stat, unlink with std::fs on a mounted file system
 //! ```
 //! Prints one JSON object per measurement.
@@ -26,7 +26,7 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: core_bench seq POOL SIZE_MIB [LAYOUT] | meta POOL COUNT | posix-meta DIR COUNT";
+    let usage = "usage: core_bench seq POOL SIZE_MIB [LAYOUT] | meta POOL COUNT [INODES] | posix-meta DIR COUNT";
     let mode = args.get(1).ok_or(usage)?;
     let target = Path::new(args.get(2).ok_or(usage)?);
     let n: u64 = args.get(3).ok_or(usage)?.parse()?;
@@ -65,7 +65,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             fs.close()?;
         }
         "meta" => {
-            let fs = Fs::open_dir(target, Options::default())?;
+            // An optional fourth argument sizes the inode cache.
+            let mut opts = Options::default();
+            if let Some(c) = args.get(4) {
+                opts.inode_cache = c.parse()?;
+            }
+            let fs = Fs::open_dir(target, opts)?;
             fs.mkdir_all("/m", 0o755)?;
             let root = hurricane::Creds::root();
             let dir = fs.resolve("/m")?;
@@ -80,10 +85,22 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 fs.lookup(&root, dir, format!("f{i}").as_bytes())?;
             }
             let s = t.elapsed().as_secs_f64();
+            let m = fs.meta_cache_stats();
+            let rss = std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|t| t.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_string))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()))
+                .unwrap_or(0)
+                * 1024;
             println!(
-                "{{\"bench\":\"meta\",\"files\":{n},\"create_per_s\":{:.0},\"stat_per_s\":{:.0}}}",
+                "{{\"bench\":\"meta\",\"files\":{n},\"create_per_s\":{:.0},\"stat_per_s\":{:.0},\"rss_bytes_at_end\":{rss},\"inodes_resident\":{},\"inodes_dirty\":{},\"inode_evictions\":{},\"store_bytes\":{},\"checkpoints\":{}}}",
                 n as f64 / c,
-                n as f64 / s
+                n as f64 / s,
+                m.inodes.resident,
+                m.inodes.dirty,
+                m.inodes.evictions,
+                m.store.bytes,
+                fs.commit_counts().1
             );
             fs.close()?;
         }

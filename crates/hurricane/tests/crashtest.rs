@@ -105,7 +105,11 @@ fn evacuate() {
 /// them loses synced data, and that is reported.
 #[test]
 fn lying_disks_are_caught() {
-    for (workload, lying) in [("posix", vec![0]), ("extent", vec![1, 2]), ("renames", vec![0]), ("appends", vec![1, 2])]
+    // Device 0 holds the journal and a copy of the meta-file, device 1 their
+    // mirrors: a rename storm lies on both (one lying copy of each is often
+    // read around).
+    for (workload, lying) in
+        [("posix", vec![0]), ("extent", vec![1, 2]), ("renames", vec![0, 1]), ("appends", vec![1, 2])]
     {
         let opts = CrashOptions {
             jobs: 2,

@@ -266,3 +266,44 @@ fn each_copy_of_the_meta_file_agrees_with_its_checksums() {
         assert!(bad.is_empty(), "copy {c}: {} blocks disagree: {:?}", bad.len(), &bad[..bad.len().min(20)]);
     }
 }
+
+/// Creates, lookups and removals from several threads in one directory
+/// while the background committer checkpoints through a small inode cache:
+/// they all finish (no lock-order deadlock between a checkpoint settling a
+/// directory and a create locking it) and leave what they did.
+#[test]
+fn concurrent_work_and_background_checkpoints_finish() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let p = MemPool::new(2, 64 * MB);
+    let opts = Options {
+        inode_cache: 64,
+        background_commit: true,
+        commit_interval: Duration::from_millis(1),
+        ..Options::default()
+    };
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), opts).unwrap();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    let (tx, rx) = mpsc::channel();
+    for t in 0..4 {
+        let fs = fs.clone();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for i in 0..600 {
+                let path = format!("/d/t{t}-{i}");
+                fs.write_file(&path, b"", None).unwrap();
+                assert!(fs.resolve(&path).is_ok());
+                if i % 3 == 0 {
+                    fs.remove(&path).unwrap();
+                }
+            }
+            tx.send(t).unwrap();
+        });
+    }
+    for _ in 0..4 {
+        rx.recv_timeout(Duration::from_secs(120)).expect("a worker thread did not finish: deadlock");
+    }
+    assert!(fs.commit_counts().1 > 0, "checkpoints ran meanwhile");
+    assert_eq!(list(&fs, "/d").len(), 2 + 4 * 400);
+    fs.close().unwrap();
+}

@@ -128,7 +128,7 @@ pub(crate) fn check_cuts(rec: &Recorded, cuts: &[usize], long: bool, seed: u64) 
             let again = (out.states % if long { 4 } else { 16 } == 0).then(|| materialize(&devs));
             let mut r = check_state(rec, p, devs);
             if let (Ok(_), Some(images)) = (&r, again) {
-                match recovery_crashes(rec, p, images) {
+                match recovery_crashes(rec, p, images, long) {
                     Ok(n) => out.recovery_states += n,
                     Err(e) => r = Err(e),
                 }
@@ -169,7 +169,9 @@ fn materialize(devs: &[Arc<dyn Device>]) -> Vec<Arc<Vec<u8>>> {
 /// orphan frees, superblocks, fsck's commit) is recorded and cut after
 /// every request, its unflushed writes dropped or kept. Each result must
 /// still be a legal state for the first cut `p`. Returns the states checked.
-fn recovery_crashes(rec: &Recorded, p: usize, images: Vec<Arc<Vec<u8>>>) -> Result<usize, String> {
+/// A recovery of many requests (a store repair) is cut at 32 points spread
+/// over it, the last included, except in long mode, which cuts after each.
+fn recovery_crashes(rec: &Recorded, p: usize, images: Vec<Arc<Vec<u8>>>, long: bool) -> Result<usize, String> {
     let recorder = Arc::new(Recorder::default());
     let devs: Vec<Arc<dyn Device>> = images
         .iter()
@@ -187,7 +189,14 @@ fn recovery_crashes(rec: &Recorded, p: usize, images: Vec<Arc<Vec<u8>>>) -> Resu
     let events = recorder.take();
     let mut durable = Durable::new(images);
     let mut n = 0;
-    for q in 0..=events.len() {
+    let step = if long { 1 } else { events.len().div_ceil(32).max(1) };
+    let cuts: Vec<usize> = (0..=events.len()).step_by(step).chain(std::iter::once(events.len())).collect();
+    let mut last = None;
+    for q in cuts {
+        if last == Some(q) {
+            continue;
+        }
+        last = Some(q);
         durable.advance(&events, q);
         let pieces = durable.pieces(&events);
         let mut modes = vec![Mode::Drop];

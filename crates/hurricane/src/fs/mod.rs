@@ -653,6 +653,25 @@ impl Fs {
         g.log(ops);
     }
 
+    /// Holds back a thread making inodes while twice the changed inodes a
+    /// checkpoint is due at wait for one (on a pool that commits in the
+    /// background): the changed inodes stay in memory
+    /// until written, so creating faster than checkpoints write would grow
+    /// memory without bound. Called before the journal gate is entered.
+    pub(crate) fn throttle(&self) -> Result<()> {
+        let inner = &*self.inner;
+        if inner.read_only || inner.state.dirty_count() <= 2 * inner.dirty_limit {
+            return Ok(());
+        }
+        // A pool opened without background commits commits only when its
+        // user says (tests and the crash harness decide what is durable).
+        if inner.committer.lock().is_none() {
+            return Ok(());
+        }
+        let target = inner.gate.current_epoch();
+        self.commit(target, false)
+    }
+
     pub(crate) fn check_writable(&self) -> Result<()> {
         if self.inner.read_only || self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::ReadOnly("pool".into()));

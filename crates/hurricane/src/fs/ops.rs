@@ -354,6 +354,7 @@ impl Fs {
             }
         }
         let lay = if kind == S_IFREG { self.new_file_layout(parent, layout)? } else { Vec::new() };
+        self.throttle()?;
         let g = self.inner.gate.enter();
         let mut l = self.state().lock(&[parent]);
         let (gid, mode, dir_layout) = {

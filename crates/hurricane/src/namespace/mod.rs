@@ -75,6 +75,8 @@ pub struct State {
     /// count of 0 reached any other way is damage for fsck, not a file to
     /// free.
     unlinked: parking_lot::Mutex<std::collections::HashSet<Ino>>,
+    /// Inodes changed since the last checkpoint, over all shards.
+    dirty_total: CachePadded<AtomicU64>,
 }
 
 /// What a checkpoint took from the state, to settle once it commits.
@@ -123,6 +125,7 @@ impl State {
             misses: CachePadded::new(AtomicU64::new(0)),
             evictions: AtomicU64::new(0),
             unlinked: Default::default(),
+            dirty_total: CachePadded::new(AtomicU64::new(0)),
         })
     }
 
@@ -222,7 +225,9 @@ impl State {
     /// Marks an inode changed: it stays in memory until a checkpoint writes it.
     pub fn touch(&self, ino: Ino) {
         let g = self.generation.load(Ordering::Acquire);
-        self.shard(ino).write().dirty.insert(ino, g);
+        if self.shard(ino).write().dirty.insert(ino, g).is_none() {
+            self.dirty_total.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A new inode (created by an op, or loaded by a test or fsck).
@@ -237,7 +242,9 @@ impl State {
             self.inodes.fetch_add(1, Ordering::Relaxed);
         }
         s.freed.remove(&ino);
-        s.dirty.insert(ino, g);
+        if s.dirty.insert(ino, g).is_none() {
+            self.dirty_total.fetch_add(1, Ordering::Relaxed);
+        }
         self.evict(&mut s);
         drop(s);
         self.next_ino.fetch_max(ino.saturating_add(1), Ordering::Relaxed);
@@ -254,7 +261,9 @@ impl State {
         let g = self.generation.load(Ordering::Acquire);
         let mut s = self.shard(ino).write();
         s.map.remove(&ino);
-        s.dirty.remove(&ino);
+        if s.dirty.remove(&ino).is_some() {
+            self.dirty_total.fetch_sub(1, Ordering::Relaxed);
+        }
         s.freed.insert(ino, g);
         drop(s);
         let _ = self.inodes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
@@ -275,7 +284,7 @@ impl State {
 
     /// Inodes changed since the last checkpoint.
     pub fn dirty_count(&self) -> usize {
-        self.shards.iter().map(|s| s.read().dirty.len()).sum()
+        self.dirty_total.load(Ordering::Relaxed) as usize
     }
 
     pub fn counters(&self) -> CacheCounters {
@@ -620,7 +629,10 @@ impl State {
     /// forget the changes it covered.
     pub fn settle(&self, t: Taken) {
         for (ino, c) in &t.dirs {
-            if let Some(n) = self.shard(*ino).read().map.get(ino).cloned() {
+            // The shard's lock is let go before the inode's is taken (a
+            // thread holding an inode's lock may wait for the shard's).
+            let n = self.shard(*ino).read().map.get(ino).cloned();
+            if let Some(n) = n {
                 if let Some(d) = n.data.write().dir_mut() {
                     d.settle(c);
                 }
@@ -628,7 +640,9 @@ impl State {
         }
         for s in self.shards.iter() {
             let mut s = s.write();
+            let before = s.dirty.len();
             s.dirty.retain(|_, g| *g > t.generation);
+            self.dirty_total.fetch_sub((before - s.dirty.len()) as u64, Ordering::Relaxed);
             s.freed.retain(|_, g| *g > t.generation);
             self.evict(&mut s);
         }

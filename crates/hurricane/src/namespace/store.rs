@@ -228,6 +228,10 @@ struct FileInner {
     verify: bool,
     /// Held by a write from its checksum update to its last page write.
     writing: Mutex<()>,
+    /// Checksum pages changed in memory since they were last written: the
+    /// next sync writes them, before its flush (nothing committed uses the
+    /// blocks they cover until then).
+    unwritten: Mutex<std::collections::BTreeSet<u64>>,
     /// The copy redb's header is read from (`usize::MAX`: whichever the
     /// replicated tree picks).
     header_from: AtomicUsize,
@@ -274,6 +278,7 @@ impl MetaFile {
                 sums: Mutex::new(HashMap::new()),
                 verify,
                 writing: Mutex::new(()),
+                unwritten: Mutex::new(Default::default()),
                 header_from: AtomicUsize::new(usize::MAX),
                 damaged: AtomicBool::new(false),
                 sb: Mutex::new(None),
@@ -565,9 +570,37 @@ impl MetaFile {
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
         let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
         layout.root().write(&io, fblk, data)?;
-        for p in touched {
-            let page = self.sum_page(&layout, p)?;
-            layout.root().write(&io, SUMS_BASE + p, &page_bytes(&page))?;
+        self.inner.unwritten.lock().extend(touched);
+        Ok(())
+    }
+
+    /// Writes the checksum pages changed since the last sync.
+    fn write_sum_pages(&self) -> Result<()> {
+        let _w = self.inner.writing.lock();
+        let pages: Vec<u64> = std::mem::take(&mut *self.inner.unwritten.lock()).into_iter().collect();
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let layout = self.layout();
+        let changed = &self.inner.changed;
+        let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
+        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        // Neighbouring pages go in one write.
+        let mut i = 0;
+        while i < pages.len() {
+            let mut j = i + 1;
+            while j < pages.len() && pages[j] == pages[j - 1] + 1 {
+                j += 1;
+            }
+            let mut buf = Vec::with_capacity((j - i) * BLOCK_SIZE);
+            for &p in &pages[i..j] {
+                buf.extend_from_slice(&page_bytes(&self.sum_page(&layout, p)?));
+            }
+            if let Err(e) = layout.root().write(&io, SUMS_BASE + pages[i], &buf) {
+                self.inner.unwritten.lock().extend(&pages[i..]);
+                return Err(e);
+            }
+            i = j;
         }
         Ok(())
     }
@@ -678,6 +711,7 @@ impl redb::StorageBackend for MetaFile {
         if self.inner.scratch.is_some() {
             return Ok(());
         }
+        self.write_sum_pages().map_err(io_err)?;
         self.inner.storage.flush_all().map_err(io_err)?;
         self.persist().map_err(io_err)
     }
