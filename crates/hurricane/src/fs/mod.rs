@@ -646,7 +646,8 @@ impl Fs {
     /// so the cache keeps them until a checkpoint writes them.
     pub(crate) fn log(&self, g: &journal::Entered<'_>, ops: &[Op]) {
         for op in ops {
-            if let Some(ino) = changed_inode(op) {
+            // (A freed inode is gone, not changed.)
+            if let Some(ino) = op.inode().filter(|_| !matches!(op, Op::Free { .. })) {
                 self.inner.state.touch(ino);
             }
         }
@@ -1058,24 +1059,8 @@ fn merge_free(free: Vec<(u32, u64, u64)>, extra: Vec<(u32, u64, u64)>) -> Vec<(u
 fn op_space_owner(op: &Op) -> Option<Ino> {
     match op {
         Op::Create(n) => Some(n.ino),
-        Op::Map { ino, .. } | Op::SetLayout { ino, .. } | Op::Free { ino } | Op::SetSize { ino, .. } => Some(*ino),
+        Op::Map { .. } | Op::SetLayout { .. } | Op::Free { .. } | Op::SetSize { .. } => op.inode(),
         _ => None,
-    }
-}
-
-/// The inode an op changes in place (one whose record is not write-locked
-/// through the state: data writes change a file's tree under its I/O lock).
-fn changed_inode(op: &Op) -> Option<Ino> {
-    match op {
-        Op::SetAttr { ino, .. }
-        | Op::SetSize { ino, .. }
-        | Op::Map { ino, .. }
-        | Op::SetXattr { ino, .. }
-        | Op::RemoveXattr { ino, .. }
-        | Op::SetLayout { ino, .. }
-        | Op::SetDirLayout { ino, .. }
-        | Op::Times { ino, .. } => Some(*ino),
-        Op::Create(_) | Op::Free { .. } | Op::Link { .. } | Op::Unlink { .. } | Op::Rename { .. } => None,
     }
 }
 

@@ -130,6 +130,23 @@ fn dopt(d: &mut Decoder) -> Result<Option<u64>> {
 }
 
 impl Op {
+    /// The one inode an op names directly (every op but those on directory
+    /// entries: create, link, unlink, rename).
+    pub fn inode(&self) -> Option<Ino> {
+        match self {
+            Op::Free { ino }
+            | Op::SetAttr { ino, .. }
+            | Op::SetSize { ino, .. }
+            | Op::Map { ino, .. }
+            | Op::SetXattr { ino, .. }
+            | Op::RemoveXattr { ino, .. }
+            | Op::SetLayout { ino, .. }
+            | Op::SetDirLayout { ino, .. }
+            | Op::Times { ino, .. } => Some(*ino),
+            Op::Create(_) | Op::Link { .. } | Op::Unlink { .. } | Op::Rename { .. } => None,
+        }
+    }
+
     pub fn encode(&self, e: &mut Encoder) {
         match self {
             Op::Create(n) => {

@@ -368,15 +368,7 @@ impl State {
             Op::Rename { sdir, sname, ddir, dname, .. } => {
                 [Some(*sdir), Some(*ddir), entry(*sdir, sname), entry(*ddir, dname)].into_iter().flatten().collect()
             }
-            Op::Free { ino }
-            | Op::SetAttr { ino, .. }
-            | Op::SetSize { ino, .. }
-            | Op::Map { ino, .. }
-            | Op::SetXattr { ino, .. }
-            | Op::RemoveXattr { ino, .. }
-            | Op::SetLayout { ino, .. }
-            | Op::SetDirLayout { ino, .. }
-            | Op::Times { ino, .. } => vec![*ino],
+            _ => op.inode().into_iter().collect(),
         }
     }
 
