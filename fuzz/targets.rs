@@ -200,9 +200,13 @@ pub fn layout_decode(data: &[u8]) {
     let _ = l.root().next_data(0);
 }
 
-/// A meta-file image: the meta-data store opened over it (redb checks its
-/// own header and page checksums), then its records read and decoded as a
-/// pool would. Errors are allowed, panics not.
+/// A meta-file image: the meta-data store opened over it, then its records
+/// read and decoded as a pool would. Errors are allowed; redb's own
+/// assertions on damaged input are caught at the store's boundary
+/// (`store.rs`, `guarded`) and become errors. Replayed with mutations by the
+/// workspace tests only: a libFuzzer binary aborts on any panic, caught or
+/// not, and redb sizes some of its structures by header fields, beyond the
+/// fuzzer's allocation limit.
 pub fn store(data: &[u8]) {
     let Ok(store) = open_image(data) else { return };
     if let Ok(sys) = store.sys() {
