@@ -12,6 +12,8 @@ command -v setfattr >/dev/null || need+=(attr)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 # btrfs RAID profiles are the peers of the redundancy benchmarks.
 command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
+# ext4 and XFS on loop devices are the peers of the meta-data benchmarks.
+command -v mkfs.xfs >/dev/null || need+=(xfsprogs)
 # The POSIX conformance suite (vendor/pjdfstest) is C, driven by Perl's prove.
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v prove >/dev/null || need+=(perl)

@@ -35,6 +35,7 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
     ("hfs-layers", "HFS 5.5, Fig. 16: structure A with 0 and 10 extra layers of regions blocks: cost per block request, throughput lost"),
     ("hfs-parity", "Table 1's patterns A and B on parity(data=6,parity=1) over the 7 simulated disks, healthy and with one disk missing, beside the stripe"),
     ("hfs-getattr", "HFS Fig. 9: getattr from 1..N threads on one file and on different files, native API and mount"),
+    ("meta-scale", "10 million empty files (--files N) in one directory and 1,000 per directory: create, stat, lookup, unlink rates, memory, bytes written, open times; native, mount, ext4, XFS"),
 ];
 
 /// Not an experiment: summarises `OUT/mount.jsonl` from `bench/mount.sh`
@@ -83,6 +84,12 @@ pub(crate) struct Outcome {
 /// Runs experiment `name` (see [`EXPERIMENTS`]), writing NAME.json and
 /// NAME.png into `out_dir`.
 pub fn run(name: &str, quick: bool, out_dir: &Path) -> Result<Summary, String> {
+    run_with(name, quick, None, out_dir)
+}
+
+/// [`run`] with a file count for the experiments that take one
+/// (`meta-scale`; `--files N` on the command line).
+pub fn run_with(name: &str, quick: bool, files: Option<u64>, out_dir: &Path) -> Result<Summary, String> {
     let load_before = loadavg();
     let outcome = match name {
         "hfs-table1" => exp::table1::run(quick)?,
@@ -91,6 +98,7 @@ pub fn run(name: &str, quick: bool, out_dir: &Path) -> Result<Summary, String> {
         "hfs-layers" => exp::layers::run(quick)?,
         "hfs-getattr" => exp::getattr::run(quick)?,
         "hfs-parity" => exp::parity::run(quick)?,
+        "meta-scale" => exp::meta_scale::run(quick, files)?,
         _ => {
             let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.0).collect();
             return Err(format!("unknown experiment {name:?} (known: {})", names.join(", ")));
@@ -125,11 +133,19 @@ pub fn run(name: &str, quick: bool, out_dir: &Path) -> Result<Summary, String> {
 pub fn main_with_args(args: &[String]) -> i32 {
     let mut name = None;
     let mut quick = false;
+    let mut files = None;
     let mut out = PathBuf::from("bench/results");
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
+            "--files" => match it.next().and_then(|n| n.replace([',', '_'], "").parse::<u64>().ok()) {
+                Some(n) if n >= 10 => files = Some(n),
+                _ => {
+                    eprintln!("hurricane bench: --files needs a count of at least 10");
+                    return 2;
+                }
+            },
             "--out" => match it.next() {
                 Some(d) => out = PathBuf::from(d),
                 None => {
@@ -158,7 +174,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
     }
     let Some(name) = name else {
-        eprintln!("usage: hurricane bench NAME [--quick] [--out DIR]   (hurricane bench list)");
+        eprintln!("usage: hurricane bench NAME [--quick] [--files N] [--out DIR]   (hurricane bench list)");
         return 2;
     };
     if let Some((_, _, report)) = REPORTS.iter().find(|r| r.0 == name) {
@@ -173,7 +189,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
             }
         };
     }
-    match run(&name, quick, &out) {
+    match run_with(&name, quick, files, &out) {
         Ok(s) => {
             print!("{}", s.table);
             println!("wrote {} and {}", s.json.display(), s.png.display());

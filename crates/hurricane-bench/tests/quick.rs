@@ -71,8 +71,31 @@ fn hfs_parity() {
 }
 
 #[test]
+fn meta_scale() {
+    let v = check("meta-scale");
+    assert_eq!(v["files"], 20_000);
+    assert!(v["open_s_clean"].as_f64().unwrap() > 0.0);
+    assert!(v["rss_bytes"].as_u64().unwrap() > 0);
+    assert!(v["create_per_s_at_100k"].as_f64().unwrap() > 0.0);
+    assert!(v["create_per_s_at_end"].as_f64().unwrap() > 0.0);
+    let runs = v["runs"].as_array().unwrap();
+    let shapes: Vec<&str> = runs.iter().map(|r| r["shape"].as_str().unwrap()).collect();
+    assert_eq!(shapes, ["one-dir", "spread"]);
+    for r in runs {
+        let points = r["points"].as_array().unwrap();
+        assert_eq!(points.len(), 10, "{r}");
+        assert_eq!(points.last().unwrap()["files"], 20_000);
+        for p in points {
+            for k in ["create_per_s", "stat_per_s", "lookup_per_s", "unlink_per_s"] {
+                assert!(p[k].as_f64().unwrap() > 0.0, "{k}: {p}");
+            }
+        }
+    }
+}
+
+#[test]
 fn unknown_names_are_refused() {
-    assert_eq!(EXPERIMENTS.len(), 6);
+    assert_eq!(EXPERIMENTS.len(), 7);
     let out = tempfile::tempdir().unwrap();
     assert!(run("hfs-nope", true, out.path()).unwrap_err().contains("unknown experiment"));
     assert_eq!(hurricane_bench::main_with_args(&["--bogus".into()]), 2);

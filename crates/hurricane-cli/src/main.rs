@@ -93,6 +93,9 @@ struct BenchArgs {
     /// Small sizes: checks that the experiment runs, not its figures.
     #[arg(long)]
     quick: bool,
+    /// Files to create, for the experiments that take a count (meta-scale).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(10..))]
+    files: Option<u64>,
     /// Where NAME.json and NAME.png go.
     #[arg(long, default_value = "bench/results")]
     out: std::path::PathBuf,
@@ -112,7 +115,7 @@ fn bench(a: &BenchArgs) -> CliResult {
         print!("{}", report(&a.out).map_err(Fail::new)?);
         return Ok(());
     }
-    let s = hurricane_bench::run(&a.name, a.quick, &a.out).map_err(Fail::new)?;
+    let s = hurricane_bench::run_with(&a.name, a.quick, a.files, &a.out).map_err(Fail::new)?;
     println!("{}", s.table);
     println!("wrote {} and {}", s.json.display(), s.png.display());
     println!("{}", s.line);

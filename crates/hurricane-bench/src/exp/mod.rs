@@ -2,6 +2,7 @@
 
 pub mod getattr;
 pub mod layers;
+pub mod meta_scale;
 pub mod parity;
 pub mod speedup;
 pub mod sweep;

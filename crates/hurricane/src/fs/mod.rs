@@ -170,8 +170,12 @@ pub struct MetaCacheStats {
     pub store: crate::namespace::store::StoreStats,
 }
 
-/// Inodes the meta-data cache holds by default.
-pub const DEFAULT_INODE_CACHE: usize = 262_144;
+/// Inodes the meta-data cache holds by default. A cached inode costs about
+/// 2.5 KiB while it waits for a checkpoint (its record, its directory's
+/// change, the store's transaction), so the default bounds the cache near
+/// 160 MiB; 262,144 measured slower (larger checkpoints) and took three
+/// times the memory (BENCHMARKS.md, "Meta-data at scale").
+pub const DEFAULT_INODE_CACHE: usize = 65_536;
 /// Bytes of the meta-data store's page cache by default.
 pub const DEFAULT_META_CACHE_BYTES: usize = 64 << 20;
 
