@@ -6,7 +6,10 @@
 //!   not exist (the directory index searched), unlinks of 10,000 random
 //!   files (made again afterwards, untimed, so the count stays exact);
 //! - resident memory (the process serves the pool itself, natively and
-//!   through the mount) and the bytes written per namespace change so far.
+//!   through the mount);
+//! - bytes written per create (the create phase between two flushes) and
+//!   per random change (the sampled unlinks and the creates that put the
+//!   files back).
 //!
 //! After the last point: the time to close (unmount), to open again after
 //! that clean close, and to open after the process that had it open was
@@ -14,9 +17,13 @@
 //!
 //! Systems, measured in the same run over the same host disk: Hurricane's
 //! native API, Hurricane through its FUSE mount (std::fs calls), and ext4
-//! and XFS on loop devices (std::fs calls). Bytes written: Hurricane's are
-//! the pages its image files dirty (`/proc/self/io` write_bytes); the
-//! peers' are the sectors their loop device wrote, after a sync.
+//! and XFS on loop devices (std::fs calls). Bytes written are what reached
+//! each system's devices between two flushes: Hurricane's own per-device
+//! counters (the native API's, the mount's statistics), the sectors the
+//! peers' loop devices wrote. A flush is a checkpoint natively, `syncfs`
+//! for the peers, and an fsync of the root directory through the mount
+//! (which commits the journal but cannot ask for a checkpoint: the mount's
+//! per-phase bytes leave part of a phase's checkpoint to the next phase).
 
 use super::f0;
 use crate::{plot, table, Outcome};
@@ -59,8 +66,9 @@ trait System {
     /// True if `name` exists.
     fn exists(&mut self, dir: &str, name: &str) -> Result<bool, String>;
     fn unlink(&mut self, dir: &str, name: &str) -> Result<(), String>;
-    /// Bytes written to the system's storage so far, after making what
-    /// was done durable.
+    /// Makes what was done durable and written where it lives.
+    fn flush(&mut self) -> Result<(), String>;
+    /// Bytes written to the system's devices so far.
     fn written(&mut self) -> Result<u64, String>;
     /// Resident memory of the process serving it (None: the kernel's).
     fn rss(&self) -> Option<u64>;
@@ -70,16 +78,6 @@ fn proc_status(key: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let l = s.lines().find(|l| l.starts_with(key))?;
     l.split_whitespace().nth(1)?.parse::<u64>().ok().map(|k| k * 1024)
-}
-
-/// Bytes this process has caused to be written to storage (page cache
-/// pages dirtied), from `/proc/self/io`.
-fn proc_write_bytes() -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/self/io").map_err(|e| format!("/proc/self/io: {e}"))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("write_bytes: "))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| "/proc/self/io has no write_bytes".into())
 }
 
 /// Hurricane's native API: inode numbers of directories kept, so an
@@ -128,9 +126,11 @@ impl System for Native {
         let d = self.dir(dir)?;
         self.fs.unlink(&self.cred, d, name.as_bytes()).map_err(|e| format!("{dir}/{name}: {e}"))
     }
+    fn flush(&mut self) -> Result<(), String> {
+        self.fs.checkpoint().map_err(crate::err)
+    }
     fn written(&mut self) -> Result<u64, String> {
-        self.fs.sync().map_err(crate::err)?;
-        proc_write_bytes()
+        Ok(self.fs.device_stats().iter().map(|(_, s)| s.write_bytes).sum())
     }
     fn rss(&self) -> Option<u64> {
         proc_status("VmRSS:")
@@ -176,18 +176,25 @@ impl System for Posix {
     fn unlink(&mut self, dir: &str, name: &str) -> Result<(), String> {
         std::fs::remove_file(self.path(dir, name)).map_err(|e| format!("unlink {dir}/{name}: {e}"))
     }
-    fn written(&mut self) -> Result<u64, String> {
+    fn flush(&mut self) -> Result<(), String> {
         let f = std::fs::File::open(&self.root).map_err(crate::err)?;
         match &self.loop_dev {
+            // The mount commits its journal on an fsync of a directory.
+            None => f.sync_all().map_err(|e| format!("fsync of the mount's root: {e}")),
+            // SAFETY: syncfs on a descriptor this function owns.
+            Some(_) => match unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } {
+                0 => Ok(()),
+                _ => Err(format!("syncfs: {}", std::io::Error::last_os_error())),
+            },
+        }
+    }
+    fn written(&mut self) -> Result<u64, String> {
+        match &self.loop_dev {
             None => {
-                // The mount commits its journal on an fsync of a directory.
-                f.sync_all().map_err(|e| format!("fsync of the mount's root: {e}"))?;
-                proc_write_bytes()
+                let r = hurricane_fuse::mountinfo::read_stats(&self.root)?;
+                Ok(r.devices.iter().map(|d| d.write_bytes).sum())
             }
             Some(dev) => {
-                // Everything the file system has dirtied, written out.
-                // SAFETY: syncfs on a descriptor this function owns.
-                unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) };
                 let s = std::fs::read_to_string(format!("/sys/block/{dev}/stat")).map_err(crate::err)?;
                 let sectors: u64 = s.split_whitespace().nth(6).and_then(|v| v.parse().ok()).unwrap_or(0);
                 Ok(sectors * 512)
@@ -223,7 +230,8 @@ struct Point {
     lookup: f64,
     unlink: f64,
     rss: Option<u64>,
-    bytes_per_change: f64,
+    bytes_per_create: f64,
+    bytes_per_random_change: f64,
 }
 
 struct Run {
@@ -268,12 +276,12 @@ fn drive(sys: &mut dyn System, shape: Shape, files: u64, sample: u64) -> Result<
         Shape::Spread => "s",
     };
     sys.mkdir(top)?;
-    let w0 = sys.written()?;
-    let mut changes = 0u64;
     let mut made = 0u64;
     let mut rng = Rng(0x4855_5252_4943_414e);
     let mut points = Vec::new();
     for target in checkpoints(files) {
+        sys.flush()?;
+        let w0 = sys.written()?;
         let t = Instant::now();
         for i in made..target {
             if shape == Shape::Spread && i % PER_DIR == 0 {
@@ -283,7 +291,9 @@ fn drive(sys: &mut dyn System, shape: Shape, files: u64, sample: u64) -> Result<
             sys.create(&d, &n)?;
         }
         let create = per_s(target - made, t);
-        changes += target - made;
+        sys.flush()?;
+        let w1 = sys.written()?;
+        let bytes_per_create = w1.saturating_sub(w0) as f64 / (target - made) as f64;
         made = target;
         let k = sample.min(made);
         let picks: Vec<u64> = (0..k).map(|_| rng.below(made)).collect();
@@ -317,17 +327,27 @@ fn drive(sys: &mut dyn System, shape: Shape, files: u64, sample: u64) -> Result<
             let (d, n) = shape.place(i);
             sys.create(&d, &n)?;
         }
-        changes += 2 * gone.len() as u64;
-        let bytes_per_change = sys.written()?.saturating_sub(w0) as f64 / changes.max(1) as f64;
-        let p = Point { files: made, create, stat, lookup, unlink, rss: sys.rss(), bytes_per_change };
+        sys.flush()?;
+        let bytes_per_random_change = sys.written()?.saturating_sub(w1) as f64 / (2 * gone.len()).max(1) as f64;
+        let p = Point {
+            files: made,
+            create,
+            stat,
+            lookup,
+            unlink,
+            rss: sys.rss(),
+            bytes_per_create,
+            bytes_per_random_change,
+        };
         eprintln!(
-            "  {} files: create {}/s, stat {}/s, lookup {}/s, unlink {}/s, {} bytes/change, rss {}",
+            "  {} files: create {}/s, stat {}/s, lookup {}/s, unlink {}/s, {} bytes/create, {} bytes/random change, rss {}",
             p.files,
             f0(p.create),
             f0(p.stat),
             f0(p.lookup),
             f0(p.unlink),
-            f0(p.bytes_per_change),
+            f0(p.bytes_per_create),
+            f0(p.bytes_per_random_change),
             p.rss.map(|r| format!("{} MiB", r >> 20)).unwrap_or_else(|| "-".into())
         );
         points.push(p);
@@ -520,7 +540,8 @@ fn kernel(fstype: &str, shape: Shape, files: u64, sample: u64) -> Result<Run, St
     let img_s = img.to_string_lossy().to_string();
     let mnt_s = mnt.to_string_lossy().to_string();
     match fstype {
-        "ext4" => sh("mkfs.ext4", &["-q", "-F", &img_s])?,
+        // Inodes enough for every file (the default ratio runs out first).
+        "ext4" => sh("mkfs.ext4", &["-q", "-F", "-N", &(files + files / 4 + 100_000).to_string(), &img_s])?,
         _ => sh("mkfs.xfs", &["-q", "-f", &img_s])?,
     };
     let dev = sh("losetup", &["-f", "--show", &img_s])?;
@@ -559,7 +580,8 @@ fn kernel(fstype: &str, shape: Shape, files: u64, sample: u64) -> Result<Run, St
 
 fn point_json(p: &Point) -> Value {
     json!({"files": p.files, "create_per_s": p.create, "stat_per_s": p.stat, "lookup_per_s": p.lookup,
-           "unlink_per_s": p.unlink, "rss_bytes": p.rss, "bytes_written_per_change": p.bytes_per_change})
+           "unlink_per_s": p.unlink, "rss_bytes": p.rss, "bytes_written_per_create": p.bytes_per_create,
+           "bytes_written_per_random_change": p.bytes_per_random_change})
 }
 
 /// `files`: how many to create (None: 10 million, or 20,000 with `quick`).
@@ -617,7 +639,8 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
                 f0(p.stat),
                 f0(p.lookup),
                 f0(p.unlink),
-                f0(p.bytes_per_change),
+                f0(p.bytes_per_create),
+                f0(p.bytes_per_random_change),
                 p.rss.map(|b| (b >> 20).to_string()).unwrap_or_else(|| "-".into()),
             ]);
         }
@@ -637,14 +660,35 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
     let base = find("hurricane-native", Shape::OneDir).ok_or("no native run")?;
     let first = base.points.first().ok_or("no points")?;
     let last = base.points.last().ok_or("no points")?;
-    let ext4_bytes = find("ext4", Shape::OneDir).and_then(|r| r.points.last()).map(|p| p.bytes_per_change);
+    // Bytes per create over the whole run (each phase weighted by its creates).
+    let per_create = |r: &Run| {
+        let (mut b, mut n, mut prev) = (0.0, 0.0, 0u64);
+        for p in &r.points {
+            b += p.bytes_per_create * (p.files - prev) as f64;
+            n += (p.files - prev) as f64;
+            prev = p.files;
+        }
+        b / n.max(1.0)
+    };
+    let ext4_bytes = find("ext4", Shape::OneDir).map(per_create);
     let caches = Options::default().meta_cache_bytes as u64;
     let mut text = format!(
         "meta-scale: {files} empty files, samples of {sample}; {} cores, load average {}\n{}\n{}",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         crate::loadavg(),
         table(
-            &["system", "shape", "files", "create/s", "stat/s", "lookup/s", "unlink/s", "bytes/change", "RSS MiB"],
+            &[
+                "system",
+                "shape",
+                "files",
+                "create/s",
+                "stat/s",
+                "lookup/s",
+                "unlink/s",
+                "B/create",
+                "B/rnd change",
+                "RSS MiB"
+            ],
             &rows
         ),
         table(&["system", "shape", "close s", "open s (clean)", "open s (kill -9)", "peak RSS MiB"], &opens)
@@ -667,7 +711,7 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
         base.open_s_killed.map(|s| format!(" and {s:.2} s after kill -9")).unwrap_or_default(),
         last.rss.unwrap_or(0) >> 20,
         ext4_bytes
-            .map(|e| format!(", {:.0} bytes written per change ({:.2} of ext4's)", last.bytes_per_change, last.bytes_per_change / e))
+            .map(|e| format!(", {:.0} bytes written per create ({:.2} of ext4's)", per_create(base), per_create(base) / e))
             .unwrap_or_default()
     );
     let data = json!({
@@ -678,7 +722,8 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
         "peak_rss_bytes": base.peak_rss,
         "create_per_s_at_100k": first.create,
         "create_per_s_at_end": last.create,
-        "bytes_written_per_change": last.bytes_per_change,
+        "bytes_written_per_create": per_create(base),
+        "ext4_bytes_written_per_create": ext4_bytes,
         "configured_caches": {"inodes": Options::default().inode_cache, "meta_cache_bytes": caches},
         "params": {"sample": sample, "per_dir": PER_DIR, "skipped": skipped},
         "runs": runs.iter().map(|r| json!({

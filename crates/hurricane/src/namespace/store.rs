@@ -549,15 +549,23 @@ impl MetaFile {
         let mut touched = Vec::new();
         // An image opened unchecked has no checksum pages to keep.
         let keep = if self.inner.verify { data.len() } else { 0 };
+        let mut held: Option<(u64, Box<[u32]>)> = None;
         for (i, b) in data[..keep].chunks(BLOCK_SIZE).enumerate() {
             let f = fblk + i as u64;
             let p = f / SUMS_PER_PAGE;
-            let mut page = self.sum_page(&layout, p)?;
-            page[(f % SUMS_PER_PAGE) as usize] = sum_of(b);
-            self.inner.sums.lock().insert(p, page);
-            if touched.last() != Some(&p) {
+            if held.as_ref().is_none_or(|h| h.0 != p) {
+                if let Some((q, page)) = held.take() {
+                    self.inner.sums.lock().insert(q, page);
+                }
+                held = Some((p, self.sum_page(&layout, p)?));
                 touched.push(p);
             }
+            if let Some(h) = held.as_mut() {
+                h.1[(f % SUMS_PER_PAGE) as usize] = sum_of(b);
+            }
+        }
+        if let Some((q, page)) = held {
+            self.inner.sums.lock().insert(q, page);
         }
         if let Some(s) = &self.inner.scratch {
             let mut s = s.lock();
@@ -739,6 +747,13 @@ impl MetaStore {
         let mut b = Database::builder();
         b.set_cache_size(cache_bytes.max(1 << 20));
         b
+    }
+
+    /// The part of a store cache of `cache_bytes` that holds a write
+    /// transaction's changed pages until its commit (redb gives it a
+    /// tenth); pages beyond it are written out early.
+    pub fn write_buffer_bytes(cache_bytes: usize) -> usize {
+        cache_bytes.max(1 << 20) / 10
     }
 
     /// Makes the store of a new pool: empty tables and the `sys` record.
