@@ -16,6 +16,7 @@
 
 mod exp;
 mod mount_report;
+mod mounts;
 mod plot;
 mod pool;
 mod redundancy_report;
@@ -35,6 +36,8 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
     ("hfs-layers", "HFS 5.5, Fig. 16: structure A with 0 and 10 extra layers of regions blocks: cost per block request, throughput lost"),
     ("hfs-parity", "Table 1's patterns A and B on parity(data=6,parity=1) over the 7 simulated disks, healthy and with one disk missing, beside the stripe"),
     ("hfs-getattr", "HFS Fig. 9: getattr from 1..N threads on one file and on different files, native API and mount"),
+    ("tam", "Tam's microbenchmarks (ch. 5, 6): extent and regular read, create, lookup, stat, writes; 1..N threads, per-thread time, cold and warm caches"),
+    ("web-replay", "Tam ch. 7: a web server's log replayed (Zipf popularity, listings, errors), 1..N threads, native, mount and ext4"),
     ("meta-scale", "10 million empty files (--files N) in one directory and 1,000 per directory: create, stat, lookup, unlink rates, memory, bytes written, open times; native, mount, ext4, XFS"),
 ];
 
@@ -99,6 +102,8 @@ pub fn run_with(name: &str, quick: bool, files: Option<u64>, out_dir: &Path) -> 
         "hfs-getattr" => exp::getattr::run(quick)?,
         "hfs-parity" => exp::parity::run(quick)?,
         "meta-scale" => exp::meta_scale::run(quick, files)?,
+        "tam" => exp::tam::run(quick)?,
+        "web-replay" => exp::web_replay::run(quick)?,
         _ => {
             let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.0).collect();
             return Err(format!("unknown experiment {name:?} (known: {})", names.join(", ")));

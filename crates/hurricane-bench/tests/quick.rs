@@ -94,8 +94,39 @@ fn meta_scale() {
 }
 
 #[test]
+fn tam() {
+    let v = check("tam");
+    let rows = v["rows"].as_array().unwrap();
+    // 8 benchmarks, cold and warm, at 1 and 2 threads.
+    assert_eq!(rows.len(), 8 * 2 * 2, "{v}");
+    for r in rows {
+        assert!(r["per_thread_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["cache"] == "cold" || r["cache"] == "warm", "{r}");
+    }
+    // A cold run misses the inode cache; the warm run of the same files
+    // finds them.
+    let get = |bench: &str, cache: &str| {
+        rows.iter().find(|r| r["bench"] == bench && r["cache"] == cache && r["threads"] == 1).unwrap().clone()
+    };
+    assert!(get("stat", "cold")["inode_misses"].as_u64().unwrap() > 0);
+    assert_eq!(get("stat", "warm")["inode_misses"].as_u64().unwrap(), 0);
+    assert!(get("regular-read", "cold")["data_misses"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn web_replay() {
+    let v = check("web-replay");
+    let rows = v["rows"].as_array().unwrap();
+    // The native run: a cold pass and warm passes at 1 and 2 threads.
+    assert_eq!(rows.len(), 3, "{v}");
+    assert!(rows.iter().all(|r| r["system"] == "hurricane-native" && r["requests_per_s"].as_f64().unwrap() > 0.0));
+    assert!(v["params"]["missing"].as_u64().unwrap() > 0);
+    assert!(v["params"]["listings"].as_u64().unwrap() > 0);
+}
+
+#[test]
 fn unknown_names_are_refused() {
-    assert_eq!(EXPERIMENTS.len(), 7);
+    assert_eq!(EXPERIMENTS.len(), 9);
     let out = tempfile::tempdir().unwrap();
     assert!(run("hfs-nope", true, out.path()).unwrap_err().contains("unknown experiment"));
     assert_eq!(hurricane_bench::main_with_args(&["--bogus".into()]), 2);

@@ -16,7 +16,7 @@ use crate::{plot, table, Outcome};
 use hurricane::device::Device;
 use hurricane::{FormatOptions, Fs, Options};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -109,36 +109,7 @@ fn with_mount<R>(max: usize, f: impl FnOnce(&Path) -> Result<R, String>) -> Resu
         fs.close().map_err(crate::err)?;
     }
     let opts = hurricane_fuse::MountOptions { attr_timeout: Duration::ZERO, ..Default::default() };
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (p2, m2) = (pool.clone(), mnt.clone());
-    std::thread::Builder::new()
-        .name("bench-mount".into())
-        .spawn(move || {
-            let _ = tx.send(hurricane_fuse::serve(&p2, &m2, &opts));
-        })
-        .map_err(crate::err)?;
-    let probe: PathBuf = mnt.join("f0");
-    let t0 = Instant::now();
-    while !probe.exists() {
-        if let Ok(r) = rx.try_recv() {
-            return Err(format!("mount failed: {}", r.err().unwrap_or_else(|| "it ended at once".into())));
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            let _ = hurricane_fuse::mountinfo::unmount(&mnt, true);
-            return Err("mount did not come up in 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let r = f(&mnt);
-    if let Err(e) = hurricane_fuse::mountinfo::unmount(&mnt, false) {
-        let _ = hurricane_fuse::mountinfo::unmount(&mnt, true);
-        return Err(format!("unmount: {e}"));
-    }
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(Ok(())) => r,
-        Ok(Err(e)) => Err(format!("mount ended with: {e}")),
-        Err(_) => Err("the mount did not end after unmount".into()),
-    }
+    crate::mounts::serve(&pool, &mnt, opts, || f(&mnt)).map(|(r, _)| r)
 }
 
 fn mounted(threads: &[usize], dur: Duration) -> Result<Series, String> {

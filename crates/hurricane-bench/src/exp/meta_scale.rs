@@ -141,8 +141,9 @@ impl System for Native {
 /// this process) or a kernel file system on a loop device.
 struct Posix {
     root: PathBuf,
-    /// The loop device whose writes count, for a kernel file system.
-    loop_dev: Option<String>,
+    /// The kernel file system's loop device, whose writes count (None:
+    /// Hurricane's mount, whose own counters do).
+    loop_fs: Option<crate::mounts::LoopFs>,
 }
 
 impl Posix {
@@ -178,7 +179,7 @@ impl System for Posix {
     }
     fn flush(&mut self) -> Result<(), String> {
         let f = std::fs::File::open(&self.root).map_err(crate::err)?;
-        match &self.loop_dev {
+        match &self.loop_fs {
             // The mount commits its journal on an fsync of a directory.
             None => f.sync_all().map_err(|e| format!("fsync of the mount's root: {e}")),
             // SAFETY: syncfs on a descriptor this function owns.
@@ -189,20 +190,16 @@ impl System for Posix {
         }
     }
     fn written(&mut self) -> Result<u64, String> {
-        match &self.loop_dev {
+        match &self.loop_fs {
             None => {
                 let r = hurricane_fuse::mountinfo::read_stats(&self.root)?;
                 Ok(r.devices.iter().map(|d| d.write_bytes).sum())
             }
-            Some(dev) => {
-                let s = std::fs::read_to_string(format!("/sys/block/{dev}/stat")).map_err(crate::err)?;
-                let sectors: u64 = s.split_whitespace().nth(6).and_then(|v| v.parse().ok()).unwrap_or(0);
-                Ok(sectors * 512)
-            }
+            Some(l) => l.written(),
         }
     }
     fn rss(&self) -> Option<u64> {
-        self.loop_dev.is_none().then(|| proc_status("VmRSS:")).flatten()
+        self.loop_fs.is_none().then(|| proc_status("VmRSS:")).flatten()
     }
 }
 
@@ -475,44 +472,17 @@ fn mounted(shape: Shape, files: u64, sample: u64) -> Result<Run, String> {
     let mnt = tmp.path().join("mnt");
     std::fs::create_dir_all(&mnt).map_err(crate::err)?;
     Fs::mkfs_dir(&pool, 2, image_size(files), &FormatOptions::default()).map_err(crate::err)?;
-    let opts = hurricane_fuse::MountOptions::default();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (p2, m2) = (pool.clone(), mnt.clone());
-    std::thread::Builder::new()
-        .name("bench-mount".into())
-        .spawn(move || {
-            let _ = tx.send(hurricane_fuse::serve(&p2, &m2, &opts));
-        })
-        .map_err(crate::err)?;
-    let t0 = Instant::now();
-    while hurricane_fuse::mountinfo::fuse_mounts_at(&mnt).is_empty() {
-        if let Ok(r) = rx.try_recv() {
-            return Err(format!("mount failed: {}", r.err().unwrap_or_else(|| "it ended at once".into())));
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            let _ = hurricane_fuse::mountinfo::unmount(&mnt, true);
-            return Err("mount did not come up in 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut sys = Posix { root: mnt.clone(), loop_dev: None };
-    let points = drive(&mut sys, shape, files, sample);
-    let peak_rss = proc_status("VmHWM:");
-    let t = Instant::now();
-    if let Err(e) = hurricane_fuse::mountinfo::unmount(&mnt, false) {
-        let _ = hurricane_fuse::mountinfo::unmount(&mnt, true);
-        return Err(format!("unmount: {e}"));
-    }
-    match rx.recv_timeout(Duration::from_secs(600)) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(format!("mount ended with: {e}")),
-        Err(_) => return Err("the mount did not end after unmount".into()),
-    }
-    let close_s = t.elapsed().as_secs_f64();
+    let mut peak_rss = None;
+    let (points, close_s) = crate::mounts::serve(&pool, &mnt, hurricane_fuse::MountOptions::default(), || {
+        let mut sys = Posix { root: mnt.clone(), loop_fs: None };
+        let p = drive(&mut sys, shape, files, sample);
+        peak_rss = proc_status("VmHWM:");
+        p
+    })?;
     Ok(Run {
         system: "hurricane-mount".into(),
         shape,
-        points: points?,
+        points,
         peak_rss,
         close_s: Some(close_s),
         open_s_clean: None,
@@ -521,55 +491,29 @@ fn mounted(shape: Shape, files: u64, sample: u64) -> Result<Run, String> {
     })
 }
 
-fn sh(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let o = std::process::Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
-    if !o.status.success() {
-        return Err(format!("{cmd} {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()));
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-}
-
 /// A kernel file system (`ext4` or `xfs`) on a loop device over an image
 /// file in the scratch directory.
 fn kernel(fstype: &str, shape: Shape, files: u64, sample: u64) -> Result<Run, String> {
     let tmp = scratch()?;
-    let img = tmp.path().join(format!("{fstype}.img"));
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir_all(&mnt).map_err(crate::err)?;
-    std::fs::File::create(&img).and_then(|f| f.set_len(image_size(files))).map_err(crate::err)?;
-    let img_s = img.to_string_lossy().to_string();
-    let mnt_s = mnt.to_string_lossy().to_string();
-    match fstype {
-        // Inodes enough for every file (the default ratio runs out first).
-        "ext4" => sh("mkfs.ext4", &["-q", "-F", "-N", &(files + files / 4 + 100_000).to_string(), &img_s])?,
-        _ => sh("mkfs.xfs", &["-q", "-f", &img_s])?,
-    };
-    let dev = sh("losetup", &["-f", "--show", &img_s])?;
-    let detach = |dev: &str| {
-        let _ = sh("losetup", &["-d", dev]);
-    };
-    if let Err(e) = sh("mount", &[&dev, &mnt_s]) {
-        detach(&dev);
-        return Err(e);
-    }
-    let name = dev.trim_start_matches("/dev/").to_string();
-    let mut sys = Posix { root: mnt.clone(), loop_dev: Some(name) };
-    let points = drive(&mut sys, shape, files, sample);
-    let t = Instant::now();
-    let um = sh("umount", &[&mnt_s]);
-    let close_s = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let again = um.and_then(|_| sh("mount", &[&dev, &mnt_s]));
-    let open_s_clean = t.elapsed().as_secs_f64();
-    if again.is_ok() {
-        let _ = sh("umount", &[&mnt_s]);
-    }
-    detach(&dev);
-    again?;
+    let inodes = (files + files / 4 + 100_000).to_string();
+    // ext4 gets inodes enough for every file (its default ratio runs out
+    // first); XFS makes them as it goes.
+    let args: &[&str] = if fstype == "ext4" { &["-N", &inodes] } else { &[] };
+    let lfs = crate::mounts::LoopFs::make(
+        fstype,
+        &tmp.path().join(format!("{fstype}.img")),
+        image_size(files),
+        &tmp.path().join("mnt"),
+        args,
+    )?;
+    let mut sys = Posix { root: lfs.mnt.clone(), loop_fs: Some(lfs) };
+    let points = drive(&mut sys, shape, files, sample)?;
+    let mut lfs = sys.loop_fs.take().ok_or("the loop device went away")?;
+    let (close_s, open_s_clean) = lfs.remount()?;
     Ok(Run {
         system: fstype.into(),
         shape,
-        points: points?,
+        points,
         peak_rss: None,
         close_s: Some(close_s),
         open_s_clean: Some(open_s_clean),

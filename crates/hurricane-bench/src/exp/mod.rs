@@ -7,6 +7,8 @@ pub mod parity;
 pub mod speedup;
 pub mod sweep;
 pub mod table1;
+pub mod tam;
+pub mod web_replay;
 
 /// Seven disks, as on Hector.
 pub const DISKS: usize = 7;

@@ -1,0 +1,117 @@
+//! The mounted systems the experiments compare: a Hurricane pool served
+//! through FUSE by a thread of this process, and a kernel file system
+//! (ext4, XFS) on a loop device over an image file.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Serves `pool` at `mnt` while `f` runs, then unmounts and waits for the
+/// server to end. Returns `f`'s result and the seconds the unmount took
+/// (the final checkpoint included).
+pub fn serve<R>(
+    pool: &Path,
+    mnt: &Path,
+    opts: hurricane_fuse::MountOptions,
+    f: impl FnOnce() -> Result<R, String>,
+) -> Result<(R, f64), String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (p2, m2) = (pool.to_path_buf(), mnt.to_path_buf());
+    std::thread::Builder::new()
+        .name("bench-mount".into())
+        .spawn(move || {
+            let _ = tx.send(hurricane_fuse::serve(&p2, &m2, &opts));
+        })
+        .map_err(crate::err)?;
+    let t0 = Instant::now();
+    while hurricane_fuse::mountinfo::fuse_mounts_at(mnt).is_empty() {
+        if let Ok(r) = rx.try_recv() {
+            return Err(format!("mount failed: {}", r.err().unwrap_or_else(|| "it ended at once".into())));
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            let _ = hurricane_fuse::mountinfo::unmount(mnt, true);
+            return Err("mount did not come up in 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = f();
+    let t = Instant::now();
+    if let Err(e) = hurricane_fuse::mountinfo::unmount(mnt, false) {
+        let _ = hurricane_fuse::mountinfo::unmount(mnt, true);
+        return Err(format!("unmount: {e}"));
+    }
+    match rx.recv_timeout(Duration::from_secs(600)) {
+        Ok(Ok(())) => Ok((r?, t.elapsed().as_secs_f64())),
+        Ok(Err(e)) => Err(format!("mount ended with: {e}")),
+        Err(_) => Err("the mount did not end after unmount".into()),
+    }
+}
+
+fn sh(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let o = std::process::Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
+    if !o.status.success() {
+        return Err(format!("{cmd} {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()));
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+/// A kernel file system on a loop device, mounted at `mnt` until dropped.
+pub struct LoopFs {
+    /// `loopN`, for its counters in /sys/block.
+    pub dev: String,
+    pub mnt: PathBuf,
+    mounted: bool,
+}
+
+impl LoopFs {
+    /// Makes `fstype` (`ext4` or `xfs`, with `mkfs_args`) on a sparse image
+    /// of `size` bytes at `img`, and mounts it at `mnt`.
+    pub fn make(fstype: &str, img: &Path, size: u64, mnt: &Path, mkfs_args: &[&str]) -> Result<LoopFs, String> {
+        std::fs::create_dir_all(mnt).map_err(crate::err)?;
+        std::fs::File::create(img).and_then(|f| f.set_len(size)).map_err(|e| format!("{}: {e}", img.display()))?;
+        let img_s = img.to_string_lossy().to_string();
+        let force = if fstype == "xfs" { "-f" } else { "-F" };
+        let mut args = vec!["-q", force];
+        args.extend_from_slice(mkfs_args);
+        args.push(&img_s);
+        sh(&format!("mkfs.{fstype}"), &args)?;
+        let dev = sh("losetup", &["-f", "--show", &img_s])?;
+        let mut fs =
+            LoopFs { dev: dev.trim_start_matches("/dev/").to_string(), mnt: mnt.to_path_buf(), mounted: false };
+        fs.mount()?;
+        Ok(fs)
+    }
+
+    fn mount(&mut self) -> Result<(), String> {
+        sh("mount", &[&format!("/dev/{}", self.dev), &self.mnt.to_string_lossy()])?;
+        self.mounted = true;
+        Ok(())
+    }
+
+    /// Unmounts and mounts again (nothing of it left cached); the seconds
+    /// the unmount and the mount took.
+    pub fn remount(&mut self) -> Result<(f64, f64), String> {
+        let t = Instant::now();
+        sh("umount", &[&self.mnt.to_string_lossy()])?;
+        self.mounted = false;
+        let down = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        self.mount()?;
+        Ok((down, t.elapsed().as_secs_f64()))
+    }
+
+    /// Bytes the loop device has written.
+    pub fn written(&self) -> Result<u64, String> {
+        let s = std::fs::read_to_string(format!("/sys/block/{}/stat", self.dev)).map_err(crate::err)?;
+        let sectors: u64 = s.split_whitespace().nth(6).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Ok(sectors * 512)
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = sh("umount", &[&self.mnt.to_string_lossy()]);
+        }
+        let _ = sh("losetup", &["-d", &format!("/dev/{}", self.dev)]);
+    }
+}
