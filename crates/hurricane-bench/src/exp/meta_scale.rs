@@ -522,6 +522,85 @@ fn kernel(fstype: &str, shape: Shape, files: u64, sample: u64) -> Result<Run, St
     })
 }
 
+/// The environment variable that makes a run of this experiment one
+/// Hurricane run in a process of its own (`SYSTEM:SHAPE:FILES:SAMPLE`), so
+/// the resident memory measured is that run's alone: it prints the run as
+/// one JSON line after [`RUN_MARK`].
+const RUN: &str = "HURRICANE_META_SCALE_RUN";
+const RUN_MARK: &str = "meta-scale-run ";
+
+fn run_json(r: &Run) -> Value {
+    json!({
+        "system": r.system, "shape": r.shape.name(), "close_s": r.close_s, "open_s_clean": r.open_s_clean,
+        "open_s_killed": r.open_s_killed, "peak_rss_bytes": r.peak_rss, "note": r.note,
+        "points": r.points.iter().map(point_json).collect::<Vec<_>>(),
+    })
+}
+
+fn run_from(v: &Value) -> Option<Run> {
+    let f = |p: &Value, k: &str| p[k].as_f64();
+    let points = v["points"]
+        .as_array()?
+        .iter()
+        .map(|p| {
+            Some(Point {
+                files: p["files"].as_u64()?,
+                create: f(p, "create_per_s")?,
+                stat: f(p, "stat_per_s")?,
+                lookup: f(p, "lookup_per_s")?,
+                unlink: f(p, "unlink_per_s")?,
+                rss: p["rss_bytes"].as_u64(),
+                bytes_per_create: f(p, "bytes_written_per_create")?,
+                bytes_per_random_change: f(p, "bytes_written_per_random_change")?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Run {
+        system: v["system"].as_str()?.to_string(),
+        shape: if v["shape"] == "spread" { Shape::Spread } else { Shape::OneDir },
+        points,
+        peak_rss: v["peak_rss_bytes"].as_u64(),
+        close_s: v["close_s"].as_f64(),
+        open_s_clean: v["open_s_clean"].as_f64(),
+        open_s_killed: v["open_s_killed"].as_f64(),
+        note: v["note"].as_str().unwrap_or_default().to_string(),
+    })
+}
+
+/// In the child: the one run `spec` names, printed.
+fn one_run(spec: &str) -> Result<(), String> {
+    let v: Vec<&str> = spec.split(':').collect();
+    let [system, shape, files, sample] = v[..] else {
+        return Err(format!("{RUN}={spec}: not SYSTEM:SHAPE:FILES:SAMPLE"));
+    };
+    let shape = if shape == "spread" { Shape::Spread } else { Shape::OneDir };
+    let files: u64 = files.parse().map_err(|_| format!("{RUN}={spec}: bad FILES"))?;
+    let sample: u64 = sample.parse().map_err(|_| format!("{RUN}={spec}: bad SAMPLE"))?;
+    let r = match system {
+        "native" => native(shape, files, sample, false)?,
+        _ => mounted(shape, files, sample)?,
+    };
+    println!("{RUN_MARK}{}", run_json(&r));
+    Ok(())
+}
+
+/// Runs a Hurricane run (`native` or `mount`) in a process of its own.
+fn isolated(system: &str, shape: Shape, files: u64, sample: u64) -> Result<Run, String> {
+    let exe = std::env::current_exe().map_err(crate::err)?;
+    let out = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(RUN, format!("{system}:{}:{files}:{sample}", shape.name()))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("starting the {system} run: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find_map(|l| l.strip_prefix(RUN_MARK));
+    match line.and_then(|l| serde_json::from_str::<Value>(l).ok()).as_ref().and_then(run_from) {
+        Some(r) => Ok(r),
+        None => Err(format!("the {system} run ended without a result ({})", out.status)),
+    }
+}
+
 fn point_json(p: &Point) -> Value {
     json!({"files": p.files, "create_per_s": p.create, "stat_per_s": p.stat, "lookup_per_s": p.lookup,
            "unlink_per_s": p.unlink, "rss_bytes": p.rss, "bytes_written_per_create": p.bytes_per_create,
@@ -540,6 +619,16 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
         };
         std::process::exit(code);
     }
+    if let Ok(spec) = std::env::var(RUN) {
+        let code = match one_run(&spec) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("meta-scale run: {e}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
     let files = files.unwrap_or(if quick { 20_000 } else { 10_000_000 }).max(10);
     let sample = if quick { 500 } else { 10_000 };
     // META_SCALE_SYSTEMS=native,mount,ext4,xfs and META_SCALE_SHAPES=one-dir,spread
@@ -552,13 +641,17 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
             continue;
         }
         eprintln!("meta-scale: hurricane native, {}, {files} files", shape.name());
-        runs.push(native(shape, files, sample, quick)?);
         if quick {
+            // In this process (a test binary run again would run its tests).
+            runs.push(native(shape, files, sample, quick)?);
             continue;
         }
+        // Each Hurricane run in a process of its own: the memory it reports
+        // is its own, not what earlier runs left with the allocator.
+        runs.push(isolated("native", shape, files, sample)?);
         if pick("META_SCALE_SYSTEMS", "mount") {
             eprintln!("meta-scale: hurricane mount, {}, {files} files", shape.name());
-            match mounted(shape, files, sample) {
+            match isolated("mount", shape, files, sample) {
                 Ok(r) => runs.push(r),
                 Err(e) => skipped.push(format!("hurricane-mount {}: {e}", shape.name())),
             }
@@ -670,11 +763,7 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
         "ext4_bytes_written_per_create": ext4_bytes,
         "configured_caches": {"inodes": Options::default().inode_cache, "meta_cache_bytes": caches},
         "params": {"sample": sample, "per_dir": PER_DIR, "skipped": skipped},
-        "runs": runs.iter().map(|r| json!({
-            "system": r.system, "shape": r.shape.name(), "close_s": r.close_s, "open_s_clean": r.open_s_clean,
-            "open_s_killed": r.open_s_killed, "peak_rss_bytes": r.peak_rss, "note": r.note,
-            "points": r.points.iter().map(point_json).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
+        "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
     });
     let series: Vec<(String, Vec<(f64, f64)>)> = runs
         .iter()

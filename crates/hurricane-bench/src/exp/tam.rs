@@ -256,9 +256,9 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
     let tmp = tempfile::tempdir().map_err(crate::err)?;
     // One device per thread, as in the thesis.
     let devices = top.max(2);
-    // Each thread's extent files (read, and two written) and regular
-    // files (read, and two written), with room to spare.
-    let per_dev = (64u64 << 20).max((EXTENT_BYTES * 3 + REGULAR_READ_BYTES * 3) * 2);
+    // Room for the journal and its mirror, the meta-file's copies and each
+    // thread's files (sparse images: space unused costs nothing).
+    let per_dev = 512u64 << 20;
     let mut rows = Vec::new();
     for &t in &threads {
         // Each thread count gets a pool of its own, so runs share nothing.

@@ -393,6 +393,15 @@ impl MetaFile {
         Ok(self.inner.sums.lock().entry(p).or_insert(page).clone())
     }
 
+    /// Block `f`'s checksum entry (its page read once, then kept).
+    fn sum_entry(&self, layout: &Layout, f: u64) -> Result<u32> {
+        let (p, i) = (f / SUMS_PER_PAGE, (f % SUMS_PER_PAGE) as usize);
+        if let Some(v) = self.inner.sums.lock().get(&p) {
+            return Ok(v[i]);
+        }
+        Ok(self.sum_page(layout, p)?[i])
+    }
+
     /// A fresh checksum page (for blocks the file grows into).
     fn new_sum_page(&self, p: u64) -> Box<[u32]> {
         self.inner.sums.lock().entry(p).or_insert_with(|| vec![0u32; SUMS_PER_PAGE as usize].into()).clone()
@@ -531,8 +540,7 @@ impl MetaFile {
             if !self.inner.verify {
                 continue;
             }
-            let page = self.sum_page(layout, f / SUMS_PER_PAGE)?;
-            if !sum_ok(page[(f % SUMS_PER_PAGE) as usize], b) {
+            if !sum_ok(self.sum_entry(layout, f)?, b) {
                 self.recover(layout, f, b)?;
             }
         }
@@ -740,6 +748,16 @@ pub struct MetaStore {
     inode_reads: AtomicU64,
     name_reads: AtomicU64,
     commits: AtomicU64,
+    /// The last commit's inode and name tables, opened once and shared by
+    /// every lookup until the next commit (a read transaction and two
+    /// table opens per lookup cost more than the lookup).
+    snap: RwLock<Option<Arc<Snapshot>>>,
+}
+
+/// Tables of one committed state, for point reads.
+struct Snapshot {
+    inodes: redb::ReadOnlyTable<u64, &'static [u8]>,
+    names: redb::ReadOnlyTable<(u64, &'static [u8]), (u64, u32, u64)>,
 }
 
 impl MetaStore {
@@ -773,6 +791,7 @@ impl MetaStore {
             inode_reads: AtomicU64::new(0),
             name_reads: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            snap: RwLock::new(None),
         };
         let delta = Delta { inodes: vec![(root.0, Some(root.1))], sys, free: Some(free), ..Default::default() };
         s.commit(&delta)?;
@@ -819,6 +838,7 @@ impl MetaStore {
             inode_reads: AtomicU64::new(0),
             name_reads: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            snap: RwLock::new(None),
         })
     }
 
@@ -846,6 +866,24 @@ impl MetaStore {
         self.db.begin_read().map_err(store_err)
     }
 
+    /// The tables of the last commit, opened on first use after it.
+    fn snapshot(&self) -> Result<Arc<Snapshot>> {
+        if let Some(s) = self.snap.read().as_ref() {
+            return Ok(s.clone());
+        }
+        let mut w = self.snap.write();
+        if let Some(s) = w.as_ref() {
+            return Ok(s.clone());
+        }
+        let t = self.read_txn()?;
+        let s = Arc::new(Snapshot {
+            inodes: t.open_table(INODES).map_err(store_err)?,
+            names: t.open_table(NAMES).map_err(store_err)?,
+        });
+        *w = Some(s.clone());
+        Ok(s)
+    }
+
     pub fn sys(&self) -> Result<Sys> {
         guarded("reading the sys record", || {
             let t = self.read_txn()?;
@@ -859,9 +897,8 @@ impl MetaStore {
     pub fn inode(&self, ino: Ino) -> Result<Option<Vec<u8>>> {
         guarded("reading an inode", || {
             self.inode_reads.fetch_add(1, Ordering::Relaxed);
-            let t = self.read_txn()?;
-            let tab = t.open_table(INODES).map_err(store_err)?;
-            Ok(tab.get(ino).map_err(store_err)?.map(|v| v.value().to_vec()))
+            let s = self.snapshot()?;
+            Ok(s.inodes.get(ino).map_err(store_err)?.map(|v| v.value().to_vec()))
         })
     }
 
@@ -869,9 +906,8 @@ impl MetaStore {
     pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<StoredEntry>> {
         guarded("looking up an entry", || {
             self.name_reads.fetch_add(1, Ordering::Relaxed);
-            let t = self.read_txn()?;
-            let tab = t.open_table(NAMES).map_err(store_err)?;
-            Ok(tab.get((dir, name)).map_err(store_err)?.map(|v| {
+            let s = self.snapshot()?;
+            Ok(s.names.get((dir, name)).map_err(store_err)?.map(|v| {
                 let (ino, kind, cookie) = v.value();
                 StoredEntry { ino, kind, cookie }
             }))
@@ -984,7 +1020,14 @@ impl MetaStore {
                 let mut tab = t.open_table(SYS).map_err(store_err)?;
                 tab.insert("sys", delta.sys.encode().as_slice()).map_err(store_err)?;
             }
-            t.commit().map_err(store_err)?;
+            // The tables of the state this commit replaces go first: the
+            // changes it carries leave memory once it returns, and a lookup
+            // then must see them here.
+            let old = self.snap.write().take();
+            let r = t.commit().map_err(store_err);
+            drop(old);
+            r?;
+            *self.snap.write() = None;
             self.commits.fetch_add(1, Ordering::Relaxed);
             Ok(())
         })
