@@ -247,10 +247,13 @@ impl Fs {
         };
         let info = pool_info(&storage);
         layout::resolve(&layout::parse(&default_layout)?, &info)?;
+        // The meta-file's extents may be as long as extents go: its tree is
+        // kept in the superblock, and with 128 MiB runs (the extent default)
+        // a meta-file of about 7 GB (7 million files) no longer fits there.
         let meta_spec = match &opts.meta_layout {
             Some(s) => s.clone(),
-            None if n >= 2 => "replicate(copies=2)[extent@0,extent@1]".into(),
-            None => "extent@0".into(),
+            None if n >= 2 => "replicate(copies=2)[extent(max=1T)@0,extent(max=1T)@1]".into(),
+            None => "extent(max=1T)@0".into(),
         };
         let meta = Layout::build(&layout::resolve(&layout::parse(&meta_spec)?, &info)?)?;
 
