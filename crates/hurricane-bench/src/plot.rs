@@ -50,6 +50,18 @@ fn e<E: std::fmt::Debug>(x: E) -> String {
 /// Where a line chart puts its legend.
 pub use plotters::chart::SeriesLabelPosition as Legend;
 
+/// An experiment's line chart of `series`, drawn at the path its files
+/// get (see [`lines`]).
+pub(crate) fn lines_later(
+    title: &'static str,
+    xdesc: &'static str,
+    ydesc: &'static str,
+    legend: Legend,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+) -> crate::Plot {
+    Box::new(move |p| lines(p, title, xdesc, ydesc, legend, &series))
+}
+
 /// A line chart of named series of (x, y) points.
 pub fn lines(
     path: &Path,

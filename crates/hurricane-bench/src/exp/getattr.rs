@@ -193,15 +193,12 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         table: text,
         line,
         data,
-        plot: Box::new(move |p| {
-            plot::lines(
-                p,
-                "HFS Fig. 9: getattr throughput speedup",
-                "threads",
-                "speedup over 1 thread",
-                plot::Legend::UpperLeft,
-                &series,
-            )
-        }),
+        plot: plot::lines_later(
+            "HFS Fig. 9: getattr throughput speedup",
+            "threads",
+            "speedup over 1 thread",
+            plot::Legend::UpperLeft,
+            series,
+        ),
     })
 }

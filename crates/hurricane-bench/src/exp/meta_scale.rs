@@ -25,7 +25,7 @@
 //! (which commits the journal but cannot ask for a checkpoint: the mount's
 //! per-phase bytes leave part of a phase's checkpoint to the next phase).
 
-use super::f0;
+use super::{f0, Rng};
 use crate::{plot, table, Outcome};
 use hurricane::{Creds, FormatOptions, Fs, Options};
 use serde_json::{json, Value};
@@ -203,22 +203,6 @@ impl System for Posix {
     }
 }
 
-/// A deterministic generator (splitmix64), so every system gets the same samples.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 #[derive(Clone, Debug)]
 struct Point {
     files: u64,
@@ -229,6 +213,25 @@ struct Point {
     rss: Option<u64>,
     bytes_per_create: f64,
     bytes_per_random_change: f64,
+}
+
+/// What a point's table cells are.
+const POINT_HEAD: [&str; 8] =
+    ["files", "create/s", "stat/s", "lookup/s", "unlink/s", "B/create", "B/rnd change", "RSS MiB"];
+
+impl Point {
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.files.to_string(),
+            f0(self.create),
+            f0(self.stat),
+            f0(self.lookup),
+            f0(self.unlink),
+            f0(self.bytes_per_create),
+            f0(self.bytes_per_random_change),
+            self.rss.map(|b| (b >> 20).to_string()).unwrap_or_else(|| "-".into()),
+        ]
+    }
 }
 
 struct Run {
@@ -336,17 +339,8 @@ fn drive(sys: &mut dyn System, shape: Shape, files: u64, sample: u64) -> Result<
             bytes_per_create,
             bytes_per_random_change,
         };
-        eprintln!(
-            "  {} files: create {}/s, stat {}/s, lookup {}/s, unlink {}/s, {} bytes/create, {} bytes/random change, rss {}",
-            p.files,
-            f0(p.create),
-            f0(p.stat),
-            f0(p.lookup),
-            f0(p.unlink),
-            f0(p.bytes_per_create),
-            f0(p.bytes_per_random_change),
-            p.rss.map(|r| format!("{} MiB", r >> 20)).unwrap_or_else(|| "-".into())
-        );
+        let line: Vec<String> = POINT_HEAD.iter().zip(p.cells()).map(|(h, c)| format!("{h} {c}")).collect();
+        eprintln!("  {}", line.join(", "));
         points.push(p);
     }
     Ok(points)
@@ -609,25 +603,16 @@ fn point_json(p: &Point) -> Value {
 
 /// `files`: how many to create (None: 10 million, or 20,000 with `quick`).
 pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
-    if let Ok(spec) = std::env::var(CHILD) {
-        let code = match child(&spec) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("meta-scale child: {e}");
-                1
+    // This command run again as a child of its own: the child's work, then exit.
+    type Work = fn(&str) -> Result<(), String>;
+    for (var, work) in [(CHILD, child as Work), (RUN, one_run as Work)] {
+        if let Ok(spec) = std::env::var(var) {
+            if let Err(e) = work(&spec) {
+                eprintln!("meta-scale ({var}): {e}");
+                std::process::exit(1);
             }
-        };
-        std::process::exit(code);
-    }
-    if let Ok(spec) = std::env::var(RUN) {
-        let code = match one_run(&spec) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("meta-scale run: {e}");
-                1
-            }
-        };
-        std::process::exit(code);
+            std::process::exit(0);
+        }
     }
     let files = files.unwrap_or(if quick { 20_000 } else { 10_000_000 }).max(10);
     let sample = if quick { 500 } else { 10_000 };
@@ -668,18 +653,9 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
     let mut rows = Vec::new();
     for r in &runs {
         for p in &r.points {
-            rows.push(vec![
-                r.system.clone(),
-                r.shape.name().into(),
-                p.files.to_string(),
-                f0(p.create),
-                f0(p.stat),
-                f0(p.lookup),
-                f0(p.unlink),
-                f0(p.bytes_per_create),
-                f0(p.bytes_per_random_change),
-                p.rss.map(|b| (b >> 20).to_string()).unwrap_or_else(|| "-".into()),
-            ]);
+            let mut row = vec![r.system.clone(), r.shape.name().into()];
+            row.extend(p.cells());
+            rows.push(row);
         }
     }
     let mut opens = Vec::new();
@@ -713,21 +689,7 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
         "meta-scale: {files} empty files, samples of {sample}; {} cores, load average {}\n{}\n{}",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         crate::loadavg(),
-        table(
-            &[
-                "system",
-                "shape",
-                "files",
-                "create/s",
-                "stat/s",
-                "lookup/s",
-                "unlink/s",
-                "B/create",
-                "B/rnd change",
-                "RSS MiB"
-            ],
-            &rows
-        ),
+        table(&[&["system", "shape"][..], &POINT_HEAD[..]].concat(), &rows),
         table(&["system", "shape", "close s", "open s (clean)", "open s (kill -9)", "peak RSS MiB"], &opens)
     );
     for s in &skipped {
@@ -778,16 +740,13 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
         table: text,
         line,
         data,
-        plot: Box::new(move |p| {
-            plot::lines(
-                p,
-                "Creates per second as the file count grows",
-                "million files",
-                "creates per second",
-                plot::Legend::UpperRight,
-                &series,
-            )
-        }),
+        plot: plot::lines_later(
+            "Creates per second as the file count grows",
+            "million files",
+            "creates per second",
+            plot::Legend::UpperRight,
+            series,
+        ),
     })
 }
 

@@ -61,15 +61,12 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         table: text,
         line,
         data,
-        plot: Box::new(move |p| {
-            plot::lines(
-                p,
-                "HFS Fig. 12: pattern A on structure A",
-                "threads",
-                "speedup",
-                plot::Legend::LowerRight,
-                &series,
-            )
-        }),
+        plot: plot::lines_later(
+            "HFS Fig. 12: pattern A on structure A",
+            "threads",
+            "speedup",
+            plot::Legend::LowerRight,
+            series,
+        ),
     })
 }

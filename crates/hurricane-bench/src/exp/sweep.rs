@@ -72,15 +72,12 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         table: text,
         line,
         data,
-        plot: Box::new(move |p| {
-            plot::lines(
-                p,
-                "HFS Fig. 13: pattern B on the stripe",
-                "prefetch distance (blocks)",
-                "KB/s",
-                plot::Legend::LowerRight,
-                &series,
-            )
-        }),
+        plot: plot::lines_later(
+            "HFS Fig. 13: pattern B on the stripe",
+            "prefetch distance (blocks)",
+            "KB/s",
+            plot::Legend::LowerRight,
+            series,
+        ),
     })
 }

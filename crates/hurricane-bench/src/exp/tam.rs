@@ -340,7 +340,7 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
     );
     let data = json!({
         "params": {"threads": threads, "cores": cores, "devices": devices, "size_divisor": size.div,
-                   "extent_bytes": size.n(EXTENT_BYTES) * BLOCK as u64 / BLOCK as u64 * BLOCK as u64,
+                   "extent_bytes": size.n(EXTENT_BLOCKS) * BLOCK as u64,
                    "regular_read_bytes": size.n(REGULAR_READ_BYTES), "regular_write_bytes": size.n(REGULAR_WRITE_BYTES),
                    "creates": size.n(CREATES), "lookups": size.n(LOOKUPS)},
         "rows": out,
@@ -349,15 +349,12 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         table: text,
         line,
         data,
-        plot: Box::new(move |p| {
-            plot::lines(
-                p,
-                "Tam's microbenchmarks: per-thread time (warm), relative to one thread",
-                "threads",
-                "per-thread time / one thread's",
-                plot::Legend::UpperLeft,
-                &series,
-            )
-        }),
+        plot: plot::lines_later(
+            "Tam's microbenchmarks: per-thread time (warm), relative to one thread",
+            "threads",
+            "per-thread time / one thread's",
+            plot::Legend::UpperLeft,
+            series,
+        ),
     })
 }

@@ -13,29 +13,13 @@
 //! disk: the first pass after a fresh open or mount (cold), then 1 to N
 //! threads (warm).
 
-use super::f0;
+use super::{f0, Rng};
 use crate::{plot, table, Outcome};
 use hurricane::{FormatOptions, Fs, Options};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
-
-/// splitmix64: the same site and log on every system and every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 struct Site {
     dirs: Vec<String>,
@@ -391,16 +375,13 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         table: text,
         line,
         data,
-        plot: Box::new(move |p| {
-            plot::lines(
-                p,
-                "Web-server replay: requests per second",
-                "threads",
-                "requests per second",
-                plot::Legend::UpperLeft,
-                &series,
-            )
-        }),
+        plot: plot::lines_later(
+            "Web-server replay: requests per second",
+            "threads",
+            "requests per second",
+            plot::Legend::UpperLeft,
+            series,
+        ),
     })
 }
 
