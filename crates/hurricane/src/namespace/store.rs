@@ -1020,14 +1020,11 @@ impl MetaStore {
                 let mut tab = t.open_table(SYS).map_err(store_err)?;
                 tab.insert("sys", delta.sys.encode().as_slice()).map_err(store_err)?;
             }
-            // The tables of the state this commit replaces go first: the
-            // changes it carries leave memory once it returns, and a lookup
-            // then must see them here.
-            let old = self.snap.write().take();
             let r = t.commit().map_err(store_err);
-            drop(old);
-            r?;
+            // Lookups see this commit from here on: the changes it carries
+            // leave memory once it returns.
             *self.snap.write() = None;
+            r?;
             self.commits.fetch_add(1, Ordering::Relaxed);
             Ok(())
         })
