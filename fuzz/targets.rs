@@ -219,6 +219,7 @@ pub fn store(data: &[u8]) {
         let Ok(Some(rec)) = store.inode(ino) else { continue };
         let mut d = Decoder::new(&rec, "fuzz");
         let Ok(n) = InodeData::decode(&mut d) else { continue };
+        let _ = n.layout();
         if n.is_dir() {
             let mut seen = 0;
             let _ = store.entries_from(ino, 0, &mut |_, name, _, _| {
@@ -268,6 +269,9 @@ pub fn open_image(image: &[u8]) -> hurricane::Result<MetaStore> {
 pub fn inode(data: &[u8]) {
     let mut d = Decoder::new(data, "fuzz");
     let Ok(n) = InodeData::decode(&mut d) else { return };
+    // A file's tree is built on first use: build it, so its decoder runs too.
+    let _ = n.layout();
+    let _ = attr_blocks(&n);
     let mut e = Encoder::new();
     n.encode(&mut e);
     let mut d2 = Decoder::new(&e.buf, "fuzz");
@@ -402,5 +406,13 @@ fn edit(sb: &mut Superblock, field: u8, add: bool, v: u64) {
                 .to_string()
         }
         _ => {}
+    }
+}
+
+/// `st_blocks` of a file inode, from its record or its tree.
+fn attr_blocks(n: &InodeData) -> Option<u64> {
+    match &n.body {
+        hurricane::namespace::Body::File(l) => l.sectors(n.size).ok(),
+        _ => None,
     }
 }

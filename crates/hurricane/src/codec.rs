@@ -50,6 +50,24 @@ impl Encoder {
     pub fn str(&mut self, v: &str) -> &mut Self {
         self.bytes(v.as_bytes())
     }
+    /// An unsigned LEB128 number: 7 bits a byte, low bits first, the high
+    /// bit set on every byte but the last (1 byte up to 127, 10 at most).
+    pub fn var(&mut self, mut v: u64) -> &mut Self {
+        while v >= 0x80 {
+            self.buf.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+        self
+    }
+    /// Bytes behind a [`Encoder::var`] length.
+    pub fn var_bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.var(v.len() as u64);
+        self.raw(v)
+    }
+    pub fn var_str(&mut self, v: &str) -> &mut Self {
+        self.var_bytes(v.as_bytes())
+    }
     pub fn len(&self) -> usize {
         self.buf.len()
     }
@@ -131,6 +149,52 @@ impl<'a> Decoder<'a> {
         }
         Ok(n)
     }
+    /// Whether the input at the current position starts with `prefix`.
+    pub fn starts_with(&self, prefix: &[u8]) -> bool {
+        self.buf[self.pos..].starts_with(prefix)
+    }
+    /// A number written by [`Encoder::var`]. Strict: a longer encoding than
+    /// the number needs (a last byte of 0 after the first) and bits past 64
+    /// are corrupt, so every number has exactly one encoding.
+    pub fn var(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            let bits = u64::from(b & 0x7f);
+            if i == 9 && b > 1 {
+                return Err(self.err("number past 64 bits"));
+            }
+            v |= bits << (7 * i);
+            if b & 0x80 == 0 {
+                if i > 0 && b == 0 {
+                    return Err(self.err("number encoded longer than it needs"));
+                }
+                return Ok(v);
+            }
+        }
+        Err(self.err("number past 64 bits"))
+    }
+    /// A [`Decoder::var`] that must fit in a u32.
+    pub fn var32(&mut self) -> Result<u32> {
+        let v = self.var()?;
+        u32::try_from(v).map_err(|_| self.err(format!("{v} does not fit in 32 bits")))
+    }
+    /// [`Decoder::count`] for a [`Encoder::var`] count.
+    pub fn var_count(&mut self, min_item: usize) -> Result<usize> {
+        let n = usize::try_from(self.var()?).unwrap_or(usize::MAX);
+        if n.saturating_mul(min_item.max(1)) > self.remaining() {
+            return Err(self.err(format!("count {n} exceeds remaining input")));
+        }
+        Ok(n)
+    }
+    pub fn var_bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.var_count(1)?;
+        self.take(n)
+    }
+    pub fn var_str(&mut self) -> Result<&'a str> {
+        let b = self.var_bytes()?;
+        std::str::from_utf8(b).map_err(|_| self.err("string is not UTF-8"))
+    }
     pub fn expect_end(&self) -> Result<()> {
         if self.remaining() != 0 {
             return Err(self.err(format!("{} trailing bytes", self.remaining())));
@@ -168,5 +232,36 @@ mod tests {
         // A huge count is refused.
         let huge = u32::MAX.to_le_bytes();
         assert!(Decoder::new(&huge, "test").count(1).is_err());
+    }
+
+    #[test]
+    fn numbers_have_one_encoding_and_round_trip() {
+        for v in [0, 1, 127, 128, 300, 1 << 20, u64::from(u32::MAX), u64::MAX - 1, u64::MAX] {
+            let mut e = Encoder::new();
+            e.var(v);
+            let b = e.into_inner();
+            assert_eq!(b.len(), (64 - v.leading_zeros() as usize).div_ceil(7).max(1), "{v}");
+            let mut d = Decoder::new(&b, "test");
+            assert_eq!(d.var().unwrap(), v);
+            d.expect_end().unwrap();
+            // Every shorter prefix is truncated input.
+            for k in 0..b.len() {
+                assert!(Decoder::new(&b[..k], "test").var().is_err());
+            }
+        }
+        // Longer than needed, and past 64 bits: corrupt.
+        assert!(Decoder::new(&[0x80, 0x00], "test").var().is_err());
+        assert!(Decoder::new(&[0xff; 9].iter().copied().chain([0x02]).collect::<Vec<_>>(), "test").var().is_err());
+        assert!(Decoder::new(&[0x80; 11], "test").var().is_err());
+        assert!(Decoder::new(&[0x80, 0x80, 0x80, 0x80, 0x10], "test").var32().is_err());
+        // A count the input cannot hold is refused before any allocation.
+        assert!(Decoder::new(&[0xff, 0xff, 0xff, 0xff, 0x0f], "test").var_count(1).is_err());
+        let mut e = Encoder::new();
+        e.var_str("héllo").var_bytes(&[9; 200]);
+        let b = e.into_inner();
+        let mut d = Decoder::new(&b, "test");
+        assert_eq!(d.var_str().unwrap(), "héllo");
+        assert_eq!(d.var_bytes().unwrap(), &[9; 200][..]);
+        d.expect_end().unwrap();
     }
 }

@@ -415,7 +415,7 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
         let _io = node.io.read();
         let (lay, size) = {
             let d = node.data.read();
-            match d.layout() {
+            match d.layout()? {
                 Some(l) => (l.clone(), d.size),
                 None => continue,
             }
@@ -509,6 +509,7 @@ fn scan(fs: &Fs, progress: Progress) -> Result<Scan> {
         };
         match &d.body {
             Body::File(l) => {
+                let l = l.get().map_err(|e| Error::corrupt("inode", format!("inode {}: {e}", n.ino)))?;
                 l.extents(&mut |dev, s, len| node.extents.push((dev, s, len)));
                 node.capacity = l.root().capacity();
             }
@@ -1108,7 +1109,7 @@ mod tests {
         // Damage file block 1 of /a/b/c/f3 (all 3s, on device 1) on the medium.
         let ino = fs.resolve("/a/b/c/f3").unwrap();
         let n = fs.state().inode(ino).unwrap();
-        let lay = n.data.read().layout().cloned().unwrap();
+        let lay = n.data.read().layout().unwrap().cloned().unwrap();
         let mut first = None;
         lay.extents(&mut |d, p, _| first = first.or(Some((d, p))));
         let (dev, p) = first.unwrap();

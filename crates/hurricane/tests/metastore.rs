@@ -307,3 +307,31 @@ fn concurrent_work_and_background_checkpoints_finish() {
     assert_eq!(list(&fs, "/d").len(), 2 + 4 * 400);
     fs.close().unwrap();
 }
+
+/// Removing files counts toward the next checkpoint as changing them does:
+/// a long run of deletes is checkpointed along the way (the committer is
+/// woken, or the deleting thread waits for it) instead of holding every
+/// freed inode in memory until the end.
+#[test]
+fn deleting_many_files_checkpoints_along_the_way() {
+    use std::time::Duration;
+    let p = MemPool::new(2, 64 * MB);
+    // A committer that would not wake on its own during the test.
+    let opts =
+        Options { inode_cache: 64, background_commit: true, commit_interval: Duration::from_secs(3600), ..quiet() };
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), opts).unwrap();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    for i in 0..600 {
+        fs.write_file(&format!("/d/f{i}"), b"", None).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let before = fs.commit_counts().1;
+    for i in 0..600 {
+        fs.remove(&format!("/d/f{i}")).unwrap();
+        // Never more than twice the trigger (32 inodes) outstanding.
+        assert!(fs.meta_cache_stats().inodes.dirty <= 200, "{:?}", fs.meta_cache_stats().inodes.dirty);
+    }
+    assert!(fs.commit_counts().1 >= before + 5, "{} checkpoints during 600 removals", fs.commit_counts().1 - before);
+    assert_eq!(list(&fs, "/d").len(), 2);
+    fs.close().unwrap();
+}

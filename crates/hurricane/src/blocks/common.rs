@@ -291,3 +291,22 @@ pub(super) fn run_steps<T: Sync>(steps: &[T], workers: usize, f: &(dyn Fn(&T) ->
     });
     first_err.into_inner().map_or(Ok(()), Err)
 }
+
+/// [`super::Block::write_zeroes`] for types with nothing better: zeros
+/// written through the type's own `write`, a bounded buffer at a time.
+pub(super) fn write_zeroes_by_write<B: super::Block + ?Sized>(
+    b: &B,
+    io: &super::IoCtx,
+    fblk: u64,
+    n: u64,
+) -> Result<()> {
+    const CHUNK: u64 = 256;
+    let zeros = vec![0u8; CHUNK.min(n) as usize * super::BLOCK_SIZE];
+    let mut f = fblk;
+    while f < fblk + n {
+        let k = CHUNK.min(fblk + n - f);
+        b.write(io, f, &zeros[..k as usize * super::BLOCK_SIZE])?;
+        f += k;
+    }
+    Ok(())
+}

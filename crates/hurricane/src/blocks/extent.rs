@@ -378,6 +378,57 @@ impl Extent {
         }
         Ok(fresh)
     }
+
+    /// A write of `buf`, or of zeros with `None` (the device zeroes the
+    /// space where it can): maps, writes unlocked, then publishes.
+    fn put(&self, io: &IoCtx, fblk: u64, n: u64, buf: Option<&[u8]>) -> Result<()> {
+        let dev = self.handle(io)?;
+        let end = fblk + n;
+        let (segs, fresh) = {
+            let mut m = self.map.write();
+            let fresh = self.allocate(&mut m, io, fblk, end)?;
+            (m.segments(fblk, end), fresh)
+        };
+        let mut res = Ok(());
+        for &(f, p, l) in &segs {
+            let start = (f - fblk) as usize * BLOCK_SIZE;
+            res = match buf {
+                Some(buf) => dev.write_blocks(p, &buf[start..start + l as usize * BLOCK_SIZE]),
+                None => dev.zero_blocks(p, l),
+            };
+            if res.is_err() {
+                break;
+            }
+        }
+        if fresh.is_empty() {
+            return res;
+        }
+        // Publish the new runs, or on failure give back their space (nothing
+        // was recorded, so it can be reused at once).
+        let alloc = &io.storage.allocs[self.dev as usize];
+        let mut m = self.map.write();
+        for &(f, p, l) in &fresh {
+            m.pending.remove(&p);
+            let live = m.still_mapped(f, p, l);
+            let mut pos = p;
+            for &(sf, sp, sl) in &live {
+                // Pieces a truncate dropped meanwhile are ours to free.
+                alloc.free_now(pos, sp - pos);
+                pos = sp + sl;
+                if res.is_ok() {
+                    // Publishing goes through the same apply as replay.
+                    let c = Change::Map { fblk: sf, pblk: sp, len: sl };
+                    m.apply(c, self.max);
+                    io.record(&TYPE, self.id, &c.encode());
+                } else {
+                    m.remove(sf, sf + sl);
+                    alloc.free_now(sp, sl);
+                }
+            }
+            alloc.free_now(pos, p + l - pos);
+        }
+        res
+    }
 }
 
 impl Block for Extent {
@@ -413,50 +464,12 @@ impl Block for Extent {
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
-        let n = span(fblk, buf.len())?;
-        let dev = self.handle(io)?;
-        let end = fblk + n;
-        let (segs, fresh) = {
-            let mut m = self.map.write();
-            let fresh = self.allocate(&mut m, io, fblk, end)?;
-            (m.segments(fblk, end), fresh)
-        };
-        let mut res = Ok(());
-        for &(f, p, l) in &segs {
-            let start = (f - fblk) as usize * BLOCK_SIZE;
-            res = dev.write_blocks(p, &buf[start..start + l as usize * BLOCK_SIZE]);
-            if res.is_err() {
-                break;
-            }
-        }
-        if fresh.is_empty() {
-            return res;
-        }
-        // Publish the new runs, or on failure give back their space (nothing
-        // was recorded, so it can be reused at once).
-        let alloc = &io.storage.allocs[self.dev as usize];
-        let mut m = self.map.write();
-        for &(f, p, l) in &fresh {
-            m.pending.remove(&p);
-            let live = m.still_mapped(f, p, l);
-            let mut pos = p;
-            for &(sf, sp, sl) in &live {
-                // Pieces a truncate dropped meanwhile are ours to free.
-                alloc.free_now(pos, sp - pos);
-                pos = sp + sl;
-                if res.is_ok() {
-                    // Publishing goes through the same apply as replay.
-                    let c = Change::Map { fblk: sf, pblk: sp, len: sl };
-                    m.apply(c, self.max);
-                    io.record(&TYPE, self.id, &c.encode());
-                } else {
-                    m.remove(sf, sf + sl);
-                    alloc.free_now(sp, sl);
-                }
-            }
-            alloc.free_now(pos, p + l - pos);
-        }
-        res
+        self.put(io, fblk, span(fblk, buf.len())?, Some(buf))
+    }
+
+    fn write_zeroes(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
+        self.put(io, fblk, n, None)
     }
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {

@@ -198,6 +198,23 @@ pub trait Block: Send + Sync {
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()>;
     /// Drops every file block at or past `nblocks`.
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()>;
+    /// Writes `n` blocks of zeros from `fblk`, allocating device space as
+    /// `write` would. Leaves that can have their device zero the space
+    /// without sending the bytes override it, and composites that copy a
+    /// write to several children pass it on; the default goes down through
+    /// [`Block::map_range`] where the type offers it, and otherwise writes
+    /// zeros through [`Block::write`].
+    fn write_zeroes(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        let mut pieces = Vec::new();
+        if self.map_range(fblk, n, &mut |_, c, cf, k| pieces.push((c, cf, k))) {
+            return pieces.into_iter().try_for_each(|(c, cf, k)| {
+                let child =
+                    self.children().get(c).ok_or_else(|| Error::Layout(format!("map_range named child {c}")))?;
+                child.write_zeroes(io, cf, k)
+            });
+        }
+        common::write_zeroes_by_write(self, io, fblk, n)
+    }
     /// This node's own persistent state (children encode theirs), without
     /// the version byte the framework adds. Only called for types with a
     /// `state_version`.
@@ -269,6 +286,58 @@ pub struct Layout {
 /// untrusted, so they are validated before use).
 pub const MAX_DEPTH: usize = 16;
 pub const MAX_NODES: usize = 1024;
+
+/// First bytes of an encoded layout tree in the varint encoding. Read as the
+/// fixed-width encoding's u32 node count they would be at least 0xC100, far
+/// past [`MAX_NODES`], so the two encodings cannot be mistaken.
+const COMPACT_MARK: [u8; 2] = [0x00, 0xC1];
+
+/// How an encoded tree's numbers, counts and strings are read: the varint
+/// encoding this build writes, or the fixed-width one of format 4.
+#[derive(Clone, Copy)]
+struct Wire {
+    compact: bool,
+}
+
+impl Wire {
+    /// Smallest encoded node and parameter, (varint, fixed-width): a count
+    /// the rest of the input could not hold is refused before allocating.
+    const NODE: (usize, usize) = (5, 16);
+    const PARAM: (usize, usize) = (3, 6);
+
+    fn count(self, d: &mut Decoder, min: (usize, usize)) -> Result<usize> {
+        if self.compact {
+            d.var_count(min.0)
+        } else {
+            d.count(min.1)
+        }
+    }
+    fn num(self, d: &mut Decoder) -> Result<u64> {
+        if self.compact {
+            d.var()
+        } else {
+            d.u64()
+        }
+    }
+    fn bytes<'a>(self, d: &mut Decoder<'a>) -> Result<&'a [u8]> {
+        if self.compact {
+            d.var_bytes()
+        } else {
+            d.bytes()
+        }
+    }
+    fn str<'a>(self, d: &mut Decoder<'a>) -> Result<&'a str> {
+        if self.compact {
+            d.var_str()
+        } else {
+            d.str()
+        }
+    }
+    /// Varint: device + 1, 0 for none; fixed-width: u32, `u32::MAX` for none.
+    fn device(self, d: &mut Decoder) -> Result<Option<u32>> {
+        Ok(if self.compact { d.var32()?.checked_sub(1) } else { Some(d.u32()?).filter(|&v| v != u32::MAX) })
+    }
+}
 pub const MAX_FANOUT: usize = 256;
 
 impl Layout {
@@ -346,28 +415,32 @@ impl Layout {
         }
     }
 
-    /// Preorder: kind, params, device, child count, state.
+    /// Preorder: kind, params, device, child count, state; every number
+    /// and length a LEB128 varint, after the two-byte mark that tells this
+    /// encoding from the fixed-width one of earlier builds (docs/FORMAT.md,
+    /// "Layout trees").
     pub fn encode(&self, e: &mut Encoder) {
-        e.u32(self.nodes.len() as u32);
+        e.raw(&COMPACT_MARK);
+        e.var(self.nodes.len() as u64);
         for n in &self.nodes {
-            e.str(n.kind().name);
+            e.var_str(n.kind().name);
             let p = n.params();
-            e.u32(p.0.len() as u32);
+            e.var(p.0.len() as u64);
             for (k, v) in &p.0 {
-                e.str(k);
+                e.var_str(k);
                 match v {
-                    Value::Num(x) => e.u8(0).u64(*x),
-                    Value::Word(w) => e.u8(1).str(w),
+                    Value::Num(x) => e.u8(0).var(*x),
+                    Value::Word(w) => e.u8(1).var_str(w),
                 };
             }
-            e.u32(n.device().unwrap_or(u32::MAX));
-            e.u32(n.children().len() as u32);
+            e.var(n.device().map_or(0, |d| u64::from(d) + 1));
+            e.var(n.children().len() as u64);
             let mut st = Encoder::new();
             if let Some(v) = n.kind().state_version {
                 st.u8(v);
                 n.encode_state(&mut st);
             }
-            e.bytes(&st.buf);
+            e.var_bytes(&st.buf);
         }
     }
 
@@ -375,12 +448,21 @@ impl Layout {
         Self::decode_in(&Registry::BUILTIN, d)
     }
 
+    /// The type of an encoded tree's root, read without building the tree
+    /// (either encoding). Only the root's name is checked here.
+    pub fn root_type(encoded: &[u8]) -> Result<&'static BlockType> {
+        let mut d = Decoder::new(encoded, "layout tree");
+        let w = Wire { compact: d.starts_with(&COMPACT_MARK) };
+        if w.compact {
+            d.take(COMPACT_MARK.len())?;
+        }
+        w.count(&mut d, Wire::NODE)?;
+        let name = w.str(&mut d)?;
+        Registry::BUILTIN.lookup(name).ok_or_else(|| d.err(format!("unknown block type {name:?}")))
+    }
+
     /// [`Layout::decode`] with the types of `reg`.
     pub fn decode_in(reg: &Registry, d: &mut Decoder) -> Result<Layout> {
-        let count = d.count(16)?;
-        if count == 0 || count > MAX_NODES {
-            return Err(d.err(format!("layout with {count} nodes")));
-        }
         struct Raw<'a> {
             kind: &'static BlockType,
             params: Params,
@@ -388,27 +470,50 @@ impl Layout {
             nchildren: usize,
             state: &'a [u8],
         }
+        let w = Wire { compact: d.starts_with(&COMPACT_MARK) };
+        if w.compact {
+            d.take(COMPACT_MARK.len())?;
+        }
+        let count = w.count(d, Wire::NODE)?;
+        if count == 0 || count > MAX_NODES {
+            return Err(d.err(format!("layout with {count} nodes")));
+        }
         let mut raws = Vec::with_capacity(count);
         for _ in 0..count {
-            let name = d.str()?;
+            let name = w.str(d)?;
             let kind = reg.lookup(name).ok_or_else(|| d.err(format!("unknown block type {name:?}")))?;
-            let np = d.count(6)?;
+            let np = w.count(d, Wire::PARAM)?;
             let mut params = Params::default();
             for _ in 0..np {
-                let k = d.str()?.to_string();
+                let k = w.str(d)?.to_string();
                 let v = match d.u8()? {
-                    0 => Value::Num(d.u64()?),
-                    1 => Value::Word(d.str()?.to_string()),
+                    0 => Value::Num(w.num(d)?),
+                    1 => Value::Word(w.str(d)?.to_string()),
                     t => return Err(d.err(format!("bad parameter tag {t}"))),
                 };
-                params.0.insert(k, v);
+                if params.0.insert(k, v).is_some() {
+                    return Err(d.err("a parameter given twice"));
+                }
             }
-            let dev = d.u32()?;
-            let nchildren = d.count(16)?;
-            let state = d.bytes()?;
-            raws.push(Raw { kind, params, device: (dev != u32::MAX).then_some(dev), nchildren, state });
+            let device = w.device(d)?;
+            let nchildren = w.count(d, Wire::NODE)?;
+            let state = w.bytes(d)?;
+            raws.push(Raw { kind, params, device, nchildren, state });
         }
+        return build_tree(raws);
+
         // Rebuild bottom-up from the preorder list.
+        fn build_tree(raws: Vec<Raw>) -> Result<Layout> {
+            let mut pos = 0;
+            let root = take(&raws, &mut pos, 0)?;
+            if pos != raws.len() {
+                return Err(Error::corrupt(
+                    "layout",
+                    format!("{} nodes not reachable from the root", raws.len() - pos),
+                ));
+            }
+            Ok(Layout::index(root))
+        }
         fn take(raws: &[Raw], pos: &mut usize, depth: usize) -> Result<Arc<dyn Block>> {
             if depth > MAX_DEPTH {
                 return Err(Error::corrupt("layout", "tree deeper than the limit"));
@@ -422,12 +527,6 @@ impl Layout {
             }
             decode_node(r.kind, id as u32, &r.params, r.device, children, r.state)
         }
-        let mut pos = 0;
-        let root = take(&raws, &mut pos, 0)?;
-        if pos != raws.len() {
-            return Err(Error::corrupt("layout", format!("{} nodes not reachable from the root", raws.len() - pos)));
-        }
-        Ok(Self::index(root))
     }
 }
 

@@ -803,6 +803,58 @@ impl Replicate {
         }
         Ok(())
     }
+
+    /// A write of blocks [fblk, fblk+n) to every copy (`one(c)` writes copy
+    /// `c`), under the range lock: copies that fail are recorded as having
+    /// missed the range, and the write fails only if every copy did (or a
+    /// device is full).
+    fn write_copies(&self, io: &IoCtx, fblk: u64, n: u64, one: &(dyn Fn(usize) -> Result<()> + Sync)) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let _g = self.locks.lock(fblk, fblk + n);
+        let nc = self.children.len();
+        let results: Vec<Result<()>> = if n >= PARALLEL_MIN_BLOCKS && nc > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (1..nc).map(|c| s.spawn(move || one(c))).collect();
+                // The calling thread takes the first copy instead of idling.
+                let mut out = vec![one(0)];
+                for h in handles {
+                    out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+                }
+                out
+            })
+        } else {
+            (0..nc).map(one).collect()
+        };
+        if results.iter().all(|r| r.is_err()) {
+            let mut first = None;
+            for r in results {
+                if let Err(e) = r {
+                    first.get_or_insert(e);
+                }
+            }
+            return Err(first.unwrap_or_else(|| Error::Device("replicate: no copies".into())));
+        }
+        // At least one copy is current: the others missed the range.
+        let mut no_space = None;
+        for (c, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(()) => self.mark_current(io, c, fblk, n),
+                Err(e) => {
+                    self.mark_missed(io, c, fblk, n, &e);
+                    if matches!(e, Error::NoSpace(_)) {
+                        no_space.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        // A full device is the caller's to know about, not a fault to ride out.
+        match no_space {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Block for Replicate {
@@ -844,52 +896,12 @@ impl Block for Replicate {
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
         let n = span(fblk, buf.len())?;
-        if n == 0 {
-            return Ok(());
-        }
-        let _g = self.locks.lock(fblk, fblk + n);
-        let nc = self.children.len();
-        let one = |c: usize| self.children[c].write(io, fblk, buf);
-        let results: Vec<Result<()>> = if n >= PARALLEL_MIN_BLOCKS && nc > 1 {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = (1..nc).map(|c| s.spawn(move || one(c))).collect();
-                // The calling thread takes the first copy instead of idling.
-                let mut out = vec![one(0)];
-                for h in handles {
-                    out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-                }
-                out
-            })
-        } else {
-            (0..nc).map(one).collect()
-        };
-        if results.iter().all(|r| r.is_err()) {
-            let mut first = None;
-            for r in results {
-                if let Err(e) = r {
-                    first.get_or_insert(e);
-                }
-            }
-            return Err(first.unwrap_or_else(|| Error::Device("replicate: no copies".into())));
-        }
-        // At least one copy is current: the others missed the range.
-        let mut no_space = None;
-        for (c, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(()) => self.mark_current(io, c, fblk, n),
-                Err(e) => {
-                    self.mark_missed(io, c, fblk, n, &e);
-                    if matches!(e, Error::NoSpace(_)) {
-                        no_space.get_or_insert(e);
-                    }
-                }
-            }
-        }
-        // A full device is the caller's to know about, not a fault to ride out.
-        match no_space {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.write_copies(io, fblk, n, &|c| self.children[c].write(io, fblk, buf))
+    }
+
+    fn write_zeroes(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
+        self.write_copies(io, fblk, n, &|c| self.children[c].write_zeroes(io, fblk, n))
     }
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {

@@ -943,6 +943,97 @@ fn corrupt_state_is_an_error() {
     assert!(l.apply(&extent_truncate_rec(0, 0)).is_err());
 }
 
+/// Zeros written through any tree read back as zeros, over space another
+/// file's data left behind, with the space allocated and accounted for.
+#[test]
+fn write_zeroes_reads_as_zeros_over_reused_space() {
+    for t in [replicate("primary", vec![ext(0), ext(1)]), stripe(16 * KIB, vec![checksum(ext(0)), ext(1)]), ext(0)] {
+        let env = Env::new(2, 256);
+        let old = build(&t);
+        env.write(&old, 0, &pattern(3, 64)).unwrap();
+        env.truncate(&old, 0);
+        for a in &env.storage.allocs {
+            a.release(u64::MAX);
+        }
+        let l = build(&t);
+        env.io(|io| l.root().write_zeroes(io, 2, 60)).unwrap();
+        assert_eq!(env.read(&l, 0, 64), vec![0; 64 * BS], "{t:?}");
+        let mut held = 0;
+        l.extents(&mut |_, _, n| held += n);
+        assert!(held >= 60, "{t:?}: {held} blocks allocated");
+        assert_eq!(l.root().next_data(0), Some(2), "{t:?}");
+        env.check_accounting(&[&l]);
+    }
+}
+
+/// The fixed-width encoding that format-4 builds wrote (docs/FORMAT.md):
+/// still read, never written.
+fn encode_fixed_width(l: &Layout) -> Vec<u8> {
+    let mut e = crate::codec::Encoder::new();
+    e.u32(l.nodes.len() as u32);
+    for n in &l.nodes {
+        e.str(n.kind().name);
+        let p = n.params();
+        e.u32(p.0.len() as u32);
+        for (k, v) in &p.0 {
+            e.str(k);
+            match v {
+                Value::Num(x) => e.u8(0).u64(*x),
+                Value::Word(w) => e.u8(1).str(w),
+            };
+        }
+        e.u32(n.device().unwrap_or(u32::MAX));
+        e.u32(n.children().len() as u32);
+        let mut st = crate::codec::Encoder::new();
+        if let Some(v) = n.kind().state_version {
+            st.u8(v);
+            n.encode_state(&mut st);
+        }
+        e.bytes(&st.buf);
+    }
+    e.into_inner()
+}
+
+#[test]
+fn both_layout_encodings_decode_to_the_same_tree() {
+    let env = Env::new(4, 4096);
+    let trees = [
+        stripe(1024 * KIB, vec![checksum(ext(0)), checksum(ext(1))]),
+        regions(32 * KIB, vec![stripe(8 * KIB, vec![ext(0), ext(1)]), replicate("primary", vec![ext(2), ext(3)])]),
+        inline(2048),
+    ];
+    for (i, t) in trees.iter().enumerate() {
+        let l = build(t);
+        let nblocks = if matches!(t.kind.as_str(), "inline") { 0 } else { 40 };
+        env.write(&l, 0, &pattern(i as u64, nblocks)).unwrap();
+        let (new, old) = (encode(&l), encode_fixed_width(&l));
+        // The varint encoding is the one written, and it is the shorter.
+        assert!(new.len() < old.len(), "{t:?}: {} vs {} bytes", new.len(), old.len());
+        for b in [&new, &old] {
+            let d = decode(b).unwrap();
+            assert_eq!(encode(&d), new, "{t:?}");
+            assert_eq!(d.spec().to_string(), l.spec().to_string());
+            assert_eq!(env.read(&d, 0, nblocks), env.read(&l, 0, nblocks));
+        }
+    }
+    // A new empty file of the default pool shape: little more than half the bytes.
+    let l = build(&trees[0]);
+    let (new, old) = (encode(&l).len(), encode_fixed_width(&l).len());
+    eprintln!("default-shape layout: {new} bytes, {old} in the fixed-width encoding");
+    assert!(new * 5 < old * 3, "{new} vs {old} bytes");
+    // Strict: a parameter given twice, a device number past u32, trailing
+    // bytes inside a node's state frame are refused.
+    let mut e = crate::codec::Encoder::new();
+    e.raw(&COMPACT_MARK).var(1).var_str("extent").var(2);
+    e.var_str("max").u8(0).var(1 << 20).var_str("max").u8(0).var(1 << 20);
+    e.var(1).var(0).var_bytes(&[]);
+    assert!(matches!(decode(&e.buf), Err(Error::Corrupt { .. })), "{:?}", decode(&e.buf).err());
+    let mut e = crate::codec::Encoder::new();
+    e.raw(&COMPACT_MARK).var(1).var_str("extent").var(1).var_str("max").u8(0).var(1 << 20);
+    e.var(1 << 33).var(0).var_bytes(&[]);
+    assert!(matches!(decode(&e.buf), Err(Error::Corrupt { .. })), "{:?}", decode(&e.buf).err());
+}
+
 #[test]
 fn mangled_layout_bytes_never_panic() {
     let env = Env::new(4, 1024);
@@ -951,23 +1042,24 @@ fn mangled_layout_bytes_never_panic() {
         vec![stripe(8 * KIB, vec![ext(0), ext(1)]), replicate("primary", vec![ext(2), ext(3)])],
     ));
     env.write(&l, 0, &pattern(1, 200)).unwrap();
-    let bytes = encode(&l);
-    assert!(decode(&bytes).is_ok());
-    for n in 0..bytes.len() {
-        assert!(decode(&bytes[..n]).is_err(), "truncated at {n}");
-    }
     let mut rng = StdRng::seed_from_u64(9);
-    for _ in 0..5000 {
-        let mut b = bytes.clone();
-        for _ in 0..rng.gen_range(1..4) {
-            let i = rng.gen_range(0..b.len());
-            b[i] = rng.gen();
+    for bytes in [encode(&l), encode_fixed_width(&l)] {
+        assert!(decode(&bytes).is_ok());
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "truncated at {n}");
         }
-        // Ok or Err, never a panic; and whatever decodes must be usable.
-        if let Ok(d) = decode(&b) {
-            let mut buf = vec![0; 8 * BS];
-            let _ = env.io(|io| d.root().read(io, 0, &mut buf));
-            let _ = d.root().next_data(0);
+        for _ in 0..5000 {
+            let mut b = bytes.clone();
+            for _ in 0..rng.gen_range(1..4) {
+                let i = rng.gen_range(0..b.len());
+                b[i] = rng.gen();
+            }
+            // Ok or Err, never a panic; and whatever decodes must be usable.
+            if let Ok(d) = decode(&b) {
+                let mut buf = vec![0; 8 * BS];
+                let _ = env.io(|io| d.root().read(io, 0, &mut buf));
+                let _ = d.root().next_data(0);
+            }
         }
     }
 }

@@ -38,6 +38,13 @@ pub trait Device: Send + Sync {
     fn discard(&self, _offset: u64, _len: u64) -> Result<()> {
         Ok(())
     }
+    /// Makes `len` bytes at `offset` read as zeros without writing them,
+    /// keeping the space allocated (an image file's `FALLOC_FL_ZERO_RANGE`,
+    /// a block device's write-zeroes). `Ok(false)`: not offered here, and
+    /// the caller writes the zeros itself.
+    fn zero_range(&self, _offset: u64, _len: u64) -> Result<bool> {
+        Ok(false)
+    }
     /// The device went away for good (its image file was deleted, its
     /// block device removed): every request fails from now on. A handle
     /// that sees an error from a device that says so marks it Missing.
@@ -330,6 +337,37 @@ impl DeviceHandle {
             return Err(e);
         }
         self.stats.write(buf.len());
+        Ok(())
+    }
+
+    /// Blocks [blk, blk+n) read as zeros afterwards: zeroed by the device
+    /// where it can (no data written, so not counted as written bytes),
+    /// written with zeros where it cannot.
+    pub fn zero_blocks(&self, blk: u64, n: u64) -> Result<()> {
+        const CHUNK: u64 = 256;
+        let len = n << BLOCK_SHIFT;
+        self.check_writable()?;
+        {
+            let _g = self.stats.begin();
+            let dev = self.dev.read();
+            self.check(&**dev, blk, len as usize)?;
+            match dev.zero_range(blk << BLOCK_SHIFT, len) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.failed(&**dev, true);
+                    return Err(e);
+                }
+            }
+        }
+        let zeros = vec![0u8; (CHUNK.min(n) as usize) << BLOCK_SHIFT];
+        let mut b = blk;
+        while b < blk + n {
+            let k = CHUNK.min(blk + n - b);
+            self.write_blocks(b, &zeros[..(k as usize) << BLOCK_SHIFT])?;
+            b += k;
+        }
         Ok(())
     }
 

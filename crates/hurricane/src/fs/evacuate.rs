@@ -116,7 +116,7 @@ impl Fs {
         // may place more than that, as their groups require).
         let mut held = 0u64;
         for node in self.state().each() {
-            if let Some(l) = node.data.read().layout() {
+            if let Some(l) = node.data.read().layout()? {
                 l.extents(&mut |d, _, len| {
                     if d == dev {
                         held = held.saturating_add(len);
@@ -140,16 +140,14 @@ impl Fs {
         }
         // Files whose data on it has no other copy cannot move while it is away.
         let down = |d: u32| d == dev || self.storage().devs.get(d as usize).is_none_or(|x| !x.state().readable());
-        let stuck: Vec<Ino> = self
-            .state()
-            .each()
-            .filter(|n| {
-                n.data.read().layout().is_some_and(|l| {
-                    l.nodes().iter().any(|b| b.device() == Some(dev)) && l.root().health(&down) == Health::Lost
-                })
-            })
-            .map(|n| n.ino)
-            .collect();
+        let mut stuck: Vec<Ino> = Vec::new();
+        for n in self.state().each() {
+            if n.data.read().layout()?.is_some_and(|l| {
+                l.nodes().iter().any(|b| b.device() == Some(dev)) && l.root().health(&down) == Health::Lost
+            }) {
+                stuck.push(n.ino);
+            }
+        }
         if !stuck.is_empty() && !h.state().readable() {
             return Err(Error::Device(format!(
                 "{dev} ({}) is {}, and these files have data only there, which cannot be moved: {} \
@@ -163,8 +161,9 @@ impl Fs {
         let info = self.pool_info();
         let mut nowhere: Vec<Ino> = Vec::new();
         let mut why = String::new();
-        for (ino, _) in self.files_on(dev) {
-            let Some(l) = self.state().get(ino).and_then(|n| n.data.read().layout().cloned()) else { continue };
+        for (ino, _) in self.files_on(dev)? {
+            let Some(n) = self.state().get(ino) else { continue };
+            let Some(l) = n.data.read().layout()?.cloned() else { continue };
             if let Err(e) = crate::layout::relocate(&l.spec(), dev, &info) {
                 why = e.to_string();
                 nowhere.push(ino);
@@ -187,7 +186,7 @@ impl Fs {
         let mut report = RemoveReport { resumed, ..Default::default() };
         let mut p = RemoveProgress::default();
         loop {
-            let files = self.files_on(dev);
+            let files = self.files_on(dev)?;
             if files.is_empty() {
                 break;
             }
@@ -402,15 +401,15 @@ impl Fs {
     }
 
     /// Regular files with a per-device leaf on `dev`, with their sizes.
-    fn files_on(&self, dev: u32) -> Vec<(Ino, u64)> {
-        self.state()
-            .each()
-            .filter_map(|n| {
-                let d = n.data.read();
-                let l = d.layout()?;
-                l.nodes().iter().any(|b| b.device() == Some(dev)).then_some((n.ino, d.size))
-            })
-            .collect()
+    fn files_on(&self, dev: u32) -> Result<Vec<(Ino, u64)>> {
+        let mut out = Vec::new();
+        for n in self.state().each() {
+            let d = n.data.read();
+            if d.layout()?.is_some_and(|l| l.nodes().iter().any(|b| b.device() == Some(dev))) {
+                out.push((n.ino, d.size));
+            }
+        }
+        Ok(out)
     }
 
     /// Moves file `ino` off device `dev` (module notes, step 2). Returns the
@@ -418,7 +417,7 @@ impl Fs {
     fn move_off(&self, ino: Ino, dev: u32, copied: &mut dyn FnMut(u64)) -> Result<Option<u64>> {
         let Some(node) = self.state().get(ino) else { return Ok(None) };
         let _io = node.io.write();
-        let Some(old) = node.data.read().layout().cloned() else { return Ok(None) };
+        let Some(old) = node.data.read().layout()?.cloned() else { return Ok(None) };
         if !old.nodes().iter().any(|b| b.device() == Some(dev)) {
             return Ok(None);
         }

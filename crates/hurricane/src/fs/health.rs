@@ -42,7 +42,17 @@ impl Fs {
         let mut lost = Vec::new();
         let mut degraded = Vec::new();
         for n in self.inner.state.each() {
-            let Some(l) = n.data.read().layout().cloned() else { continue };
+            // A tree that cannot be read back serves no data: lost.
+            let l = match n.data.read().layout() {
+                Ok(Some(l)) => l.clone(),
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!("inode {}: {e}", n.ino);
+                    h.lost += 1;
+                    lost.push(n.ino);
+                    continue;
+                }
+            };
             match l.root().health(&down) {
                 Health::Ok => h.healthy += 1,
                 Health::Degraded => {

@@ -66,7 +66,7 @@ impl Fs {
         let n = self.state().inode(ino)?;
         let (lay, size) = {
             let d = n.data.read();
-            match d.layout() {
+            match d.layout()? {
                 Some(l) => (l.clone(), d.size),
                 None if d.is_dir() => return Err(Error::IsDir(format!("inode {ino}"))),
                 None => return Err(Error::Invalid(format!("inode {ino} is not a regular file"))),
@@ -82,7 +82,7 @@ impl Fs {
         // Layout and size again under the I/O lock (a truncate may have run).
         let (lay, size) = {
             let d = node.data.read();
-            (d.layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
+            (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
         };
         if off >= size || buf.is_empty() {
             return Ok(0);
@@ -251,7 +251,8 @@ impl Fs {
     fn run_prefetch(&self, ino: Ino, start: u64, n: u64) {
         let cache = &self.inner.cache;
         let claims = Claims { cache, ino, start, n, filled: false };
-        let Some(lay) = self.state().get(ino).and_then(|node| node.data.read().layout().cloned()) else { return };
+        let Some(node) = self.state().get(ino) else { return };
+        let Ok(Some(lay)) = node.data.read().layout().map(|l| l.cloned()) else { return };
         let mut tmp = vec![0u8; n as usize * BLOCK_SIZE];
         let io = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
         match lay.root().read(&io, start, &mut tmp) {
@@ -276,7 +277,7 @@ impl Fs {
             // Whole-block writes run in parallel; partial blocks are
             // read-modify-write and must not interleave.
             let guard = if aligned { IoGuard::Shared(node.io.read()) } else { IoGuard::Excl(node.io.write()) };
-            let lay = node.data.read().layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?;
+            let lay = node.data.read().layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?;
             let g = self.inner.gate.enter();
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
@@ -365,7 +366,7 @@ impl Fs {
         let _io = node.io.write();
         let (old, size) = {
             let d = node.data.read();
-            (d.layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
+            (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
         };
         if !old.root().holds_data_in_metadata() {
             return Ok(());
@@ -420,7 +421,7 @@ impl Fs {
         let _io = node.io.write();
         let (lay, old) = {
             let d = node.data.read();
-            (d.layout().cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
+            (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
         };
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());

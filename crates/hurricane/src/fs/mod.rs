@@ -13,6 +13,8 @@ mod ops;
 mod path;
 mod replace;
 mod scrub;
+#[cfg(test)]
+mod tests;
 
 pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
 pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
@@ -145,6 +147,8 @@ pub(crate) struct Inner {
     rename_lock: Mutex<()>,
     shutdown: Mutex<bool>,
     shutdown_cv: Condvar,
+    /// The committer was woken early: enough inodes changed for a checkpoint.
+    kicked: AtomicBool,
     closed: AtomicBool,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     report: Mutex<OpenReport>,
@@ -424,14 +428,14 @@ impl Fs {
         // Replay, noting the extents each file replay changes had at the
         // checkpoint: the free map knows those, and is moved on from them
         // to the files' extents after replay.
-        let extents_of = |ino: Ino| -> Vec<(u32, u64, u64)> {
+        let extents_of = |ino: Ino| -> Result<Vec<(u32, u64, u64)>> {
             let mut v = Vec::new();
             if let Some(n) = state.get(ino) {
-                if let Some(l) = n.data.read().layout() {
+                if let Some(l) = n.data.read().layout()? {
                     l.extents(&mut |d, s, len| v.push((d, s, len)));
                 }
             }
-            v
+            Ok(v)
         };
         let mut before: std::collections::BTreeMap<Ino, Vec<(u32, u64, u64)>> = Default::default();
         let mut touched: std::collections::BTreeSet<Ino> = Default::default();
@@ -439,7 +443,9 @@ impl Fs {
             for group in journal::decode_payload(rec)? {
                 for op in &group {
                     if let Some(ino) = op_space_owner(op) {
-                        before.entry(ino).or_insert_with(|| extents_of(ino));
+                        if let std::collections::btree_map::Entry::Vacant(e) = before.entry(ino) {
+                            e.insert(extents_of(ino)?);
+                        }
                     }
                     touched.extend(state.involved(op));
                     if let Op::Create(n) = op {
@@ -460,7 +466,7 @@ impl Fs {
             }
         }
         for &ino in before.keys() {
-            for (d, s, l) in extents_of(ino) {
+            for (d, s, l) in extents_of(ino)? {
                 let ok = storage
                     .allocs
                     .get(d as usize)
@@ -517,6 +523,7 @@ impl Fs {
             rename_lock: Mutex::new(()),
             shutdown: Mutex::new(false),
             shutdown_cv: Condvar::new(),
+            kicked: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             committer: Mutex::new(None),
             report: Mutex::new(report),
@@ -672,14 +679,24 @@ impl Fs {
         g.log(ops);
     }
 
-    /// Holds back a thread making inodes while twice the changed inodes a
-    /// checkpoint is due at wait for one (on a pool that commits in the
-    /// background): the changed inodes stay in memory
-    /// until written, so creating faster than checkpoints write would grow
-    /// memory without bound. Called before the journal gate is entered.
+    /// Before every namespace or attribute change (on a pool that commits
+    /// in the background): wakes the committer once a checkpoint is due,
+    /// and holds the thread back while twice that many inodes are changed
+    /// or freed. Changed inodes stay in memory until written, so changing
+    /// faster than checkpoints write would grow memory without bound.
+    /// Called before the journal gate is entered.
     pub(crate) fn throttle(&self) -> Result<()> {
         let inner = &*self.inner;
-        if inner.read_only || inner.state.dirty_count() <= 2 * inner.dirty_limit {
+        let dirty = inner.state.dirty_count();
+        if dirty > inner.dirty_limit && !inner.read_only && !inner.kicked.swap(true, Ordering::AcqRel) {
+            // A checkpoint is due: the committer starts it now rather than
+            // at its next tick, so writers rarely reach the limit below.
+            // (Under its lock, so the wake-up cannot fall between the
+            // committer's look at the flag and its wait.)
+            let _g = inner.shutdown.lock();
+            inner.shutdown_cv.notify_all();
+        }
+        if inner.read_only || dirty <= 2 * inner.dirty_limit {
             return Ok(());
         }
         // A pool opened without background commits commits only when its
@@ -736,7 +753,10 @@ impl Fs {
             || m.cursor.used(&m.sb.journal) > half
             || m.relayout.is_some()
             || inner.state.dirty_count() > inner.dirty_limit;
+        let t0 = Instant::now();
+        let dirty = inner.state.dirty_count();
         let (mut batch, mut snap) = self.capture(want_ckpt);
+        let captured = t0.elapsed();
         if !m.unwritten.is_empty() {
             let mut groups = std::mem::take(&mut m.unwritten);
             groups.append(&mut batch.groups);
@@ -756,6 +776,13 @@ impl Fs {
             return Err(e);
         }
         inner.commits.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            "commit of epoch {}: {} (changes held {:.1} ms, written in {:.1} ms, {dirty} inodes changed)",
+            batch.epoch,
+            if want_ckpt { "checkpoint" } else { "journal" },
+            captured.as_secs_f64() * 1e3,
+            (t0.elapsed() - captured).as_secs_f64() * 1e3
+        );
         for a in &inner.storage.allocs {
             a.release(batch.epoch);
         }
@@ -927,12 +954,15 @@ impl Fs {
                 if *stop {
                     return;
                 }
-                inner.shutdown_cv.wait_for(&mut stop, every);
+                if !inner.kicked.load(Ordering::Acquire) {
+                    inner.shutdown_cv.wait_for(&mut stop, every);
+                }
                 if *stop {
                     return;
                 }
             }
             let fs = Fs { inner };
+            fs.inner.kicked.store(false, Ordering::Release);
             let target = fs.inner.gate.current_epoch();
             if let Err(e) = fs.commit(target, false) {
                 tracing::error!("background commit failed: {e}");

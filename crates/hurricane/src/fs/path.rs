@@ -228,7 +228,7 @@ impl Fs {
         let node = self.state().inode(self.resolve(path)?)?;
         let d = node.data.read();
         let mut out = Vec::new();
-        if let Some(l) = d.layout() {
+        if let Some(l) = d.layout()? {
             l.extents(&mut |dev, start, len| out.push((dev, start, len)));
         }
         Ok(out)

@@ -180,7 +180,7 @@ impl Fs {
             .filter(|n| n.ino >= start.ino)
             .filter_map(|n| {
                 let d = n.data.read();
-                d.layout().map(|_| (n.ino, d.size.div_ceil(BS)))
+                d.is_file().then(|| (n.ino, d.size.div_ceil(BS)))
             })
             .collect();
         let total_bytes: u64 = files
@@ -212,8 +212,14 @@ impl Fs {
                 let (lay, nblocks) = {
                     let d = node.data.read();
                     match d.layout() {
-                        Some(l) => (l.clone(), d.size.div_ceil(BS)),
-                        None => break,
+                        Ok(Some(l)) => (l.clone(), d.size.div_ceil(BS)),
+                        Ok(None) => break,
+                        // A tree that cannot be read back: its data is lost.
+                        Err(e) => {
+                            tracing::error!("scrub: inode {ino}: {e}");
+                            lost.entry(ino).or_default().push((0, d.size.div_ceil(BS)));
+                            break;
+                        }
                     }
                 };
                 if b >= nblocks {

@@ -10,7 +10,7 @@ use crate::journal::Ino;
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub const S_IFMT: u32 = libc::S_IFMT;
 pub const S_IFREG: u32 = libc::S_IFREG;
@@ -46,15 +46,19 @@ pub struct Dir {
     pub next_cookie: u64,
     /// Live entries.
     pub count: u64,
-    names: HashMap<Vec<u8>, Option<DirEntry>>,
-    cookies: BTreeMap<u64, Option<Vec<u8>>>,
+    names: HashMap<Name, Option<DirEntry>>,
+    cookies: BTreeMap<u64, Option<Name>>,
     store: Option<Arc<MetaStore>>,
 }
 
+/// An entry's name in a directory's changes: shared by its name and cookie
+/// changes and by the checkpoint that takes them, never copied.
+pub type Name = Arc<[u8]>;
+
 /// A directory's changes since the last checkpoint, as a checkpoint takes them.
 pub struct DirChanges {
-    pub names: Vec<(Vec<u8>, Option<DirEntry>)>,
-    pub cookies: Vec<(u64, Option<Vec<u8>>)>,
+    pub names: Vec<(Name, Option<DirEntry>)>,
+    pub cookies: Vec<(u64, Option<Name>)>,
 }
 
 impl Dir {
@@ -97,6 +101,7 @@ impl Dir {
         }
         let cookie = self.next_cookie;
         self.next_cookie += 1;
+        let name: Name = name.into();
         self.cookies.insert(cookie, Some(name.clone()));
         self.names.insert(name, Some(DirEntry { ino, kind, cookie }));
         self.count += 1;
@@ -106,7 +111,7 @@ impl Dir {
     /// Removes the entry `name`, returning it.
     pub fn remove(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
         let Some(e) = self.get(name)? else { return Ok(None) };
-        self.names.insert(name.to_vec(), None);
+        self.names.insert(name.into(), None);
         self.cookies.insert(e.cookie, None);
         self.count = self.count.saturating_sub(1);
         Ok(Some(e))
@@ -123,9 +128,9 @@ impl Dir {
         // wrote, both hold the same entries).
         let mut changes = self.cookies.range(from..).peekable();
         let mut go = true;
-        let emit_change = |c: u64, name: &Option<Vec<u8>>, f: &mut dyn FnMut(u64, &[u8], DirEntry) -> bool| -> bool {
+        let emit_change = |c: u64, name: &Option<Name>, f: &mut dyn FnMut(u64, &[u8], DirEntry) -> bool| -> bool {
             match name {
-                Some(n) => match self.names.get(n.as_slice()) {
+                Some(n) => match self.names.get(&**n) {
                     Some(Some(e)) if e.cookie == c => f(c, n, *e),
                     _ => true,
                 },
@@ -202,9 +207,102 @@ impl Dir {
     }
 }
 
+/// A regular file's layout tree. An inode read from the store or created
+/// by a replayed op keeps the tree's encoding, and the live tree is built
+/// the first time something needs it (data I/O, a layout query, fsck):
+/// meta-data work on files (lookup, stat, chmod, rename, unlink) builds
+/// none, and a checkpoint writes the bytes of a tree never built as they
+/// were. Once built, the tree is what is encoded (its state moves on).
+#[derive(Clone)]
+pub struct FileLayout {
+    raw: Box<[u8]>,
+    /// What `st_blocks` needs when the tree is not built: the device blocks
+    /// its extents hold, and whether it keeps data in the record (inline).
+    /// `None` for records written before format 5, which did not carry it.
+    usage: Option<Usage>,
+    tree: OnceLock<Arc<Layout>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Usage {
+    blocks: u64,
+    inline: bool,
+}
+
+impl Usage {
+    fn of(t: &Layout) -> Usage {
+        let mut blocks = 0u64;
+        t.extents(&mut |_, _, n| blocks = blocks.saturating_add(n));
+        Usage { blocks, inline: t.root().holds_data_in_metadata() }
+    }
+}
+
+impl FileLayout {
+    /// A tree's encoding (`Layout::encode`) for a new file, which holds no
+    /// data yet; built on first use.
+    pub fn new_file(raw: Vec<u8>) -> Result<FileLayout> {
+        let inline = Layout::root_type(&raw)?.in_metadata;
+        Ok(FileLayout { raw: raw.into_boxed_slice(), usage: Some(Usage { blocks: 0, inline }), tree: OnceLock::new() })
+    }
+    /// The live tree, built now if it was not yet. A damaged encoding is an
+    /// error (`Error::Corrupt`), every time it is asked for.
+    pub fn get(&self) -> Result<&Arc<Layout>> {
+        if let Some(t) = self.tree.get() {
+            return Ok(t);
+        }
+        let mut d = Decoder::new(&self.raw, "layout tree");
+        let t = Layout::decode(&mut d)?;
+        d.expect_end()?;
+        // Two first users may both build it: one tree wins, for both.
+        Ok(self.tree.get_or_init(|| Arc::new(t)))
+    }
+    /// Whether the file owns device space: a file freed without ever being
+    /// built (an empty one, say) has none to give back, and is not built.
+    pub fn holds_space(&self) -> Result<bool> {
+        let u = match (self.tree.get(), self.usage) {
+            (None, Some(u)) => u,
+            _ => Usage::of(self.get()?),
+        };
+        Ok(u.blocks > 0)
+    }
+    /// Whether the live tree has been built.
+    pub fn is_built(&self) -> bool {
+        self.tree.get().is_some()
+    }
+    /// `st_blocks` (512-byte units) of a file of `size` bytes: its extents'
+    /// blocks, or for a file kept in its record, its size rounded up.
+    pub fn sectors(&self, size: u64) -> Result<u64> {
+        let u = match (self.tree.get(), self.usage) {
+            (Some(t), _) => Usage::of(t),
+            (None, Some(u)) => u,
+            (None, None) => Usage::of(self.get()?),
+        };
+        Ok(if u.blocks == 0 && size > 0 && u.inline { size.div_ceil(512) } else { u.blocks.saturating_mul(8) })
+    }
+    /// Body tag 5 (usage, then the tree), or tag 1 (the tree alone) for a
+    /// record of an earlier format whose tree was never built.
+    fn encode_body(&self, e: &mut Encoder) {
+        let usage = self.tree.get().map(|t| Usage::of(t)).or(self.usage);
+        match usage {
+            Some(u) => {
+                e.u8(5).var(u.blocks).u8(u8::from(u.inline));
+            }
+            None => {
+                e.u8(1);
+            }
+        }
+        match self.tree.get() {
+            Some(t) => t.encode(e),
+            None => {
+                e.raw(&self.raw);
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 pub enum Body {
-    File(Arc<Layout>),
+    File(FileLayout),
     Dir(Dir),
     Symlink(Vec<u8>),
     /// Device nodes, FIFOs and sockets: attributes only.
@@ -246,11 +344,16 @@ impl InodeData {
             _ => None,
         }
     }
-    pub fn layout(&self) -> Option<&Arc<Layout>> {
+    /// A regular file's live layout tree (built now if it was not yet);
+    /// `None` for other types.
+    pub fn layout(&self) -> Result<Option<&Arc<Layout>>> {
         match &self.body {
-            Body::File(l) => Some(l),
-            _ => None,
+            Body::File(l) => l.get().map(Some),
+            _ => Ok(None),
         }
+    }
+    pub fn is_file(&self) -> bool {
+        matches!(self.body, Body::File(_))
     }
 
     /// Attributes only (for permission checks), without the body.
@@ -268,10 +371,7 @@ impl InodeData {
             e.bytes(k).bytes(v);
         }
         match &self.body {
-            Body::File(l) => {
-                e.u8(1);
-                l.encode(e);
-            }
+            Body::File(l) => l.encode_body(e),
             Body::Dir(d) => {
                 e.u8(2).u64(d.parent).str(&d.layout).u64(d.next_cookie).u64(d.count);
             }
@@ -303,7 +403,23 @@ impl InodeData {
             xattrs.insert(k, v);
         }
         let body = match d.u8()? {
-            1 => Body::File(Arc::new(Layout::decode(d)?)),
+            // The tree runs to the end of the record; it is built (and
+            // checked) when first used. Tag 1: records of format 4.
+            1 => Body::File(FileLayout {
+                raw: d.take(d.remaining())?.to_vec().into_boxed_slice(),
+                usage: None,
+                tree: OnceLock::new(),
+            }),
+            5 => {
+                let blocks = d.var()?;
+                let inline = match d.u8()? {
+                    0 => false,
+                    1 => true,
+                    v => return Err(d.err(format!("inline flag {v}"))),
+                };
+                let raw = d.take(d.remaining())?.to_vec().into_boxed_slice();
+                Body::File(FileLayout { raw, usage: Some(Usage { blocks, inline }), tree: OnceLock::new() })
+            }
             2 => {
                 let parent = d.u64()?;
                 let layout = d.str()?.to_string();

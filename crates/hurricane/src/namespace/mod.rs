@@ -9,10 +9,9 @@ pub mod inode;
 pub mod perm;
 pub mod store;
 
-pub use inode::{Body, Dir, DirEntry, Inode, InodeData};
+pub use inode::{Body, Dir, DirEntry, FileLayout, Inode, InodeData};
 pub use perm::Creds;
 
-use crate::blocks::Layout;
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
@@ -241,7 +240,9 @@ impl State {
         if s.map.insert(ino, node.clone()).is_none() {
             self.inodes.fetch_add(1, Ordering::Relaxed);
         }
-        s.freed.remove(&ino);
+        if s.freed.remove(&ino).is_some() {
+            self.dirty_total.fetch_sub(1, Ordering::Relaxed);
+        }
         if s.dirty.insert(ino, g).is_none() {
             self.dirty_total.fetch_add(1, Ordering::Relaxed);
         }
@@ -261,10 +262,19 @@ impl State {
         let g = self.generation.load(Ordering::Acquire);
         let mut s = self.shard(ino).write();
         s.map.remove(&ino);
-        if s.dirty.remove(&ino).is_some() {
-            self.dirty_total.fetch_sub(1, Ordering::Relaxed);
+        // A freed inode counts as changed until a checkpoint deletes its
+        // record, so deleting many files checkpoints as creating does.
+        let was_dirty = s.dirty.remove(&ino).is_some();
+        let was_freed = s.freed.insert(ino, g).is_some();
+        match (was_dirty, was_freed) {
+            (false, false) => {
+                self.dirty_total.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, true) => {
+                self.dirty_total.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
         }
-        s.freed.insert(ino, g);
         drop(s);
         let _ = self.inodes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
@@ -282,7 +292,7 @@ impl State {
         self.inodes.load(Ordering::Relaxed) as usize
     }
 
-    /// Inodes changed since the last checkpoint.
+    /// Inodes changed or freed since the last checkpoint.
     pub fn dirty_count(&self) -> usize {
         self.dirty_total.load(Ordering::Relaxed) as usize
     }
@@ -384,10 +394,7 @@ impl State {
         match op {
             Op::Create(n) => {
                 let body = match n.mode & S_IFMT {
-                    S_IFREG => {
-                        let mut d = Decoder::new(&n.layout, "layout");
-                        Body::File(Arc::new(Layout::decode(&mut d)?))
-                    }
+                    S_IFREG => Body::File(FileLayout::new_file(n.layout.clone())?),
                     S_IFDIR => Body::Dir(Dir::new(n.parent)),
                     S_IFLNK => Body::Symlink(n.target.clone()),
                     _ => Body::Special,
@@ -531,7 +538,7 @@ impl State {
             Op::Map { ino, change } => {
                 let n = l.get(*ino)?;
                 let lay =
-                    n.layout().ok_or_else(|| Error::corrupt("journal", format!("map change for non-file {ino}")))?;
+                    n.layout()?.ok_or_else(|| Error::corrupt("journal", format!("map change for non-file {ino}")))?;
                 lay.apply(change)?;
             }
             Op::SetXattr { ino, name, value, time } => {
@@ -546,8 +553,8 @@ impl State {
             }
             Op::SetLayout { ino, layout } => {
                 let n = l.get(*ino)?;
-                let mut d = Decoder::new(layout, "layout");
-                n.body = Body::File(Arc::new(Layout::decode(&mut d)?));
+                // Only an empty file's tree is replaced.
+                n.body = Body::File(FileLayout::new_file(layout.clone())?);
             }
             Op::SetDirLayout { ino, spec } => {
                 let n = l.get(*ino)?;
@@ -632,10 +639,10 @@ impl State {
         }
         for s in self.shards.iter() {
             let mut s = s.write();
-            let before = s.dirty.len();
+            let before = s.dirty.len() + s.freed.len();
             s.dirty.retain(|_, g| *g > t.generation);
-            self.dirty_total.fetch_sub((before - s.dirty.len()) as u64, Ordering::Relaxed);
             s.freed.retain(|_, g| *g > t.generation);
+            self.dirty_total.fetch_sub((before - s.dirty.len() - s.freed.len()) as u64, Ordering::Relaxed);
             self.evict(&mut s);
         }
     }

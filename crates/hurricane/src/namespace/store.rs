@@ -87,8 +87,8 @@ fn page_bytes(p: &[u32]) -> Vec<u8> {
     b
 }
 
-/// Bytes of zeros written at a time when the meta-file grows.
-const GROW_STEP: usize = 1 << 20;
+/// Bytes zeroed at a time when the meta-file grows.
+const GROW_STEP: usize = 16 << 20;
 
 /// The version of the store's tables and records, kept in `sys`.
 pub const STORE_VERSION: u32 = 1;
@@ -164,7 +164,7 @@ pub struct StoredEntry {
 }
 
 /// An entry with its name, as the cookie table keeps it.
-pub type NamedEntry = (Vec<u8>, StoredEntry);
+pub type NamedEntry = (super::inode::Name, StoredEntry);
 
 /// What [`MetaStore::entries_from`] hands each entry: its cookie, name,
 /// inode and type bits; it returns whether to go on.
@@ -175,7 +175,7 @@ pub type EntryVisitor<'a> = dyn FnMut(u64, &[u8], Ino, u32) -> Result<bool> + 'a
 pub struct Delta {
     /// Inode records to put (`Some`) or delete (`None`).
     pub inodes: Vec<(Ino, Option<Vec<u8>>)>,
-    pub names: Vec<(Ino, Vec<u8>, Option<StoredEntry>)>,
+    pub names: Vec<(Ino, super::inode::Name, Option<StoredEntry>)>,
     pub cookies: Vec<(Ino, u64, Option<NamedEntry>)>,
     /// Orphans to add (`true`) or remove (`false`).
     pub orphans: Vec<(Ino, bool)>,
@@ -708,11 +708,12 @@ impl redb::StorageBackend for MetaFile {
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
         let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
         layout.root().write(&io, SUMS_BASE + p0, &pages).map_err(io_err)?;
-        let zeros = vec![0u8; GROW_STEP];
+        // Zeroed by the devices where they can (image files and block
+        // devices both can), so growth costs no writes of its own.
         let mut f = first;
         while f < end {
             let n = (end - f).min((GROW_STEP / BLOCK_SIZE) as u64);
-            layout.root().write(&io, f, &zeros[..n as usize * BLOCK_SIZE]).map_err(io_err)?;
+            layout.root().write_zeroes(&io, f, n).map_err(io_err)?;
             f += n;
         }
         drop(w);
@@ -989,16 +990,14 @@ impl MetaStore {
                 let mut tab = t.open_table(NAMES).map_err(store_err)?;
                 for (dir, name, e) in &delta.names {
                     match e {
-                        Some(e) => tab.insert((*dir, name.as_slice()), (e.ino, e.kind, e.cookie)).map_err(store_err)?,
-                        None => tab.remove((*dir, name.as_slice())).map_err(store_err)?,
+                        Some(e) => tab.insert((*dir, &**name), (e.ino, e.kind, e.cookie)).map_err(store_err)?,
+                        None => tab.remove((*dir, &**name)).map_err(store_err)?,
                     };
                 }
                 let mut tab = t.open_table(COOKIES).map_err(store_err)?;
                 for (dir, cookie, name) in &delta.cookies {
                     match name {
-                        Some((n, e)) => {
-                            tab.insert((*dir, *cookie), (e.ino, e.kind, n.as_slice())).map_err(store_err)?
-                        }
+                        Some((n, e)) => tab.insert((*dir, *cookie), (e.ino, e.kind, &**n)).map_err(store_err)?,
                         None => tab.remove((*dir, *cookie)).map_err(store_err)?,
                     };
                 }
@@ -1031,15 +1030,32 @@ impl MetaStore {
     }
 
     pub fn stats(&self) -> StoreStats {
-        let c = self.db.cache_stats();
+        let (page_hits, page_misses, page_evictions) = self.page_stats();
         StoreStats {
             inode_reads: self.inode_reads.load(Ordering::Relaxed),
             name_reads: self.name_reads.load(Ordering::Relaxed),
-            page_hits: c.read_hits(),
-            page_misses: c.read_misses(),
-            page_evictions: c.evictions(),
+            page_hits,
+            page_misses,
+            page_evictions,
             commits: self.commits.load(Ordering::Relaxed),
             bytes: self.file.len(),
         }
+    }
+
+    /// The page cache's (hits, misses, evictions). redb loads its hit and
+    /// total counters one after the other while readers move them, so a hit
+    /// counted between the two loads makes its misses negative: a panic
+    /// where overflow is checked, a wrapped huge number where it is not. A
+    /// few tries find a consistent pair; failing that, the figures read 0.
+    fn page_stats(&self) -> (u64, u64, u64) {
+        for _ in 0..8 {
+            let c = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.db.cache_stats()));
+            if let Ok(c) = c.as_ref().map(|c| (c.read_hits(), c.read_misses(), c.evictions())) {
+                if c.1 < 1 << 62 {
+                    return c;
+                }
+            }
+        }
+        (0, 0, 0)
     }
 }

@@ -174,7 +174,7 @@ impl Fs {
     fn file_devices(&self, ino: Ino) -> u64 {
         let Some(n) = self.state().get(ino) else { return 1 };
         let d = n.data.read();
-        let Some(l) = d.layout() else { return 1 };
+        let Ok(Some(l)) = d.layout() else { return 1 };
         let mut devs: Vec<u32> = l.nodes().iter().filter_map(|b| b.device()).collect();
         devs.sort_unstable();
         devs.dedup();

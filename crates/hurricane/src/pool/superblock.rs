@@ -10,10 +10,12 @@ use crate::error::{Error, Result};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HURRICAN");
 /// On-disk format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this build opens. Version 4 keeps the meta-data in an
 /// indexed store in the meta-file (docs/FORMAT.md); versions 2 and 3 kept it
-/// as one whole checkpoint and are refused by name.
+/// as one whole checkpoint and are refused by name. Version 5 writes layout
+/// trees in a varint encoding that version-4 builds cannot read; this build
+/// reads both, and the first writable open of a version-4 pool marks it 5.
 pub const OLDEST_READABLE: u32 = 4;
 /// The most device-state entries a superblock carries.
 pub const MAX_DEV_STATES: usize = 256;

@@ -1,0 +1,66 @@
+//! The engine over inodes read back from the store: what meta-data work
+//! leaves unbuilt.
+
+use crate::device::{Device, MemDevice};
+use crate::namespace::Body;
+use crate::{FormatOptions, Fs, Options, SetAttr};
+use std::sync::Arc;
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn built(fs: &Fs, path: &str) -> bool {
+    let n = fs.state().inode(fs.resolve(path).unwrap()).unwrap();
+    let d = n.data.read();
+    match &d.body {
+        Body::File(l) => l.is_built(),
+        _ => panic!("{path} is not a file"),
+    }
+}
+
+/// Meta-data work on files read back from the store builds no layout tree
+/// (stat, chmod, rename), their `st_blocks` is what the tree gives, and the
+/// first read builds it with the data intact. Checkpoints of files whose
+/// tree was never built write their trees back unchanged.
+#[test]
+fn meta_data_work_builds_no_layout_tree() {
+    let devs: Vec<Arc<dyn Device>> =
+        (0..2).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 64 << 20)) as Arc<dyn Device>).collect();
+    Fs::format(devs.clone(), &FormatOptions::default()).unwrap();
+    let open = || Fs::open(devs.clone(), Options { background_commit: false, ..Options::default() }).unwrap();
+    let fs = open();
+    let files: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
+        ("/big", pattern(1, 300_000), Some("stripe(unit=64K)[extent@0,extent@1]")),
+        ("/small", pattern(2, 3000), Some("inline")),
+        ("/empty", Vec::new(), None),
+        ("/default", pattern(3, 70_000), None),
+    ];
+    for (path, data, layout) in &files {
+        fs.write_file(path, data, *layout).unwrap();
+    }
+    let blocks: Vec<u64> = files.iter().map(|f| fs.stat(f.0).unwrap().blocks).collect();
+    assert!(blocks[0] >= 300_000 / 512 && blocks[1] >= 3000_u64.div_ceil(512) && blocks[2] == 0, "{blocks:?}");
+    fs.close().unwrap();
+    for round in 0..2 {
+        let fs = open();
+        for (i, (path, _, _)) in files.iter().enumerate() {
+            assert_eq!(fs.stat(path).unwrap().blocks, blocks[i], "round {round}: {path}");
+            fs.set_attr_path(path, &SetAttr { mode: Some(0o640), ..Default::default() }).unwrap();
+            assert!(!built(&fs, path), "round {round}: {path}: stat and chmod built its tree");
+        }
+        fs.rename_path("/empty", "/empty2").unwrap();
+        fs.rename_path("/empty2", "/empty").unwrap();
+        assert!(!built(&fs, "/empty"));
+        // Written back by a checkpoint while never built.
+        fs.checkpoint().unwrap();
+        fs.close().unwrap();
+    }
+    let fs = open();
+    for (i, (path, data, _)) in files.iter().enumerate() {
+        assert_eq!(&fs.read_file(path).unwrap(), data, "{path}");
+        assert!(built(&fs, path), "{path}: a read builds the tree");
+        assert_eq!(fs.stat(path).unwrap().blocks, blocks[i], "{path}");
+    }
+    fs.close().unwrap();
+}
