@@ -749,12 +749,10 @@ impl Fs {
             return Ok(());
         }
         let half = m.sb.journal.blocks / 2;
-        let want_ckpt = checkpoint
-            || m.cursor.used(&m.sb.journal) > half
-            || m.relayout.is_some()
-            || inner.state.dirty_count() > inner.dirty_limit;
-        let t0 = Instant::now();
         let dirty = inner.state.dirty_count();
+        let want_ckpt =
+            checkpoint || m.cursor.used(&m.sb.journal) > half || m.relayout.is_some() || dirty > inner.dirty_limit;
+        let t0 = Instant::now();
         let (mut batch, mut snap) = self.capture(want_ckpt);
         let captured = t0.elapsed();
         if !m.unwritten.is_empty() {

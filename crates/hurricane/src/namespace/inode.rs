@@ -259,11 +259,16 @@ impl FileLayout {
     /// Whether the file owns device space: a file freed without ever being
     /// built (an empty one, say) has none to give back, and is not built.
     pub fn holds_space(&self) -> Result<bool> {
-        let u = match (self.tree.get(), self.usage) {
+        Ok(self.usage()?.blocks > 0)
+    }
+    /// The tree's usage now: from the tree where it is built, else as the
+    /// record carried it, else (a format-4 record) from the tree built now.
+    fn usage(&self) -> Result<Usage> {
+        Ok(match (self.tree.get(), self.usage) {
+            (Some(t), _) => Usage::of(t),
             (None, Some(u)) => u,
-            _ => Usage::of(self.get()?),
-        };
-        Ok(u.blocks > 0)
+            (None, None) => Usage::of(self.get()?),
+        })
     }
     /// Whether the live tree has been built.
     pub fn is_built(&self) -> bool {
@@ -272,11 +277,7 @@ impl FileLayout {
     /// `st_blocks` (512-byte units) of a file of `size` bytes: its extents'
     /// blocks, or for a file kept in its record, its size rounded up.
     pub fn sectors(&self, size: u64) -> Result<u64> {
-        let u = match (self.tree.get(), self.usage) {
-            (Some(t), _) => Usage::of(t),
-            (None, Some(u)) => u,
-            (None, None) => Usage::of(self.get()?),
-        };
+        let u = self.usage()?;
         Ok(if u.blocks == 0 && size > 0 && u.inline { size.div_ceil(512) } else { u.blocks.saturating_mul(8) })
     }
     /// Body tag 5 (usage, then the tree), or tag 1 (the tree alone) for a
