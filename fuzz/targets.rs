@@ -262,7 +262,7 @@ pub fn open_image(image: &[u8]) -> hurricane::Result<MetaStore> {
         layout.root().write(&io, 0, &padded)?;
     }
     let file = MetaFile::unchecked(storage, layout, image.len() as u64);
-    MetaStore::open(file, 1 << 20)
+    MetaStore::open(file, 1 << 20, 0, 1)
 }
 
 /// One inode record.

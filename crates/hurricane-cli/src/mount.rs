@@ -35,7 +35,8 @@ pub struct MountArgs {
     /// ro, rw, nodev, nosuid, noexec, noatime, sync, dirsync, auto_unmount,
     /// fsname=NAME, subtype=NAME, threads=N, attr_timeout=SECS,
     /// commit_interval=SECS, cache=SIZE (data blocks), inode_cache=N (inodes
-    /// kept in memory), meta_cache=SIZE (meta-data store pages), log=FILE,
+    /// kept in memory), entry_cache=N (directory entries kept in memory),
+    /// meta_cache=SIZE (meta-data store pages), log=FILE,
     /// nouring, default_permissions
     /// (the kernel checks permissions too; by default the engine alone checks
     /// and the kernel keeps only names every user may reach), writeback_cache
@@ -227,12 +228,16 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
     let m = &v.meta;
     println!(
         "meta-data: {} inodes in memory ({} changed since the checkpoint): {} hits, {} read from the store, {} evicted; \
+         directory entries: {} hits, {} misses, {} evicted; \
          store {} ({} entry and {} record reads; pages: {} hits, {} misses, {} evicted)",
         m.inodes_resident,
         m.inodes_dirty,
         m.inodes.hits,
         m.inodes.misses,
         m.inodes.evictions,
+        m.entries.hits,
+        m.entries.misses,
+        m.entries.evictions,
         human(m.store_bytes),
         m.entry_reads,
         m.record_reads,

@@ -396,6 +396,11 @@ impl HurricaneFuse {
                 },
                 inodes_resident: m.inodes.resident,
                 inodes_dirty: m.inodes.dirty,
+                entries: crate::report::KindReport {
+                    hits: m.store.entries.hits,
+                    misses: m.store.entries.misses,
+                    evictions: m.store.entries.evictions,
+                },
                 entry_reads: m.store.name_reads,
                 record_reads: m.store.inode_reads,
                 pages: crate::report::KindReport {

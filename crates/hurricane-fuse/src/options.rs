@@ -37,6 +37,9 @@ pub struct MountOptions {
     pub cache_bytes: Option<u64>,
     /// Inodes the meta-data cache holds (`inode_cache=N`).
     pub inode_cache: Option<usize>,
+    /// Directory entries read from the meta-data store kept for the next
+    /// lookup (`entry_cache=N`, 0 turns it off).
+    pub entry_cache: Option<usize>,
     /// Bytes of the meta-data store's page cache (`meta_cache=SIZE`).
     pub meta_cache_bytes: Option<u64>,
     /// Serve requests through per-CPU io_uring queues where the kernel
@@ -67,6 +70,7 @@ impl Default for MountOptions {
             commit_interval: None,
             cache_bytes: None,
             inode_cache: None,
+            entry_cache: None,
             meta_cache_bytes: None,
             uring: true,
             writeback_cache: false,
@@ -184,6 +188,11 @@ impl MountOptions {
                             return Err(format!("mount option inode_cache={v}: at least 64 inodes"));
                         }
                         o.inode_cache = Some(n);
+                    }
+                    "entry_cache" => {
+                        let v = need()?;
+                        let n: usize = v.parse().map_err(|_| format!("mount option entry_cache={v}: not a number"))?;
+                        o.entry_cache = Some(n);
                     }
                     "meta_cache" => {
                         let b = parse_size(key, need()?)?;
@@ -340,8 +349,9 @@ mod tests {
         assert!(MountOptions::parse::<&str>(&[]).is_ok());
         assert_eq!(MountOptions::parse(&["cache=64M"]).unwrap().cache_bytes, Some(64 << 20));
         assert_eq!(MountOptions::parse(&["cache=0"]).unwrap().cache_bytes, Some(0));
-        let o = MountOptions::parse(&["inode_cache=100000,meta_cache=256M"]).unwrap();
-        assert_eq!((o.inode_cache, o.meta_cache_bytes), (Some(100_000), Some(256 << 20)));
+        let o = MountOptions::parse(&["inode_cache=100000,meta_cache=256M,entry_cache=0"]).unwrap();
+        assert_eq!((o.inode_cache, o.meta_cache_bytes, o.entry_cache), (Some(100_000), Some(256 << 20), Some(0)));
+        assert!(MountOptions::parse(&["entry_cache=lots"]).unwrap_err().contains("entry_cache=lots: not a number"));
         for bad in ["inode_cache=10", "inode_cache=x", "meta_cache=4K", "inode_cache"] {
             assert!(MountOptions::parse(&[bad]).is_err(), "{bad}");
         }

@@ -225,6 +225,9 @@ pub struct MetaCacheReport {
     pub inodes: KindReport,
     pub inodes_resident: u64,
     pub inodes_dirty: u64,
+    /// Directory entries read from the store, served again from memory.
+    #[serde(default)]
+    pub entries: KindReport,
     /// Directory entries and inode records read from the store.
     pub entry_reads: u64,
     pub record_reads: u64,

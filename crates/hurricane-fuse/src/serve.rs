@@ -113,6 +113,9 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     if let Some(n) = o.inode_cache {
         opts.inode_cache = n;
     }
+    if let Some(n) = o.entry_cache {
+        opts.entry_cache = n;
+    }
     if let Some(b) = o.meta_cache_bytes {
         opts.meta_cache_bytes = usize::try_from(b).unwrap_or(usize::MAX);
     }

@@ -994,7 +994,7 @@ fn fsck_repair_of_meta_data_damaged_on_disk() {
     let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta")).unwrap();
     let file = MetaFile::new(storage, meta, sb.meta_len, false);
     file.arm(sb.clone());
-    let store = Arc::new(MetaStore::open(file, 1 << 20).unwrap());
+    let store = Arc::new(MetaStore::open(file, 1 << 20, 0, 1).unwrap());
     let sys = store.sys().unwrap();
     let st = State::new(store.clone(), 4, 1000).unwrap();
     {

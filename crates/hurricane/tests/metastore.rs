@@ -335,3 +335,187 @@ fn deleting_many_files_checkpoints_along_the_way() {
     assert_eq!(list(&fs, "/d").len(), 2);
     fs.close().unwrap();
 }
+
+#[test]
+fn bulk_changes_are_checkpointed_without_a_journal_copy() {
+    use std::time::Duration;
+    let p = MemPool::new(2, 64 * MB);
+    // No timed commit during the test: every commit is one the changed
+    // inodes asked for, and each should be a checkpoint (a journal write of
+    // changes a checkpoint then writes again doubles what reaches the disk).
+    let opts =
+        Options { inode_cache: 64, background_commit: true, commit_interval: Duration::from_secs(3600), ..quiet() };
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), opts).unwrap();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    let (c0, k0) = fs.commit_counts();
+    for i in 0..3000 {
+        fs.write_file(&format!("/d/f{i}"), b"", None).unwrap();
+    }
+    let (c1, k1) = fs.commit_counts();
+    assert!(k1 - k0 >= 20, "{} checkpoints for 3,000 creates", k1 - k0);
+    assert_eq!(c1 - c0, k1 - k0, "{} commits were journal writes", (c1 - c0) - (k1 - k0));
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    assert_eq!(list(&fs, "/d").len(), 3002);
+}
+
+#[test]
+fn a_fragmented_free_map_is_not_rewritten_by_each_checkpoint() {
+    let p = MemPool::new(1, 256 * MB);
+    let fs = p.open().unwrap();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    let n = 12_000;
+    for i in 0..n {
+        fs.write_file(&format!("/d/f{i}"), &[i as u8; 4096], Some("extent@0")).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    // Every other file gone: thousands of one-block free extents.
+    for i in (0..n).step_by(2) {
+        fs.remove(&format!("/d/f{i}")).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let free = fs.statfs().bfree;
+    // One block freed more: the free map changes by one entry or three.
+    fs.remove("/d/f1").unwrap();
+    fs.checkpoint().unwrap();
+    fs.set_attr_path("/d/f3", &SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
+    let before = written(&fs);
+    fs.checkpoint().unwrap();
+    let cost = written(&fs) - before;
+    // The map's 6,000 entries take over 150 KB of store pages.
+    assert!(cost < 96 * 1024, "a one-inode checkpoint wrote {cost} bytes");
+    assert_eq!(fs.statfs().bfree, free + 1);
+    fs.close().unwrap();
+    // What the open claims from the map is what was free, no more, no less:
+    // new files take freed blocks and the survivors read back whole.
+    let fs = p.open().unwrap();
+    assert_eq!(fs.statfs().bfree, free + 1);
+    for i in 0..1000 {
+        fs.write_file(&format!("/d/g{i}"), &[0xEE; 4096], Some("extent@0")).unwrap();
+    }
+    for i in (3..n).step_by(2) {
+        assert_eq!(fs.read_file(&format!("/d/f{i}")).unwrap(), vec![i as u8; 4096], "f{i}");
+    }
+    fs.close().unwrap();
+}
+
+#[test]
+fn cached_entries_never_outlive_a_change() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), Options { entry_cache: 1000, ..small_cache() })
+        .unwrap();
+    let root = Creds::root();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    for i in 0..300 {
+        fs.write_file(&format!("/d/f{i}"), &[i as u8], None).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let d = fs.resolve("/d").unwrap();
+    let ino = |n: &str| fs.lookup(&root, d, n.as_bytes()).map(|a| a.ino);
+    let first: Vec<u64> = (0..300).map(|i| ino(&format!("f{i}")).unwrap()).collect();
+    let h0 = fs.meta_cache_stats().store.entries.hits;
+    for (i, want) in first.iter().enumerate() {
+        assert_eq!(ino(&format!("f{i}")).unwrap(), *want);
+    }
+    assert!(fs.meta_cache_stats().store.entries.hits >= h0 + 300, "second lookups are served from the cache");
+    // Changes over cached entries, looked up before and after the
+    // checkpoint that writes them.
+    let opts = hurricane::RenameFlags::default();
+    fs.rename(&root, d, b"f1", d, b"g1", opts).unwrap();
+    fs.rename(&root, d, b"f2", d, b"f3", opts).unwrap();
+    fs.remove("/d/f4").unwrap();
+    fs.write_file("/d/f4", b"new", None).unwrap();
+    let check = |fs: &Fs| {
+        let ino = |n: &str| fs.lookup(&root, d, n.as_bytes()).map(|a| a.ino);
+        assert!(ino("f1").is_err());
+        assert_eq!(ino("g1").unwrap(), first[1]);
+        assert!(ino("f2").is_err());
+        assert_eq!(ino("f3").unwrap(), first[2]);
+        assert_ne!(ino("f4").unwrap(), first[4]);
+        assert_eq!(fs.read_file("/d/f4").unwrap(), b"new");
+        assert_eq!(fs.read_file("/d/f3").unwrap(), [2u8]);
+        assert_eq!(ino("f5").unwrap(), first[5]);
+    };
+    check(&fs);
+    fs.checkpoint().unwrap();
+    check(&fs);
+    fs.remove("/d/g1").unwrap();
+    fs.checkpoint().unwrap();
+    assert!(fs.lookup(&root, d, b"g1").is_err());
+    fs.close().unwrap();
+    check_after_reopen(&p, &first);
+}
+
+fn check_after_reopen(p: &MemPool, first: &[u64]) {
+    let fs = p.open().unwrap();
+    let d = fs.resolve("/d").unwrap();
+    let root = Creds::root();
+    assert!(fs.lookup(&root, d, b"g1").is_err());
+    assert_eq!(fs.lookup(&root, d, b"f3").unwrap().ino, first[2]);
+    assert_eq!(list(&fs, "/d").len(), 2 + 300 - 2);
+}
+
+/// Lookups racing with changes and checkpoints never leave a stale entry
+/// cached: a writer replaces files by name (each time a new inode) and
+/// checkpoints, while readers look the same names up all along; after it
+/// stops, each name resolves to the inode it was last given.
+#[test]
+fn lookups_racing_with_checkpoints_cache_no_stale_entry() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let p = MemPool::new(2, 64 * MB);
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), Options { entry_cache: 64, ..small_cache() })
+        .unwrap();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    let names = 16;
+    for i in 0..names {
+        fs.write_file(&format!("/d/f{i}"), b"", None).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let d = fs.resolve("/d").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|t| {
+            let fs = fs.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let root = Creds::root();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    let _ = fs.lookup(&root, d, format!("f{}", (n + t) % names).as_bytes());
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for round in 0..200u64 {
+        let i = round % names;
+        fs.remove(&format!("/d/f{i}")).unwrap();
+        fs.write_file(&format!("/d/f{i}"), b"", None).unwrap();
+        if round % 5 == 0 {
+            fs.checkpoint().unwrap();
+        }
+    }
+    fs.checkpoint().unwrap();
+    stop.store(true, Ordering::Release);
+    for r in readers {
+        r.join().unwrap();
+    }
+    // The listing reads the store's tree, not the entry cache.
+    let root = Creds::root();
+    let mut listed = Vec::new();
+    fs.readdir(&root, d, 0, |it| {
+        listed.push((it.name.clone(), it.ino));
+        true
+    })
+    .unwrap();
+    let files: Vec<_> = listed.iter().filter(|(n, _)| n.starts_with(b"f")).collect();
+    assert_eq!(files.len(), names as usize);
+    let hits = fs.meta_cache_stats().store.entries.hits;
+    for (name, ino) in &files {
+        for _ in 0..2 {
+            assert_eq!(fs.lookup(&root, d, name).unwrap().ino, *ino, "{}", String::from_utf8_lossy(name));
+        }
+    }
+    assert!(fs.meta_cache_stats().store.entries.hits >= hits + names, "second lookups are served from the cache");
+}

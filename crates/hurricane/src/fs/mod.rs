@@ -81,6 +81,9 @@ pub struct Options {
     /// Bytes of the meta-data store's page cache (directory and inode
     /// table blocks).
     pub meta_cache_bytes: usize,
+    /// Directory entries read from the store that are kept for the next
+    /// lookup of the same name (0: none).
+    pub entry_cache: usize,
     /// Threads that run prefetch requests (0: four per device, 4 to 64).
     pub io_threads: usize,
 }
@@ -94,6 +97,7 @@ impl Default for Options {
             cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
             inode_cache: DEFAULT_INODE_CACHE,
             meta_cache_bytes: DEFAULT_META_CACHE_BYTES,
+            entry_cache: DEFAULT_ENTRY_CACHE,
             io_threads: 0,
         }
     }
@@ -181,6 +185,8 @@ pub struct MetaCacheStats {
 /// 160 MiB; 262,144 measured slower (larger checkpoints) and took three
 /// times the memory (BENCHMARKS.md, "Meta-data at scale").
 pub const DEFAULT_INODE_CACHE: usize = 65_536;
+/// Directory entries cached by default (a few MiB).
+pub const DEFAULT_ENTRY_CACHE: usize = 65_536;
 /// Bytes of the meta-data store's page cache by default.
 pub const DEFAULT_META_CACHE_BYTES: usize = 128 << 20;
 /// Store pages a changed inode dirties in a checkpoint, on average, for
@@ -309,7 +315,7 @@ impl Fs {
         let file = MetaFile::new(storage.clone(), meta, 0, false);
         file.arm(sb);
         let sys = Sys { cursor, next_ino: ROOT + 1, inodes: 1 };
-        let store = MetaStore::create(file, 1 << 20, sys, (ROOT, rec.into_inner()), free)?;
+        let store = MetaStore::create(file, 1 << 20, 0, sys, (ROOT, rec.into_inner()), free)?;
         let mut sb = store.file().disarm().ok_or_else(|| Error::Device("meta-file superblock lost".into()))?;
         let (layout, len) = store.file().describe();
         drop(store);
@@ -376,7 +382,7 @@ impl Fs {
         // when asked for.
         let file = MetaFile::new(storage.clone(), meta, sb.meta_len, opts.read_only);
         file.arm(sb.clone());
-        let store = Arc::new(MetaStore::open(file, opts.meta_cache_bytes)?);
+        let store = Arc::new(MetaStore::open(file, opts.meta_cache_bytes, opts.entry_cache, shards())?);
         if let Some(s2) = store.file().disarm() {
             sb = s2;
         }
@@ -705,6 +711,13 @@ impl Fs {
             return Ok(());
         }
         let target = inner.gate.current_epoch();
+        // A checkpoint being written settles the inodes it covers when it
+        // ends: wait for it and look again, rather than follow it with a
+        // journal write of changes the next checkpoint writes anyway.
+        drop(inner.meta.lock());
+        if inner.state.dirty_count() <= 2 * inner.dirty_limit {
+            return Ok(());
+        }
         self.commit(target, false)
     }
 
@@ -945,26 +958,36 @@ impl Fs {
 
     fn start_committer(&self, every: Duration) {
         let weak = Arc::downgrade(&self.inner);
+        let mut due = Instant::now() + every;
         let h = std::thread::Builder::new().name("hurricane-commit".into()).spawn(move || loop {
             let Some(inner) = weak.upgrade() else { return };
             {
                 let mut stop = inner.shutdown.lock();
-                if *stop {
-                    return;
-                }
-                if !inner.kicked.load(Ordering::Acquire) {
-                    inner.shutdown_cv.wait_for(&mut stop, every);
-                }
-                if *stop {
-                    return;
+                loop {
+                    if *stop {
+                        return;
+                    }
+                    let now = Instant::now();
+                    if now >= due {
+                        break;
+                    }
+                    // A kick is acted on only while a checkpoint is still
+                    // due: one raised while the previous checkpoint was
+                    // being written (its inodes still counted as changed)
+                    // is stale, and a journal write of changes about to be
+                    // checkpointed would write them twice.
+                    if inner.kicked.swap(false, Ordering::AcqRel) && inner.state.dirty_count() > inner.dirty_limit {
+                        break;
+                    }
+                    inner.shutdown_cv.wait_for(&mut stop, due - now);
                 }
             }
             let fs = Fs { inner };
-            fs.inner.kicked.store(false, Ordering::Release);
             let target = fs.inner.gate.current_epoch();
             if let Err(e) = fs.commit(target, false) {
                 tracing::error!("background commit failed: {e}");
             }
+            due = Instant::now() + every;
         });
         match h {
             Ok(h) => *self.inner.committer.lock() = Some(h),

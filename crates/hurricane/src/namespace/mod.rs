@@ -5,6 +5,7 @@
 //! them, and [`State::apply`], the one place a journal [`Op`] changes the
 //! state.
 
+pub mod entry_cache;
 pub mod inode;
 pub mod perm;
 pub mod store;

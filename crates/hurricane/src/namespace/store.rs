@@ -27,6 +27,7 @@
 //! (redb commits in two phases: pages, sync, header, sync), so the header
 //! of a commit never names space the superblock does not.
 
+use super::entry_cache::{EntryCache, EntryCounters};
 use crate::base::{Cursor, Ino, BLOCK_SIZE};
 use crate::blocks::{IoCtx, Layout, NodeRecord};
 use crate::codec::{Decoder, Encoder};
@@ -201,6 +202,8 @@ pub struct StoreStats {
     pub page_evictions: u64,
     pub commits: u64,
     pub bytes: u64,
+    /// The directory-entry cache in front of the store.
+    pub entries: EntryCounters,
 }
 
 /// The meta-file as redb's storage: byte ranges over the file's building
@@ -749,6 +752,12 @@ pub struct MetaStore {
     inode_reads: AtomicU64,
     name_reads: AtomicU64,
     commits: AtomicU64,
+    /// The free map as the last checkpoint wrote it (sorted; `None` until a
+    /// checkpoint of this open wrote one), so the next writes only what
+    /// differs.
+    free_written: Mutex<Option<Vec<(u32, u64, u64)>>>,
+    /// Directory entries read from the store, kept for the next lookup.
+    entries: EntryCache,
     /// The last commit's inode and name tables, opened once and shared by
     /// every lookup until the next commit (a read transaction and two
     /// table opens per lookup cost more than the lookup).
@@ -779,6 +788,7 @@ impl MetaStore {
     pub fn create(
         file: MetaFile,
         cache_bytes: usize,
+        entries: usize,
         sys: Sys,
         root: (Ino, Vec<u8>),
         free: Vec<(u32, u64, u64)>,
@@ -792,6 +802,8 @@ impl MetaStore {
             inode_reads: AtomicU64::new(0),
             name_reads: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            free_written: Mutex::new(None),
+            entries: EntryCache::new(entries, 16),
             snap: RwLock::new(None),
         };
         let delta = Delta { inodes: vec![(root.0, Some(root.1))], sys, free: Some(free), ..Default::default() };
@@ -802,7 +814,9 @@ impl MetaStore {
     /// Opens the store of a pool. redb checks its own header and, after a
     /// crash, recovers from the last commit (each commit saves its
     /// allocator state, so this is quick).
-    pub fn open(file: MetaFile, cache_bytes: usize) -> Result<MetaStore> {
+    /// `entries` directory entries are cached (0: none), in `entry_shards`
+    /// shards.
+    pub fn open(file: MetaFile, cache_bytes: usize, entries: usize, entry_shards: usize) -> Result<MetaStore> {
         let open = |from: usize| {
             file.inner.header_from.store(from, Ordering::Release);
             guarded("opening the store", || {
@@ -839,6 +853,8 @@ impl MetaStore {
             inode_reads: AtomicU64::new(0),
             name_reads: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            free_written: Mutex::new(None),
+            entries: EntryCache::new(entries, entry_shards),
             snap: RwLock::new(None),
         })
     }
@@ -856,7 +872,7 @@ impl MetaStore {
         let file = MetaFile::new(storage, Layout::build(&spec)?, 0, false);
         file.arm(Superblock::scratch());
         let sys = Sys { cursor: Cursor { tail: 0, head: 0, seq: 1 }, next_ino: 2, inodes: 1 };
-        MetaStore::create(file, 4 << 20, sys, (1, root), Vec::new())
+        MetaStore::create(file, 4 << 20, 1024, sys, (1, root), Vec::new())
     }
 
     pub fn file(&self) -> &MetaFile {
@@ -906,12 +922,20 @@ impl MetaStore {
     /// A directory entry as of the checkpoint.
     pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<StoredEntry>> {
         guarded("looking up an entry", || {
+            if let Some(e) = self.entries.get(dir, name) {
+                return Ok(Some(e));
+            }
+            let generation = self.entries.generation();
             self.name_reads.fetch_add(1, Ordering::Relaxed);
             let s = self.snapshot()?;
-            Ok(s.names.get((dir, name)).map_err(store_err)?.map(|v| {
+            let e = s.names.get((dir, name)).map_err(store_err)?.map(|v| {
                 let (ino, kind, cookie) = v.value();
                 StoredEntry { ino, kind, cookie }
-            }))
+            });
+            if let Some(e) = e {
+                self.entries.put(generation, dir, name, e);
+            }
+            Ok(e)
         })
     }
 
@@ -977,6 +1001,7 @@ impl MetaStore {
     /// checkpoint's commit point.
     pub fn commit(&self, delta: &Delta) -> Result<()> {
         guarded("committing a checkpoint", || {
+            let mut pending_free = None;
             let mut t = self.db.begin_write().map_err(store_err)?;
             t.set_quick_repair(true);
             {
@@ -1011,10 +1036,37 @@ impl MetaStore {
                 }
                 let mut tab = t.open_table(FREE).map_err(store_err)?;
                 if let Some(free) = &delta.free {
-                    tab.retain(|_, _| false).map_err(store_err)?;
-                    for (d, s, l) in free {
-                        tab.insert((*d, *s), *l).map_err(store_err)?;
+                    // Only the entries that differ from the last
+                    // checkpoint's: a free map of a fragmented pool is not
+                    // rewritten for every checkpoint.
+                    let mut last = self.free_written.lock();
+                    let old = match last.take() {
+                        Some(v) => v,
+                        None => {
+                            let mut v = Vec::new();
+                            for r in tab.iter().map_err(store_err)? {
+                                let (k, l) = r.map_err(store_err)?;
+                                let (d, s) = k.value();
+                                v.push((d, s, l.value()));
+                            }
+                            v
+                        }
+                    };
+                    let mut new = free.clone();
+                    if !new.is_sorted() {
+                        new.sort_unstable();
                     }
+                    let r = free_changes(&old, &new, |key, len| {
+                        match len {
+                            Some(l) => tab.insert(key, l).map(drop),
+                            None => tab.remove(key).map(drop),
+                        }
+                        .map_err(store_err)
+                    });
+                    // Until the commit is known good the table may hold
+                    // either list: read it again next time.
+                    r?;
+                    pending_free = Some(new);
                 }
                 let mut tab = t.open_table(SYS).map_err(store_err)?;
                 tab.insert("sys", delta.sys.encode().as_slice()).map_err(store_err)?;
@@ -1024,6 +1076,10 @@ impl MetaStore {
             // leave memory once it returns.
             *self.snap.write() = None;
             r?;
+            self.entries.invalidate(delta.names.iter().map(|(d, n, _)| (*d, &**n)));
+            if pending_free.is_some() {
+                *self.free_written.lock() = pending_free;
+            }
             self.commits.fetch_add(1, Ordering::Relaxed);
             Ok(())
         })
@@ -1039,6 +1095,7 @@ impl MetaStore {
             page_evictions,
             commits: self.commits.load(Ordering::Relaxed),
             bytes: self.file.len(),
+            entries: self.entries.counters(),
         }
     }
 
@@ -1057,5 +1114,45 @@ impl MetaStore {
             }
         }
         (0, 0, 0)
+    }
+}
+
+/// Walks two sorted free maps and calls `apply` with each entry to put
+/// (`Some(length)`) or delete (`None`) to turn `old` into `new`.
+fn free_changes(
+    old: &[(u32, u64, u64)],
+    new: &[(u32, u64, u64)],
+    mut apply: impl FnMut((u32, u64), Option<u64>) -> Result<()>,
+) -> Result<()> {
+    let (mut i, mut j) = (0, 0);
+    loop {
+        match (old.get(i), new.get(j)) {
+            (None, None) => return Ok(()),
+            (Some(&(d, s, _)), None) => {
+                apply((d, s), None)?;
+                i += 1;
+            }
+            (None, Some(&(d, s, l))) => {
+                apply((d, s), Some(l))?;
+                j += 1;
+            }
+            (Some(&(d0, s0, l0)), Some(&(d1, s1, l1))) => match (d0, s0).cmp(&(d1, s1)) {
+                std::cmp::Ordering::Less => {
+                    apply((d0, s0), None)?;
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    apply((d1, s1), Some(l1))?;
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    if l0 != l1 {
+                        apply((d1, s1), Some(l1))?;
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            },
+        }
     }
 }
