@@ -718,7 +718,7 @@ impl Fs {
         if inner.state.dirty_count() <= 2 * inner.dirty_limit {
             return Ok(());
         }
-        self.commit(target, false)
+        self.checkpoint_if_due(target)
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -755,6 +755,18 @@ impl Fs {
     }
 
     fn commit(&self, target: u64, checkpoint: bool) -> Result<()> {
+        self.commit_as(target, checkpoint, false)
+    }
+
+    /// A commit asked for because a checkpoint is due (a writer over the
+    /// limit, the committer woken by one): if another thread's checkpoint
+    /// got there first, nothing is written, as a journal write of changes
+    /// the next checkpoint writes anyway would write them twice.
+    fn checkpoint_if_due(&self, target: u64) -> Result<()> {
+        self.commit_as(target, false, true)
+    }
+
+    fn commit_as(&self, target: u64, checkpoint: bool, only_if_due: bool) -> Result<()> {
         let inner = &*self.inner;
         inner.storage.probe();
         let mut m = inner.meta.lock();
@@ -765,6 +777,9 @@ impl Fs {
         let dirty = inner.state.dirty_count();
         let want_ckpt =
             checkpoint || m.cursor.used(&m.sb.journal) > half || m.relayout.is_some() || dirty > inner.dirty_limit;
+        if only_if_due && !want_ckpt {
+            return Ok(());
+        }
         let t0 = Instant::now();
         let (mut batch, mut snap) = self.capture(want_ckpt);
         let captured = t0.elapsed();
@@ -961,6 +976,7 @@ impl Fs {
         let mut due = Instant::now() + every;
         let h = std::thread::Builder::new().name("hurricane-commit".into()).spawn(move || loop {
             let Some(inner) = weak.upgrade() else { return };
+            let mut timed = false;
             {
                 let mut stop = inner.shutdown.lock();
                 loop {
@@ -969,6 +985,7 @@ impl Fs {
                     }
                     let now = Instant::now();
                     if now >= due {
+                        timed = true;
                         break;
                     }
                     // A kick is acted on only while a checkpoint is still
@@ -984,7 +1001,10 @@ impl Fs {
             }
             let fs = Fs { inner };
             let target = fs.inner.gate.current_epoch();
-            if let Err(e) = fs.commit(target, false) {
+            // The tick makes the journal durable; a wake-up asks for a
+            // checkpoint, which a writer may have written meanwhile.
+            let r = if timed { fs.commit(target, false) } else { fs.checkpoint_if_due(target) };
+            if let Err(e) = r {
                 tracing::error!("background commit failed: {e}");
             }
             due = Instant::now() + every;

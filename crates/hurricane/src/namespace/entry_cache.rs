@@ -39,8 +39,18 @@ pub struct EntryCounters {
     pub resident: u64,
 }
 
-/// One shard: slots by key, under its own lock.
-type Shard = CachePadded<Mutex<HashMap<u64, Slot>>>;
+/// One shard: slots by key, and its own counts (kept under the shard's
+/// lock, not in counters every thread writes: a counter bounced between
+/// cores costs more than the lookup it counts).
+#[derive(Default)]
+struct ShardMap {
+    slots: HashMap<u64, Slot>,
+    hits: u64,
+    misses: u64,
+    evictions: u64,
+}
+
+type Shard = CachePadded<Mutex<ShardMap>>;
 
 pub struct EntryCache {
     shards: Box<[Shard]>,
@@ -49,9 +59,6 @@ pub struct EntryCache {
     hasher: RandomState,
     /// Advanced by every commit of the store, before its entries are dropped.
     generation: AtomicU64,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    evictions: AtomicU64,
 }
 
 impl EntryCache {
@@ -59,13 +66,10 @@ impl EntryCache {
     pub fn new(capacity: usize, shards: usize) -> Self {
         let shards = shards.max(1);
         EntryCache {
-            shards: (0..shards).map(|_| CachePadded::new(Mutex::new(HashMap::new()))).collect(),
+            shards: (0..shards).map(|_| CachePadded::new(Mutex::new(ShardMap::default()))).collect(),
             per_shard: capacity.div_ceil(shards),
             hasher: RandomState::new(),
             generation: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
         }
     }
 
@@ -73,7 +77,7 @@ impl EntryCache {
         self.hasher.hash_one((dir, name))
     }
 
-    fn shard(&self, key: u64) -> &Mutex<HashMap<u64, Slot>> {
+    fn shard(&self, key: u64) -> &Mutex<ShardMap> {
         &self.shards[(key % self.shards.len() as u64) as usize]
     }
 
@@ -83,9 +87,12 @@ impl EntryCache {
             return None;
         }
         let k = self.key(dir, name);
-        let hit = self.shard(k).lock().get(&k).filter(|s| s.dir == dir && *s.name == *name).map(|s| s.entry);
-        let counter = if hit.is_some() { &self.hits } else { &self.misses };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.shard(k).lock();
+        let hit = s.slots.get(&k).filter(|s| s.dir == dir && *s.name == *name).map(|s| s.entry);
+        match hit {
+            Some(_) => s.hits += 1,
+            None => s.misses += 1,
+        }
         hit
     }
 
@@ -109,14 +116,14 @@ impl EntryCache {
         if self.generation.load(Ordering::Acquire) != generation {
             return;
         }
-        if s.len() >= self.per_shard && !s.contains_key(&k) {
-            let drop: Vec<u64> = s.keys().take((self.per_shard / 8).max(1)).copied().collect();
+        if s.slots.len() >= self.per_shard && !s.slots.contains_key(&k) {
+            let drop: Vec<u64> = s.slots.keys().take((self.per_shard / 8).max(1)).copied().collect();
             for d in &drop {
-                s.remove(d);
+                s.slots.remove(d);
             }
-            self.evictions.fetch_add(drop.len() as u64, Ordering::Relaxed);
+            s.evictions += drop.len() as u64;
         }
-        s.insert(k, Slot { dir, name: name.into(), entry });
+        s.slots.insert(k, Slot { dir, name: name.into(), entry });
     }
 
     /// After a commit of the store: drops the entries it changed.
@@ -127,17 +134,20 @@ impl EntryCache {
         }
         for (dir, name) in changed {
             let k = self.key(dir, name);
-            self.shard(k).lock().remove(&k);
+            self.shard(k).lock().slots.remove(&k);
         }
     }
 
     pub fn counters(&self) -> EntryCounters {
-        EntryCounters {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
-            resident: self.shards.iter().map(|s| s.lock().len() as u64).sum(),
+        let mut n = EntryCounters::default();
+        for s in self.shards.iter() {
+            let s = s.lock();
+            n.hits += s.hits;
+            n.misses += s.misses;
+            n.evictions += s.evictions;
+            n.resident += s.slots.len() as u64;
         }
+        n
     }
 }
 
