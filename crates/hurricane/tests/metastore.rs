@@ -308,18 +308,26 @@ fn concurrent_work_and_background_checkpoints_finish() {
     fs.close().unwrap();
 }
 
+/// The pool opened with a 64-inode cache and a committer that never wakes
+/// on its own during a test: only changed inodes past the limit wake it.
+fn open_with_a_woken_committer(p: &MemPool) -> Fs {
+    let opts = Options {
+        inode_cache: 64,
+        background_commit: true,
+        commit_interval: std::time::Duration::from_secs(3600),
+        ..quiet()
+    };
+    Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), opts).unwrap()
+}
+
 /// Removing files counts toward the next checkpoint as changing them does:
 /// a long run of deletes is checkpointed along the way (the committer is
 /// woken, or the deleting thread waits for it) instead of holding every
 /// freed inode in memory until the end.
 #[test]
 fn deleting_many_files_checkpoints_along_the_way() {
-    use std::time::Duration;
     let p = MemPool::new(2, 64 * MB);
-    // A committer that would not wake on its own during the test.
-    let opts =
-        Options { inode_cache: 64, background_commit: true, commit_interval: Duration::from_secs(3600), ..quiet() };
-    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), opts).unwrap();
+    let fs = open_with_a_woken_committer(&p);
     fs.mkdir_all("/d", 0o755).unwrap();
     for i in 0..600 {
         fs.write_file(&format!("/d/f{i}"), b"", None).unwrap();
@@ -338,14 +346,11 @@ fn deleting_many_files_checkpoints_along_the_way() {
 
 #[test]
 fn bulk_changes_are_checkpointed_without_a_journal_copy() {
-    use std::time::Duration;
     let p = MemPool::new(2, 64 * MB);
-    // No timed commit during the test: every commit is one the changed
-    // inodes asked for, and each should be a checkpoint (a journal write of
-    // changes a checkpoint then writes again doubles what reaches the disk).
-    let opts =
-        Options { inode_cache: 64, background_commit: true, commit_interval: Duration::from_secs(3600), ..quiet() };
-    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), opts).unwrap();
+    // Every commit is one the changed inodes asked for, and each should be
+    // a checkpoint (a journal write of changes a checkpoint then writes
+    // again doubles what reaches the disk).
+    let fs = open_with_a_woken_committer(&p);
     fs.mkdir_all("/d", 0o755).unwrap();
     let (c0, k0) = fs.commit_counts();
     for i in 0..3000 {
