@@ -352,6 +352,7 @@ fn resilver(fs: &Fs, dir: &Path, rate: Option<u64>) -> CliResult<ScrubSummary> {
         rate,
         position_file: Some(dir.join(SCRUB_POSITION_FILE)),
         resume: true,
+        resilver_only: true,
         ..Default::default()
     };
     let r = fs.scrub(&opts, &|p| {

@@ -426,7 +426,7 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
         }
         let n = size.div_ceil(BS);
         let tally = ScrubTally::default();
-        let scrub = Scrub { repair: false, rebuild: &|_| false, tally: &tally };
+        let scrub = Scrub { repair: false, rebuild: &|_| false, resilver_only: false, tally: &tally };
         let mut pos = 0;
         while pos < n {
             let len = STEP.min(n - pos);

@@ -267,6 +267,38 @@ fn a_rebuilt_device_holds_a_full_copy() {
 }
 
 #[test]
+fn a_replacement_rebuilds_what_the_device_held_and_reads_no_more() {
+    let pool = MemPool::new(4, 64 * MB);
+    let fs = pool.open().unwrap();
+    let (on, off, par) = (pattern(60, 2 * MB as usize), pattern(61, 2 * MB as usize), pattern(62, 3 * MB as usize));
+    fs.write_file("/on1", &on, Some("replicate(copies=2)[extent@1,extent@2]")).unwrap();
+    fs.write_file("/off1", &off, Some("replicate(copies=2)[extent@2,extent@3]")).unwrap();
+    fs.write_file("/par", &par, Some("parity(data=2,parity=2)[extent@0,extent@1,extent@2,extent@3]")).unwrap();
+    fs.sync().unwrap();
+    fs.storage().devs[1].set_state(DeviceState::Missing);
+    let new = Arc::new(MemDevice::new("new1", 64 * MB));
+    let r = fs.replace_device(1, new, &ReplaceOptions::default(), &|_| {}).unwrap().rebuild.unwrap();
+    assert!(r.complete && r.lost.is_empty(), "{:?}", r.lost);
+    // One copy of /on1, nothing of /off1, two of the four units of each
+    // stripe of /par.
+    let blocks = |n: usize| (n / BS) as u64;
+    assert_eq!(r.checked_blocks, blocks(on.len()) + blocks(par.len()));
+    assert_eq!(r.repaired_blocks, blocks(on.len()) + blocks(par.len()) / 2);
+    // Nothing was left for a scrub to do.
+    let s = fs.scrub(&repair(), &|_| {}).unwrap();
+    assert_eq!(s.repaired_blocks, 0);
+    assert!(s.checked_blocks > r.checked_blocks);
+    // With devices 2 and 3 gone, the rebuilt device and device 0 hold it all.
+    fs.storage().devs[2].set_state(DeviceState::Missing);
+    fs.storage().devs[3].set_state(DeviceState::Missing);
+    fs.drop_caches();
+    assert_eq!(fs.read_file("/par").unwrap(), par);
+    fs.storage().devs[2].set_state(DeviceState::Online);
+    fs.drop_caches();
+    assert_eq!(fs.read_file("/on1").unwrap(), on);
+}
+
+#[test]
 fn offline_replacement_of_a_deleted_image() {
     let dir = tempfile::tempdir().unwrap();
     let pooldir = dir.path().join("pool");

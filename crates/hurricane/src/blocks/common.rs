@@ -181,6 +181,9 @@ pub(super) fn scrub_default<B: super::Block + ?Sized>(
     fblk: u64,
     n: u64,
 ) -> Result<()> {
+    if s.skips(b) {
+        return Ok(());
+    }
     let mut pieces = Vec::new();
     if !b.children().is_empty() && b.map_range(fblk, n, &mut |ff, c, cf, len| pieces.push((ff, c, cf, len))) {
         for (ff, c, cf, len) in pieces {
@@ -188,7 +191,7 @@ pub(super) fn scrub_default<B: super::Block + ?Sized>(
             // The child reports lost ranges in its own block numbers; each
             // piece is contiguous in both, so they translate back by offset.
             let sub = super::ScrubTally::default();
-            child.scrub(io, &super::Scrub { repair: s.repair, rebuild: s.rebuild, tally: &sub }, cf, len)?;
+            child.scrub(io, &s.with_tally(&sub), cf, len)?;
             s.tally.checked(sub.checked.into_inner());
             s.tally.repaired(sub.repaired.into_inner());
             for (lf, ll) in sub.unrecoverable.into_inner() {

@@ -118,7 +118,32 @@ pub struct Scrub<'a> {
     /// resilvered): a redundant node treats every piece it keeps on them as
     /// lost and rewrites it from the others.
     pub rebuild: &'a (dyn Fn(u32) -> bool + Sync),
+    /// A resilver, not a scrub: only the pieces on `rebuild` devices are
+    /// written, from as few of the other pieces as that takes. Nodes with
+    /// nothing on those devices are not read at all; what is read is
+    /// verified as every read is, but pieces not needed are not visited.
+    pub resilver_only: bool,
     pub tally: &'a ScrubTally,
+}
+
+impl<'a> Scrub<'a> {
+    /// The same pass over a child, counting into `tally`.
+    pub fn with_tally<'b>(&self, tally: &'b ScrubTally) -> Scrub<'b>
+    where
+        'a: 'b,
+    {
+        Scrub { repair: self.repair, rebuild: self.rebuild, resilver_only: self.resilver_only, tally }
+    }
+
+    /// Whether this pass leaves `b` alone: a resilver, and no device under
+    /// `b` is being rebuilt.
+    pub fn skips<B: Block + ?Sized>(&self, b: &B) -> bool {
+        fn touches(b: &dyn Block, rebuild: &dyn Fn(u32) -> bool) -> bool {
+            b.device().is_some_and(rebuild) || b.children().iter().any(|c| touches(&**c, rebuild))
+        }
+        let rebuild = self.rebuild;
+        self.resilver_only && !(b.device().is_some_and(rebuild) || b.children().iter().any(|c| touches(&**c, rebuild)))
+    }
 }
 
 /// Counts of a scrub pass, shared by the nodes it visits.

@@ -231,6 +231,15 @@ fn join<'a>(parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
     out
 }
 
+/// `dst ^= src`. With one parity unit, Reed-Solomon's parity is the XOR of
+/// the data units (`one_parity_unit_is_the_xor_of_the_data`), so m = 1
+/// encodes, checks and rebuilds with this alone.
+fn xor_into(dst: &mut [u8], src: &[u8]) {
+    for (a, b) in dst.iter_mut().zip(src) {
+        *a ^= *b;
+    }
+}
+
 /// Indices of the set bits of `mask`, lowest first.
 fn bits(mask: u64) -> impl Iterator<Item = usize> {
     (0..64).filter(move |&i| mask >> i & 1 == 1)
@@ -831,25 +840,43 @@ impl Parity {
         &mut f.bufs[c][t * ub..(t + 1) * ub]
     }
 
-    /// Parity of stripes `ts` of `f` from their data units (one encoder
-    /// call for all): per stripe, its m parity units concatenated.
-    fn encode(&self, f: &Fetched, ts: &[usize]) -> Result<Vec<Vec<u8>>> {
-        let (k, m, ub) = (self.g.k, self.g.m, f.ub);
-        let shards: Vec<Vec<u8>> = (0..k).map(|j| join(ts.iter().map(|&t| self.unit(f, t, j)))).collect();
-        let mut enc = ReedSolomonEncoder::new(k, m, ts.len() * ub).map_err(|e| rs_err(self.g.id, e))?;
-        for s in &shards {
+    /// The data shards of stripes `ts` of `f`, each the stripes' units of
+    /// that shard one after another: what one encoder call takes.
+    fn data_shards(&self, f: &Fetched, ts: &[usize]) -> Vec<Vec<u8>> {
+        (0..self.g.k).map(|j| join(ts.iter().map(|&t| self.unit(f, t, j)))).collect()
+    }
+
+    /// Parity of `shards` (from [`Parity::data_shards`], units of `ub`
+    /// bytes) in one encoder call: `out(i, j, unit)` gets parity unit j of
+    /// the i-th stripe, straight from the encoder's output.
+    fn encode(&self, shards: &[Vec<u8>], ub: usize, out: &mut dyn FnMut(usize, usize, &[u8])) -> Result<()> {
+        let (k, m) = (self.g.k, self.g.m);
+        let len = shards.first().map_or(0, |s| s.len());
+        if len == 0 {
+            return Ok(());
+        }
+        let mut enc = ReedSolomonEncoder::new(k, m, len).map_err(|e| rs_err(self.g.id, e))?;
+        for s in shards {
             enc.add_original_shard(s).map_err(|e| rs_err(self.g.id, e))?;
         }
         let res = enc.encode().map_err(|e| rs_err(self.g.id, e))?;
-        let par: Vec<&[u8]> = res.recovery_iter().collect();
-        Ok((0..ts.len()).map(|i| join(par.iter().map(|p| &p[i * ub..(i + 1) * ub]))).collect())
+        for (j, p) in res.recovery_iter().enumerate() {
+            for (i, unit) in p.chunks_exact(ub).enumerate() {
+                out(i, j, unit);
+            }
+        }
+        Ok(())
     }
 
     /// Fills in the lost units of stripes `ts` of `f` from the surviving
-    /// ones: every data unit, and with `parity` every parity unit too.
+    /// ones: every data unit, and the parity units of stripes where one on
+    /// a child of `parity` is lost (0: no parity unit is computed).
     /// Returns the stripes with fewer than k survivors (left as they are).
-    fn rebuild(&self, f: &mut Fetched, ts: &[usize], parity: bool) -> Result<Vec<usize>> {
+    fn rebuild(&self, f: &mut Fetched, ts: &[usize], parity: u64) -> Result<Vec<usize>> {
         let g = self.g;
+        if g.m == 1 {
+            return Ok(self.rebuild_xor(f, ts, parity));
+        }
         let (k, m, ub) = (g.k, g.m, f.ub);
         let data_mask = (1u64 << k) - 1;
         let mut lost = Vec::new();
@@ -875,7 +902,8 @@ impl Parity {
                 }
                 groups.entry(chosen).or_default().push(t);
             }
-            if parity && have >> k != (1u64 << m) - 1 {
+            let parity_lost = g.all() & !f.have[t] & !g.children_of(p, data_mask);
+            if parity_lost & parity != 0 {
                 need_parity.push(t);
             }
         }
@@ -890,26 +918,53 @@ impl Parity {
                 }
             }
             let res = dec.decode().map_err(|e| rs_err(g.id, e))?;
-            let restored: Vec<(usize, Vec<u8>)> = res.restored_original_iter().map(|(j, d)| (j, d.to_vec())).collect();
-            drop(res);
-            for (j, data) in restored {
-                for (i, &t) in group.iter().enumerate() {
-                    self.unit_mut(f, t, j).copy_from_slice(&data[i * ub..(i + 1) * ub]);
+            for (j, data) in res.restored_original_iter() {
+                for (&t, unit) in group.iter().zip(data.chunks_exact(ub)) {
+                    self.unit_mut(f, t, j).copy_from_slice(unit);
                 }
             }
         }
         if !need_parity.is_empty() {
-            let par = self.encode(f, &need_parity)?;
-            for (&t, units) in need_parity.iter().zip(par) {
-                let have = g.shards_of(f.p0 + t as u64, f.have[t]);
-                for i in 0..m {
-                    if have >> (k + i) & 1 == 0 {
-                        self.unit_mut(f, t, k + i).copy_from_slice(&units[i * ub..(i + 1) * ub]);
-                    }
+            let shards = self.data_shards(f, &need_parity);
+            self.encode(&shards, ub, &mut |i, j, unit| {
+                let t = need_parity[i];
+                if g.shards_of(f.p0 + t as u64, f.have[t]) >> (k + j) & 1 == 0 {
+                    self.unit_mut(f, t, k + j).copy_from_slice(unit);
                 }
-            }
+            })?;
         }
         Ok(lost)
+    }
+
+    /// [`Parity::rebuild`] with one parity unit, which is the XOR of the
+    /// data units: a lost unit is the XOR of the stripe's other units.
+    fn rebuild_xor(&self, f: &mut Fetched, ts: &[usize], parity: u64) -> Vec<usize> {
+        let g = self.g;
+        let ub = f.ub;
+        let mut lost = Vec::new();
+        for &t in ts {
+            let missing = g.all() & !f.have[t];
+            match missing.count_ones() {
+                0 => continue,
+                1 => {}
+                _ => {
+                    lost.push(t);
+                    continue;
+                }
+            }
+            let c0 = missing.trailing_zeros() as usize;
+            if g.shard_of(f.p0 + t as u64, c0) >= g.k && parity >> c0 & 1 == 0 {
+                continue;
+            }
+            let mut acc = std::mem::take(&mut f.bufs[c0]);
+            let dst = &mut acc[t * ub..(t + 1) * ub];
+            dst.fill(0);
+            for c in (0..g.n()).filter(|&c| c != c0) {
+                xor_into(dst, &f.bufs[c][t * ub..(t + 1) * ub]);
+            }
+            f.bufs[c0] = acc;
+        }
+        lost
     }
 
     /// Writes units (stripe t, child c) of `f` in place, consecutive stripes
@@ -1105,7 +1160,7 @@ impl Parity {
                     .map(|t| f.errored[t] & g.children_of(p + t as u64, g.all() & !((1u64 << g.k) - 1)) & all_writable)
                     .collect();
                 let with_parity = io.repair && hurt.iter().any(|&t| parity_fix[t] != 0);
-                let lost = self.rebuild(&mut f, &hurt, with_parity)?;
+                let lost = self.rebuild(&mut f, &hurt, if with_parity { g.all() } else { 0 })?;
                 if let Some(&t) = lost.first() {
                     let s = l + t as u64;
                     let bad = f.bad[t];
@@ -1185,29 +1240,40 @@ impl Parity {
         let ru = r as usize;
         let limit = self.children.iter().map(|c| c.capacity()).min().unwrap_or(u64::MAX) / g.unit;
         let p0 = self.state.lock().alloc(r, io.epoch, l0, n as u64, limit);
-        // Shard j: unit j of every stripe, concatenated (RS works position by
-        // position, so one call encodes them all).
-        let shards: Vec<Vec<u8>> =
-            (0..k).map(|j| join((0..ru).map(|t| &data[t * sdb + j * ub..t * sdb + (j + 1) * ub]))).collect();
-        let mut enc = ReedSolomonEncoder::new(k, g.m, ru * ub).map_err(|e| rs_err(g.id, e))?;
-        for s in &shards {
-            enc.add_original_shard(s).map_err(|e| rs_err(g.id, e))?;
-        }
-        let res = enc.encode().map_err(|e| rs_err(g.id, e))?;
-        let par: Vec<&[u8]> = res.recovery_iter().collect();
+        let unit = |t: usize, j: usize| &data[t * sdb + j * ub..t * sdb + (j + 1) * ub];
         // Each child's units of the run, consecutive: one request per child.
-        let cbufs: Vec<Vec<u8>> = (0..n)
-            .map(|c| {
-                let mut b = Vec::with_capacity(ru * ub);
-                for t in 0..ru {
-                    let j = g.shard_of(p0 + t as u64, c);
-                    let src = if j < k { &shards[j] } else { par[j - k] };
-                    b.extend_from_slice(&src[t * ub..(t + 1) * ub]);
+        let gather = |src: &dyn Fn(usize, usize, &mut Vec<u8>)| -> Vec<Vec<u8>> {
+            (0..n)
+                .map(|c| {
+                    let mut b = Vec::with_capacity(ru * ub);
+                    for t in 0..ru {
+                        src(t, g.shard_of(p0 + t as u64, c), &mut b);
+                    }
+                    b
+                })
+                .collect()
+        };
+        let cbufs = if g.m == 1 {
+            // One parity unit: the XOR of the stripe's data units.
+            let mut par = vec![0u8; ru * ub];
+            for (t, dst) in par.chunks_exact_mut(ub).enumerate() {
+                for j in 0..k {
+                    xor_into(dst, unit(t, j));
                 }
-                b
-            })
-            .collect();
-        drop(res);
+            }
+            gather(&|t, j, b| b.extend_from_slice(if j < k { unit(t, j) } else { &par[t * ub..(t + 1) * ub] }))
+        } else {
+            // Shard j: unit j of every stripe, concatenated (RS works
+            // position by position, so one call encodes them all).
+            let shards: Vec<Vec<u8>> = (0..k).map(|j| join((0..ru).map(|t| unit(t, j)))).collect();
+            let mut enc = ReedSolomonEncoder::new(k, g.m, ru * ub).map_err(|e| rs_err(g.id, e))?;
+            for s in &shards {
+                enc.add_original_shard(s).map_err(|e| rs_err(g.id, e))?;
+            }
+            let res = enc.encode().map_err(|e| rs_err(g.id, e))?;
+            let par: Vec<&[u8]> = res.recovery_iter().collect();
+            gather(&|t, j, b| b.extend_from_slice(if j < k { unit(t, j) } else { &par[j - k][t * ub..(t + 1) * ub] }))
+        };
         let jobs: Vec<usize> = (0..n).collect();
         let results =
             run_all(jobs, r * g.sd() >= PARALLEL_MIN_BLOCKS, &|c| self.children[c].write(io, p0 * g.unit, &cbufs[c]));
@@ -1326,7 +1392,20 @@ impl Parity {
             }
         }
         let plan = Plan { full: true, extra_bad: rebuild_mask, w0: 0, wl: g.unit };
-        let mut f = self.fetch(io, p, r, &|_| 0, plan);
+        // A resilver reads k children, whichever they are (any k units of a
+        // stripe rebuild the others), and leaves the remaining ones unread.
+        // A stripe that comes up short (a unit missed or failing) is read
+        // again whole and scrubbed as a scrub would.
+        let spare = if s.resilver_only { self.spare_children(io, rebuild_mask) } else { 0 };
+        let mut resilver = spare != 0;
+        let mut f = self.fetch(io, p, r, &|_| 0, Plan { extra_bad: rebuild_mask | spare, ..plan });
+        let short = |f: &Fetched| {
+            (0..r).any(|t| f.errored[t] != 0 || (g.shards_of(p + t as u64, f.have[t]).count_ones() as usize) < g.k)
+        };
+        if resilver && short(&f) {
+            resilver = false;
+            f = self.fetch(io, p, r, &|_| 0, plan);
+        }
         let missed: Vec<u64> = {
             let st = self.state.lock();
             (0..r).map(|t| st.missed_at(p + t as u64)).collect()
@@ -1335,13 +1414,25 @@ impl Parity {
         // Stripes read whole: does the parity match the data?
         let whole: Vec<usize> = (0..r).filter(|&t| f.have[t] == g.all()).collect();
         if !whole.is_empty() {
-            let par = self.encode(&f, &whole)?;
-            let ub = f.ub;
-            for (&t, units) in whole.iter().zip(par) {
-                let ok = (0..g.m).all(|i| self.unit(&f, t, g.k + i) == &units[i * ub..(i + 1) * ub]);
-                if ok {
-                    continue;
+            let mut mismatch = vec![false; whole.len()];
+            if g.m == 1 {
+                // The XOR of every unit of a stripe is zero.
+                let ub = f.ub;
+                let mut acc = vec![0u8; ub];
+                for (i, &t) in whole.iter().enumerate() {
+                    acc.copy_from_slice(&f.bufs[0][t * ub..(t + 1) * ub]);
+                    for c in 1..g.n() {
+                        xor_into(&mut acc, &f.bufs[c][t * ub..(t + 1) * ub]);
+                    }
+                    mismatch[i] = acc.iter().any(|&b| b != 0);
                 }
+            } else {
+                let shards = self.data_shards(&f, &whole);
+                self.encode(&shards, f.ub, &mut |i, j, unit| {
+                    mismatch[i] |= self.unit(&f, whole[i], g.k + j) != unit;
+                })?;
+            }
+            for (&t, _) in whole.iter().zip(&mismatch).filter(|(_, &bad)| bad) {
                 match self.culprit(&f, t) {
                     Some(j) => {
                         let c = g.child_of(p + t as u64, j);
@@ -1368,7 +1459,10 @@ impl Parity {
             }
         }
         let hurt: Vec<usize> = (0..r).filter(|&t| f.have[t] != g.all()).collect();
-        let lost = self.rebuild(&mut f, &hurt, true)?;
+        // What is written: in a resilver the rebuilt children's units alone
+        // (the spare ones were not read, not lost).
+        let target = if resilver { rebuild_mask } else { g.all() };
+        let lost = self.rebuild(&mut f, &hurt, target)?;
         for &t in &lost {
             let s0 = (l + t as u64) * g.sd();
             let (a, b) = (s0.max(range.0), (s0 + g.sd()).min(range.1));
@@ -1383,7 +1477,7 @@ impl Parity {
                 if lost.contains(&t) {
                     continue;
                 }
-                let mask = (g.all() & !f.have[t]) & writable;
+                let mask = (target & !f.have[t]) & writable;
                 fix.extend(bits(mask).map(|c| (t, c)));
             }
             if !fix.is_empty() {
@@ -1393,6 +1487,22 @@ impl Parity {
             }
         }
         Ok(())
+    }
+
+    /// The children a resilver of `rebuild` leaves unread: those readable
+    /// beyond the first k (0 when fewer than k + 1 are readable).
+    fn spare_children(&self, io: &IoCtx, rebuild: u64) -> u64 {
+        let down = self.down_mask(io, DeviceState::readable) | rebuild;
+        let mut keep = 0u64;
+        let mut spare = 0u64;
+        for c in bits(self.g.all() & !down) {
+            if (keep.count_ones() as usize) < self.g.k {
+                keep |= 1 << c;
+            } else {
+                spare |= 1 << c;
+            }
+        }
+        spare
     }
 
     /// With every unit of stripe t read and the parity not matching: the one
@@ -1568,7 +1678,7 @@ impl Block for Parity {
     }
 
     fn scrub(&self, io: &IoCtx, s: &Scrub, fblk: u64, n: u64) -> Result<()> {
-        if n == 0 {
+        if n == 0 || s.skips(self) {
             return Ok(());
         }
         let g = self.g;
@@ -1656,6 +1766,8 @@ mod tests {
         /// Block range [lo, hi) whose reads fail while `fail` is set.
         lo: AtomicU64,
         hi: AtomicU64,
+        /// Read requests served.
+        reads: AtomicU64,
     }
 
     impl Device for Flaky {
@@ -1671,6 +1783,7 @@ mod tests {
             if self.fail.load(Ordering::SeqCst) && b0 < hi && lo < b1 {
                 return Err(Error::Device(format!("{}: injected read failure", self.name())));
             }
+            self.reads.fetch_add(1, Ordering::SeqCst);
             self.inner.read_at(buf, offset)
         }
         fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
@@ -1697,6 +1810,7 @@ mod tests {
                         fail: AtomicBool::new(false),
                         lo: AtomicU64::new(0),
                         hi: AtomicU64::new(u64::MAX),
+                        reads: AtomicU64::new(0),
                     })
                 })
                 .collect();
@@ -1731,10 +1845,25 @@ mod tests {
             self.io(|io| l.root().truncate(io, n)).unwrap();
         }
         fn scrub(&self, l: &Layout, repair: bool, rebuild: &(dyn Fn(u32) -> bool + Sync)) -> ScrubTally {
+            self.pass(l, repair, rebuild, false)
+        }
+        fn resilver(&self, l: &Layout, rebuild: &(dyn Fn(u32) -> bool + Sync)) -> ScrubTally {
+            self.pass(l, true, rebuild, true)
+        }
+        fn pass(&self, l: &Layout, repair: bool, rebuild: &(dyn Fn(u32) -> bool + Sync), only: bool) -> ScrubTally {
             let tally = ScrubTally::default();
-            let s = Scrub { repair, rebuild, tally: &tally };
+            let s = Scrub { repair, rebuild, resilver_only: only, tally: &tally };
             self.io(|io| l.root().scrub(io, &s, 0, u64::MAX / 2)).unwrap();
             tally
+        }
+        fn reads(&self, d: usize) -> u64 {
+            self.flaky[d].reads.load(Ordering::SeqCst)
+        }
+        /// Device `d` comes back empty (a new replacement), resilvering.
+        fn replace(&self, d: usize) {
+            let dev = self.storage.devs[d].dev();
+            dev.write_at(&vec![0u8; dev.size() as usize - BS], BS as u64).unwrap();
+            self.set(d, DeviceState::Resilvering);
         }
         fn set(&self, d: usize, st: DeviceState) {
             self.storage.devs[d].set_state(st);
@@ -1765,6 +1894,24 @@ mod tests {
         let mut e = Encoder::new();
         l.root().encode_state(&mut e);
         e.into_inner()
+    }
+
+    #[test]
+    fn one_parity_unit_is_the_xor_of_the_data() {
+        // m = 1 writes, scrubs and rebuilds with XOR, and must give the
+        // bytes Reed-Solomon gives (pools written either way read alike).
+        let mut rng = StdRng::seed_from_u64(11);
+        for k in [1usize, 2, 3, 5, 8, 32] {
+            for len in [64usize, 4096, 3 * 4096] {
+                let shards: Vec<Vec<u8>> = (0..k).map(|_| (0..len).map(|_| rng.gen()).collect()).collect();
+                let rs = reed_solomon_simd::encode(k, 1, &shards).unwrap();
+                let mut x = vec![0u8; len];
+                for s in &shards {
+                    xor_into(&mut x, s);
+                }
+                assert_eq!(rs[0], x, "k={k} len={len}");
+            }
+        }
     }
 
     #[test]
@@ -2170,6 +2317,67 @@ mod tests {
         env.set(0, DeviceState::Missing);
         env.set(2, DeviceState::Missing);
         assert_eq!(env.read(&l, 0, 64), d);
+    }
+
+    #[test]
+    fn a_resilver_reads_k_units_of_each_stripe_and_rebuilds_the_device() {
+        let env = Env::new(4, 1024);
+        let l = build(&parity(2, 2, 8192));
+        let d = pattern(6, 64);
+        env.write(&l, 0, &d).unwrap();
+        env.replace(1);
+        let before: Vec<u64> = (0..4).map(|i| env.reads(i)).collect();
+        let t = env.resilver(&l, &|d| d == 1);
+        assert_eq!(t.repaired.load(Ordering::Relaxed), 16 * 2, "every unit of device 1");
+        assert!(t.unrecoverable.lock().is_empty());
+        // Children 0 and 2 are enough; child 3 is not read at all.
+        assert_eq!(env.reads(3), before[3], "the spare child was read");
+        assert!(env.reads(0) > before[0] && env.reads(2) > before[2]);
+        assert_eq!(t.checked.load(Ordering::Relaxed), 16 * 2 * 2, "k units of each stripe");
+        env.set(1, DeviceState::Online);
+        // Every unit on device 1 is right: data and parity alike.
+        let t = env.scrub(&l, true, &|_| false);
+        assert_eq!(t.repaired.load(Ordering::Relaxed), 0);
+        env.set(0, DeviceState::Missing);
+        env.set(2, DeviceState::Missing);
+        assert_eq!(env.read(&l, 0, 64), d);
+    }
+
+    #[test]
+    fn a_resilver_that_meets_a_failing_unit_reads_the_whole_stripe() {
+        let env = Env::new(4, 1024);
+        let l = build(&parity(2, 2, 8192));
+        let d = pattern(7, 64);
+        env.write(&l, 0, &d).unwrap();
+        env.replace(1);
+        // Every read of device 0 fails: each stripe needs child 3 instead.
+        env.flaky[0].fail.store(true, Ordering::SeqCst);
+        let t = env.resilver(&l, &|d| d == 1);
+        env.flaky[0].fail.store(false, Ordering::SeqCst);
+        assert!(t.unrecoverable.lock().is_empty(), "{:?}", t.unrecoverable.lock());
+        assert!(env.reads(3) > 0);
+        // Device 1 was rebuilt in full; the units of device 0 that failed to
+        // read were rewritten too, as a scrub rewrites them.
+        env.set(1, DeviceState::Online);
+        env.set(2, DeviceState::Missing);
+        env.set(3, DeviceState::Missing);
+        assert_eq!(env.read(&l, 0, 64), d);
+    }
+
+    #[test]
+    fn a_resilver_leaves_a_node_without_the_device_unread() {
+        let env = Env::new(4, 1024);
+        let mut spec = parity(2, 1, 4096);
+        spec.children = vec![ext(0), ext(2), ext(3)];
+        let l = build(&spec);
+        env.write(&l, 0, &pattern(8, 32)).unwrap();
+        let before: Vec<u64> = (0..4).map(|i| env.reads(i)).collect();
+        let t = env.resilver(&l, &|d| d == 1);
+        assert_eq!(t.checked.load(Ordering::Relaxed), 0);
+        assert_eq!((0..4).map(|i| env.reads(i)).collect::<Vec<_>>(), before);
+        // A scrub of the same node reads every unit.
+        let t = env.scrub(&l, true, &|d| d == 1);
+        assert_eq!(t.checked.load(Ordering::Relaxed), 16 * 3);
     }
 
     #[test]

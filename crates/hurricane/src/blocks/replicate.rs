@@ -972,6 +972,9 @@ impl Block for Replicate {
     /// Steps of the range run several at once, each under its own range
     /// lock, so every copy's device has requests queued.
     fn scrub(&self, io: &IoCtx, s: &Scrub, fblk: u64, n: u64) -> Result<()> {
+        if s.skips(self) {
+            return Ok(());
+        }
         let end = fblk.saturating_add(n);
         let mut pos = fblk;
         let mut steps = Vec::new();

@@ -159,6 +159,9 @@ impl Block for RoundRobin {
     /// Each child's pieces are scrubbed on a thread of their own (for
     /// large ranges), so a scrub keeps every device busy as a read does.
     fn scrub(&self, io: &IoCtx, s: &Scrub, fblk: u64, n: u64) -> Result<()> {
+        if s.skips(self) {
+            return Ok(());
+        }
         let mut per: Vec<Vec<(u64, u64, u64)>> = (0..self.children.len()).map(|_| Vec::new()).collect();
         self.map_range(fblk, n, &mut |ff, c, cf, len| per[c].push((ff, cf, len)));
         let run = |c: usize, pieces: &[(u64, u64, u64)]| -> Result<()> {
@@ -166,7 +169,7 @@ impl Block for RoundRobin {
                 // The child reports lost ranges in its own block numbers; a
                 // piece is contiguous in both, so they translate by offset.
                 let sub = ScrubTally::default();
-                self.children[c].scrub(io, &Scrub { repair: s.repair, rebuild: s.rebuild, tally: &sub }, cf, len)?;
+                self.children[c].scrub(io, &s.with_tally(&sub), cf, len)?;
                 s.tally.checked(sub.checked.into_inner());
                 s.tally.repaired(sub.repaired.into_inner());
                 for (lf, ll) in sub.unrecoverable.into_inner() {
@@ -270,13 +273,17 @@ mod tests {
         l.root().write(&io, 0, &vec![7u8; 12 * BLOCK_SIZE]).unwrap();
         let never = |_: u32| false;
         let tally = ScrubTally::default();
-        l.root().scrub(&io, &Scrub { repair: true, rebuild: &never, tally: &tally }, 0, 12).unwrap();
+        l.root()
+            .scrub(&io, &Scrub { repair: true, rebuild: &never, resilver_only: false, tally: &tally }, 0, 12)
+            .unwrap();
         assert_eq!(tally.checked.into_inner(), 12);
         assert!(tally.unrecoverable.into_inner().is_empty());
 
         st.devs[1].set_state(DeviceState::Missing);
         let tally = ScrubTally::default();
-        l.root().scrub(&io, &Scrub { repair: true, rebuild: &never, tally: &tally }, 0, 12).unwrap();
+        l.root()
+            .scrub(&io, &Scrub { repair: true, rebuild: &never, resilver_only: false, tally: &tally }, 0, 12)
+            .unwrap();
         let mut lost: Vec<u64> = tally.unrecoverable.into_inner().into_iter().flat_map(|(s, n)| s..s + n).collect();
         lost.sort_unstable();
         // Units 1 and 4 (blocks 2-3 and 8-9) are on child 1.
@@ -290,7 +297,9 @@ mod tests {
         l.root().write(&io, 0, &vec![9u8; 600 * BLOCK_SIZE]).unwrap();
         st.devs[2].set_state(DeviceState::Missing);
         let tally = ScrubTally::default();
-        l.root().scrub(&io, &Scrub { repair: true, rebuild: &never, tally: &tally }, 0, 600).unwrap();
+        l.root()
+            .scrub(&io, &Scrub { repair: true, rebuild: &never, resilver_only: false, tally: &tally }, 0, 600)
+            .unwrap();
         assert_eq!(tally.checked.into_inner(), 600);
         let mut lost: Vec<u64> = tally.unrecoverable.into_inner().into_iter().flat_map(|(s, n)| s..s + n).collect();
         lost.sort_unstable();

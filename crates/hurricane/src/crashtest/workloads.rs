@@ -1135,7 +1135,13 @@ pub(crate) fn resilver(d: &mut Driver, size: Size) -> Result<()> {
                 // One step of the resilver: a chunk, then stop.
                 let stop = Arc::new(AtomicBool::new(false));
                 let s2 = stop.clone();
-                let o = ScrubOptions { repair: true, start: pos, stop: Some(stop), ..Default::default() };
+                let o = ScrubOptions {
+                    repair: true,
+                    start: pos,
+                    stop: Some(stop),
+                    resilver_only: true,
+                    ..Default::default()
+                };
                 // The step that completes the resilver checkpoints: a
                 // commit of everything done so far.
                 let r = d.may_commit(|fs| fs.scrub(&o, &|_| s2.store(true, Ordering::Relaxed)), |r| r.complete)?;

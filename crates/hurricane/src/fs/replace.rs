@@ -145,6 +145,7 @@ impl Fs {
         let mut sopts = opts.scrub.clone();
         sopts.repair = true;
         sopts.rebuild = vec![old];
+        sopts.resilver_only = true;
         let r = self.scrub(&sopts, &|p| progress(&ReplaceProgress::Rebuild(p.clone())))?;
         Ok(ReplaceReport { copied_bytes: 0, rebuild: Some(r) })
     }

@@ -48,6 +48,11 @@ pub struct ScrubOptions {
     /// pool has in the resilvering state, whose resilver this scrub then
     /// finishes.
     pub rebuild: Vec<u32>,
+    /// Rebuild the pieces on the `rebuild` devices and nothing else (a
+    /// resilver): files and nodes with nothing on them are not read, and a
+    /// parity stripe is rebuilt from k units rather than all. False: every
+    /// copy of every block is read and verified as well.
+    pub resilver_only: bool,
     /// Start here (overrides the position file).
     pub start: Option<ScrubPos>,
     /// Keeps the position here while running, continues from it when
@@ -189,6 +194,7 @@ impl Fs {
             .sum();
 
         let is_rebuilt = |d: u32| rebuild.contains(&d);
+        let resilver_only = opts.resilver_only && !rebuild.is_empty();
         let tally = ScrubTally::default();
         let mut lost: BTreeMap<Ino, Vec<(u64, u64)>> = BTreeMap::new();
         let mut p = ScrubProgress { pos: start, total_bytes, ..Default::default() };
@@ -232,7 +238,7 @@ impl Fs {
                 let r = if repair {
                     let g = self.inner.gate.enter();
                     let io = crate::blocks::IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair };
-                    let s = Scrub { repair, rebuild: &is_rebuilt, tally: &part };
+                    let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part };
                     let r = lay.root().scrub(&io, &s, b, n);
                     let ops: Vec<Op> = std::mem::take(&mut *changes.lock())
                         .into_iter()
@@ -244,7 +250,7 @@ impl Fs {
                     r
                 } else {
                     let io = crate::blocks::IoCtx { storage: self.storage(), epoch: 0, sink: &sink, repair };
-                    let s = Scrub { repair, rebuild: &is_rebuilt, tally: &part };
+                    let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part };
                     lay.root().scrub(&io, &s, b, n)
                 };
                 if let Err(e) = r {

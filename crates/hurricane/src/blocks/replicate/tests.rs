@@ -103,7 +103,8 @@ impl Env {
     }
     fn scrub(&self, l: &Layout, repair: bool, rebuild: &(dyn Fn(u32) -> bool + Sync), n: u64) -> ScrubTally {
         let tally = ScrubTally::default();
-        self.io(true, |io| l.root().scrub(io, &Scrub { repair, rebuild, tally: &tally }, 0, n)).unwrap();
+        self.io(true, |io| l.root().scrub(io, &Scrub { repair, rebuild, resilver_only: false, tally: &tally }, 0, n))
+            .unwrap();
         tally
     }
     fn changes(&self) -> Vec<Change> {
