@@ -323,11 +323,18 @@ impl Checksum {
     /// Applies and journals new checksums for [fblk, fblk+n) from `buf`.
     fn publish(&self, io: &IoCtx, fblk: u64, buf: &[u8]) {
         let n = (buf.len() / BLOCK_SIZE) as u64;
+        self.publish_with(io, fblk, n, &|s, len| {
+            let at = (s - fblk) as usize * BLOCK_SIZE;
+            buf[at..at + len as usize * BLOCK_SIZE].chunks_exact(BLOCK_SIZE).map(block_sum).collect()
+        });
+    }
+
+    /// Applies and journals checksums for [fblk, fblk+n), one record per
+    /// group, `sums(s, len)` giving those of blocks [s, s+len).
+    fn publish_with(&self, io: &IoCtx, fblk: u64, n: u64, sums: &dyn Fn(u64, u64) -> Vec<u32>) {
         for (idx, off, len) in chunks(fblk, n, RUN) {
             let s = idx * RUN + off;
-            let at = (s - fblk) as usize * BLOCK_SIZE;
-            let sums = buf[at..at + len as usize * BLOCK_SIZE].chunks_exact(BLOCK_SIZE).map(block_sum).collect();
-            let c = Change::Set { fblk: s, sums };
+            let c = Change::Set { fblk: s, sums: sums(s, len) };
             self.sums.write().apply(&c);
             io.record(&TYPE, self.id, &c.encode());
         }
@@ -450,6 +457,45 @@ impl Block for Checksum {
                 match child.read(io, fblk, &mut now) {
                     Ok(()) => self.publish(io, fblk, &now),
                     Err(_) => self.publish(io, fblk, buf),
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// As `write` of zeros, but the child zeroes the space without the
+    /// bytes being sent where it can (an image file's unwritten extents):
+    /// what preallocation (`fallocate`) writes.
+    fn write_zeroes(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        let end = fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
+        if n == 0 {
+            return Ok(());
+        }
+        let child = self.child()?;
+        let _held = self.busy.hold(fblk, end);
+        let overwrite = self.sums.read().any(fblk, end);
+        if overwrite && self.room_for_copy(io, n) {
+            match child.punch(io, fblk, n) {
+                Ok(()) | Err(Error::NotSupported(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let zero = block_sum(&[0u8; BLOCK_SIZE]);
+        match child.write_zeroes(io, fblk, n) {
+            Ok(()) => {
+                self.publish_with(io, fblk, n, &|_, len| vec![zero; len as usize]);
+                Ok(())
+            }
+            Err(e) => {
+                // As for a failed write: checksums follow what the child
+                // holds now, group by group.
+                for (idx, off, len) in chunks(fblk, n, RUN) {
+                    let s = idx * RUN + off;
+                    let mut now = vec![0u8; len as usize * BLOCK_SIZE];
+                    match child.read(io, s, &mut now) {
+                        Ok(()) => self.publish(io, s, &now),
+                        Err(_) => self.publish_with(io, s, len, &|_, len| vec![zero; len as usize]),
+                    }
                 }
                 Err(e)
             }

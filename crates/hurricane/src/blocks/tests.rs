@@ -474,6 +474,69 @@ fn checksum_detects_damage_and_never_returns_it() {
     assert_eq!(env.read(&l, 0, 10), data);
 }
 
+/// A memory device that zeroes ranges itself and counts what it was sent.
+struct Zeroing {
+    inner: MemDevice,
+    written: std::sync::atomic::AtomicU64,
+    zeroed: std::sync::atomic::AtomicU64,
+}
+
+impl Device for Zeroing {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.written.fetch_add(buf.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn zero_range(&self, offset: u64, len: u64) -> Result<bool> {
+        self.zeroed.fetch_add(len, std::sync::atomic::Ordering::SeqCst);
+        self.inner.write_at(&vec![0u8; len as usize], offset)?;
+        Ok(true)
+    }
+}
+
+/// Zeroes through a checksum node (what `fallocate` writes) are zeroed by
+/// the device, not sent as bytes, and are checksummed like written data:
+/// damage there is an error, and zeroing over data leaves zeros that verify.
+#[test]
+fn zeroes_under_a_checksum_are_zeroed_by_the_device_and_checksummed() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dev = Arc::new(Zeroing {
+        inner: MemDevice::new("mem:0", 256 * BS as u64),
+        written: Default::default(),
+        zeroed: Default::default(),
+    });
+    let env = Env::with(vec![dev.clone() as Arc<dyn Device>]);
+    let l = build(&checksum(ext(0)));
+    env.io(|io| l.root().write_zeroes(io, 0, 24)).unwrap();
+    assert_eq!(dev.written.load(SeqCst), 0, "zeros were sent as bytes");
+    assert_eq!(dev.zeroed.load(SeqCst), 24 * BS as u64);
+    assert_eq!(blocks_summed(&l), 24);
+    assert_eq!(env.read(&l, 0, 24), vec![0; 24 * BS]);
+    damage(&env, 0, pblk_of(&l, 9), 0x5A);
+    let mut buf = vec![0u8; 24 * BS];
+    let err = env.io(|io| l.root().read(io, 0, &mut buf)).unwrap_err();
+    assert!(matches!(err, Error::Checksum(_)), "{err}");
+    // Over data: the old checksums are replaced.
+    let l = build(&checksum(ext(0)));
+    env.write(&l, 0, &pattern(9, 8)).unwrap();
+    env.io(|io| l.root().write_zeroes(io, 2, 4)).unwrap();
+    let mut want = pattern(9, 8);
+    want[2 * BS..6 * BS].fill(0);
+    assert_eq!(env.read(&l, 0, 8), want);
+    assert_eq!(blocks_summed(&l), 8);
+}
+
 #[test]
 fn checksum_tells_replicate_which_copy_is_bad() {
     let env = Env::new(2, 256);

@@ -382,6 +382,22 @@ impl<'a> Driver<'a> {
         })
     }
 
+    /// Preallocates [off, off+len) (mode 0: the size grows to cover it);
+    /// what was there reads as before, the rest as zeros.
+    pub fn fallocate(&mut self, path: &str, off: usize, len: usize) -> Result<()> {
+        self.op(format!("fallocate {path} {off}+{len}"), |d| {
+            let ino = d.fs.resolve(path)?;
+            d.fs.fallocate(ino, off as u64, len as u64, 0)?;
+            if let Some((id, mf)) = d.m.file(path) {
+                if off + len > mf.data.len() {
+                    mf.truncate(off + len);
+                }
+                d.mods.push(id);
+            }
+            Ok(())
+        })
+    }
+
     pub fn rename(&mut self, from: &str, to: &str) -> Result<()> {
         self.op(format!("rename {from} {to}"), |d| {
             d.fs.rename_path(from, to)?;
@@ -624,11 +640,19 @@ pub(crate) fn posix(d: &mut Driver, size: Size) -> Result<()> {
                     d.write_at(&p, off, len)?;
                 }
             }
-            34..=40 => {
+            34..=38 => {
                 if let Some(p) = d.pick_file() {
                     let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
                     let len = d.rng.gen_range(0..cur + 6000);
                     d.truncate(&p, len)?;
+                }
+            }
+            39..=40 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..cur + 6000);
+                    let len = d.rng.gen_range(1..40_000);
+                    d.fallocate(&p, off, len)?;
                 }
             }
             41..=50 => {

@@ -15,6 +15,8 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 
 const BS: u64 = BLOCK_SIZE as u64;
+/// File blocks `fallocate` zeroes per journal group (64 MiB).
+const FALLOCATE_STEP: u64 = 16384;
 
 /// The per-inode I/O lock, held shared or exclusive.
 enum IoGuard<'a> {
@@ -468,7 +470,6 @@ impl Fs {
         let first = off / BS;
         let last = end.div_ceil(BS);
         let mut b = first;
-        let zero = vec![0u8; BLOCK_SIZE * 64];
         while b < last {
             let data_at = lay.root().next_data(b);
             if data_at == Some(b) {
@@ -476,14 +477,16 @@ impl Fs {
                 continue;
             }
             let hole_end = data_at.unwrap_or(u64::MAX).min(last);
-            let n = (hole_end - b).min(64);
+            let n = (hole_end - b).min(FALLOCATE_STEP);
             {
                 let _io = node.io.read();
                 let g = self.inner.gate.enter();
                 let changes = Mutex::new(Vec::new());
                 let sink = |c: NodeRecord| changes.lock().push(c);
                 let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
-                let r = lay.root().write(&io, b, &zero[..n as usize * BLOCK_SIZE]);
+                // Zeroed space, not zeros sent: image files keep it as
+                // unwritten extents, checksums record zero blocks.
+                let r = lay.root().write_zeroes(&io, b, n);
                 self.inner.cache.invalidate(ino, b, n);
                 let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
                 self.log(&g, &ops);
