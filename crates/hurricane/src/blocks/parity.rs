@@ -1493,16 +1493,7 @@ impl Parity {
     /// beyond the first k (0 when fewer than k + 1 are readable).
     fn spare_children(&self, io: &IoCtx, rebuild: u64) -> u64 {
         let down = self.down_mask(io, DeviceState::readable) | rebuild;
-        let mut keep = 0u64;
-        let mut spare = 0u64;
-        for c in bits(self.g.all() & !down) {
-            if (keep.count_ones() as usize) < self.g.k {
-                keep |= 1 << c;
-            } else {
-                spare |= 1 << c;
-            }
-        }
-        spare
+        bits(self.g.all() & !down).skip(self.g.k).fold(0, |m, c| m | 1 << c)
     }
 
     /// With every unit of stripe t read and the parity not matching: the one
