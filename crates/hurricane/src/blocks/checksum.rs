@@ -356,6 +356,19 @@ impl Checksum {
         self.devices.iter().all(|&d| io.storage.allocs.get(d as usize).is_some_and(|a| a.free_blocks() >= n * 2))
     }
 
+    /// Before an overwrite of [fblk, fblk+n) (the caller holds it): where
+    /// the range holds data and the devices have room, punches the child's
+    /// blocks, so the new data goes to fresh space (copy-on-write).
+    fn punch_for_copy(&self, io: &IoCtx, child: &Arc<dyn Block>, fblk: u64, n: u64) -> Result<()> {
+        if self.sums.read().any(fblk, fblk + n) && self.room_for_copy(io, n) {
+            match child.punch(io, fblk, n) {
+                Ok(()) | Err(Error::NotSupported(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     fn device_names(&self, io: &IoCtx) -> String {
         let names: Vec<String> = self
             .devices
@@ -436,13 +449,7 @@ impl Block for Checksum {
         }
         let child = self.child()?;
         let _held = self.busy.hold(fblk, fblk + n);
-        let overwrite = self.sums.read().any(fblk, fblk + n);
-        if overwrite && self.room_for_copy(io, n) {
-            match child.punch(io, fblk, n) {
-                Ok(()) | Err(Error::NotSupported(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        self.punch_for_copy(io, child, fblk, n)?;
         match child.write(io, fblk, buf) {
             Ok(()) => {
                 self.publish(io, fblk, buf);
@@ -473,13 +480,7 @@ impl Block for Checksum {
         }
         let child = self.child()?;
         let _held = self.busy.hold(fblk, end);
-        let overwrite = self.sums.read().any(fblk, end);
-        if overwrite && self.room_for_copy(io, n) {
-            match child.punch(io, fblk, n) {
-                Ok(()) | Err(Error::NotSupported(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        self.punch_for_copy(io, child, fblk, n)?;
         let zero = block_sum(&[0u8; BLOCK_SIZE]);
         match child.write_zeroes(io, fblk, n) {
             Ok(()) => {
