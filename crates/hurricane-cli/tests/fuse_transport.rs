@@ -105,3 +105,62 @@ fn dev_fuse_reads_serve_the_mount() {
     m.unmount();
     pool.fsck_clean();
 }
+
+/// The CPUs a thread of `pid` may run on, by thread name.
+fn thread_cpus(pid: u32) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default().trim().to_string();
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        if let Some(l) = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")) {
+            out.push((comm, l.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// Each queue thread is pinned to its CPU, and a thread inherits the CPUs
+/// of the one that starts it. A scrub started through the mount (its
+/// request taken by one queue thread) must still run on every CPU the
+/// mount has, or its workers take turns on one.
+#[test]
+fn jobs_started_by_a_queue_thread_run_on_every_cpu() {
+    require_fuse!();
+    if !kernel_has_uring() {
+        eprintln!("SKIPPED: this kernel has no FUSE over io_uring (or not root)");
+        return;
+    }
+    let pool = Pool::new(3, "512M");
+    let m = pool.mount(&[]);
+    assert!(m.stats().transport.io_uring);
+    std::fs::write(m.path("big"), data(32 << 20, 7)).expect("write");
+    let main_cpus = thread_cpus(m.pid).into_iter().find(|(n, _)| n == "hurricane").map(|(_, c)| c).expect("main");
+    let queues: Vec<String> =
+        thread_cpus(m.pid).into_iter().filter(|(n, _)| n.starts_with("hurricane-uring")).map(|(_, c)| c).collect();
+    assert!(!queues.is_empty());
+    // A slow scrub (1 MiB/s), so its thread is there to look at.
+    let mut scrub = std::process::Command::new(BIN)
+        .args(["scrub", s(&m.mnt), "--rate", "1M"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("scrub");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let maint = loop {
+        if let Some((_, c)) = thread_cpus(m.pid).into_iter().find(|(n, _)| n == "hurricane-maint") {
+            break c;
+        }
+        assert!(std::time::Instant::now() < deadline, "no scrub thread in the mount");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = scrub.kill();
+    let _ = scrub.wait();
+    assert_eq!(maint, main_cpus, "scrub thread CPUs {maint}, the mount's {main_cpus}, queues {queues:?}");
+    if queues.len() > 1 {
+        // More than one CPU: the queue threads are pinned, one each, and
+        // the job is not.
+        assert!(queues.iter().all(|q| q != &main_cpus), "{queues:?} vs {main_cpus}");
+    }
+    m.unmount();
+    pool.fsck_clean();
+}

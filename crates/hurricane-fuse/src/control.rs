@@ -201,6 +201,9 @@ impl Control {
         let h = std::thread::Builder::new()
             .name("hurricane-maint".into())
             .spawn(move || {
+                // Started by whichever queue thread took the request: off
+                // its CPU, so the job's workers use them all.
+                hurricane::affinity::widen();
                 let r = run(&fs, &dir, &req, &status, &stop);
                 let mut st = status.lock();
                 match r {

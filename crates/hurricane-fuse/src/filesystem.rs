@@ -277,6 +277,7 @@ impl HurricaneFuse {
         let t0 = Instant::now();
         let stats = self.stats.clone();
         let spawned = std::thread::Builder::new().name("hurricane-sync".into()).spawn(move || {
+            hurricane::affinity::widen();
             let r = f().map_err(errno);
             stats.record(op, t0, r.is_err());
             match r {

@@ -228,6 +228,9 @@ pub fn kernel_allows(enable: bool) -> bool {
 /// `payload` is the connection's largest request or reply body.
 pub fn start(fs: &HurricaneFuse, dev: &OwnedFd, acl: SessionACL, payload: usize) -> io::Result<Rings> {
     let cpus = crate::workers::possible_cpus();
+    // Before the queue threads pin themselves: the CPUs that the helper
+    // threads of their requests go back to.
+    hurricane::affinity::remember();
     let mut threads = Vec::with_capacity(cpus);
     let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let (ended_tx, ended) = std::sync::mpsc::channel::<()>();

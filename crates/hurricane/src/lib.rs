@@ -43,6 +43,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod affinity;
 pub mod base;
 pub mod blocks;
 pub mod cache;

@@ -77,7 +77,7 @@ pub(super) fn dispatch<S: Send>(
         let run = &run;
         let mut groups = groups.into_iter();
         let first = groups.next();
-        let handles: Vec<_> = groups.map(|g| s.spawn(move || run(g))).collect();
+        let handles: Vec<_> = groups.map(|g| crate::affinity::spawn(s, move || run(g))).collect();
         // The calling thread takes one share instead of idling.
         let mut res = first.map_or(Ok(()), run);
         for h in handles {
@@ -284,7 +284,7 @@ pub(super) fn run_steps<T: Sync>(steps: &[T], workers: usize, f: &(dyn Fn(&T) ->
         }
     };
     std::thread::scope(|s| {
-        let hs: Vec<_> = (1..workers).map(|_| s.spawn(work)).collect();
+        let hs: Vec<_> = (1..workers).map(|_| crate::affinity::spawn(s, work)).collect();
         work();
         for h in hs {
             if let Err(p) = h.join() {

@@ -671,7 +671,7 @@ fn run_all<J: Send, T: Send>(jobs: Vec<J>, parallel: bool, f: &(dyn Fn(J) -> T +
     std::thread::scope(|s| {
         let mut it = jobs.into_iter();
         let first = it.next();
-        let handles: Vec<_> = it.map(|j| s.spawn(move || f(j))).collect();
+        let handles: Vec<_> = it.map(|j| crate::affinity::spawn(s, move || f(j))).collect();
         let mut out = Vec::with_capacity(handles.len() + 1);
         // The calling thread takes one share instead of idling.
         if let Some(j) = first {

@@ -707,7 +707,7 @@ impl Replicate {
             std::thread::scope(|sc| {
                 let mut it = reads.into_iter();
                 let first = it.next();
-                let hs: Vec<_> = it.map(|r| sc.spawn(|| read_copy(r))).collect();
+                let hs: Vec<_> = it.map(|r| crate::affinity::spawn(sc, || read_copy(r))).collect();
                 if let Some(r) = first {
                     read_copy(r);
                 }
@@ -816,7 +816,7 @@ impl Replicate {
         let nc = self.children.len();
         let results: Vec<Result<()>> = if n >= PARALLEL_MIN_BLOCKS && nc > 1 {
             std::thread::scope(|s| {
-                let handles: Vec<_> = (1..nc).map(|c| s.spawn(move || one(c))).collect();
+                let handles: Vec<_> = (1..nc).map(|c| crate::affinity::spawn(s, move || one(c))).collect();
                 // The calling thread takes the first copy instead of idling.
                 let mut out = vec![one(0)];
                 for h in handles {

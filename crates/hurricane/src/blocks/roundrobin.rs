@@ -184,7 +184,7 @@ impl Block for RoundRobin {
         }
         std::thread::scope(|t| {
             let (run, per) = (&run, &per);
-            let hs: Vec<_> = busy.iter().map(|&c| t.spawn(move || run(c, &per[c]))).collect();
+            let hs: Vec<_> = busy.iter().map(|&c| crate::affinity::spawn(t, move || run(c, &per[c]))).collect();
             let mut res = Ok(());
             for h in hs {
                 let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));

@@ -37,6 +37,7 @@ impl IoPool {
         for i in 0..self.threads {
             let rx = rx.clone();
             let r = std::thread::Builder::new().name(format!("hurricane-io-{i}")).spawn(move || {
+                crate::affinity::widen();
                 while let Ok(job) = rx.recv() {
                     job();
                 }

@@ -287,7 +287,7 @@ pub fn append_mirrored(
         Ok(cc)
     };
     let (a, b) = std::thread::scope(|s| {
-        let h = s.spawn(|| copy(m));
+        let h = crate::affinity::spawn(s, || copy(m));
         let a = copy(r);
         let b = h.join().unwrap_or_else(|_| Err(Error::Device("journal mirror thread failed".into())));
         (a, b)

@@ -36,7 +36,7 @@ impl Storage {
             vec![live[0].flush()]
         } else {
             std::thread::scope(|s| {
-                let hs: Vec<_> = live.iter().map(|d| s.spawn(move || d.flush())).collect();
+                let hs: Vec<_> = live.iter().map(|d| crate::affinity::spawn(s, move || d.flush())).collect();
                 hs.into_iter()
                     .map(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
                     .collect()
@@ -97,7 +97,7 @@ impl Storage {
             written.iter().map(|d| d.flush()).collect()
         } else {
             std::thread::scope(|s| {
-                let hs: Vec<_> = written.iter().map(|d| s.spawn(move || d.flush())).collect();
+                let hs: Vec<_> = written.iter().map(|d| crate::affinity::spawn(s, move || d.flush())).collect();
                 hs.into_iter()
                     .map(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
                     .collect()

@@ -1,0 +1,87 @@
+//! Helper threads run on every CPU the process may use.
+//!
+//! A mount serves requests on per-CPU queue threads, each pinned to its CPU,
+//! and a new thread inherits the CPUs of the thread that starts it. Without
+//! care, every helper a request starts (the children of a `parity` or
+//! `replicate` read or write, the workers of a scrub or resilver started
+//! through the mount's control file) would share the one CPU of the queue
+//! that took the request, and work meant to run side by side would take
+//! turns.
+//!
+//! Whoever pins threads calls [`remember`] first, on a thread not yet
+//! pinned; helpers are started with [`spawn`] (scoped) or call [`widen`]
+//! first thing, which puts them back on the remembered CPUs. Until
+//! something is remembered (the library, the offline commands) both cost
+//! nothing. This module depends on nothing else in the crate.
+
+use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+use std::sync::OnceLock;
+use std::thread::{Scope, ScopedJoinHandle};
+
+/// The CPUs of the process before any of its threads was pinned.
+static WIDE: OnceLock<CpuSet> = OnceLock::new();
+
+/// Remembers the calling thread's CPUs as the set helpers run on. Call it
+/// on an unpinned thread before pinning others; later calls keep the first
+/// set.
+pub fn remember() {
+    if WIDE.get().is_none() {
+        if let Ok(set) = sched_getaffinity(None) {
+            let _ = WIDE.set(set);
+        }
+    }
+}
+
+/// Puts the calling thread on the remembered CPUs (nothing when none were
+/// remembered). A hint: when the kernel refuses, the thread stays where it
+/// was and only runs slower.
+pub fn widen() {
+    if let Some(set) = WIDE.get() {
+        if let Err(e) = sched_setaffinity(None, set) {
+            tracing::debug!("cannot widen a helper thread's CPUs: {e}");
+        }
+    }
+}
+
+/// `scope.spawn(f)`, with the new thread on the remembered CPUs.
+pub fn spawn<'scope, T: Send + 'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> ScopedJoinHandle<'scope, T> {
+    scope.spawn(move || {
+        widen();
+        f()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(set: &CpuSet) -> Vec<usize> {
+        (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect()
+    }
+
+    #[test]
+    fn a_helper_of_a_pinned_thread_runs_on_every_remembered_cpu() {
+        remember();
+        let wide = sched_getaffinity(None).unwrap();
+        let first = cpus(&wide)[0];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut one = CpuSet::new();
+                one.set(first);
+                sched_setaffinity(None, &one).unwrap();
+                // A plain thread inherits the pin; one started by `spawn`
+                // does not.
+                let inherited = std::thread::scope(|t| t.spawn(|| sched_getaffinity(None).unwrap()).join().unwrap());
+                assert_eq!(cpus(&inherited), [first]);
+                let helper = std::thread::scope(|t| spawn(t, || sched_getaffinity(None).unwrap()).join().unwrap());
+                assert_eq!(cpus(&helper), cpus(&wide));
+                // And a thread that widens itself leaves the pin too.
+                widen();
+                assert_eq!(cpus(&sched_getaffinity(None).unwrap()), cpus(&wide));
+            });
+        });
+    }
+}
