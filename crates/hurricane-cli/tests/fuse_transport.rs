@@ -17,6 +17,15 @@ fn kernel_has_uring() -> bool {
     std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists() && is_root()
 }
 
+/// Whether the tests of the io_uring transport can run here; says why not.
+fn uring_or_skip() -> bool {
+    let ok = kernel_has_uring();
+    if !ok {
+        eprintln!("SKIPPED: this kernel has no FUSE over io_uring (or not root)");
+    }
+    ok
+}
+
 fn ring_requests(v: &hurricane_fuse::StatsReport) -> u64 {
     v.transport.ring_requests.iter().sum()
 }
@@ -67,8 +76,7 @@ fn workload(m: &Mounted) {
 #[test]
 fn io_uring_queues_serve_the_mount() {
     require_fuse!();
-    if !kernel_has_uring() {
-        eprintln!("SKIPPED: this kernel has no FUSE over io_uring (or not root)");
+    if !uring_or_skip() {
         return;
     }
     let pool = Pool::new(3, "512M");
@@ -126,8 +134,7 @@ fn thread_cpus(pid: u32) -> Vec<(String, String)> {
 #[test]
 fn jobs_started_by_a_queue_thread_run_on_every_cpu() {
     require_fuse!();
-    if !kernel_has_uring() {
-        eprintln!("SKIPPED: this kernel has no FUSE over io_uring (or not root)");
+    if !uring_or_skip() {
         return;
     }
     let pool = Pool::new(3, "512M");
