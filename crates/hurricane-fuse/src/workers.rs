@@ -24,7 +24,6 @@ impl Workers {
         for i in 0..n {
             let rx: Receiver<Job> = rx.clone();
             let spawned = std::thread::Builder::new().name(format!("hurricane-io-{i}")).spawn(move || {
-                hurricane::affinity::widen();
                 while let Ok(job) = rx.recv() {
                     job();
                 }
