@@ -398,7 +398,7 @@ impl DataReport {
 /// reports each damaged file by path with its damaged ranges. Progress is
 /// reported in file blocks.
 pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
-    use crate::blocks::{IoCtx, Scrub, ScrubTally};
+    use crate::blocks::{IoCtx, Leftovers, Scrub, ScrubTally};
     /// File blocks scrubbed per call (progress granularity).
     const STEP: u64 = 16 * 1024; // 64 MiB
     let s = scan(fs, &mut |_, _, _| {})?;
@@ -408,6 +408,7 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
     let mut rep = DataReport::default();
     let io = IoCtx { storage: fs.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
     let mut done = 0;
+    let leftovers = Leftovers::default();
     progress("data", 0, total);
     for (ino, _) in files {
         let Some(node) = fs.state().get(ino) else { continue };
@@ -426,7 +427,8 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
         }
         let n = size.div_ceil(BS);
         let tally = ScrubTally::default();
-        let scrub = Scrub { repair: false, rebuild: &|_| false, resilver_only: false, tally: &tally };
+        let scrub =
+            Scrub { repair: false, rebuild: &|_| false, resilver_only: false, tally: &tally, leftovers: &leftovers };
         let mut pos = 0;
         while pos < n {
             let len = STEP.min(n - pos);

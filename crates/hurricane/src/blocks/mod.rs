@@ -124,6 +124,8 @@ pub struct Scrub<'a> {
     /// verified as every read is, but pieces not needed are not visited.
     pub resilver_only: bool,
     pub tally: &'a ScrubTally,
+    /// Memory the pass's steps hand on to the steps after them.
+    pub leftovers: &'a Leftovers,
 }
 
 impl<'a> Scrub<'a> {
@@ -132,7 +134,13 @@ impl<'a> Scrub<'a> {
     where
         'a: 'b,
     {
-        Scrub { repair: self.repair, rebuild: self.rebuild, resilver_only: self.resilver_only, tally }
+        Scrub {
+            repair: self.repair,
+            rebuild: self.rebuild,
+            resilver_only: self.resilver_only,
+            tally,
+            leftovers: self.leftovers,
+        }
     }
 
     /// Whether this pass leaves `b` alone: a resilver, and no device under
@@ -143,6 +151,27 @@ impl<'a> Scrub<'a> {
         }
         let rebuild = self.rebuild;
         self.resilver_only && !(b.device().is_some_and(rebuild) || b.children().iter().any(|c| touches(&**c, rebuild)))
+    }
+}
+
+/// Memory the steps of one pass hand on to the steps after them (a type's
+/// work buffers), so that each step does not allocate them afresh, as new
+/// pages the kernel zeroes and maps again. A step takes what an earlier one
+/// left and leaves it again when done; what is left is freed with the pass.
+#[derive(Default)]
+pub struct Leftovers(parking_lot::Mutex<Vec<Box<dyn std::any::Any + Send>>>);
+
+impl Leftovers {
+    /// Something of type `T` an earlier step left, if any.
+    pub fn take<T: std::any::Any + Send>(&self) -> Option<T> {
+        let mut v = self.0.lock();
+        let i = v.iter().position(|b| b.is::<T>())?;
+        v.swap_remove(i).downcast::<T>().ok().map(|b| *b)
+    }
+
+    /// Leaves `x` for a later step.
+    pub fn leave<T: std::any::Any + Send>(&self, x: T) {
+        self.0.lock().push(Box::new(x));
     }
 }
 

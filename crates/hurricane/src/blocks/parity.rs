@@ -222,15 +222,6 @@ impl Geometry {
     }
 }
 
-/// The slices one after the other, copied with memcpy.
-fn join<'a>(parts: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for p in parts {
-        out.extend_from_slice(p);
-    }
-    out
-}
-
 /// `dst ^= src`. With one parity unit, Reed-Solomon's parity is the XOR of
 /// the data units (`one_parity_unit_is_the_xor_of_the_data`), so m = 1
 /// encodes, checks and rebuilds with this alone.
@@ -243,6 +234,143 @@ fn xor_into(dst: &mut [u8], src: &[u8]) {
 /// Indices of the set bits of `mask`, lowest first.
 fn bits(mask: u64) -> impl Iterator<Item = usize> {
     (0..64).filter(move |&i| mask >> i & 1 == 1)
+}
+
+/// Bytes of scratch memory a thread keeps between batches (see [`Scratch`]).
+const SCRATCH_KEEP: usize = 192 << 20;
+
+/// Memory a thread reuses from one batch to the next: the per-child unit
+/// buffers of reads, writes and scrubs, the shards joined for a coder call,
+/// and the Reed-Solomon coders with their work space. Allocated afresh for
+/// every batch, these megabytes came as new pages each time, zeroed by the
+/// kernel and mapped again, which cost more CPU than the coding itself (a
+/// rebuild of 1 GiB went through several GiB of new pages). Each thread
+/// keeps at most [`SCRATCH_KEEP`] bytes; a scrub's worker threads end with
+/// the scrub of the node, and their scratch with them.
+///
+/// A buffer handed out again holds what it held before, possibly data of
+/// another file: [`Parity::fetch`] zeroes every unit it does not read, so
+/// no unit of a [`Fetched`] shows bytes that are not its own (the others
+/// are filled whole before use).
+#[derive(Default)]
+struct Scratch {
+    free: Vec<Vec<u8>>,
+    /// The coders and the bytes of work space each holds (an estimate).
+    enc: Option<(ReedSolomonEncoder, usize)>,
+    dec: Option<(ReedSolomonDecoder, usize)>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+impl Scratch {
+    fn held(&self) -> usize {
+        self.free.iter().map(|b| b.capacity()).sum::<usize>()
+            + self.enc.as_ref().map_or(0, |e| e.1)
+            + self.dec.as_ref().map_or(0, |d| d.1)
+    }
+
+    /// A buffer of `len` bytes: the thread's smallest free one that holds
+    /// them (else its largest, grown). What it held before stays in it, and
+    /// what it grows by is zero.
+    fn buf(len: usize) -> Vec<u8> {
+        let mut v = SCRATCH
+            .with(|s| {
+                let mut s = s.borrow_mut();
+                let cap = |i: &usize| s.free[*i].capacity();
+                let fits = (0..s.free.len()).filter(|i| cap(i) >= len).min_by_key(cap);
+                let i = fits.or_else(|| (0..s.free.len()).max_by_key(cap));
+                i.map(|i| s.free.swap_remove(i))
+            })
+            .unwrap_or_default();
+        v.resize(len, 0);
+        v
+    }
+
+    /// Makes `s` the thread's scratch and returns what it was.
+    fn swap(s: Scratch) -> Scratch {
+        SCRATCH.with(|c| std::mem::replace(&mut *c.borrow_mut(), s))
+    }
+
+    /// Gives a buffer back for the thread's next batch.
+    fn give(v: Vec<u8>) {
+        if v.capacity() == 0 {
+            return;
+        }
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.held() + v.capacity() <= SCRATCH_KEEP {
+                s.free.push(v);
+            }
+        })
+    }
+
+    /// Runs `f` with an encoder set up for `k` + `m` shards of `len` bytes,
+    /// the thread's own when it has one.
+    fn encoder<T>(
+        id: u32,
+        k: usize,
+        m: usize,
+        len: usize,
+        f: impl FnOnce(&mut ReedSolomonEncoder) -> Result<T>,
+    ) -> Result<T> {
+        let mut enc = match SCRATCH.with(|s| s.borrow_mut().enc.take()) {
+            Some((mut e, _)) => e.reset(k, m, len).map(|()| e),
+            None => ReedSolomonEncoder::new(k, m, len),
+        }
+        .map_err(|e| rs_err(id, e))?;
+        let out = f(&mut enc);
+        // The encoder's work space, in shards (reed-solomon-simd's high and
+        // low rate encoders).
+        let shards = k.next_multiple_of(m.next_power_of_two()).max(m.next_multiple_of(k.next_power_of_two()));
+        let bytes = shards * len;
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.held() + bytes <= SCRATCH_KEEP {
+                s.enc = Some((enc, bytes));
+            }
+        });
+        out
+    }
+
+    /// [`Scratch::encoder`] for a decoder.
+    fn decoder<T>(
+        id: u32,
+        k: usize,
+        m: usize,
+        len: usize,
+        f: impl FnOnce(&mut ReedSolomonDecoder) -> Result<T>,
+    ) -> Result<T> {
+        let mut dec = match SCRATCH.with(|s| s.borrow_mut().dec.take()) {
+            Some((mut d, _)) => d.reset(k, m, len).map(|()| d),
+            None => ReedSolomonDecoder::new(k, m, len),
+        }
+        .map_err(|e| rs_err(id, e))?;
+        let out = f(&mut dec);
+        let shards =
+            (m.next_power_of_two() + k).next_power_of_two().max((k.next_power_of_two() + m).next_power_of_two());
+        let bytes = shards * len;
+        SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.held() + bytes <= SCRATCH_KEEP {
+                s.dec = Some((dec, bytes));
+            }
+        });
+        out
+    }
+}
+
+/// `parts` one after the other in a scratch buffer (give it back after).
+fn join_scratch<'a>(parts: impl Iterator<Item = &'a [u8]> + Clone) -> Vec<u8> {
+    let len = parts.clone().map(|p| p.len()).sum();
+    let mut v = Scratch::buf(len);
+    let mut at = 0;
+    for p in parts {
+        v[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
+    }
+    v
 }
 
 struct Parity {
@@ -281,6 +409,11 @@ struct State {
 }
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
+    Ok(Arc::new(new_parity(a)?))
+}
+
+/// The node `a` describes.
+fn new_parity(a: BuildArgs) -> Result<Parity> {
     let k = a.params.num("data")? as usize;
     let m = a.params.num("parity")? as usize;
     let bytes = a.params.num("unit")?;
@@ -305,14 +438,14 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
     st.derive_free();
     let devices = a.children.iter().map(super::common::devices_under).collect();
     let locks = (0..LOCKS).map(|_| RwLock::new(())).collect();
-    Ok(Arc::new(Parity {
+    Ok(Parity {
         g,
         children: a.children,
         devices,
         state: Mutex::new(st),
         locks,
         rebuilt: Mutex::new(std::collections::VecDeque::new()),
-    }))
+    })
 }
 
 /// `u32 runs, (logical u64, physical u64, len u64)*, u32 missed, (physical
@@ -662,6 +795,14 @@ struct Fetched {
     errored: Vec<u64>,
 }
 
+impl Drop for Fetched {
+    fn drop(&mut self) {
+        for b in self.bufs.drain(..) {
+            Scratch::give(b);
+        }
+    }
+}
+
 /// Runs `f` on each job, on threads of their own when `parallel`; results
 /// in job order.
 fn run_all<J: Send, T: Send>(jobs: Vec<J>, parallel: bool, f: &(dyn Fn(J) -> T + Sync)) -> Vec<T> {
@@ -757,7 +898,7 @@ impl Parity {
             p0,
             w0,
             ub,
-            bufs: (0..n).map(|_| vec![0u8; r * ub]).collect(),
+            bufs: (0..n).map(|_| Scratch::buf(r * ub)).collect(),
             have: vec![0; r],
             bad,
             errored: vec![0; r],
@@ -781,6 +922,15 @@ impl Parity {
                 }
             }
             if spans.is_empty() {
+                // The units not read hold zeros, not what the scratch
+                // buffers held before.
+                for (c, buf) in f.bufs.iter_mut().enumerate() {
+                    for (t, unit) in buf.chunks_exact_mut(ub).enumerate() {
+                        if f.have[t] >> c & 1 == 0 {
+                            unit.fill(0);
+                        }
+                    }
+                }
                 return f;
             }
             let blocks: u64 = spans.iter().map(|&(_, lo, hi)| (hi - lo) as u64 * wl).sum();
@@ -842,8 +992,9 @@ impl Parity {
 
     /// The data shards of stripes `ts` of `f`, each the stripes' units of
     /// that shard one after another: what one encoder call takes.
+    /// They are scratch buffers: give them back after.
     fn data_shards(&self, f: &Fetched, ts: &[usize]) -> Vec<Vec<u8>> {
-        (0..self.g.k).map(|j| join(ts.iter().map(|&t| self.unit(f, t, j)))).collect()
+        (0..self.g.k).map(|j| join_scratch(ts.iter().map(|&t| self.unit(f, t, j)))).collect()
     }
 
     /// Parity of `shards` (from [`Parity::data_shards`], units of `ub`
@@ -855,17 +1006,19 @@ impl Parity {
         if len == 0 {
             return Ok(());
         }
-        let mut enc = ReedSolomonEncoder::new(k, m, len).map_err(|e| rs_err(self.g.id, e))?;
-        for s in shards {
-            enc.add_original_shard(s).map_err(|e| rs_err(self.g.id, e))?;
-        }
-        let res = enc.encode().map_err(|e| rs_err(self.g.id, e))?;
-        for (j, p) in res.recovery_iter().enumerate() {
-            for (i, unit) in p.chunks_exact(ub).enumerate() {
-                out(i, j, unit);
+        let id = self.g.id;
+        Scratch::encoder(id, k, m, len, |enc| {
+            for s in shards {
+                enc.add_original_shard(s).map_err(|e| rs_err(id, e))?;
             }
-        }
-        Ok(())
+            let res = enc.encode().map_err(|e| rs_err(id, e))?;
+            for (j, p) in res.recovery_iter().enumerate() {
+                for (i, unit) in p.chunks_exact(ub).enumerate() {
+                    out(i, j, unit);
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Fills in the lost units of stripes `ts` of `f` from the surviving
@@ -908,21 +1061,25 @@ impl Parity {
             }
         }
         for (chosen, group) in groups {
-            let mut dec = ReedSolomonDecoder::new(k, m, group.len() * ub).map_err(|e| rs_err(g.id, e))?;
-            for j in bits(chosen) {
-                let shard = join(group.iter().map(|&t| self.unit(f, t, j)));
-                if j < k {
-                    dec.add_original_shard(j, &shard).map_err(|e| rs_err(g.id, e))?;
-                } else {
-                    dec.add_recovery_shard(j - k, &shard).map_err(|e| rs_err(g.id, e))?;
+            let shards: Vec<(usize, Vec<u8>)> =
+                bits(chosen).map(|j| (j, join_scratch(group.iter().map(|&t| self.unit(f, t, j))))).collect();
+            Scratch::decoder(g.id, k, m, group.len() * ub, |dec| {
+                for (j, shard) in &shards {
+                    if *j < k {
+                        dec.add_original_shard(*j, shard).map_err(|e| rs_err(g.id, e))?;
+                    } else {
+                        dec.add_recovery_shard(j - k, shard).map_err(|e| rs_err(g.id, e))?;
+                    }
                 }
-            }
-            let res = dec.decode().map_err(|e| rs_err(g.id, e))?;
-            for (j, data) in res.restored_original_iter() {
-                for (&t, unit) in group.iter().zip(data.chunks_exact(ub)) {
-                    self.unit_mut(f, t, j).copy_from_slice(unit);
+                let res = dec.decode().map_err(|e| rs_err(g.id, e))?;
+                for (j, data) in res.restored_original_iter() {
+                    for (&t, unit) in group.iter().zip(data.chunks_exact(ub)) {
+                        self.unit_mut(f, t, j).copy_from_slice(unit);
+                    }
                 }
-            }
+                Ok(())
+            })?;
+            shards.into_iter().for_each(|(_, s)| Scratch::give(s));
         }
         if !need_parity.is_empty() {
             let shards = self.data_shards(f, &need_parity);
@@ -932,6 +1089,7 @@ impl Parity {
                     self.unit_mut(f, t, k + j).copy_from_slice(unit);
                 }
             })?;
+            shards.into_iter().for_each(Scratch::give);
         }
         Ok(lost)
     }
@@ -1241,42 +1399,37 @@ impl Parity {
         let limit = self.children.iter().map(|c| c.capacity()).min().unwrap_or(u64::MAX) / g.unit;
         let p0 = self.state.lock().alloc(r, io.epoch, l0, n as u64, limit);
         let unit = |t: usize, j: usize| &data[t * sdb + j * ub..t * sdb + (j + 1) * ub];
-        // Each child's units of the run, consecutive: one request per child.
-        let gather = |src: &dyn Fn(usize, usize, &mut Vec<u8>)| -> Vec<Vec<u8>> {
-            (0..n)
-                .map(|c| {
-                    let mut b = Vec::with_capacity(ru * ub);
-                    for t in 0..ru {
-                        src(t, g.shard_of(p0 + t as u64, c), &mut b);
-                    }
-                    b
-                })
-                .collect()
-        };
         let cbufs = if g.m == 1 {
             // One parity unit: the XOR of the stripe's data units.
-            let mut par = vec![0u8; ru * ub];
+            let mut par = Scratch::buf(ru * ub);
             for (t, dst) in par.chunks_exact_mut(ub).enumerate() {
-                for j in 0..k {
+                dst.copy_from_slice(unit(t, 0));
+                for j in 1..k {
                     xor_into(dst, unit(t, j));
                 }
             }
-            gather(&|t, j, b| b.extend_from_slice(if j < k { unit(t, j) } else { &par[t * ub..(t + 1) * ub] }))
+            let out = self.gather(p0, ru, |t, j| if j < k { unit(t, j) } else { &par[t * ub..(t + 1) * ub] });
+            Scratch::give(par);
+            out
         } else {
             // Shard j: unit j of every stripe, concatenated (RS works
             // position by position, so one call encodes them all).
-            let shards: Vec<Vec<u8>> = (0..k).map(|j| join((0..ru).map(|t| unit(t, j)))).collect();
-            let mut enc = ReedSolomonEncoder::new(k, g.m, ru * ub).map_err(|e| rs_err(g.id, e))?;
-            for s in &shards {
-                enc.add_original_shard(s).map_err(|e| rs_err(g.id, e))?;
-            }
-            let res = enc.encode().map_err(|e| rs_err(g.id, e))?;
-            let par: Vec<&[u8]> = res.recovery_iter().collect();
-            gather(&|t, j, b| b.extend_from_slice(if j < k { unit(t, j) } else { &par[j - k][t * ub..(t + 1) * ub] }))
+            let shards: Vec<Vec<u8>> = (0..k).map(|j| join_scratch((0..ru).map(|t| unit(t, j)))).collect();
+            let out = Scratch::encoder(g.id, k, g.m, ru * ub, |enc| {
+                for s in &shards {
+                    enc.add_original_shard(s).map_err(|e| rs_err(g.id, e))?;
+                }
+                let res = enc.encode().map_err(|e| rs_err(g.id, e))?;
+                let par: Vec<&[u8]> = res.recovery_iter().collect();
+                Ok(self.gather(p0, ru, |t, j| if j < k { unit(t, j) } else { &par[j - k][t * ub..(t + 1) * ub] }))
+            })?;
+            shards.into_iter().for_each(Scratch::give);
+            out
         };
         let jobs: Vec<usize> = (0..n).collect();
         let results =
             run_all(jobs, r * g.sd() >= PARALLEL_MIN_BLOCKS, &|c| self.children[c].write(io, p0 * g.unit, &cbufs[c]));
+        cbufs.into_iter().for_each(Scratch::give);
         let mut missed = 0u64;
         let mut hard = None;
         let mut msgs = Vec::new();
@@ -1324,6 +1477,22 @@ impl Parity {
             self.discard(io, p, len);
         }
         Ok(())
+    }
+
+    /// Each child's units of `ru` stripes from physical stripe `p0` on,
+    /// consecutive (one request per child): `src(t, j)` is shard j of
+    /// stripe t. Scratch buffers, every byte written here.
+    fn gather<'a>(&self, p0: u64, ru: usize, src: impl Fn(usize, usize) -> &'a [u8]) -> Vec<Vec<u8>> {
+        let ub = self.g.unit_bytes();
+        (0..self.n())
+            .map(|c| {
+                let mut b = Scratch::buf(ru * ub);
+                for (t, dst) in b.chunks_exact_mut(ub).enumerate() {
+                    dst.copy_from_slice(src(t, self.g.shard_of(p0 + t as u64, c)));
+                }
+                b
+            })
+            .collect()
     }
 
     /// Punches physical stripes [p, p+len) in every child and frees them for
@@ -1431,6 +1600,7 @@ impl Parity {
                 self.encode(&shards, f.ub, &mut |i, j, unit| {
                     mismatch[i] |= self.unit(&f, whole[i], g.k + j) != unit;
                 })?;
+                shards.into_iter().for_each(Scratch::give);
             }
             for (&t, _) in whole.iter().zip(&mismatch).filter(|(_, &bad)| bad) {
                 match self.culprit(&f, t) {
@@ -1692,24 +1862,32 @@ impl Block for Parity {
         // Several batches at once (each under its own shared locks), so
         // every child has requests queued while another batch verifies.
         super::common::run_steps(&steps, super::common::SCRUB_WORKERS, &|&(l, r)| {
-            let slots = self.slots(l, l + r - 1);
-            let _g: Vec<_> = slots.iter().map(|&i| self.locks[i].read()).collect();
-            // Look the run up again under the locks: a writer may have
-            // moved some of it meanwhile.
-            let now = self.state.lock().pieces(l, l + r);
-            for (ll, pp, lr) in now {
-                if let Some(pp) = pp {
-                    self.scrub_run(io, s, ll, pp, lr as usize, (fblk, end))?;
+            // The step works in what an earlier step of the pass left (a
+            // scrub's workers live for one call, their threads' scratch
+            // with them), and leaves its own for the next.
+            let outer = Scratch::swap(s.leftovers.take().unwrap_or_default());
+            let res = (|| {
+                let slots = self.slots(l, l + r - 1);
+                let _g: Vec<_> = slots.iter().map(|&i| self.locks[i].read()).collect();
+                // Look the run up again under the locks: a writer may have
+                // moved some of it meanwhile.
+                let now = self.state.lock().pieces(l, l + r);
+                for (ll, pp, lr) in now {
+                    if let Some(pp) = pp {
+                        self.scrub_run(io, s, ll, pp, lr as usize, (fblk, end))?;
+                    }
                 }
-            }
-            Ok(())
+                Ok(())
+            })();
+            s.leftovers.leave(Scratch::swap(outer));
+            res
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Layout, NodeRecord, ScrubTally, Spec};
+    use super::super::{Layout, Leftovers, NodeRecord, ScrubTally, Spec};
     use super::*;
     use crate::device::{Device, DeviceHandle, MemDevice};
     use crate::pool::{Allocator, Storage};
@@ -1843,7 +2021,7 @@ mod tests {
         }
         fn pass(&self, l: &Layout, repair: bool, rebuild: &(dyn Fn(u32) -> bool + Sync), only: bool) -> ScrubTally {
             let tally = ScrubTally::default();
-            let s = Scrub { repair, rebuild, resilver_only: only, tally: &tally };
+            let s = Scrub { repair, rebuild, resilver_only: only, tally: &tally, leftovers: &Leftovers::default() };
             self.io(|io| l.root().scrub(io, &s, 0, u64::MAX / 2)).unwrap();
             tally
         }
@@ -2332,6 +2510,57 @@ mod tests {
         env.set(0, DeviceState::Missing);
         env.set(2, DeviceState::Missing);
         assert_eq!(env.read(&l, 0, 64), d);
+    }
+
+    #[test]
+    fn units_a_fetch_does_not_read_are_zeros_whatever_the_scratch_held() {
+        let env = Env::new(4, 1024);
+        let l = build(&parity(2, 2, 8192));
+        let d = pattern(7, 64);
+        env.write(&l, 0, &d).unwrap();
+        // The same node, built again from its state, to call fetch on.
+        let root = l.root();
+        let params = root.params();
+        let state = state_of(&l);
+        let args = BuildArgs {
+            id: root.id(),
+            params: &params,
+            device: None,
+            children: root.children().to_vec(),
+            state: Some(&state),
+        };
+        let node = new_parity(args).unwrap();
+        let pieces = node.state.lock().pieces(0, 8);
+        assert_eq!(pieces.len(), 1, "one run maps stripes 0..8");
+        let p0 = pieces[0].1.unwrap();
+        env.set(1, DeviceState::Missing);
+        // The thread's scratch holds buffers full of another file's bytes.
+        for _ in 0..8 {
+            Scratch::give(vec![0xEE; 1 << 20]);
+        }
+        let plan = Plan { full: true, extra_bad: 0, w0: 0, wl: 2 };
+        let f = env.io(|io| node.fetch(io, p0, 8, &|_| 0, plan));
+        let ub = f.ub;
+        let mut unread = 0;
+        for c in 0..4 {
+            for t in 0..8 {
+                let unit = &f.bufs[c][t * ub..(t + 1) * ub];
+                if f.have[t] >> c & 1 == 0 {
+                    unread += 1;
+                    assert!(unit.iter().all(|&b| b == 0), "unit of child {c}, stripe {t} shows stale bytes");
+                }
+            }
+        }
+        // The units read are the file's.
+        for t in 0..8 {
+            for j in 0..2 {
+                if f.have[t] >> node.g.child_of(p0 + t as u64, j) & 1 == 1 {
+                    let at = (t * 4 + j * 2) * BS;
+                    assert_eq!(node.unit(&f, t, j), &d[at..at + ub], "stripe {t}, data unit {j}");
+                }
+            }
+        }
+        assert_eq!(unread, 8, "the missing child's units are not read");
     }
 
     #[test]

@@ -216,7 +216,7 @@ impl Block for RoundRobin {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Layout, NodeRecord, Scrub, ScrubTally, Spec};
+    use super::super::{Layout, Leftovers, NodeRecord, Scrub, ScrubTally, Spec};
     use super::*;
     use crate::device::{Device, DeviceHandle, DeviceState, MemDevice};
     use crate::pool::{Allocator, Storage};
@@ -264,6 +264,20 @@ mod tests {
         }
     }
 
+    /// A repairing scrub of file blocks [0, n) of `l`.
+    fn scrub(l: &Layout, io: &IoCtx, n: u64) -> ScrubTally {
+        let tally = ScrubTally::default();
+        let s = Scrub {
+            repair: true,
+            rebuild: &|_| false,
+            resilver_only: false,
+            tally: &tally,
+            leftovers: &Leftovers::default(),
+        };
+        l.root().scrub(io, &s, 0, n).unwrap();
+        tally
+    }
+
     #[test]
     fn scrub_reports_exactly_the_blocks_of_a_lost_child() {
         let st = storage(3);
@@ -271,19 +285,12 @@ mod tests {
         let sink = |_: NodeRecord| {};
         let io = IoCtx { storage: &st, epoch: 1, sink: &sink, repair: true };
         l.root().write(&io, 0, &vec![7u8; 12 * BLOCK_SIZE]).unwrap();
-        let never = |_: u32| false;
-        let tally = ScrubTally::default();
-        l.root()
-            .scrub(&io, &Scrub { repair: true, rebuild: &never, resilver_only: false, tally: &tally }, 0, 12)
-            .unwrap();
+        let tally = scrub(&l, &io, 12);
         assert_eq!(tally.checked.into_inner(), 12);
         assert!(tally.unrecoverable.into_inner().is_empty());
 
         st.devs[1].set_state(DeviceState::Missing);
-        let tally = ScrubTally::default();
-        l.root()
-            .scrub(&io, &Scrub { repair: true, rebuild: &never, resilver_only: false, tally: &tally }, 0, 12)
-            .unwrap();
+        let tally = scrub(&l, &io, 12);
         let mut lost: Vec<u64> = tally.unrecoverable.into_inner().into_iter().flat_map(|(s, n)| s..s + n).collect();
         lost.sort_unstable();
         // Units 1 and 4 (blocks 2-3 and 8-9) are on child 1.
@@ -296,10 +303,7 @@ mod tests {
         let l = Layout::build(&spec("stripe", "unit", 8 * BS, 3)).unwrap();
         l.root().write(&io, 0, &vec![9u8; 600 * BLOCK_SIZE]).unwrap();
         st.devs[2].set_state(DeviceState::Missing);
-        let tally = ScrubTally::default();
-        l.root()
-            .scrub(&io, &Scrub { repair: true, rebuild: &never, resilver_only: false, tally: &tally }, 0, 600)
-            .unwrap();
+        let tally = scrub(&l, &io, 600);
         assert_eq!(tally.checked.into_inner(), 600);
         let mut lost: Vec<u64> = tally.unrecoverable.into_inner().into_iter().flat_map(|(s, n)| s..s + n).collect();
         lost.sort_unstable();

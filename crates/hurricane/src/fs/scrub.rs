@@ -12,7 +12,7 @@
 //! where it stopped.
 
 use super::Fs;
-use crate::blocks::{NodeRecord, Scrub, ScrubTally, BLOCK_SIZE};
+use crate::blocks::{Leftovers, NodeRecord, Scrub, ScrubTally, BLOCK_SIZE};
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
@@ -196,6 +196,7 @@ impl Fs {
         let is_rebuilt = |d: u32| rebuild.contains(&d);
         let resilver_only = opts.resilver_only && !rebuild.is_empty();
         let tally = ScrubTally::default();
+        let leftovers = Leftovers::default();
         let mut lost: BTreeMap<Ino, Vec<(u64, u64)>> = BTreeMap::new();
         let mut p = ScrubProgress { pos: start, total_bytes, ..Default::default() };
         let chunk = match opts.rate {
@@ -238,7 +239,7 @@ impl Fs {
                 let r = if repair {
                     let g = self.inner.gate.enter();
                     let io = crate::blocks::IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair };
-                    let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part };
+                    let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
                     let r = lay.root().scrub(&io, &s, b, n);
                     let ops: Vec<Op> = std::mem::take(&mut *changes.lock())
                         .into_iter()
@@ -250,7 +251,7 @@ impl Fs {
                     r
                 } else {
                     let io = crate::blocks::IoCtx { storage: self.storage(), epoch: 0, sink: &sink, repair };
-                    let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part };
+                    let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
                     lay.root().scrub(&io, &s, b, n)
                 };
                 if let Err(e) = r {

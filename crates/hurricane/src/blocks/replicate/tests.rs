@@ -2,7 +2,7 @@
 //! policy, over memory devices that fail on demand.
 
 use super::*;
-use crate::blocks::{Layout, ScrubTally, Spec};
+use crate::blocks::{Layout, Leftovers, ScrubTally, Spec};
 use crate::device::{Device, DeviceHandle, DeviceState, MemDevice};
 use crate::pool::{Allocator, Storage};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -103,8 +103,15 @@ impl Env {
     }
     fn scrub(&self, l: &Layout, repair: bool, rebuild: &(dyn Fn(u32) -> bool + Sync), n: u64) -> ScrubTally {
         let tally = ScrubTally::default();
-        self.io(true, |io| l.root().scrub(io, &Scrub { repair, rebuild, resilver_only: false, tally: &tally }, 0, n))
-            .unwrap();
+        self.io(true, |io| {
+            l.root().scrub(
+                io,
+                &Scrub { repair, rebuild, resilver_only: false, tally: &tally, leftovers: &Leftovers::default() },
+                0,
+                n,
+            )
+        })
+        .unwrap();
         tally
     }
     fn changes(&self) -> Vec<Change> {
