@@ -4,6 +4,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Reads at least this large that continue a sequential stream ask the host
@@ -32,7 +33,17 @@ pub struct FileDevice {
     /// When the file was last checked (nanoseconds since `opened`).
     checked: AtomicU64,
     opened: Instant,
+    /// The same file opened again with `O_DIRECT`, for uncached writes;
+    /// None where the host's file system refuses it.
+    direct: OnceLock<Option<File>>,
 }
+
+/// Uncached writes shorter than this go through the page cache: a direct
+/// write waits for the disk, which only large ones amortise.
+const UNCACHED_MIN: usize = 256 << 10;
+/// Alignment of the memory, offset and length of a direct write (the
+/// largest logical block size of disks in use).
+const DIRECT_ALIGN: usize = 4096;
 
 impl FileDevice {
     /// Creates (or extends) an image file of `size` bytes. The file is sparse:
@@ -65,6 +76,7 @@ impl FileDevice {
             gone: AtomicBool::new(false),
             checked: AtomicU64::new(0),
             opened: Instant::now(),
+            direct: OnceLock::new(),
         }
     }
 
@@ -163,6 +175,31 @@ impl FileDevice {
             rustix::fs::fadvise(&self.file, from, std::num::NonZeroU64::new(to - from), rustix::fs::Advice::WillNeed);
     }
 
+    fn write_err(&self, e: std::io::Error) -> Error {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) => Error::NoSpace(format!("{} (host file system full)", self.name)),
+            _ => Error::io(&self.name, e),
+        }
+    }
+
+    /// The file opened with `O_DIRECT`, through its descriptor (the same
+    /// file even if renamed since), once; None where that is refused or the
+    /// device is read-only.
+    fn direct_file(&self) -> Option<&File> {
+        self.direct
+            .get_or_init(|| {
+                use std::os::fd::AsRawFd;
+                use std::os::unix::fs::OpenOptionsExt;
+                let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+                let f = OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path);
+                if let Err(e) = &f {
+                    tracing::debug!(device = %self.name, error = %e, "no direct writes: the page cache takes them");
+                }
+                f.ok()
+            })
+            .as_ref()
+    }
+
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
         let name = path.display().to_string();
         let file = OpenOptions::new().read(true).write(writable).open(path).map_err(|e| Error::io(&name, e))?;
@@ -219,11 +256,26 @@ impl Device for FileDevice {
         if self.check_gone(false) {
             return Err(self.gone_err());
         }
-        let r = self.file.write_all_at(buf, offset).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENOSPC) => Error::NoSpace(format!("{} (host file system full)", self.name)),
-            _ => Error::io(&self.name, e),
-        });
+        let r = self.file.write_all_at(buf, offset).map_err(|e| self.write_err(e));
         self.guard(r)
+    }
+    fn write_at_uncached(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let aligned = buf.len() >= UNCACHED_MIN
+            && (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
+            && buf.len().is_multiple_of(DIRECT_ALIGN)
+            && offset.is_multiple_of(DIRECT_ALIGN as u64);
+        if let Some(f) = self.direct_file().filter(|_| aligned) {
+            if self.check_gone(false) {
+                return Err(self.gone_err());
+            }
+            match f.write_all_at(buf, offset) {
+                // An alignment the file system does not take: the page
+                // cache takes the write instead.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                r => return self.guard(r.map_err(|e| self.write_err(e))),
+            }
+        }
+        self.write_at(buf, offset)
     }
     fn flush(&self) -> Result<()> {
         if self.check_gone(false) {
@@ -303,6 +355,69 @@ mod tests {
             // Past the end: refused, nothing written.
             assert!(h.zero_blocks(size / 4096 - 1, 2).is_err());
         }
+    }
+
+    /// Whether the host's page cache holds any of [offset, offset+len) of
+    /// the file: a read that must not wait for the disk gets something.
+    fn cached(file: &File, offset: u64, len: usize) -> bool {
+        let mut buf = vec![0u8; len];
+        let mut io = [std::io::IoSliceMut::new(&mut buf)];
+        matches!(rustix::io::preadv2(file, &mut io, offset, rustix::io::ReadWriteFlags::NOWAIT), Ok(n) if n > 0)
+    }
+
+    /// A resilvering device's large aligned writes bypass the page cache
+    /// (where the host's file system allows direct I/O), read back, and are
+    /// durable at flush; small or unaligned ones go through the cache and
+    /// read back the same; a device in any other state writes through the
+    /// cache.
+    #[test]
+    fn a_resilvering_device_writes_past_the_page_cache() {
+        use crate::device::{DeviceHandle, DeviceState};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.img");
+        let size = 8u64 << 20;
+        let dev = Arc::new(FileDevice::create(&path, size).unwrap());
+        let h = DeviceHandle::new(0, dev.clone());
+        // 1 MiB at a 4 KiB-aligned address.
+        let mut backing = vec![0u8; (2 << 20) + DIRECT_ALIGN];
+        let at = backing.as_ptr().align_offset(DIRECT_ALIGN);
+        let big = &mut backing[at..at + (1 << 20)];
+        big.copy_from_slice(&pattern(1 << 20, 11));
+        let big = &*big;
+        h.set_state(DeviceState::Resilvering);
+        h.write_blocks(256, big).unwrap();
+        // Misaligned in memory, and short: through the cache.
+        let odd = pattern((1 << 20) + 512, 12);
+        h.write_blocks(768, &odd[512..]).unwrap();
+        let small = pattern(8192, 13);
+        h.write_blocks(1, &small).unwrap();
+        dev.flush().unwrap();
+        let direct = dev.direct_file().is_some();
+        if direct {
+            assert!(!cached(&dev.file, 1 << 20, 1 << 20), "the large aligned write went through the page cache");
+        } else {
+            eprintln!("this file system refuses O_DIRECT: every write went through the page cache");
+        }
+        assert!(cached(&dev.file, 3 << 20, 1 << 20), "the unaligned write bypassed the cache");
+        h.set_state(DeviceState::Online);
+        let mut back = vec![0u8; 1 << 20];
+        h.read_blocks(256, &mut back).unwrap();
+        assert!(back == big, "large aligned write");
+        h.read_blocks(768, &mut back).unwrap();
+        assert!(back[..] == odd[512..], "unaligned write");
+        let mut back = vec![0u8; 8192];
+        h.read_blocks(1, &mut back).unwrap();
+        assert_eq!(back, small);
+        // Online again: the same write is cached.
+        h.write_blocks(1024, big).unwrap();
+        assert!(cached(&dev.file, 4 << 20, 1 << 20));
+        // What the direct writes left is on the file, for another opener.
+        drop(h);
+        drop(dev);
+        let again = FileDevice::open(&path, false).unwrap();
+        let mut back = vec![0u8; 1 << 20];
+        again.read_at(&mut back, 1 << 20).unwrap();
+        assert!(back == big);
     }
 
     /// Streams that ask the host to read ahead (forward, slightly out of

@@ -32,6 +32,13 @@ pub trait Device: Send + Sync {
     fn size(&self) -> u64;
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// A write nothing will read back soon (a rebuild's): where the device
+    /// can, it bypasses the host's page cache, so the bytes are neither
+    /// copied into the cache nor evict what it holds. Durable at the next
+    /// `flush`, as any write. The default is `write_at`.
+    fn write_at_uncached(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.write_at(buf, offset)
+    }
     fn flush(&self) -> Result<()>;
     /// Gives back space that no longer holds data (e.g. punch a hole in an
     /// image file). Best effort: the default does nothing.
@@ -326,12 +333,20 @@ impl DeviceHandle {
         Ok(())
     }
 
+    /// Writes whole blocks. A device being resilvered is written past the
+    /// host's page cache ([`Device::write_at_uncached`]): nothing reads it
+    /// until the rebuild is done, and a rebuild writes all it holds.
     pub fn write_blocks(&self, blk: u64, buf: &[u8]) -> Result<()> {
         self.check_writable()?;
         let _g = self.stats.begin();
         let dev = self.dev.read();
         self.check(&**dev, blk, buf.len())?;
-        if let Err(e) = dev.write_at(buf, blk << BLOCK_SHIFT) {
+        let r = if self.state() == DeviceState::Resilvering {
+            dev.write_at_uncached(buf, blk << BLOCK_SHIFT)
+        } else {
+            dev.write_at(buf, blk << BLOCK_SHIFT)
+        };
+        if let Err(e) = r {
             self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.failed(&**dev, true);
             return Err(e);
