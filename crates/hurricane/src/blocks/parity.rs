@@ -306,58 +306,63 @@ impl Scratch {
         })
     }
 
-    /// Runs `f` with an encoder set up for `k` + `m` shards of `len` bytes,
+    /// Runs `f` with a coder set up for `k` + `m` shards of `len` bytes,
     /// the thread's own when it has one.
-    fn encoder<T>(
-        id: u32,
-        k: usize,
-        m: usize,
-        len: usize,
-        f: impl FnOnce(&mut ReedSolomonEncoder) -> Result<T>,
-    ) -> Result<T> {
-        let mut enc = match SCRATCH.with(|s| s.borrow_mut().enc.take()) {
-            Some((mut e, _)) => e.reset(k, m, len).map(|()| e),
-            None => ReedSolomonEncoder::new(k, m, len),
+    fn coder<C: Coder, T>(id: u32, k: usize, m: usize, len: usize, f: impl FnOnce(&mut C) -> Result<T>) -> Result<T> {
+        let mut c = match SCRATCH.with(|s| C::slot(&mut s.borrow_mut()).take()) {
+            Some((mut c, _)) => c.setup(k, m, len).map(|()| c),
+            None => C::create(k, m, len),
         }
         .map_err(|e| rs_err(id, e))?;
-        let out = f(&mut enc);
-        // The encoder's work space, in shards (reed-solomon-simd's high and
-        // low rate encoders).
-        let shards = k.next_multiple_of(m.next_power_of_two()).max(m.next_multiple_of(k.next_power_of_two()));
-        let bytes = shards * len;
+        let out = f(&mut c);
+        let bytes = C::work_shards(k, m) * len;
         SCRATCH.with(|s| {
             let mut s = s.borrow_mut();
             if s.held() + bytes <= SCRATCH_KEEP {
-                s.enc = Some((enc, bytes));
+                *C::slot(&mut s) = Some((c, bytes));
             }
         });
         out
     }
+}
 
-    /// [`Scratch::encoder`] for a decoder.
-    fn decoder<T>(
-        id: u32,
-        k: usize,
-        m: usize,
-        len: usize,
-        f: impl FnOnce(&mut ReedSolomonDecoder) -> Result<T>,
-    ) -> Result<T> {
-        let mut dec = match SCRATCH.with(|s| s.borrow_mut().dec.take()) {
-            Some((mut d, _)) => d.reset(k, m, len).map(|()| d),
-            None => ReedSolomonDecoder::new(k, m, len),
-        }
-        .map_err(|e| rs_err(id, e))?;
-        let out = f(&mut dec);
-        let shards =
-            (m.next_power_of_two() + k).next_power_of_two().max((k.next_power_of_two() + m).next_power_of_two());
-        let bytes = shards * len;
-        SCRATCH.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.held() + bytes <= SCRATCH_KEEP {
-                s.dec = Some((dec, bytes));
-            }
-        });
-        out
+/// What [`Scratch::coder`] needs of a Reed-Solomon encoder or decoder.
+trait Coder: Sized {
+    fn create(k: usize, m: usize, len: usize) -> std::result::Result<Self, reed_solomon_simd::Error>;
+    fn setup(&mut self, k: usize, m: usize, len: usize) -> std::result::Result<(), reed_solomon_simd::Error>;
+    /// Shards of work space it holds (reed-solomon-simd's high and low rate
+    /// coders): what the scratch counts.
+    fn work_shards(k: usize, m: usize) -> usize;
+    fn slot(s: &mut Scratch) -> &mut Option<(Self, usize)>;
+}
+
+impl Coder for ReedSolomonEncoder {
+    fn create(k: usize, m: usize, len: usize) -> std::result::Result<Self, reed_solomon_simd::Error> {
+        ReedSolomonEncoder::new(k, m, len)
+    }
+    fn setup(&mut self, k: usize, m: usize, len: usize) -> std::result::Result<(), reed_solomon_simd::Error> {
+        self.reset(k, m, len)
+    }
+    fn work_shards(k: usize, m: usize) -> usize {
+        k.next_multiple_of(m.next_power_of_two()).max(m.next_multiple_of(k.next_power_of_two()))
+    }
+    fn slot(s: &mut Scratch) -> &mut Option<(Self, usize)> {
+        &mut s.enc
+    }
+}
+
+impl Coder for ReedSolomonDecoder {
+    fn create(k: usize, m: usize, len: usize) -> std::result::Result<Self, reed_solomon_simd::Error> {
+        ReedSolomonDecoder::new(k, m, len)
+    }
+    fn setup(&mut self, k: usize, m: usize, len: usize) -> std::result::Result<(), reed_solomon_simd::Error> {
+        self.reset(k, m, len)
+    }
+    fn work_shards(k: usize, m: usize) -> usize {
+        (m.next_power_of_two() + k).next_power_of_two().max((k.next_power_of_two() + m).next_power_of_two())
+    }
+    fn slot(s: &mut Scratch) -> &mut Option<(Self, usize)> {
+        &mut s.dec
     }
 }
 
@@ -1007,7 +1012,7 @@ impl Parity {
             return Ok(());
         }
         let id = self.g.id;
-        Scratch::encoder(id, k, m, len, |enc| {
+        Scratch::coder(id, k, m, len, |enc: &mut ReedSolomonEncoder| {
             for s in shards {
                 enc.add_original_shard(s).map_err(|e| rs_err(id, e))?;
             }
@@ -1063,7 +1068,7 @@ impl Parity {
         for (chosen, group) in groups {
             let shards: Vec<(usize, Vec<u8>)> =
                 bits(chosen).map(|j| (j, join_scratch(group.iter().map(|&t| self.unit(f, t, j))))).collect();
-            Scratch::decoder(g.id, k, m, group.len() * ub, |dec| {
+            Scratch::coder(g.id, k, m, group.len() * ub, |dec: &mut ReedSolomonDecoder| {
                 for (j, shard) in &shards {
                     if *j < k {
                         dec.add_original_shard(*j, shard).map_err(|e| rs_err(g.id, e))?;
@@ -1415,7 +1420,7 @@ impl Parity {
             // Shard j: unit j of every stripe, concatenated (RS works
             // position by position, so one call encodes them all).
             let shards: Vec<Vec<u8>> = (0..k).map(|j| join_scratch((0..ru).map(|t| unit(t, j)))).collect();
-            let out = Scratch::encoder(g.id, k, g.m, ru * ub, |enc| {
+            let out = Scratch::coder(g.id, k, g.m, ru * ub, |enc: &mut ReedSolomonEncoder| {
                 for s in &shards {
                     enc.add_original_shard(s).map_err(|e| rs_err(g.id, e))?;
                 }
