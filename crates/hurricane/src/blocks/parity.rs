@@ -245,12 +245,14 @@ const SCRATCH_KEEP: usize = 192 << 20;
 /// every batch, these megabytes came as new pages each time, zeroed by the
 /// kernel and mapped again, which cost more CPU than the coding itself (a
 /// rebuild of 1 GiB went through several GiB of new pages). Each thread
-/// keeps at most [`SCRATCH_KEEP`] bytes; a scrub's worker threads end with
-/// the scrub of the node, and their scratch with them.
+/// keeps at most [`SCRATCH_KEEP`] bytes. A scrub's worker threads live for
+/// one chunk of a file, so its steps work in a scratch handed on through
+/// [`Scrub::leftovers`] instead, freed with the pass.
 ///
-/// A buffer handed out again holds what it held before, possibly data of
-/// another file: [`Parity::fetch`] zeroes every unit it does not read, so
-/// no unit of a [`Fetched`] shows bytes that are not its own (the others
+/// A buffer ([`Buf`]) goes back to the thread's scratch when dropped. One
+/// handed out again holds what it held before, possibly data of another
+/// file: [`Parity::fetch`] zeroes every unit it does not read, so no unit
+/// of a [`Fetched`] shows bytes that are not its own (the other buffers
 /// are filled whole before use).
 #[derive(Default)]
 struct Scratch {
@@ -274,7 +276,7 @@ impl Scratch {
     /// A buffer of `len` bytes: the thread's smallest free one that holds
     /// them (else its largest, grown). What it held before stays in it, and
     /// what it grows by is zero.
-    fn buf(len: usize) -> Vec<u8> {
+    fn buf(len: usize) -> Buf {
         let mut v = SCRATCH
             .with(|s| {
                 let mut s = s.borrow_mut();
@@ -285,7 +287,7 @@ impl Scratch {
             })
             .unwrap_or_default();
         v.resize(len, 0);
-        v
+        Buf(v)
     }
 
     /// Makes `s` the thread's scratch and returns what it was.
@@ -293,17 +295,18 @@ impl Scratch {
         SCRATCH.with(|c| std::mem::replace(&mut *c.borrow_mut(), s))
     }
 
-    /// Gives a buffer back for the thread's next batch.
+    /// Gives a buffer back for the thread's next batch (dropped instead
+    /// while the thread ends).
     fn give(v: Vec<u8>) {
         if v.capacity() == 0 {
             return;
         }
-        SCRATCH.with(|s| {
+        let _ = SCRATCH.try_with(|s| {
             let mut s = s.borrow_mut();
             if s.held() + v.capacity() <= SCRATCH_KEEP {
                 s.free.push(v);
             }
-        })
+        });
     }
 
     /// Runs `f` with a coder set up for `k` + `m` shards of `len` bytes,
@@ -366,8 +369,37 @@ impl Coder for ReedSolomonDecoder {
     }
 }
 
-/// `parts` one after the other in a scratch buffer (give it back after).
-fn join_scratch<'a>(parts: impl Iterator<Item = &'a [u8]> + Clone) -> Vec<u8> {
+/// A buffer from the thread's [`Scratch`], given back to it when dropped.
+#[derive(Default)]
+struct Buf(Vec<u8>);
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        Scratch::give(std::mem::take(&mut self.0));
+    }
+}
+
+impl std::ops::Deref for Buf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Buf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl AsRef<[u8]> for Buf {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// `parts` one after the other in a scratch buffer.
+fn join_scratch<'a>(parts: impl Iterator<Item = &'a [u8]> + Clone) -> Buf {
     let len = parts.clone().map(|p| p.len()).sum();
     let mut v = Scratch::buf(len);
     let mut at = 0;
@@ -791,21 +823,13 @@ struct Fetched {
     w0: u64,
     ub: usize,
     /// Per child: its units of the run, stripe t at [t*ub, (t+1)*ub).
-    bufs: Vec<Vec<u8>>,
+    bufs: Vec<Buf>,
     /// Per stripe: children whose unit was read.
     have: Vec<u64>,
     /// Per stripe: children whose unit is lost (down, missed, failed).
     bad: Vec<u64>,
     /// Per stripe: children whose read failed on a readable device.
     errored: Vec<u64>,
-}
-
-impl Drop for Fetched {
-    fn drop(&mut self) {
-        for b in self.bufs.drain(..) {
-            Scratch::give(b);
-        }
-    }
 }
 
 /// Runs `f` on each job, on threads of their own when `parallel`; results
@@ -940,7 +964,7 @@ impl Parity {
             }
             let blocks: u64 = spans.iter().map(|&(_, lo, hi)| (hi - lo) as u64 * wl).sum();
             let mut jobs = Vec::with_capacity(spans.len());
-            let mut rest: &mut [Vec<u8>] = &mut f.bufs;
+            let mut rest: &mut [Buf] = &mut f.bufs;
             let mut base = 0;
             for &(c, lo, hi) in &spans {
                 let (_, tail) = std::mem::take(&mut rest).split_at_mut(c - base);
@@ -997,15 +1021,14 @@ impl Parity {
 
     /// The data shards of stripes `ts` of `f`, each the stripes' units of
     /// that shard one after another: what one encoder call takes.
-    /// They are scratch buffers: give them back after.
-    fn data_shards(&self, f: &Fetched, ts: &[usize]) -> Vec<Vec<u8>> {
+    fn data_shards(&self, f: &Fetched, ts: &[usize]) -> Vec<Buf> {
         (0..self.g.k).map(|j| join_scratch(ts.iter().map(|&t| self.unit(f, t, j)))).collect()
     }
 
     /// Parity of `shards` (from [`Parity::data_shards`], units of `ub`
     /// bytes) in one encoder call: `out(i, j, unit)` gets parity unit j of
     /// the i-th stripe, straight from the encoder's output.
-    fn encode(&self, shards: &[Vec<u8>], ub: usize, out: &mut dyn FnMut(usize, usize, &[u8])) -> Result<()> {
+    fn encode(&self, shards: &[Buf], ub: usize, out: &mut dyn FnMut(usize, usize, &[u8])) -> Result<()> {
         let (k, m) = (self.g.k, self.g.m);
         let len = shards.first().map_or(0, |s| s.len());
         if len == 0 {
@@ -1066,7 +1089,7 @@ impl Parity {
             }
         }
         for (chosen, group) in groups {
-            let shards: Vec<(usize, Vec<u8>)> =
+            let shards: Vec<(usize, Buf)> =
                 bits(chosen).map(|j| (j, join_scratch(group.iter().map(|&t| self.unit(f, t, j))))).collect();
             Scratch::coder(g.id, k, m, group.len() * ub, |dec: &mut ReedSolomonDecoder| {
                 for (j, shard) in &shards {
@@ -1084,7 +1107,6 @@ impl Parity {
                 }
                 Ok(())
             })?;
-            shards.into_iter().for_each(|(_, s)| Scratch::give(s));
         }
         if !need_parity.is_empty() {
             let shards = self.data_shards(f, &need_parity);
@@ -1094,7 +1116,6 @@ impl Parity {
                     self.unit_mut(f, t, k + j).copy_from_slice(unit);
                 }
             })?;
-            shards.into_iter().for_each(Scratch::give);
         }
         Ok(lost)
     }
@@ -1413,28 +1434,23 @@ impl Parity {
                     xor_into(dst, unit(t, j));
                 }
             }
-            let out = self.gather(p0, ru, |t, j| if j < k { unit(t, j) } else { &par[t * ub..(t + 1) * ub] });
-            Scratch::give(par);
-            out
+            self.gather(p0, ru, |t, j| if j < k { unit(t, j) } else { &par[t * ub..(t + 1) * ub] })
         } else {
             // Shard j: unit j of every stripe, concatenated (RS works
             // position by position, so one call encodes them all).
-            let shards: Vec<Vec<u8>> = (0..k).map(|j| join_scratch((0..ru).map(|t| unit(t, j)))).collect();
-            let out = Scratch::coder(g.id, k, g.m, ru * ub, |enc: &mut ReedSolomonEncoder| {
+            let shards: Vec<Buf> = (0..k).map(|j| join_scratch((0..ru).map(|t| unit(t, j)))).collect();
+            Scratch::coder(g.id, k, g.m, ru * ub, |enc: &mut ReedSolomonEncoder| {
                 for s in &shards {
                     enc.add_original_shard(s).map_err(|e| rs_err(g.id, e))?;
                 }
                 let res = enc.encode().map_err(|e| rs_err(g.id, e))?;
                 let par: Vec<&[u8]> = res.recovery_iter().collect();
                 Ok(self.gather(p0, ru, |t, j| if j < k { unit(t, j) } else { &par[j - k][t * ub..(t + 1) * ub] }))
-            })?;
-            shards.into_iter().for_each(Scratch::give);
-            out
+            })?
         };
         let jobs: Vec<usize> = (0..n).collect();
         let results =
             run_all(jobs, r * g.sd() >= PARALLEL_MIN_BLOCKS, &|c| self.children[c].write(io, p0 * g.unit, &cbufs[c]));
-        cbufs.into_iter().for_each(Scratch::give);
         let mut missed = 0u64;
         let mut hard = None;
         let mut msgs = Vec::new();
@@ -1487,7 +1503,7 @@ impl Parity {
     /// Each child's units of `ru` stripes from physical stripe `p0` on,
     /// consecutive (one request per child): `src(t, j)` is shard j of
     /// stripe t. Scratch buffers, every byte written here.
-    fn gather<'a>(&self, p0: u64, ru: usize, src: impl Fn(usize, usize) -> &'a [u8]) -> Vec<Vec<u8>> {
+    fn gather<'a>(&self, p0: u64, ru: usize, src: impl Fn(usize, usize) -> &'a [u8]) -> Vec<Buf> {
         let ub = self.g.unit_bytes();
         (0..self.n())
             .map(|c| {
@@ -1605,7 +1621,6 @@ impl Parity {
                 self.encode(&shards, f.ub, &mut |i, j, unit| {
                     mismatch[i] |= self.unit(&f, whole[i], g.k + j) != unit;
                 })?;
-                shards.into_iter().for_each(Scratch::give);
             }
             for (&t, _) in whole.iter().zip(&mismatch).filter(|(_, &bad)| bad) {
                 match self.culprit(&f, t) {
@@ -2541,7 +2556,7 @@ mod tests {
         env.set(1, DeviceState::Missing);
         // The thread's scratch holds buffers full of another file's bytes.
         for _ in 0..8 {
-            Scratch::give(vec![0xEE; 1 << 20]);
+            drop(Buf(vec![0xEE; 1 << 20]));
         }
         let plan = Plan { full: true, extra_bad: 0, w0: 0, wl: 2 };
         let f = env.io(|io| node.fetch(io, p0, 8, &|_| 0, plan));
