@@ -256,6 +256,21 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
         c.prefetch_used,
         c.evictions
     );
+    let z = &v.compress;
+    if z.chunks_compressed + z.chunks_raw + z.chunks_zero + z.bytes_decompressed > 0 {
+        println!(
+            "compress: {} chunks compressed, {} raw, {} zero; {} stored as {} (ratio {:.2}); {:.0} ms compressing, {:.0} ms decompressing {}",
+            z.chunks_compressed,
+            z.chunks_raw,
+            z.chunks_zero,
+            human(z.bytes_in),
+            human(z.bytes_stored),
+            z.ratio,
+            z.compress_ms,
+            z.decompress_ms,
+            human(z.bytes_decompressed)
+        );
+    }
     println!(
         "\n{:<16} {:>12} {:>8} {:>11} {:>11} {:>12}",
         "request", "count", "errors", "avg us", "max us", "total ms"

@@ -115,13 +115,14 @@ impl Pool {
 #[test]
 fn put_get_round_trip_with_layouts() {
     let pool = Pool::new(4, "64M");
-    let cases: [(&str, usize, &str); 6] = [
+    let cases: [(&str, usize, &str); 7] = [
         ("extent@0", 1_000_003, "checksum[extent@0]"),
         ("stripe(unit=64K,width=3)", 3_333_333, "stripe(unit=64K)["),
         ("regions(size=1M,width=3)", 2_500_000, "regions(size=1M)["),
         ("replicate(copies=2)[stripe(width=2),stripe(width=2)]", 1_234_567, "replicate["),
         ("inline", 100, "inline"),
         ("stripe(unit=4K,width=4)", 0, "stripe(unit=4K)["),
+        ("compress(algo=lz4,chunk=16K)[extent@1]", 700_001, "compress(algo=lz4,chunk=16K)[checksum[extent@1]]"),
     ];
     for (i, (spec, size, shown)) in cases.iter().enumerate() {
         let bytes = data(*size, i as u64);

@@ -414,6 +414,20 @@ impl HurricaneFuse {
             },
             ops,
             health: crate::report::health_report(&self.fs),
+            compress: {
+                let z = hurricane::blocks::compress_stats();
+                crate::report::CompressReport {
+                    chunks_compressed: z.chunks_compressed,
+                    chunks_raw: z.chunks_raw,
+                    chunks_zero: z.chunks_zero,
+                    bytes_in: z.bytes_in,
+                    bytes_stored: z.bytes_stored,
+                    ratio: z.ratio(),
+                    compress_ms: z.compress_ns as f64 / 1e6,
+                    decompress_ms: z.decompress_ns as f64 / 1e6,
+                    bytes_decompressed: z.bytes_decompressed,
+                }
+            },
         }
     }
 }

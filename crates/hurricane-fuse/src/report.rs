@@ -28,6 +28,26 @@ pub struct StatsReport {
     /// Files by health (what `hurricane status` shows of a mount).
     #[serde(default)]
     pub health: HealthReport,
+    /// What `compress` nodes stored and the time they took.
+    #[serde(default)]
+    pub compress: CompressReport,
+}
+
+/// The `compress` nodes' counters (every file of the mount).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompressReport {
+    pub chunks_compressed: u64,
+    /// Stored raw: compression saved less than a block.
+    pub chunks_raw: u64,
+    /// All zeros: stored as nothing.
+    pub chunks_zero: u64,
+    /// Bytes of the chunks stored, and the bytes they took on the child.
+    pub bytes_in: u64,
+    pub bytes_stored: u64,
+    pub ratio: f64,
+    pub compress_ms: f64,
+    pub decompress_ms: f64,
+    pub bytes_decompressed: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -34,6 +34,7 @@ fn workload_list() {
         "full",
         "resilver",
         "parity",
+        "compress",
         "evacuate",
         "directory",
     ] {
@@ -47,6 +48,10 @@ fn workload_list() {
 #[test]
 fn parity() {
     ci("parity");
+}
+#[test]
+fn compress() {
+    ci("compress");
 }
 #[test]
 fn posix() {

@@ -87,6 +87,24 @@ fn mutations(seed: &[u8], n: usize, salt: u64) -> Vec<Vec<u8>> {
     out
 }
 
+/// The layout seeds are layouts (so their mutations reach past the first
+/// check): each decodes, every block type among them included.
+#[test]
+fn layout_seeds_decode() {
+    let dir = corpus_dir().join("layout_decode");
+    let mut kinds = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let b = std::fs::read(&p).unwrap();
+        let l = hurricane::blocks::Layout::decode(&mut hurricane::codec::Decoder::new(&b, "seed"))
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        for n in l.nodes() {
+            kinds.insert(n.kind().name);
+        }
+    }
+    assert!(kinds.contains("compress") && kinds.contains("extent"), "{kinds:?}");
+}
+
 /// Every corpus file of every target, and mutations of each, through the
 /// same functions the fuzzers run: CI checks the decoders without nightly.
 #[test]

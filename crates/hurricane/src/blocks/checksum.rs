@@ -28,11 +28,11 @@
 //! only, the reader takes the range in `busy` (waiting for writers to
 //! finish), reads and verifies again. Still wrong is corruption.
 
-use super::common::{chunks, span};
+use super::common::{chunks, span, RangeLock};
 use super::{Block, BlockType, BuildArgs, IoCtx, Params, BLOCK_SIZE};
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -247,47 +247,13 @@ fn decode_state(s: &[u8]) -> Result<Sums> {
     Ok(sums)
 }
 
-/// File ranges held by writers (and by readers re-verifying).
-#[derive(Default)]
-struct Busy {
-    ranges: Mutex<Vec<(u64, u64)>>,
-    cv: Condvar,
-}
-
-struct Held<'a> {
-    busy: &'a Busy,
-    range: (u64, u64),
-}
-
-impl Busy {
-    /// Waits until no one holds a range overlapping [s, e), then holds it.
-    fn hold(&self, s: u64, e: u64) -> Held<'_> {
-        let mut r = self.ranges.lock();
-        while r.iter().any(|&(a, b)| a < e && s < b) {
-            self.cv.wait(&mut r);
-        }
-        r.push((s, e));
-        Held { busy: self, range: (s, e) }
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        let mut r = self.busy.ranges.lock();
-        if let Some(i) = r.iter().position(|&x| x == self.range) {
-            r.swap_remove(i);
-        }
-        self.busy.cv.notify_all();
-    }
-}
-
 struct Checksum {
     id: u32,
     children: Vec<Arc<dyn Block>>,
     /// Devices under the child, found once at build (named in errors).
     devices: Vec<u32>,
     sums: RwLock<Sums>,
-    busy: Busy,
+    busy: RangeLock,
 }
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
@@ -298,7 +264,13 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
         Some(s) => decode_state(s)?,
         None => Sums::default(),
     };
-    Ok(Arc::new(Checksum { id: a.id, children: a.children, devices, sums: RwLock::new(sums), busy: Busy::default() }))
+    Ok(Arc::new(Checksum {
+        id: a.id,
+        children: a.children,
+        devices,
+        sums: RwLock::new(sums),
+        busy: RangeLock::default(),
+    }))
 }
 
 impl Checksum {
@@ -606,8 +578,13 @@ mod tests {
         let mut s = Sums::default();
         s.set(3, &[1, 2, 3]);
         s.set(RUN * 5 + 7, &[9]);
-        let b =
-            Checksum { id: 0, children: Vec::new(), devices: Vec::new(), sums: RwLock::new(s), busy: Busy::default() };
+        let b = Checksum {
+            id: 0,
+            children: Vec::new(),
+            devices: Vec::new(),
+            sums: RwLock::new(s),
+            busy: RangeLock::default(),
+        };
         let mut e = Encoder::new();
         b.encode_state(&mut e);
         let back = decode_state(&e.buf).unwrap();

@@ -23,6 +23,43 @@ pub fn chunks(fblk: u64, n: u64, unit: u64) -> impl Iterator<Item = (u64, u64, u
     })
 }
 
+/// File-block ranges held exclusively: a holder waits until no one holds a
+/// range overlapping its own. Types that read, change and write back a
+/// range in several steps (checksum, compress) hold it across them.
+#[derive(Default)]
+pub(super) struct RangeLock {
+    ranges: parking_lot::Mutex<Vec<(u64, u64)>>,
+    cv: parking_lot::Condvar,
+}
+
+/// A range held in a [`RangeLock`], let go when dropped.
+pub(super) struct Held<'a> {
+    lock: &'a RangeLock,
+    range: (u64, u64),
+}
+
+impl RangeLock {
+    /// Waits until no one holds a range overlapping [s, e), then holds it.
+    pub(super) fn hold(&self, s: u64, e: u64) -> Held<'_> {
+        let mut r = self.ranges.lock();
+        while r.iter().any(|&(a, b)| a < e && s < b) {
+            self.cv.wait(&mut r);
+        }
+        r.push((s, e));
+        Held { lock: self, range: (s, e) }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut r = self.lock.ranges.lock();
+        if let Some(i) = r.iter().position(|&x| x == self.range) {
+            r.swap_remove(i);
+        }
+        self.lock.cv.notify_all();
+    }
+}
+
 pub(crate) fn nblocks(buf_len: usize) -> u64 {
     (buf_len / BLOCK_SIZE) as u64
 }

@@ -17,6 +17,7 @@ pub mod registry;
 
 mod checksum;
 mod common;
+mod compress;
 #[cfg(test)]
 mod example;
 mod extent;
@@ -39,6 +40,7 @@ pub use crate::base::BLOCK_SIZE;
 pub use crate::journal::NodeRecord;
 pub use checksum::block_sum;
 pub use common::{chunks, scrub_by_read, span};
+pub use compress::{stats as compress_stats, CompressStats};
 pub use registry::{canonical, lookup, BlockType, ParamKind, ParamSpec, Registry, TYPES};
 pub use replicate::live_changes;
 
@@ -296,8 +298,18 @@ pub trait Block: Send + Sync {
         u64::MAX
     }
     /// Drops file blocks [fblk, fblk+n), giving their device space back once
-    /// the request's batch commits; they read as zeros afterwards.
-    fn punch(&self, _io: &IoCtx, _fblk: u64, _n: u64) -> Result<()> {
+    /// the request's batch commits; they read as zeros afterwards. The
+    /// default goes down through [`Block::map_range`] where the type offers
+    /// it (each piece punched in its child), and otherwise is not supported.
+    fn punch(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        let mut pieces = Vec::new();
+        if self.map_range(fblk, n, &mut |_, c, cf, k| pieces.push((c, cf, k))) {
+            return pieces.into_iter().try_for_each(|(c, cf, k)| {
+                let child =
+                    self.children().get(c).ok_or_else(|| Error::Layout(format!("map_range named child {c}")))?;
+                child.punch(io, cf, k)
+            });
+        }
         Err(Error::NotSupported(format!("{} block: punching holes", self.kind().name)))
     }
     /// What survives when the devices for which `down` is true are gone.

@@ -78,6 +78,7 @@ pub static TYPES: &[&BlockType] = &[
     &super::inline::TYPE,
     &super::checksum::TYPE,
     &super::parity::TYPE,
+    &super::compress::TYPE,
 ];
 
 /// The number of children a spec of type `t` written without any implies

@@ -919,6 +919,29 @@ impl Block for Replicate {
         res
     }
 
+    /// Punches every copy. Copies that punched hold the range again (holes,
+    /// read as zeros); a copy that could not, beside one that did, missed
+    /// the range: reads avoid it until a scrub resyncs it. If no copy can
+    /// punch, nothing changed and the node cannot either.
+    fn punch(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("replicate node {}: punch {fblk}+{n}", self.id)))?;
+        let _g = self.locks.lock(fblk, fblk + n);
+        let results: Vec<Result<()>> = self.children.iter().map(|c| c.punch(io, fblk, n)).collect();
+        if !results.iter().any(|r| r.is_ok()) {
+            return results.into_iter().next().unwrap_or(Ok(()));
+        }
+        for (c, r) in results.iter().enumerate() {
+            match r {
+                Ok(()) => self.mark_current(io, c, fblk, n),
+                Err(e) => self.mark_missed(io, c, fblk, n, e),
+            }
+        }
+        Ok(())
+    }
+
     fn encode_state(&self, e: &mut Encoder) {
         let m = self.missed.read();
         if m.iter().all(|r| r.is_empty()) {

@@ -579,8 +579,58 @@ fn checksum_holes_truncate_and_punch() {
     assert_eq!(l.root().next_data(1), Some(3));
     env.check_accounting(&[&l]);
     // A child that cannot punch says so.
-    let s = build(&checksum(stripe(8 * KIB, vec![ext(0)])));
+    let par = node("parity", vec![("data", Value::Num(1)), ("parity", Value::Num(1))], vec![ext(0), ext(1)], None);
+    let s = build(&checksum(par));
     assert!(matches!(env.io(|io| s.root().punch(io, 0, 1)), Err(Error::NotSupported(_))));
+}
+
+#[test]
+fn stripes_regions_and_replicas_punch_through_their_children() {
+    for s in [
+        stripe(8 * KIB, vec![ext(0), ext(1), ext(2)]),
+        regions(16 * KIB, vec![checksum(ext(0)), ext(1)]),
+        replicate("primary", vec![ext(0), stripe(4 * KIB, vec![ext(1), ext(2)])]),
+    ] {
+        let env = Env::new(3, 256);
+        let l = build(&s);
+        let data = pattern(4, 40);
+        env.write(&l, 0, &data).unwrap();
+        let used =
+            |env: &Env| env.storage.allocs.iter().map(|a| a.total_blocks() - FIRST - a.free_blocks()).sum::<u64>();
+        let before = used(&env);
+        env.io(|io| l.root().punch(io, 3, 20)).unwrap();
+        for a in &env.storage.allocs {
+            a.release(u64::MAX);
+        }
+        let copies = if s.kind == "replicate" { 2 } else { 1 };
+        assert_eq!(used(&env), before - 20 * copies, "{s:?}");
+        let mut want = data.clone();
+        want[3 * BS..23 * BS].fill(0);
+        assert_eq!(env.read(&l, 0, 40), want, "{s:?}");
+        env.check_accounting(&[&l]);
+    }
+}
+
+#[test]
+fn a_replica_that_cannot_punch_is_marked_behind() {
+    let env = Env::new(3, 256);
+    let par = node("parity", vec![("data", Value::Num(1)), ("parity", Value::Num(1))], vec![ext(1), ext(2)], None);
+    let l = build(&replicate("primary", vec![par, ext(0)]));
+    let data = pattern(6, 8);
+    env.write(&l, 0, &data).unwrap();
+    env.io(|io| l.root().punch(io, 2, 3)).unwrap();
+    // The parity copy still holds the old blocks, so it missed the punch.
+    let mut e = crate::codec::Encoder::new();
+    l.root().encode_state(&mut e);
+    assert!(!e.buf.is_empty(), "no missed range recorded");
+    // Reads of the range come from the extent copy, which reads zeros (and
+    // heal the parity copy from it).
+    let mut want = data.clone();
+    want[2 * BS..5 * BS].fill(0);
+    assert_eq!(env.read(&l, 0, 8), want);
+    let mut buf = vec![0xAA; 8 * BS];
+    env.io(|io| l.root().children()[0].read(io, 0, &mut buf)).unwrap();
+    assert_eq!(buf, want);
 }
 
 #[test]

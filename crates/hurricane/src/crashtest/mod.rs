@@ -358,6 +358,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
     } else {
         let rng = StdRng::seed_from_u64(opts.seed);
         let mut d = Driver::new(&fs, &rec, &syncs, rng, 0, String::new(), Default::default());
+        d.compressible = name == "compress";
         match name {
             "posix" => workloads::posix(&mut d, size)?,
             "renames" => workloads::renames(&mut d, size)?,

@@ -24,6 +24,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("replicate", "the same on replicate(copies=2) and replicate(copies=3)"),
     ("inline", "the same on inline files, some outgrowing inline and moving to the default layout"),
     ("parity", "the same on parity(data=2,parity=1) and parity(data=1,parity=2,unit=8K): copy-on-write stripes, partial-stripe overwrites"),
+    ("compress", "the same on compress (zstd and lz4, 4K to 64K chunks, over extent, stripe and replicate) with compressible, random and zero data: chunks rewritten copy-on-write"),
     ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes)"),
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
@@ -79,6 +80,9 @@ pub(crate) struct Driver<'a> {
     held: Vec<crate::File>,
     /// Print each operation (HURRICANE_CRASHTEST_TRACE=1).
     trace: bool,
+    /// Write data that compresses (most writes), beside random data and
+    /// zeros, rather than random data alone.
+    pub compressible: bool,
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -91,6 +95,13 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
+}
+
+/// Bytes that compress several times over yet differ from seed to seed:
+/// runs of a letter the seed picks, with a random byte every 64.
+fn text_pattern(seed: u64, len: usize) -> Vec<u8> {
+    let noise = pattern(seed, len.div_ceil(64));
+    (0..len).map(|i| if i % 64 == 0 { noise[i / 64] } else { b'a' + ((seed + (i / 256) as u64) % 26) as u8 }).collect()
 }
 
 fn parent(path: &str) -> &str {
@@ -121,6 +132,7 @@ impl<'a> Driver<'a> {
             mods: Vec::new(),
             held: Vec::new(),
             trace: std::env::var_os("HURRICANE_CRASHTEST_TRACE").is_some(),
+            compressible: false,
         }
     }
 
@@ -271,6 +283,13 @@ impl<'a> Driver<'a> {
 
     fn data(&mut self, len: usize) -> Vec<u8> {
         let seed = self.id_base + self.fresh();
+        if self.compressible {
+            match self.rng.gen_range(0..8) {
+                0 => return vec![0; len],
+                1 => {}
+                _ => return text_pattern(seed, len),
+            }
+        }
         pattern(seed, len)
     }
 
@@ -907,6 +926,15 @@ pub(crate) fn layout_family(name: &str) -> Option<(&'static [&'static str], usiz
         "replicate" => (&["replicate(copies=2)[extent@0,extent@2]", "replicate(copies=3)"], 60_000),
         "inline" => (&["inline", "inline(max=4K)"], 3_000),
         "parity" => (&["parity(data=2,parity=1)", "parity(data=1,parity=2,unit=8K)"], 60_000),
+        "compress" => (
+            &[
+                "compress[extent@0]",
+                "compress(algo=lz4,chunk=16K)[stripe(unit=8K,width=2)]",
+                "compress(chunk=4K)[extent@2]",
+                "replicate[compress(chunk=8K)[extent@0],compress(algo=lz4)[extent@1]]",
+            ],
+            90_000,
+        ),
         "nested" => (
             &[
                 "replicate[stripe(unit=8K,width=2),extent@2]",
