@@ -14,6 +14,7 @@
 //! alone: 4 KiB requests kept queued, timed on the disk model's clock
 //! (so the reference does not move with the host's load).
 
+mod compress_report;
 mod exp;
 mod mount_report;
 mod mounts;
@@ -21,6 +22,7 @@ mod plot;
 mod pool;
 mod redundancy_report;
 
+pub use compress_report::{compress_report, compress_rows, CompressRow};
 pub use mount_report::{mount_report, mount_rows, MountRow};
 pub use pool::{RamDisk, SimPool};
 pub use redundancy_report::{redundancy_report, redundancy_rows, RedundancyRow};
@@ -56,6 +58,11 @@ pub const REPORTS: &[(&str, &str, Report)] = &[
         "redundancy-report",
         "summary of bench/redundancy.sh's OUT/redundancy.jsonl: medians, ratios to btrfs RAID, redundancy.png",
         redundancy_report,
+    ),
+    (
+        "compress-report",
+        "summary of bench/compress.sh's OUT/compress.jsonl: medians, compression ratios, reads against uncompressed, compress.png",
+        compress_report,
     ),
 ];
 

@@ -2,7 +2,8 @@
 //! does the same through the kernel (run it on ext4 over a loop device).
 //!
 //! ```text
-//! core_bench seq  POOL_DIR SIZE_MIB [LAYOUT]   sequential 1 MiB write (+fsync), then read
+//! core_bench seq  POOL_DIR SIZE_MIB [LAYOUT] [DATA]   sequential 1 MiB write (+fsync), then read
+//!                                              (DATA: a file whose first SIZE_MIB MiB are written; else 0x5A bytes)
 //! core_bench meta POOL_DIR COUNT [INODES]      create COUNT empty files, then stat each (INODES: inode cache)
 //! core_bench posix-meta DIR COUNT              create, stat, unlink with std::fs on a mounted file system
 //! ```
@@ -26,7 +27,7 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: core_bench seq POOL SIZE_MIB [LAYOUT] | meta POOL COUNT [INODES] | posix-meta DIR COUNT";
+    let usage = "usage: core_bench seq POOL SIZE_MIB [LAYOUT] [DATA] | meta POOL COUNT [INODES] | posix-meta DIR COUNT";
     let mode = args.get(1).ok_or(usage)?;
     let target = Path::new(args.get(2).ok_or(usage)?);
     let n: u64 = args.get(3).ok_or(usage)?.parse()?;
@@ -34,10 +35,24 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         "seq" => {
             let fs = Fs::open_dir(target, Options::default())?;
             let layout = args.get(4).map(String::as_str);
-            let chunk = vec![0x5Au8; 1 << 20];
+            let mut chunk = vec![0x5Au8; 1 << 20];
+            let data = match args.get(5) {
+                Some(p) => {
+                    let d = std::fs::File::open(p)?;
+                    let need = n << 20;
+                    if d.metadata()?.len() < need {
+                        return Err(format!("{p}: shorter than {n} MiB").into());
+                    }
+                    Some(d)
+                }
+                None => None,
+            };
             let mut f = fs.create("/seq.bin", layout)?;
             let t = Instant::now();
             for i in 0..n {
+                if let Some(d) = &data {
+                    std::os::unix::fs::FileExt::read_exact_at(d, &mut chunk, i << 20)?;
+                }
                 f.write_all_at(&chunk, i << 20)?;
             }
             f.sync_all()?;
@@ -55,10 +70,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
             let r = t.elapsed().as_secs_f64();
             println!(
-                "{{\"bench\":\"seq\",\"mib\":{n},\"layout\":{:?},\"write_mibs\":{:.1},\"read_mibs\":{:.1}}}",
+                "{{\"bench\":\"seq\",\"mib\":{n},\"layout\":{:?},\"write_mibs\":{:.1},\"read_mibs\":{:.1},\"stored_bytes\":{}}}",
                 fs.layout_of("/seq.bin")?,
                 n as f64 / w,
-                n as f64 / r
+                n as f64 / r,
+                fs.stat("/seq.bin")?.blocks * 512
             );
             drop(f);
             fs.remove("/seq.bin")?;
