@@ -695,8 +695,41 @@ fn fallocate_seek_copy_and_locks_on(m: &Mounted) {
     assert!(f.metadata().unwrap().blocks() >= 2048);
     fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
     assert_eq!(f.metadata().unwrap().len(), 1 << 20, "KEEP_SIZE keeps the size");
-    assert_eq!(errno(fallocate(&f, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 4096)), EOPNOTSUPP);
     assert_eq!(errno(fallocate(&f, 0, 0, 0)), EINVAL);
+
+    // Punched holes read as zeros, give their blocks back and are found by
+    // SEEK_HOLE; a zero range reads as zeros and may extend the file.
+    let body = data(10 * 4096, 21);
+    let ph = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(p("punch")).unwrap();
+    ph.write_all_at(&body, 0).unwrap();
+    ph.sync_all().unwrap();
+    let before = ph.metadata().unwrap().blocks();
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    fallocate(&ph, punch, 4096 + 100, 4 * 4096).unwrap();
+    let mut want = body.clone();
+    want[4096 + 100..5 * 4096 + 100].fill(0);
+    assert!(fs::read(p("punch")).unwrap() == want, "after a punch");
+    assert_eq!(ph.metadata().unwrap().len(), body.len() as u64, "a punch keeps the size");
+    ph.sync_all().unwrap();
+    assert_eq!(ph.metadata().unwrap().blocks(), before - 3 * 8, "3 whole blocks punched");
+    assert_eq!(lseek(&ph, 0, libc::SEEK_HOLE).unwrap(), 2 * 4096);
+    assert_eq!(lseek(&ph, 2 * 4096, libc::SEEK_DATA).unwrap(), 5 * 4096);
+    // Past the end: nothing to punch, the size stays.
+    fallocate(&ph, punch, 9 * 4096, 1 << 20).unwrap();
+    want[9 * 4096..].fill(0);
+    assert!(fs::read(p("punch")).unwrap() == want);
+    assert_eq!(ph.metadata().unwrap().len(), body.len() as u64);
+    let zero = libc::FALLOC_FL_ZERO_RANGE;
+    match fallocate(&ph, zero, 7 * 4096 - 5, 20_000) {
+        Err(e) if e.raw_os_error() == Some(EOPNOTSUPP) => eprintln!("this kernel's FUSE passes no ZERO_RANGE"),
+        r => {
+            r.unwrap();
+            want.resize(want.len().max(7 * 4096 - 5 + 20_000), 0);
+            want[7 * 4096 - 5..7 * 4096 - 5 + 20_000].fill(0);
+            assert!(fs::read(p("punch")).unwrap() == want, "after a zero range");
+        }
+    }
+    assert_eq!(errno(fallocate(&ph, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096)), EOPNOTSUPP);
 
     // SEEK_DATA / SEEK_HOLE: data at [0, 4K) and [3M, 3M+4K), size 5M.
     let h = File::create(p("holes")).unwrap();

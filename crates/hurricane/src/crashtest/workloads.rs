@@ -18,7 +18,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("posix", "POSIX mix: create, write, overwrite, truncate, rename, unlink, mkdir, rmdir, link, symlink, chmod, xattrs, mixed layouts"),
     ("renames", "rename storm: files and directories renamed across directories, over existing targets, and exchanged"),
     ("appends", "appends to log files, each followed by fsync most of the time"),
-    ("extent", "create, overwrite, append, truncate and remove files with the extent layout"),
+    ("extent", "create, overwrite, append, truncate, punch holes in, zero ranges of and remove files with the extent layout"),
     ("stripe", "the same on stripe(unit=16K,width=3)"),
     ("regions", "the same on regions(size=32K,width=3)"),
     ("replicate", "the same on replicate(copies=2) and replicate(copies=3)"),
@@ -414,6 +414,26 @@ impl<'a> Driver<'a> {
                 d.mods.push(id);
             }
             Ok(())
+        })
+    }
+
+    /// Punches a hole in [off, off+len) (`zero`: zeroes the range, space
+    /// allocated, the size growing to cover it): the range reads as zeros.
+    pub fn punch(&mut self, path: &str, off: usize, len: usize, zero: bool) -> Result<()> {
+        let what = if zero { "zero range" } else { "punch" };
+        self.op(format!("{what} {path} {off}+{len}"), |d| {
+            let ino = d.fs.resolve(path)?;
+            let mode =
+                if zero { libc::FALLOC_FL_ZERO_RANGE } else { libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE };
+            d.fs.fallocate(ino, off as u64, len as u64, mode)?;
+            if let Some((id, mf)) = d.m.file(path) {
+                let end = if zero { off + len } else { (off + len).min(mf.data.len()) };
+                if end > off {
+                    mf.write(off, &vec![0u8; end - off]);
+                }
+                d.mods.push(id);
+            }
+            d.refresh_layout(path)
         })
     }
 
@@ -886,11 +906,20 @@ pub(crate) fn layouts(d: &mut Driver, size: Size, specs: &[&str], max_len: usize
                     d.append(&p, len, false)?;
                 }
             }
-            65..=76 => {
+            65..=71 => {
                 if let Some(p) = d.pick_file() {
                     let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
                     let len = d.rng.gen_range(0..cur + max_len / 4 + 1);
                     d.truncate(&p, len)?;
+                }
+            }
+            72..=76 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..cur + 1);
+                    let len = d.rng.gen_range(1..max_len / 2 + 2);
+                    let zero = d.rng.gen_bool(0.3);
+                    d.punch(&p, off, len, zero)?;
                 }
             }
             77..=86 => {

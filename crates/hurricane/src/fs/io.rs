@@ -453,17 +453,32 @@ impl Fs {
         Ok(())
     }
 
-    /// Allocates space for [off, off+len) (mode 0 may extend the size;
-    /// FALLOC_FL_KEEP_SIZE does not). Punching holes is refused.
+    /// `fallocate(2)`: mode 0 allocates space for [off, off+len) and may
+    /// extend the size, FALLOC_FL_KEEP_SIZE does not extend it;
+    /// FALLOC_FL_PUNCH_HOLE (with KEEP_SIZE) makes the range read as zeros
+    /// and gives whole blocks' space back where the layout can drop them;
+    /// FALLOC_FL_ZERO_RANGE makes it read as zeros with its space allocated
+    /// (and, without KEEP_SIZE, may extend the size). Collapsing and
+    /// inserting ranges are refused.
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: i32) -> Result<()> {
         self.check_writable()?;
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
-            return Err(Error::NotSupported(format!("fallocate mode {mode:#x}")));
-        }
+        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         let end = off
             .checked_add(len)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or_else(|| Error::TooBig(format!("inode {ino}")))?;
+        if len == 0 {
+            return Err(Error::Invalid(format!("inode {ino}: fallocate of 0 bytes")));
+        }
+        match mode {
+            0 | libc::FALLOC_FL_KEEP_SIZE => {}
+            PUNCH => return self.zero_range(ino, off, end, true, false),
+            libc::FALLOC_FL_ZERO_RANGE => return self.zero_range(ino, off, end, false, true),
+            m if m == libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE => {
+                return self.zero_range(ino, off, end, false, false)
+            }
+            _ => return Err(Error::NotSupported(format!("fallocate mode {mode:#x}"))),
+        }
         self.ensure_capacity(ino, end)?;
         let (node, lay, size) = self.file_layout(ino)?;
         // Fill only the holes: existing data stays.
@@ -502,6 +517,114 @@ impl Fs {
                 self.state().apply(&op, &mut l)?;
                 self.log(&g, &[op]);
             }
+        }
+        Ok(())
+    }
+
+    /// Bytes [off, end) read as zeros afterwards. A punch (`punch`) stops at
+    /// the end of the file and drops whole blocks through the layout
+    /// (`Block::punch`, their space freed when the batch commits), writing
+    /// zeros where the layout cannot drop them; a zero-range writes zeroed
+    /// space for whole blocks, as preallocation does, and with `extend`
+    /// grows the file to `end`. Partial blocks at either end are read,
+    /// zeroed in part and written back. Changes mtime and ctime.
+    fn zero_range(&self, ino: Ino, off: u64, end: u64, punch: bool, extend: bool) -> Result<()> {
+        if !punch {
+            self.ensure_capacity(ino, end)?;
+        }
+        let (node, _, _) = self.file_layout(ino)?;
+        let _io = node.io.write();
+        let (lay, size) = {
+            let d = node.data.read();
+            (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
+        };
+        // Past the end of the file there is nothing to zero (a partial last
+        // block is already zero past it).
+        let stop = end.min(size);
+        // One journal group per step: the changes `f` makes to the layout.
+        let step = |f: &dyn Fn(&IoCtx) -> Result<()>| -> Result<()> {
+            let g = self.inner.gate.enter();
+            let changes = Mutex::new(Vec::new());
+            let sink = |c: NodeRecord| changes.lock().push(c);
+            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+            let r = f(&io);
+            let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
+            self.log(&g, &ops);
+            r
+        };
+        // A block holding data, zeroed in [from, to) of its bytes.
+        let partial = |b: u64, from: usize, to: usize| -> Result<()> {
+            if lay.root().next_data(b) != Some(b) {
+                return Ok(());
+            }
+            step(&|io| {
+                let mut buf = vec![0u8; BLOCK_SIZE];
+                lay.root().read(io, b, &mut buf)?;
+                buf[from..to].fill(0);
+                lay.root().write(io, b, &buf)
+            })
+        };
+        if off < stop {
+            let (first, last) = (off / BS, (stop - 1) / BS);
+            let head = (off % BS) as usize;
+            let tail = match stop % BS {
+                0 => BLOCK_SIZE,
+                t => t as usize,
+            };
+            // Whole blocks: [full0, full1).
+            let full0 = if head == 0 { first } else { first + 1 };
+            let full1 = if tail == BLOCK_SIZE { last + 1 } else { last };
+            if first == last && (head != 0 || tail != BLOCK_SIZE) {
+                partial(first, head, tail)?;
+            } else {
+                if head != 0 {
+                    partial(first, head, BLOCK_SIZE)?;
+                }
+                if tail != BLOCK_SIZE {
+                    partial(last, 0, tail)?;
+                }
+            }
+            let mut b = full0;
+            while b < full1 {
+                let n = (full1 - b).min(FALLOCATE_STEP);
+                step(&|io| {
+                    if !punch {
+                        return lay.root().write_zeroes(io, b, n);
+                    }
+                    match lay.root().punch(io, b, n) {
+                        Err(Error::NotSupported(_)) => lay.root().write_zeroes(io, b, n),
+                        r => r,
+                    }
+                })?;
+                b += n;
+            }
+            self.inner.cache.invalidate(ino, first, last + 1 - first);
+        }
+        // Zeroes past the end of the file: preallocated, and the size grows
+        // unless KEEP_SIZE was given.
+        if !punch && end > size {
+            let b = size.div_ceil(BS);
+            let e = end.div_ceil(BS);
+            let mut x = b;
+            while x < e {
+                let n = (e - x).min(FALLOCATE_STEP);
+                step(&|io| lay.root().write_zeroes(io, x, n))?;
+                x += n;
+            }
+        }
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let t = now();
+        if extend && end > l.get(ino)?.size {
+            let op = Op::SetSize { ino, size: end, mtime: t };
+            self.state().apply(&op, &mut l)?;
+            self.log(&g, &[op]);
+        } else {
+            let atime = l.get(ino)?.atime;
+            self.state().apply(&Op::Times { ino, atime, mtime: t, ctime: t }, &mut l)?;
+            drop(l);
+            drop(g);
+            self.mark_dirty(ino);
         }
         Ok(())
     }
