@@ -89,27 +89,9 @@ fn fio_verifies_compressed_files() {
     std::fs::create_dir(&d).unwrap();
     setxattr(&d, "user.hurricane.dir_layout", b"compress(chunk=32K)[extent@1]");
     for (rw, bs) in [("randwrite", "4k"), ("write", "1m"), ("randwrite", "6k")] {
-        let out = cmd(
-            "fio",
-            &[
-                "--name=verify",
-                &format!("--directory={}", s(&d)),
-                &format!("--rw={rw}"),
-                &format!("--bs={bs}"),
-                "--ioengine=psync",
-                "--size=8m",
-                "--numjobs=2",
-                "--buffer_compress_percentage=60",
-                "--refill_buffers",
-                "--verify=crc32c",
-                "--do_verify=1",
-                "--verify_fatal=1",
-                "--group_reporting",
-                "--verify_state_save=0",
-            ],
-        );
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success() && !text.contains("verify: bad"), "fio {rw} {bs}:\n{text}");
+        let (good, text) =
+            fio_check(&d, rw, bs, "psync", "8m", &["--buffer_compress_percentage=60", "--refill_buffers"]);
+        assert!(good, "fio {rw} {bs}:\n{text}");
     }
     m.unmount();
     pool.fsck_clean();

@@ -29,25 +29,8 @@ fn fio_verifies_parity_files() {
         std::fs::create_dir(&d).unwrap();
         setxattr(&d, "user.hurricane.dir_layout", spec.as_bytes());
         for (rw, bs) in [("randwrite", "4k"), ("write", "1m"), ("randwrite", "6k")] {
-            let out = cmd(
-                "fio",
-                &[
-                    "--name=verify",
-                    &format!("--directory={}", s(&d)),
-                    &format!("--rw={rw}"),
-                    &format!("--bs={bs}"),
-                    "--ioengine=psync",
-                    "--size=8m",
-                    "--numjobs=2",
-                    "--verify=crc32c",
-                    "--do_verify=1",
-                    "--verify_fatal=1",
-                    "--group_reporting",
-                    "--verify_state_save=0",
-                ],
-            );
-            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-            assert!(out.status.success() && !text.contains("verify: bad"), "{spec}: fio {rw} {bs}:\n{text}");
+            let (good, text) = fio_check(&d, rw, bs, "psync", "8m", &[]);
+            assert!(good, "{spec}: fio {rw} {bs}:\n{text}");
         }
         // The files fio made are parity files.
         let f = std::fs::read_dir(&d).unwrap().next().unwrap().unwrap().path();

@@ -113,6 +113,33 @@ pub fn ok(prog: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Runs fio jobs that write and verify (crc32c) files in `dir`: two jobs
+/// of `size` each, `rw` with blocks of `bs` through `engine`, and any
+/// `extra` options. Returns whether fio succeeded with no verify error, and
+/// what it printed.
+pub fn fio_check(dir: &Path, rw: &str, bs: &str, engine: &str, size: &str, extra: &[&str]) -> (bool, String) {
+    let mut args = vec![
+        "--name=verify".to_string(),
+        format!("--directory={}", s(dir)),
+        format!("--rw={rw}"),
+        format!("--bs={bs}"),
+        format!("--ioengine={engine}"),
+        format!("--size={size}"),
+        "--numjobs=2".into(),
+        "--verify=crc32c".into(),
+        "--do_verify=1".into(),
+        "--verify_fatal=1".into(),
+        "--group_reporting".into(),
+        // The state files would land in the working directory.
+        "--verify_state_save=0".into(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = cmd("fio", &refs);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success() && !text.contains("verify: bad"), text)
+}
+
 /// Runs `hurricane ARGS`, expects success; returns stdout.
 pub fn hurricane(args: &[&str]) -> String {
     ok(BIN, args)

@@ -28,6 +28,8 @@ mod replicate;
 mod roundrobin;
 mod stripe;
 #[cfg(test)]
+mod testenv;
+#[cfg(test)]
 mod tests;
 
 use crate::codec::{Decoder, Encoder};

@@ -2,14 +2,12 @@
 //! Layouts are built from hand-made `Spec`s so these tests do not depend on
 //! the textual parser.
 
+use super::testenv::*;
 use super::*;
-use crate::device::{Device, DeviceHandle, MemDevice};
-use crate::pool::{Allocator, Storage};
-use parking_lot::Mutex;
+use crate::device::{Device, MemDevice};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-const BS: usize = BLOCK_SIZE;
 const KIB: u64 = 1024;
 
 // ---- Specs ----
@@ -59,87 +57,6 @@ fn extent_truncate_rec(node: u32, from: u64) -> NodeRecord {
     let mut e = crate::codec::Encoder::new();
     e.u8(2).u64(from);
     rec(node, &e.buf)
-}
-
-// ---- Environment: devices, allocators, a change log ----
-
-struct Env {
-    storage: Storage,
-    log: Mutex<Vec<NodeRecord>>,
-}
-
-/// First device block handed out (block 0 stands for a superblock).
-const FIRST: u64 = 1;
-
-impl Env {
-    fn new(ndev: u32, blocks: u64) -> Env {
-        let devs = (0..ndev)
-            .map(|i| Arc::new(MemDevice::new(format!("mem:{i}"), blocks * BS as u64)) as Arc<dyn Device>)
-            .collect();
-        Env::with(devs)
-    }
-    fn with(devs: Vec<Arc<dyn Device>>) -> Env {
-        let allocs = devs.iter().map(|d| Allocator::new(FIRST, d.size() / BS as u64)).collect();
-        let devs = devs.into_iter().enumerate().map(|(i, d)| DeviceHandle::new(i as u32, d)).collect();
-        Env { storage: Storage { devs, allocs }, log: Mutex::new(Vec::new()) }
-    }
-    fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
-        let sink = |c: NodeRecord| self.log.lock().push(c);
-        f(&IoCtx { storage: &self.storage, epoch: 1, sink: &sink, repair: true })
-    }
-    fn write(&self, l: &Layout, fblk: u64, data: &[u8]) -> Result<()> {
-        self.io(|io| l.root().write(io, fblk, data))
-    }
-    fn read(&self, l: &Layout, fblk: u64, n: usize) -> Vec<u8> {
-        let mut buf = vec![0xAA; n * BS];
-        self.io(|io| l.root().read(io, fblk, &mut buf)).unwrap();
-        buf
-    }
-    fn truncate(&self, l: &Layout, n: u64) {
-        self.io(|io| l.root().truncate(io, n)).unwrap();
-    }
-    fn changes(&self) -> Vec<NodeRecord> {
-        self.log.lock().clone()
-    }
-    /// Every device block is either free or owned by exactly one extent of
-    /// `layouts`, once deferred frees are released.
-    fn check_accounting(&self, layouts: &[&Layout]) {
-        let mut owned: Vec<Vec<(u64, u64)>> = vec![Vec::new(); self.storage.devs.len()];
-        for l in layouts {
-            l.extents(&mut |d, p, n| owned[d as usize].push((p, n)));
-        }
-        for (d, a) in self.storage.allocs.iter().enumerate() {
-            a.release(u64::MAX);
-            let mut all = owned[d].clone();
-            all.extend(a.free_extents());
-            all.sort_unstable();
-            let mut pos = FIRST;
-            for (s, n) in all {
-                assert_eq!(s, pos, "device {d}: block {pos} leaked or claimed twice");
-                pos = s + n;
-            }
-            assert_eq!(pos, a.total_blocks(), "device {d}: blocks leaked at the end");
-        }
-    }
-}
-
-fn build(s: &Spec) -> Layout {
-    Layout::build(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
-}
-
-fn pattern(seed: u64, nblocks: usize) -> Vec<u8> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..nblocks * BS).map(|_| rng.gen()).collect()
-}
-
-fn encode(l: &Layout) -> Vec<u8> {
-    let mut e = crate::codec::Encoder::new();
-    l.encode(&mut e);
-    e.into_inner()
-}
-
-fn decode(b: &[u8]) -> Result<Layout> {
-    Layout::decode(&mut crate::codec::Decoder::new(b, "layout"))
 }
 
 // ---- Parameters and validation ----

@@ -4,52 +4,14 @@
 //! `replicate`); persistent forms; hostile records and state.
 
 use super::*;
+use crate::blocks::testenv::{build, encode, pattern as random, Env};
 use crate::blocks::{Layout, NodeRecord, Spec};
-use crate::device::{Device, DeviceHandle, MemDevice};
-use crate::pool::{Allocator, Storage};
-use parking_lot::Mutex;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-const FIRST: u64 = 1;
-
-struct Env {
-    storage: Storage,
-    log: Mutex<Vec<NodeRecord>>,
-}
-
-impl Env {
-    fn new(ndev: u32, blocks: u64) -> Env {
-        let devs: Vec<Arc<dyn Device>> = (0..ndev)
-            .map(|i| Arc::new(MemDevice::new(format!("mem:{i}"), blocks * BS as u64)) as Arc<dyn Device>)
-            .collect();
-        let allocs = devs.iter().map(|d| Allocator::new(FIRST, d.size() / BS as u64)).collect();
-        let devs = devs.into_iter().enumerate().map(|(i, d)| DeviceHandle::new(i as u32, d)).collect();
-        Env { storage: Storage { devs, allocs }, log: Mutex::new(Vec::new()) }
-    }
-    fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
-        let sink = |c: NodeRecord| self.log.lock().push(c);
-        f(&IoCtx { storage: &self.storage, epoch: 1, sink: &sink, repair: true })
-    }
-    fn write(&self, l: &Layout, fblk: u64, data: &[u8]) {
-        self.io(|io| l.root().write(io, fblk, data)).unwrap();
-        self.commit();
-    }
-    fn try_read(&self, l: &Layout, fblk: u64, n: usize) -> Result<Vec<u8>> {
-        let mut buf = vec![0xAA; n * BS];
-        self.io(|io| l.root().read(io, fblk, &mut buf)).map(|()| buf)
-    }
-    fn read(&self, l: &Layout, fblk: u64, n: usize) -> Vec<u8> {
-        self.try_read(l, fblk, n).unwrap()
-    }
-    /// The batch commits: deferred frees become free space.
-    fn commit(&self) {
-        for a in &self.storage.allocs {
-            a.release(u64::MAX);
-        }
-    }
-    fn used(&self) -> u64 {
-        self.storage.allocs.iter().map(|a| a.total_blocks() - FIRST - a.free_blocks()).sum()
-    }
+/// Writes and commits (deferred frees become free space).
+fn put(env: &Env, l: &Layout, fblk: u64, data: &[u8]) {
+    env.write(l, fblk, data).unwrap();
+    env.commit();
 }
 
 fn spec(algo: &str, chunk: u64, child: Spec) -> Spec {
@@ -65,10 +27,6 @@ fn ext(d: u32) -> Spec {
     Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(d) }
 }
 
-fn build(s: &Spec) -> Layout {
-    Layout::build(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
-}
-
 /// Text-like bytes: compress well, but not to nothing.
 fn text(seed: u64, nblocks: usize) -> Vec<u8> {
     let words: [&[u8]; 8] = [b"hurricane ", b"block ", b"extent ", b"stripe ", b"of ", b"the ", b"file ", b"42 "];
@@ -81,24 +39,13 @@ fn text(seed: u64, nblocks: usize) -> Vec<u8> {
     v
 }
 
-fn random(seed: u64, nblocks: usize) -> Vec<u8> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..nblocks * BS).map(|_| rng.gen()).collect()
-}
-
-fn encode(l: &Layout) -> Vec<u8> {
-    let mut e = Encoder::new();
-    l.encode(&mut e);
-    e.into_inner()
-}
-
 #[test]
 fn compressible_data_takes_less_space_and_reads_back() {
     for algo in ["zstd", "lz4"] {
         let env = Env::new(1, 4096);
         let l = build(&spec(algo, 64 << 10, ext(0)));
         let data = text(1, 256); // 1 MiB
-        env.write(&l, 0, &data);
+        put(&env, &l, 0, &data);
         assert_eq!(env.read(&l, 0, 256), data, "{algo}");
         // 1 MiB of text: zstd keeps under a quarter, lz4 under half.
         let most = if algo == "zstd" { 64 } else { 128 };
@@ -108,7 +55,7 @@ fn compressible_data_takes_less_space_and_reads_back() {
         assert_eq!(env.read(&l, 255, 1), data[255 * BS..], "{algo}");
         // Random data is stored raw: no bigger than plain.
         let rnd = random(2, 64);
-        env.write(&l, 512, &rnd);
+        put(&env, &l, 512, &rnd);
         assert_eq!(env.read(&l, 512, 64), rnd);
         assert!(env.used() <= most + 64, "{algo}: {} blocks", env.used());
     }
@@ -120,10 +67,10 @@ fn compressible_data_takes_less_space_and_reads_back() {
 fn zero_chunks_take_no_space_and_holes_read_as_zeros() {
     let env = Env::new(1, 1024);
     let l = build(&spec("zstd", 16 << 10, ext(0)));
-    env.write(&l, 0, &vec![0u8; 64 * BS]);
+    put(&env, &l, 0, &vec![0u8; 64 * BS]);
     assert_eq!(env.used(), 0);
     assert_eq!(l.root().next_data(0), None);
-    env.write(&l, 40, &text(3, 2));
+    put(&env, &l, 40, &text(3, 2));
     assert_eq!(l.root().next_data(0), Some(40));
     assert_eq!(l.root().next_data(41), Some(41));
     assert_eq!(l.root().next_data(44), None);
@@ -131,7 +78,7 @@ fn zero_chunks_take_no_space_and_holes_read_as_zeros() {
     assert!(got[..10 * BS].iter().all(|&b| b == 0));
     assert_eq!(got[10 * BS..12 * BS], text(3, 2)[..]);
     // Zeroing the data drops the chunk and its space.
-    env.write(&l, 40, &vec![0u8; 2 * BS]);
+    put(&env, &l, 40, &vec![0u8; 2 * BS]);
     assert_eq!(env.used(), 0);
     assert_eq!(l.root().next_data(0), None);
 }
@@ -155,7 +102,7 @@ fn exercise(s: &Spec, seed: u64, ops: usize) {
                     1 => vec![0u8; n as usize * BS],
                     _ => text(seed * 1000 + i as u64, n as usize),
                 };
-                env.write(&l, f, &d);
+                put(&env, &l, f, &d);
                 model[f as usize * BS..(f + n) as usize * BS].copy_from_slice(&d);
             }
             5..=7 => {
@@ -238,7 +185,7 @@ fn damaged_chunks_are_errors_never_data() {
     let env = Env::new(1, 1024);
     let l = build(&spec("zstd", 64 << 10, ext(0)));
     let data = text(9, 16);
-    env.write(&l, 0, &data);
+    put(&env, &l, 0, &data);
     let p = pblk_of(&l, 0);
     env.storage.devs[0].dev().write_at(&[0x5A; 64], p * BS as u64 + 10).unwrap();
     for (f, n) in [(0, 16), (3, 2), (15, 1)] {
@@ -247,7 +194,7 @@ fn damaged_chunks_are_errors_never_data() {
         assert!(err.to_string().contains("chunk 0"), "{err}");
     }
     // Rewriting the chunk makes it good again.
-    env.write(&l, 0, &data);
+    put(&env, &l, 0, &data);
     assert_eq!(env.read(&l, 0, 16), data);
 }
 
@@ -262,7 +209,7 @@ fn replicate_heals_a_damaged_compressed_copy() {
     };
     let l = build(&s);
     let data = text(4, 16);
-    env.write(&l, 0, &data);
+    put(&env, &l, 0, &data);
     // The primary copy's stored bytes are damaged.
     let mut runs = Vec::new();
     l.nodes()[2].extents(&mut |_, p, n| runs.push((p, n)));
@@ -278,7 +225,7 @@ fn replicate_heals_a_damaged_compressed_copy() {
 fn overwrites_go_to_fresh_space_until_the_batch_commits() {
     let env = Env::new(1, 1024);
     let l = build(&spec("zstd", 64 << 10, ext(0)));
-    env.write(&l, 0, &text(1, 16));
+    put(&env, &l, 0, &text(1, 16));
     let old = pblk_of(&l, 0);
     let mut was = vec![0u8; BS];
     env.storage.devs[0].dev().read_at(&mut was, old * BS as u64).unwrap();
