@@ -386,9 +386,13 @@ mod tests {
         let big = &*big;
         h.set_state(DeviceState::Resilvering);
         h.write_blocks(256, big).unwrap();
-        // Misaligned in memory, and short: through the cache.
-        let odd = pattern((1 << 20) + 512, 12);
-        h.write_blocks(768, &odd[512..]).unwrap();
+        // Misaligned in memory (512 bytes past a 4 KiB boundary, whatever
+        // the allocator returned), and short: through the cache.
+        let mut odd_backing = vec![0u8; (1 << 20) + 2 * DIRECT_ALIGN];
+        let at = odd_backing.as_ptr().align_offset(DIRECT_ALIGN) + 512;
+        odd_backing[at..at + (1 << 20)].copy_from_slice(&pattern(1 << 20, 12));
+        let odd = &odd_backing[at..at + (1 << 20)];
+        h.write_blocks(768, odd).unwrap();
         let small = pattern(8192, 13);
         h.write_blocks(1, &small).unwrap();
         dev.flush().unwrap();
@@ -404,7 +408,7 @@ mod tests {
         h.read_blocks(256, &mut back).unwrap();
         assert!(back == big, "large aligned write");
         h.read_blocks(768, &mut back).unwrap();
-        assert!(back[..] == odd[512..], "unaligned write");
+        assert!(back[..] == odd[..], "unaligned write");
         let mut back = vec![0u8; 8192];
         h.read_blocks(1, &mut back).unwrap();
         assert_eq!(back, small);
