@@ -154,6 +154,11 @@ pub(super) fn check_args(t: &BlockType, a: &BuildArgs) -> Result<()> {
         let ok = match (p.kind, v) {
             (ParamKind::Size | ParamKind::Int, Value::Num(n)) => (p.min..=p.max).contains(n),
             (ParamKind::Choice(words), Value::Word(w)) => words.contains(&w.as_str()),
+            // The type checks the syntax; a decoded word must still be one a
+            // spec could hold.
+            (ParamKind::Text { .. }, Value::Word(w)) => {
+                !w.is_empty() && w.len() <= 4096 && w.chars().all(|c| !c.is_whitespace() && !"()[],@=".contains(c))
+            }
             _ => false,
         };
         if !ok {
@@ -163,6 +168,7 @@ pub(super) fn check_args(t: &BlockType, a: &BuildArgs) -> Result<()> {
             };
             let want = match p.kind {
                 ParamKind::Choice(words) => format!("one of {}", words.join(", ")),
+                ParamKind::Text { syntax, .. } => format!("of the form {syntax}"),
                 _ => format!("in [{}, {}]", super::registry::show(p, p.min), super::registry::show(p, p.max)),
             };
             return Err(Error::Layout(format!("{name}: {k}={shown} must be {want}")));

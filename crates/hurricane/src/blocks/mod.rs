@@ -27,6 +27,7 @@ mod regions;
 mod replicate;
 mod roundrobin;
 mod stripe;
+mod table;
 #[cfg(test)]
 mod testenv;
 #[cfg(test)]

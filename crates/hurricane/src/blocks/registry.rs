@@ -14,6 +14,10 @@ pub enum ParamKind {
     Int,
     /// One of a fixed set of words.
     Choice(&'static [&'static str]),
+    /// A word in a syntax of the type's own (any characters a spec value
+    /// may hold), checked by the type's constructor; `example` is one valid
+    /// for any number of children.
+    Text { syntax: &'static str, example: &'static str },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +83,7 @@ pub static TYPES: &[&BlockType] = &[
     &super::checksum::TYPE,
     &super::parity::TYPE,
     &super::compress::TYPE,
+    &super::table::TYPE,
 ];
 
 /// The number of children a spec of type `t` written without any implies
@@ -163,6 +168,7 @@ pub fn parse_value(t: &BlockType, p: &ParamSpec, raw: &str) -> Result<Value> {
                 Err(Error::Layout(format!("{}: {}={raw:?} must be one of {}", t.name, p.key, words.join(", "))))
             }
         }
+        ParamKind::Text { .. } => Ok(Value::Word(raw.to_string())),
     }
 }
 
@@ -224,6 +230,7 @@ pub fn describe(types: &[&BlockType]) -> String {
                 ParamKind::Size => ("SIZE".to_string(), format!("{}..{}, ", show(p, p.min), show(p, p.max))),
                 ParamKind::Int => ("N".to_string(), format!("{}..{}, ", p.min, p.max)),
                 ParamKind::Choice(words) => (words.join("|"), String::new()),
+                ParamKind::Text { syntax, .. } => (syntax.to_string(), String::new()),
             };
             let default = match p.default {
                 Some(d) => format!("default {d}"),

@@ -310,6 +310,12 @@ fn compositions() -> Vec<Spec> {
         checksum(ext_max(0, 16 * KIB)),
         replicate("primary", vec![checksum(ext(0)), checksum(ext(1))]),
         checksum(stripe(8 * KIB, vec![ext(2), ext(3)])),
+        node(
+            "table",
+            vec![("map", Value::Word("0-32K:0;32K-64K:1;64K-400K:2;400K-:0".into()))],
+            vec![ext(0), checksum(ext(1)), stripe(8 * KIB, vec![ext(2), ext(3)])],
+            None,
+        ),
     ]
 }
 

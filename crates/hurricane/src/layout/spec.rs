@@ -873,6 +873,7 @@ mod tests {
         };
         match p.kind {
             Choice(words) => select(words.to_vec()).prop_map(|w| Value::Word(w.into())).boxed(),
+            Text { example, .. } => Just(Value::Word(example.into())).boxed(),
             Int => (lo..=hi.min(lo.saturating_add(20))).prop_map(Value::Num).boxed(),
             Size => prop_oneof![
                 (lo..=hi).prop_map(Value::Num),
