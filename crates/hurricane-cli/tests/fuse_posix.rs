@@ -711,7 +711,12 @@ fn fallocate_seek_copy_and_locks_on(m: &Mounted) {
     assert!(fs::read(p("punch")).unwrap() == want, "after a punch");
     assert_eq!(ph.metadata().unwrap().len(), body.len() as u64, "a punch keeps the size");
     ph.sync_all().unwrap();
-    assert_eq!(ph.metadata().unwrap().blocks(), before - 3 * 8, "3 whole blocks punched");
+    // With the kernel's writeback cache the kernel keeps the file's
+    // attributes itself, st_blocks among them: the engine's count shows
+    // only without it.
+    if !m.stats().kernel_features.iter().any(|f| f == "writeback_cache") {
+        assert_eq!(ph.metadata().unwrap().blocks(), before - 3 * 8, "3 whole blocks punched");
+    }
     assert_eq!(lseek(&ph, 0, libc::SEEK_HOLE).unwrap(), 2 * 4096);
     assert_eq!(lseek(&ph, 2 * 4096, libc::SEEK_DATA).unwrap(), 5 * 4096);
     // Past the end: nothing to punch, the size stays.
