@@ -578,8 +578,7 @@ impl Compress {
                 continue;
             }
             if len == c {
-                self.punch_chunk(io, idx, false)?;
-                self.publish(io, Change::Drop { from: idx, to: idx + 1 });
+                self.put(io, idx, &[], Packed::Zero)?;
             } else {
                 let mut data = self.load(io, idx)?;
                 data[off as usize * BS..(off + len) as usize * BS].fill(0);

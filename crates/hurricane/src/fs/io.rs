@@ -479,9 +479,27 @@ impl Fs {
             }
             _ => return Err(Error::NotSupported(format!("fallocate mode {mode:#x}"))),
         }
+        self.preallocate(ino, off, end, mode & libc::FALLOC_FL_KEEP_SIZE != 0)
+    }
+
+    /// Runs `f` on the layout of `ino` as one journal group: the records it
+    /// makes are logged together, whether it succeeds or not.
+    fn layout_step(&self, ino: Ino, f: &dyn Fn(&IoCtx) -> Result<()>) -> Result<()> {
+        let g = self.inner.gate.enter();
+        let changes = Mutex::new(Vec::new());
+        let sink = |c: NodeRecord| changes.lock().push(c);
+        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let r = f(&io);
+        let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
+        self.log(&g, &ops);
+        r
+    }
+
+    /// Allocates zeroed space for the holes of [off, end) (existing data
+    /// stays), and unless `keep_size` grows the file to `end`.
+    fn preallocate(&self, ino: Ino, off: u64, end: u64, keep_size: bool) -> Result<()> {
         self.ensure_capacity(ino, end)?;
         let (node, lay, size) = self.file_layout(ino)?;
-        // Fill only the holes: existing data stays.
         let first = off / BS;
         let last = end.div_ceil(BS);
         let mut b = first;
@@ -495,21 +513,15 @@ impl Fs {
             let n = (hole_end - b).min(FALLOCATE_STEP);
             {
                 let _io = node.io.read();
-                let g = self.inner.gate.enter();
-                let changes = Mutex::new(Vec::new());
-                let sink = |c: NodeRecord| changes.lock().push(c);
-                let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
                 // Zeroed space, not zeros sent: image files keep it as
                 // unwritten extents, checksums record zero blocks.
-                let r = lay.root().write_zeroes(&io, b, n);
+                let r = self.layout_step(ino, &|io| lay.root().write_zeroes(io, b, n));
                 self.inner.cache.invalidate(ino, b, n);
-                let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
-                self.log(&g, &ops);
                 r?;
             }
             b += n;
         }
-        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 && end > size {
+        if !keep_size && end > size {
             let g = self.inner.gate.enter();
             let mut l = self.state().lock(&[ino]);
             if end > l.get(ino)?.size {
@@ -521,110 +533,87 @@ impl Fs {
         Ok(())
     }
 
-    /// Bytes [off, end) read as zeros afterwards. A punch (`punch`) stops at
-    /// the end of the file and drops whole blocks through the layout
+    /// Bytes [off, end) read as zeros afterwards. Inside the file, partial
+    /// blocks at either end are read, zeroed in part and written back; a
+    /// punch (`punch`) drops whole blocks through the layout
     /// (`Block::punch`, their space freed when the batch commits), writing
-    /// zeros where the layout cannot drop them; a zero-range writes zeroed
-    /// space for whole blocks, as preallocation does, and with `extend`
-    /// grows the file to `end`. Partial blocks at either end are read,
-    /// zeroed in part and written back. Changes mtime and ctime.
+    /// zeros where the layout cannot drop them, and a zero-range writes
+    /// zeroed space for them. A punch stops at the end of the file; a
+    /// zero-range preallocates past it, growing the file to `end` with
+    /// `extend`. Changes mtime and ctime.
     fn zero_range(&self, ino: Ino, off: u64, end: u64, punch: bool, extend: bool) -> Result<()> {
-        if !punch {
-            self.ensure_capacity(ino, end)?;
-        }
-        let (node, _, _) = self.file_layout(ino)?;
-        let _io = node.io.write();
-        let (lay, size) = {
-            let d = node.data.read();
-            (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
-        };
-        // Past the end of the file there is nothing to zero (a partial last
-        // block is already zero past it).
-        let stop = end.min(size);
-        // One journal group per step: the changes `f` makes to the layout.
-        let step = |f: &dyn Fn(&IoCtx) -> Result<()>| -> Result<()> {
-            let g = self.inner.gate.enter();
-            let changes = Mutex::new(Vec::new());
-            let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
-            let r = f(&io);
-            let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
-            self.log(&g, &ops);
-            r
-        };
-        // A block holding data, zeroed in [from, to) of its bytes.
-        let partial = |b: u64, from: usize, to: usize| -> Result<()> {
-            if lay.root().next_data(b) != Some(b) {
-                return Ok(());
-            }
-            step(&|io| {
-                let mut buf = vec![0u8; BLOCK_SIZE];
-                lay.root().read(io, b, &mut buf)?;
-                buf[from..to].fill(0);
-                lay.root().write(io, b, &buf)
-            })
-        };
-        if off < stop {
-            let (first, last) = (off / BS, (stop - 1) / BS);
-            let head = (off % BS) as usize;
-            let tail = match stop % BS {
-                0 => BLOCK_SIZE,
-                t => t as usize,
+        let size = {
+            let (node, _, _) = self.file_layout(ino)?;
+            let _io = node.io.write();
+            let (lay, size) = {
+                let d = node.data.read();
+                (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
             };
-            // Whole blocks: [full0, full1).
-            let full0 = if head == 0 { first } else { first + 1 };
-            let full1 = if tail == BLOCK_SIZE { last + 1 } else { last };
-            if first == last && (head != 0 || tail != BLOCK_SIZE) {
-                partial(first, head, tail)?;
-            } else {
-                if head != 0 {
-                    partial(first, head, BLOCK_SIZE)?;
+            // Past the end of the file there is nothing to zero (a partial
+            // last block is already zero past it).
+            let stop = end.min(size);
+            // A block holding data, zeroed in [from, to) of its bytes.
+            let partial = |b: u64, from: usize, to: usize| -> Result<()> {
+                if lay.root().next_data(b) != Some(b) {
+                    return Ok(());
                 }
-                if tail != BLOCK_SIZE {
-                    partial(last, 0, tail)?;
+                self.layout_step(ino, &|io| {
+                    let mut buf = vec![0u8; BLOCK_SIZE];
+                    lay.root().read(io, b, &mut buf)?;
+                    buf[from..to].fill(0);
+                    lay.root().write(io, b, &buf)
+                })
+            };
+            if off < stop {
+                let (first, last) = (off / BS, (stop - 1) / BS);
+                let head = (off % BS) as usize;
+                let tail = match stop % BS {
+                    0 => BLOCK_SIZE,
+                    t => t as usize,
+                };
+                // Whole blocks: [full0, full1).
+                let full0 = if head == 0 { first } else { first + 1 };
+                let full1 = if tail == BLOCK_SIZE { last + 1 } else { last };
+                if first == last && (head != 0 || tail != BLOCK_SIZE) {
+                    partial(first, head, tail)?;
+                } else {
+                    if head != 0 {
+                        partial(first, head, BLOCK_SIZE)?;
+                    }
+                    if tail != BLOCK_SIZE {
+                        partial(last, 0, tail)?;
+                    }
                 }
+                let mut b = full0;
+                while b < full1 {
+                    let n = (full1 - b).min(FALLOCATE_STEP);
+                    self.layout_step(ino, &|io| {
+                        if !punch {
+                            return lay.root().write_zeroes(io, b, n);
+                        }
+                        match lay.root().punch(io, b, n) {
+                            Err(Error::NotSupported(_)) => lay.root().write_zeroes(io, b, n),
+                            r => r,
+                        }
+                    })?;
+                    b += n;
+                }
+                self.inner.cache.invalidate(ino, first, last + 1 - first);
             }
-            let mut b = full0;
-            while b < full1 {
-                let n = (full1 - b).min(FALLOCATE_STEP);
-                step(&|io| {
-                    if !punch {
-                        return lay.root().write_zeroes(io, b, n);
-                    }
-                    match lay.root().punch(io, b, n) {
-                        Err(Error::NotSupported(_)) => lay.root().write_zeroes(io, b, n),
-                        r => r,
-                    }
-                })?;
-                b += n;
-            }
-            self.inner.cache.invalidate(ino, first, last + 1 - first);
-        }
-        // Zeroes past the end of the file: preallocated, and the size grows
-        // unless KEEP_SIZE was given.
-        if !punch && end > size {
-            let b = size.div_ceil(BS);
-            let e = end.div_ceil(BS);
-            let mut x = b;
-            while x < e {
-                let n = (e - x).min(FALLOCATE_STEP);
-                step(&|io| lay.root().write_zeroes(io, x, n))?;
-                x += n;
-            }
-        }
-        let g = self.inner.gate.enter();
-        let mut l = self.state().lock(&[ino]);
-        let t = now();
-        if extend && end > l.get(ino)?.size {
-            let op = Op::SetSize { ino, size: end, mtime: t };
-            self.state().apply(&op, &mut l)?;
-            self.log(&g, &[op]);
-        } else {
+            let g = self.inner.gate.enter();
+            let mut l = self.state().lock(&[ino]);
+            let t = now();
             let atime = l.get(ino)?.atime;
             self.state().apply(&Op::Times { ino, atime, mtime: t, ctime: t }, &mut l)?;
             drop(l);
             drop(g);
             self.mark_dirty(ino);
+            size
+        };
+        // Zeroes past the end of the file: holes there, so preallocated
+        // as mode 0 or KEEP_SIZE would.
+        if !punch && end > size {
+            self.preallocate(ino, size, end, !extend)?;
         }
         Ok(())
     }
