@@ -267,11 +267,13 @@ pub fn server_pid(mnt: &Path) -> u32 {
     stats_json(mnt).pid
 }
 
+/// Whether any thread of process `pid` still runs. A killed process's
+/// leader turns zombie before its other threads have exited, and those
+/// still hold its open files (and the pool lock): every thread counts.
 pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => false,
-    }
+    let running = |stat: &str| stat.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with(['Z', 'X']));
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| running(&s)))
 }
 
 pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
