@@ -12,8 +12,9 @@ pub enum LayoutCmd {
     /// Print a file's layout (a directory: the default for new files).
     /// `layout get POOL_DIR PATH`, or `layout get MOUNTED_PATH`.
     Get(GetArgs),
-    /// Give an empty (or new) file a layout, or a directory a default.
-    /// `layout set POOL_DIR PATH SPEC`, or `layout set MOUNTED_PATH SPEC`.
+    /// Give an empty (or new) file a layout, or a directory a default; with
+    /// --migrate, move a file holding data to the layout while it stays in
+    /// use. `layout set POOL_DIR PATH SPEC`, or `layout set MOUNTED_PATH SPEC`.
     Set(SetArgs),
     /// List every block type with its parameters (kind, range, default).
     Types,
@@ -46,6 +47,10 @@ pub struct SetArgs {
     /// POOL_DIR PATH SPEC, or MOUNTED_PATH SPEC.
     #[arg(num_args = 2..=3, required = true, value_names = ["POOL_DIR|MOUNTED_PATH", "PATH", "SPEC"])]
     pub args: Vec<String>,
+    /// A file holding data is moved to the new layout, online (see
+    /// `hurricane migrate`).
+    #[arg(long)]
+    pub migrate: bool,
 }
 
 pub fn run(c: &LayoutCmd) -> CliResult {
@@ -56,8 +61,8 @@ pub fn run(c: &LayoutCmd) -> CliResult {
             _ => Err(Fail::code(2, "layout get takes POOL_DIR PATH, or MOUNTED_PATH")),
         },
         LayoutCmd::Set(a) => match a.args.as_slice() {
-            [pool, path, spec] => set_pool(Path::new(pool), path, spec),
-            [mounted, spec] => set_mounted(Path::new(mounted), spec),
+            [pool, path, spec] => set_pool(Path::new(pool), path, spec, a.migrate),
+            [mounted, spec] => set_mounted(Path::new(mounted), spec, a.migrate),
             _ => Err(Fail::code(2, "layout set takes POOL_DIR PATH SPEC, or MOUNTED_PATH SPEC")),
         },
         LayoutCmd::Types => {
@@ -74,18 +79,31 @@ fn get_pool(pool: &Path, path: &str) -> CliResult {
     })
 }
 
-const HOLDS_DATA: &str = "already holds data: a layout can be set only on an empty file \
-                          (in place, only the read policy of replicate nodes can change)";
+const HOLDS_DATA: &str = "already holds data: add --migrate to move it to the new layout \
+                          (without it, only the read policy of replicate nodes changes in place)";
 
 /// Sets the layout of an empty file or the default of a directory; a
 /// missing file is created empty with the layout (like `lfs setstripe`).
-fn set_pool(pool: &Path, path: &str, spec: &str) -> CliResult {
+/// With `migrate`, a file holding data moves to it.
+fn set_pool(pool: &Path, path: &str, spec: &str, migrate: bool) -> CliResult {
     // Syntax and types first: the message points at the column.
     hurricane::layout::parse(spec)?;
     Pool::run(pool, true, |fs| {
         let path = abs(path);
         match fs.stat(&path) {
             Ok(a) if a.is_dir() => fs.set_layout(&path, spec)?,
+            Ok(a) if a.is_file() && a.size > 0 && migrate => {
+                let pb = crate::util::bytes_bar(a.size, "migrate");
+                let opts = hurricane::fs::MigrateOptions::default();
+                fs.migrate_path(&path, spec, &opts, &|p| {
+                    pb.set_length(p.total_bytes);
+                    pb.set_position(p.done_bytes);
+                })?;
+                pb.finish_and_clear();
+            }
+            Ok(a) if a.is_file() && a.size > 0 && !fs.layout_changes_in_place(&path, spec)? => {
+                return Err(Fail::new(format!("{path}: {HOLDS_DATA}")))
+            }
             // On a file holding data the engine takes only what can change
             // in place (a replicate read policy).
             Ok(a) if a.is_file() => fs.set_layout(&path, spec).map_err(|e| match e {
@@ -108,6 +126,13 @@ fn is_dir(p: &Path) -> CliResult<bool> {
     std::fs::metadata(p).map(|m| m.is_dir()).map_err(|e| Fail::new(format!("{}: {e}", p.display())))
 }
 
+/// The migration under way on a mounted file, as its mount reports it.
+fn migration_of(p: &Path) -> Option<String> {
+    let mut buf = vec![0u8; 64 << 10];
+    let n = rustix::fs::getxattr(p, xattr::MIGRATION, &mut buf[..]).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
 fn get_mounted(p: &Path) -> CliResult {
     let dir = is_dir(p)?;
     let name = if dir { xattr::DIR_LAYOUT } else { xattr::LAYOUT };
@@ -118,6 +143,9 @@ fn get_mounted(p: &Path) -> CliResult {
                 buf.truncate(n);
                 let s = String::from_utf8_lossy(&buf);
                 println!("{}", s.trim_end_matches(['\0', '\n']));
+                if let Some(m) = migration_of(p) {
+                    println!("{m}");
+                }
                 return Ok(());
             }
             Err(e) => std::io::Error::from(e),
@@ -139,13 +167,32 @@ fn get_mounted(p: &Path) -> CliResult {
     }
 }
 
-fn set_mounted(p: &Path, spec: &str) -> CliResult {
+fn set_mounted(p: &Path, spec: &str, migrate: bool) -> CliResult {
     // The mount can only answer EINVAL: check what can be checked here.
     hurricane::layout::parse(spec)?;
     let meta = std::fs::metadata(p).map_err(|e| Fail::new(format!("{}: {e}", p.display())))?;
     let name = if meta.is_dir() { xattr::DIR_LAYOUT } else { xattr::LAYOUT };
     let holds_data = meta.is_file() && meta.len() > 0;
-    if let Err(e) = rustix::fs::setxattr(p, name, spec.as_bytes(), rustix::fs::XattrFlags::empty()) {
+    if holds_data && !migrate && !same_but_read_policy(spec) {
+        return Err(Fail::new(format!("{}: {HOLDS_DATA}", p.display())));
+    }
+    // A migration answers once the file is on its new layout: its progress
+    // is read meanwhile.
+    let set = std::thread::scope(|s| {
+        let h = s.spawn(|| rustix::fs::setxattr(p, name, spec.as_bytes(), rustix::fs::XattrFlags::empty()));
+        if holds_data {
+            let pb = crate::util::bytes_bar(meta.len(), "migrate");
+            while !h.is_finished() {
+                if let Some(m) = migration_of(p) {
+                    pb.set_message(m);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            pb.finish_and_clear();
+        }
+        h.join().unwrap_or(Err(rustix::io::Errno::IO))
+    });
+    if let Err(e) = set {
         let e = std::io::Error::from(e);
         if holds_data && e.raw_os_error() == Some(libc::EINVAL) {
             return Err(Fail::new(format!("{}: {HOLDS_DATA}", p.display())));
@@ -160,6 +207,13 @@ fn set_mounted(p: &Path, spec: &str) -> CliResult {
         return Err(Fail::new(format!("{}: {why}", p.display())));
     }
     get_mounted(p)
+}
+
+/// Whether `spec` may be a change of read policy alone, which a file
+/// holding data takes in place (the mount decides; a spec that changes
+/// more moves the data, which needs --migrate).
+fn same_but_read_policy(spec: &str) -> bool {
+    spec.contains("read=")
 }
 
 /// The mount answers only EINVAL: find its pool (the FUSE mount's source)

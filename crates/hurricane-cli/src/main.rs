@@ -79,6 +79,8 @@ enum Cmd {
     Crashtest(crashtest_cmd::CrashtestArgs),
     /// Read and verify every copy of every block; repair from redundancy.
     Scrub(maint::ScrubArgs),
+    /// Move files (or a tree, with -r) to a new layout while they stay in use.
+    Migrate(maint::MigrateArgs),
     /// Manage the devices of a pool.
     #[command(subcommand)]
     Device(maint::DeviceCmd),
@@ -144,6 +146,7 @@ fn run(cmd: &Cmd) -> CliResult {
         Cmd::Bench(a) => bench(a),
         Cmd::Scrub(a) => maint::scrub(a),
         Cmd::Device(c) => maint::device(c),
+        Cmd::Migrate(a) => maint::migrate(a),
     }
 }
 

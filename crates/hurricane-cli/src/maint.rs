@@ -1,11 +1,11 @@
-//! `hurricane scrub` and `hurricane device replace|add|remove`: offline on a pool
+//! `hurricane scrub`, `hurricane migrate` and `hurricane device replace|add|remove`: offline on a pool
 //! directory, online on a mount point (through the mount's
 //! `user.hurricane.control`, see hurricane_fuse::control), with a progress
 //! bar either way.
 
 use crate::util::{bytes_bar, parse_size, CliResult, Fail, PoolLock};
 use clap::{Args, Subcommand};
-use hurricane::fs::{AddOptions, RemoveOptions, ReplaceOptions, ReplaceProgress, ScrubOptions};
+use hurricane::fs::{AddOptions, MigrateOptions, RemoveOptions, ReplaceOptions, ReplaceProgress, ScrubOptions};
 use hurricane::units::human;
 use hurricane::{Fs, Options};
 use hurricane_fuse::control::{
@@ -43,6 +43,70 @@ pub struct ScrubArgs {
     pub json: bool,
 }
 
+#[derive(Args, Debug)]
+#[command(after_help = "Files move to the new layout while programs keep reading and writing them: \
+the data is copied in the background a megabyte at a time, changes during the copy go to both \
+layouts, and the new layout takes over at one instant (same inode, same open files). \
+Online (a path on a mount, root only) the mount runs the job and this command shows its progress; \
+offline (POOL_DIR PATH) it runs here. A file stopped or cut by a crash keeps its old layout; \
+running the command again skips the files that have the new one.")]
+pub struct MigrateArgs {
+    /// POOL_DIR PATH, or a path on a mounted pool.
+    #[arg(num_args = 1..=2, required = true, value_names = ["POOL_DIR|MOUNTED_PATH", "PATH"])]
+    pub args: Vec<PathBuf>,
+    /// The new layout spec (e.g. stripe(unit=1M,width=4)).
+    #[arg(long)]
+    pub layout: String,
+    /// Migrate every regular file under a directory.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Copy at most this many bytes per second (e.g. 100M).
+    #[arg(long, value_parser = parse_size)]
+    pub rate: Option<u64>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn migrate(a: &MigrateArgs) -> CliResult {
+    hurricane::layout::parse(&a.layout)?;
+    let (files, bytes) = match a.args.as_slice() {
+        [pool, path] => {
+            let path = crate::files::abs(&path.to_string_lossy());
+            let opts = MigrateOptions { rate: a.rate, ..Default::default() };
+            let r = offline(pool, true, "migrate", |fs, bar| {
+                Ok(fs.migrate_tree(&path, &a.layout, a.recursive, &opts, &|p| bar(p.done_bytes, p.total_bytes))?)
+            })?;
+            (r.migrated, r.copied_bytes)
+        }
+        [mounted] => {
+            let (root, path) = mount_of(mounted)?;
+            let req = Request::Migrate { path, layout: a.layout.clone(), recursive: a.recursive, rate: a.rate };
+            let st = online(&root, &req)?;
+            (st.moved_files, st.copied_bytes)
+        }
+        _ => return Err(Fail::code(2, "migrate takes POOL_DIR PATH, or MOUNTED_PATH")),
+    };
+    if a.json {
+        println!("{}", serde_json::json!({ "files_migrated": files, "bytes_copied": bytes }));
+    } else {
+        println!("migrated {files} files ({} copied) to {}", human(bytes), a.layout);
+    }
+    Ok(())
+}
+
+/// The Hurricane mount holding `p`: its mount point and `p`'s path inside it.
+pub fn mount_of(p: &Path) -> CliResult<(PathBuf, String)> {
+    let path = std::fs::canonicalize(p).map_err(|e| Fail::new(format!("{}: {e}", p.display())))?;
+    let m = hurricane_fuse::mountinfo::mounts()
+        .into_iter()
+        .filter(|m| m.is_fuse() && path.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len())
+        .ok_or_else(|| Fail::new(format!("{}: not on a mounted Hurricane pool (nor POOL_DIR PATH)", p.display())))?;
+    let rel = path.strip_prefix(&m.mount_point).unwrap_or(Path::new(""));
+    Ok((m.mount_point.clone(), format!("/{}", rel.to_string_lossy())))
+}
+
 #[derive(Subcommand, Debug)]
 pub enum DeviceCmd {
     /// Replace device OLD (index or path) with NEW (image file, made with
@@ -74,7 +138,7 @@ pub struct AddArgs {
 
 #[derive(Args, Debug)]
 #[command(after_help = "The device is marked evacuating first: nothing new is placed on it. \
-Files are moved one at a time (each waits for its turn while it moves); redundant files on a \
+Files are moved one at a time, online (each stays in use while it moves); redundant files on a \
 missing or failing device are rebuilt from their other pieces. An interrupted removal (stopped, \
 or a crash) goes on when the command is run again. The journal's and the meta-data's copies on \
 the device move too, which needs a device besides the one holding the other copy.")]
@@ -425,6 +489,7 @@ fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
         Request::Replace { .. } => "replace",
         Request::Add { .. } => "add",
         Request::Remove { .. } => "evacuate",
+        Request::Migrate { .. } => "migrate",
     };
     let pb = bytes_bar(0, what);
     let st = loop {

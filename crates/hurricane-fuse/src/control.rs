@@ -6,7 +6,8 @@
 
 use hurricane::device::{Device, FileDevice};
 use hurricane::fs::{
-    AddOptions, RemoveOptions, ReplaceOptions, ReplaceProgress, ScrubOptions, ScrubProgress, ScrubReport,
+    AddOptions, MigrateOptions, RemoveOptions, ReplaceOptions, ReplaceProgress, ScrubOptions, ScrubProgress,
+    ScrubReport,
 };
 use hurricane::Fs;
 use parking_lot::Mutex;
@@ -50,6 +51,15 @@ pub enum Request {
     Remove {
         /// Device index, or its path as the pool lists it.
         dev: String,
+    },
+    /// Re-lay a file, or every file of a tree, out online.
+    Migrate {
+        /// Path inside the pool ("/" is the mount's root).
+        path: String,
+        /// The layout spec.
+        layout: String,
+        recursive: bool,
+        rate: Option<u64>,
     },
 }
 
@@ -193,6 +203,7 @@ impl Control {
             Request::Replace { .. } => "replace",
             Request::Add { .. } => "add",
             Request::Remove { .. } => "remove",
+            Request::Migrate { .. } => "migrate",
         };
         *st = Status { job, state: JobState::Running, what: what.into(), ..Default::default() };
         drop(st);
@@ -315,6 +326,26 @@ fn run(
             st.moved_files = r.files_moved;
             if !r.complete {
                 return Err(format!("stopped before device {i} was empty: it is still evacuating"));
+            }
+            Ok(None)
+        }
+        Request::Migrate { path, layout, recursive, rate } => {
+            let opts = MigrateOptions { rate: *rate, stop: Some(stop.clone()), ..Default::default() };
+            let r = fs
+                .migrate_tree(path, layout, *recursive, &opts, &|p| {
+                    let mut st = status.lock();
+                    st.phase = "migrate".into();
+                    st.done_bytes = p.done_bytes;
+                    st.total_bytes = p.total_bytes;
+                    st.copied_bytes = p.copied_bytes;
+                    st.moved_files = p.files_done;
+                })
+                .map_err(|e| e.to_string())?;
+            let mut st = status.lock();
+            st.copied_bytes = r.copied_bytes;
+            st.moved_files = r.migrated;
+            if !r.complete {
+                return Err("stopped before every file was migrated: run it again to go on".into());
             }
             Ok(None)
         }

@@ -3,8 +3,13 @@
 //! in process). Every crate names them through these constants.
 
 /// A file's layout: reading gives its layout spec; setting it on an empty
-/// file chooses the layout its data will have.
+/// file chooses the layout its data will have, and on a file holding data
+/// moves the data to that layout while the file stays in use (the call
+/// returns once it is done).
 pub const LAYOUT: &str = "user.hurricane.layout";
+/// A file being moved to a new layout: reading gives the old and new
+/// layouts and how far the copy has come (absent when none is under way).
+pub const MIGRATION: &str = "user.hurricane.migration";
 /// A directory's default layout for files created in it (and, unless they
 /// set their own, in its subdirectories).
 pub const DIR_LAYOUT: &str = "user.hurricane.dir_layout";

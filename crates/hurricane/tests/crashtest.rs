@@ -36,6 +36,7 @@ fn workload_list() {
         "parity",
         "compress",
         "evacuate",
+        "migrate",
         "directory",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
@@ -104,6 +105,10 @@ fn resilver() {
 #[test]
 fn evacuate() {
     ci("evacuate");
+}
+#[test]
+fn migrate() {
+    ci("migrate");
 }
 
 /// The checker has teeth: a disk that acknowledges flushes without doing

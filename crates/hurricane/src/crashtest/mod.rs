@@ -366,6 +366,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             "full" => workloads::full(&mut d, size)?,
             "resilver" => workloads::resilver(&mut d, size)?,
             "evacuate" => workloads::evacuate(&mut d, size)?,
+            "migrate" => workloads::migrate(&mut d, size)?,
             "degraded" => workloads::degraded(&mut d, size)?,
             "directory" => workloads::directory(&mut d, size)?,
             other => {

@@ -30,6 +30,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
     ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
+    ("migrate", "files of every layout moved online to other layouts (extent, stripe, replicate, parity, compress, regions) in chunks of 8K to 64K, some migrations stopped part way, between writes, truncations, punched holes, creates and removals"),
     ("directory", "many entries in few directories, created, removed, renamed, chmodded and given xattrs, with checkpoints between: entries and inodes read back from the meta-data store past a small inode cache, changes since the checkpoint from memory"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
@@ -1467,6 +1468,91 @@ pub(crate) fn evacuate(d: &mut Driver, size: Size) -> Result<()> {
     for _ in 0..4 {
         let s = *AFTER.choose(&mut d.rng).unwrap_or(&AFTER[0]);
         d.create_file(Some(s), 20 << 10)?;
+    }
+    d.sync()
+}
+
+/// Online re-layout: each migration is one operation, its copy cut at
+/// every chunk; a crash inside it must leave the file whole under its old
+/// layout or its new one.
+pub(crate) fn migrate(d: &mut Driver, size: Size) -> Result<()> {
+    use crate::fs::MigrateOptions;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const SPECS: &[&str] = &[
+        "extent@0",
+        "extent@2",
+        "stripe(unit=8K,width=3)",
+        "replicate[extent@0,extent@1]",
+        "parity(data=2,parity=1,unit=8K)",
+        "compress(chunk=8K)[extent@1]",
+        "regions(size=16K,width=2)",
+    ];
+    let spec = |d: &mut Driver| *SPECS.choose(&mut d.rng).unwrap_or(&SPECS[0]);
+    for _ in 0..10 {
+        let s = spec(d);
+        let len = d.rng.gen_range(0..160 << 10);
+        d.create_file(Some(s), len)?;
+    }
+    d.sync()?;
+    for _ in 0..size.ops {
+        match d.rng.gen_range(0..10) {
+            0..=3 => {
+                let Some(p) = d.pick_file() else { continue };
+                let to = spec(d);
+                let chunk_blocks = *[2u64, 4, 16].choose(&mut d.rng).unwrap_or(&4);
+                // Some are stopped after a few chunks: the old layout stays.
+                let stop_after = d.rng.gen_bool(0.2).then(|| d.rng.gen_range(1..4u64));
+                d.op(format!("migrate {p} to {to}"), |d| {
+                    let stop = Arc::new(AtomicBool::new(false));
+                    let chunks = std::sync::atomic::AtomicU64::new(0);
+                    let opts = MigrateOptions { stop: Some(stop.clone()), chunk_blocks, ..Default::default() };
+                    d.fs.migrate_path(&p, to, &opts, &|_| {
+                        let n = chunks.fetch_add(1, Ordering::Relaxed) + 1;
+                        if stop_after.is_some_and(|k| n >= k) {
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                    })?;
+                    d.refresh_layout(&p)
+                })?;
+            }
+            4..=5 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..=cur);
+                    let len = d.rng.gen_range(1..48 << 10);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            6 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let len = d.rng.gen_range(0..=cur);
+                    d.truncate(&p, len)?;
+                }
+            }
+            7 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..=cur);
+                    let len = d.rng.gen_range(1..64 << 10);
+                    let zero = d.rng.gen_bool(0.5);
+                    d.punch(&p, off, len, zero)?;
+                }
+            }
+            8 => {
+                let s = spec(d);
+                let len = d.rng.gen_range(0..96 << 10);
+                d.create_file(Some(s), len)?;
+            }
+            _ => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+        }
+        if d.rng.gen_bool(0.25) {
+            d.sync()?;
+        }
     }
     d.sync()
 }

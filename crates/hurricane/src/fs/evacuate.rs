@@ -7,16 +7,15 @@
 //! 1. The device is marked *evacuating* in every superblock: from then on
 //!    no new data is placed on it (the resolver never picks it, and a
 //!    layout naming it is refused), while it still serves what it holds.
-//! 2. Each file with a per-device leaf on it is moved whole, under its I/O
-//!    lock held exclusively: a new tree is built with those leaves on other
-//!    devices ([`crate::layout::relocate`]: a redundancy group keeps its
-//!    pieces on distinct devices), the file's data is copied into it
-//!    through the old tree (so a missing or failing device is read around
-//!    by redundancy), and the new tree is installed by one journalled
-//!    `SetLayout` with the new tree's records, the way an inline file is
-//!    promoted. The old tree's space is freed once that batch commits. A
-//!    crash before the commit leaves the old tree in force and the copy's
-//!    space unreferenced (free at the next open); after it, the new tree.
+//! 2. Each file with a per-device leaf on it is migrated online
+//!    ([`super::migrate`]) to a tree with those leaves on other devices
+//!    ([`crate::layout::relocate`]: a redundancy group keeps its pieces on
+//!    distinct devices): its data is copied through the old tree (so a
+//!    missing or failing device is read around by redundancy) while the
+//!    file stays in use, and the new tree is installed by one journalled
+//!    `SetLayout`. The old tree's space is freed once that batch commits.
+//!    A crash before the switch leaves the old tree in force and the
+//!    copy's space free; after it, the new tree.
 //! 3. When no file is left on it (the scan is repeated until one finds
 //!    none), what the pool keeps there besides files moves: a copy of the
 //!    meta-file by a checkpoint written to a layout with that copy
@@ -32,20 +31,16 @@
 //! A crash during step 2 or 3 reopens the pool with the device still
 //! evacuating; running the removal again finishes it.
 
-use super::Fs;
-use crate::blocks::{Health, IoCtx, Layout, NodeRecord, BLOCK_SIZE};
-use crate::codec::Encoder;
+use super::{Fs, MigrateOptions};
+use crate::blocks::{Health, BLOCK_SIZE};
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op, Region};
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BS: u64 = BLOCK_SIZE as u64;
-/// File blocks copied per request (4 MiB).
-const COPY_BLOCKS: u64 = 1024;
 
 /// How to remove a device.
 #[derive(Debug, Clone, Default)]
@@ -416,75 +411,31 @@ impl Fs {
     /// bytes copied, or None when the file no longer has a piece there.
     fn move_off(&self, ino: Ino, dev: u32, copied: &mut dyn FnMut(u64)) -> Result<Option<u64>> {
         let Some(node) = self.state().get(ino) else { return Ok(None) };
-        let _io = node.io.write();
         let Some(old) = node.data.read().layout()?.cloned() else { return Ok(None) };
         if !old.nodes().iter().any(|b| b.device() == Some(dev)) {
             return Ok(None);
         }
-        let paths = || self.joined_paths(&[ino]);
         let spec = crate::layout::relocate(&old.spec(), dev, &self.pool_info())
-            .map_err(|e| Error::Layout(format!("inode {ino} ({}): {e}", paths())))?;
-        let fresh = Layout::build(&spec)?;
-        let mut e = Encoder::new();
-        fresh.encode(&mut e);
-        // The copy: every run of data the old tree has, read through it (a
-        // piece on a missing device is rebuilt from redundancy) and written
-        // to the new tree, which no one else sees yet.
-        let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
-        let changes = Mutex::new(Vec::new());
-        let sink = |c: NodeRecord| changes.lock().push(c);
-        let wio = IoCtx { storage: self.storage(), epoch: 0, sink: &sink, repair: false };
-        let mut buf = vec![0u8; (COPY_BLOCKS * BS) as usize];
-        let mut total = 0u64;
-        // Up to the end of the file: space preallocated past it is not kept.
-        let end = node.data.read().size.div_ceil(BS);
-        let mut b = old.root().next_data(0).filter(|&s| s < end);
-        let copy = (|| -> Result<()> {
-            while let Some(start) = b {
-                let n = COPY_BLOCKS.min(end - start);
-                let part = &mut buf[..(n * BS) as usize];
-                old.root().read(&rio, start, part).map_err(|e| {
-                    Error::Device(format!(
-                        "inode {ino} ({}): reading blocks {start}+{n} to move them off device {dev}: {e}",
-                        paths()
-                    ))
-                })?;
-                // Blocks of zeros stay holes (they read the same).
-                let zero = |k: u64| part[(k * BS) as usize..((k + 1) * BS) as usize].iter().all(|&x| x == 0);
-                let mut k = 0;
-                while k < n {
-                    if zero(k) {
-                        k += 1;
-                        continue;
-                    }
-                    let run = (k..n).take_while(|&j| !zero(j)).count() as u64;
-                    fresh.root().write(&wio, start + k, &part[(k * BS) as usize..((k + run) * BS) as usize])?;
-                    k += run;
-                }
-                total += n * BS;
-                copied(n * BS);
-                b = old.root().next_data(start + n).filter(|&s| s < end);
-            }
-            Ok(())
-        })();
-        if let Err(e) = copy {
-            // Nothing refers to what the copy allocated: give it back.
-            fresh.extents(&mut |d, s, l| self.storage().allocs[d as usize].free_now(s, l));
-            return Err(e);
-        }
-        let g = self.inner.gate.enter();
-        self.install_layout(&g, ino, e.into_inner(), changes.into_inner())?;
-        // The old tree's space, once this batch is durable.
-        old.extents(&mut |d, s, len| {
-            if let Some(a) = self.storage().allocs.get(d as usize) {
-                a.free_deferred(g.epoch(), s, len);
-            }
+            .map_err(|e| Error::Layout(format!("inode {ino} ({}): {e}", self.joined_paths(&[ino]))))?;
+        // An online migration: the file stays in use while it moves.
+        let last = std::cell::Cell::new(0u64);
+        let copied = std::cell::RefCell::new(copied);
+        let r = self.migrate(ino, &spec.to_string(), &MigrateOptions::default(), &|p| {
+            (copied.borrow_mut())(p.copied_bytes - last.replace(p.copied_bytes));
         });
-        drop(g);
-        // Loads that raced the move must not publish what they read.
-        self.inner.cache.invalidate_from(ino, 0);
-        tracing::debug!("inode {ino}: moved off device {dev} ({total} bytes)");
-        Ok(Some(total))
+        let r = match r {
+            Ok(r) => r,
+            // Deleted meanwhile: nothing left to move.
+            Err(_) if self.state().get(ino).is_none() => return Ok(None),
+            Err(e) => {
+                return Err(Error::Device(format!(
+                    "inode {ino} ({}): moving it off device {dev}: {e}",
+                    self.joined_paths(&[ino])
+                )))
+            }
+        };
+        tracing::debug!("inode {ino}: moved off device {dev} ({} bytes)", r.copied_bytes);
+        Ok(Some(r.copied_bytes))
     }
 
     /// Records device `dev`'s persistent state (None: online) in every

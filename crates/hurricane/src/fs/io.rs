@@ -64,7 +64,7 @@ impl Drop for Claims<'_> {
 }
 
 impl Fs {
-    fn file_layout(&self, ino: Ino) -> Result<(Arc<crate::namespace::Inode>, Arc<Layout>, u64)> {
+    pub(super) fn file_layout(&self, ino: Ino) -> Result<(Arc<crate::namespace::Inode>, Arc<Layout>, u64)> {
         let n = self.state().inode(ino)?;
         let (lay, size) = {
             let d = n.data.read();
@@ -277,14 +277,26 @@ impl Fs {
             let (node, _, _) = self.file_layout(ino)?;
             let aligned = off.is_multiple_of(BS) && (data.len() as u64).is_multiple_of(BS);
             // Whole-block writes run in parallel; partial blocks are
-            // read-modify-write and must not interleave.
-            let guard = if aligned { IoGuard::Shared(node.io.read()) } else { IoGuard::Excl(node.io.write()) };
+            // read-modify-write and must not interleave, nor may writes to
+            // a migrating file (both trees must see them in one order).
+            let mut guard = if aligned { IoGuard::Shared(node.io.read()) } else { IoGuard::Excl(node.io.write()) };
+            if matches!(guard, IoGuard::Shared(_)) && self.migration(ino).is_some() {
+                drop(guard);
+                guard = IoGuard::Excl(node.io.write());
+            }
             let lay = node.data.read().layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?;
             let g = self.inner.gate.enter();
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
             let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
             let r = write_range(&lay, &io, off, data);
+            if r.is_ok() {
+                // The part the migration has copied already goes to its tree too.
+                self.mirror(ino, g.epoch(), &|fresh, io, mark| match end.min(mark * BS) {
+                    stop if stop > off => write_range(fresh, io, off, &data[..(stop - off) as usize]),
+                    _ => Ok(()),
+                });
+            }
             // Written through: cached copies (and loads racing the write) go.
             self.inner.cache.invalidate(ino, off / BS, end.div_ceil(BS) - off / BS);
             let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
@@ -431,15 +443,20 @@ impl Fs {
         let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
         if size < old {
             let keep = size.div_ceil(BS);
-            lay.root().truncate(&io, keep)?;
-            // Zero the tail of a partial last block that holds data.
-            let tail = (size % BS) as usize;
-            if tail != 0 && lay.root().next_data(keep - 1) == Some(keep - 1) {
-                let mut b = vec![0u8; BLOCK_SIZE];
-                lay.root().read(&io, keep - 1, &mut b)?;
-                b[tail..].fill(0);
-                lay.root().write(&io, keep - 1, &b)?;
-            }
+            let cut = |lay: &Layout, io: &IoCtx| -> Result<()> {
+                lay.root().truncate(io, keep)?;
+                // Zero the tail of a partial last block that holds data.
+                let tail = (size % BS) as usize;
+                if tail != 0 && lay.root().next_data(keep - 1) == Some(keep - 1) {
+                    let mut b = vec![0u8; BLOCK_SIZE];
+                    lay.root().read(io, keep - 1, &mut b)?;
+                    b[tail..].fill(0);
+                    lay.root().write(io, keep - 1, &b)?;
+                }
+                Ok(())
+            };
+            cut(&lay, &io)?;
+            self.mirror(ino, g.epoch(), &|fresh, io, _| cut(fresh, io));
         }
         // The last block may have been zeroed past the new end.
         self.inner.cache.invalidate_from(ino, size.min(old) / BS);
@@ -482,14 +499,18 @@ impl Fs {
         self.preallocate(ino, off, end, mode & libc::FALLOC_FL_KEEP_SIZE != 0)
     }
 
-    /// Runs `f` on the layout of `ino` as one journal group: the records it
-    /// makes are logged together, whether it succeeds or not.
-    fn layout_step(&self, ino: Ino, f: &dyn Fn(&IoCtx) -> Result<()>) -> Result<()> {
+    /// Runs `f` on the layout `lay` of `ino` as one journal group: the
+    /// records it makes are logged together, whether it succeeds or not.
+    /// A migrating file gets the same change in its new tree.
+    fn layout_step(&self, ino: Ino, lay: &Layout, f: &dyn Fn(&Layout, &IoCtx) -> Result<()>) -> Result<()> {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
         let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
-        let r = f(&io);
+        let r = f(lay, &io);
+        if r.is_ok() {
+            self.mirror(ino, g.epoch(), &|fresh, io, _| f(fresh, io));
+        }
         let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
         self.log(&g, &ops);
         r
@@ -515,7 +536,7 @@ impl Fs {
                 let _io = node.io.read();
                 // Zeroed space, not zeros sent: image files keep it as
                 // unwritten extents, checksums record zero blocks.
-                let r = self.layout_step(ino, &|io| lay.root().write_zeroes(io, b, n));
+                let r = self.layout_step(ino, &lay, &|lay, io| lay.root().write_zeroes(io, b, n));
                 self.inner.cache.invalidate(ino, b, n);
                 r?;
             }
@@ -554,10 +575,10 @@ impl Fs {
             let stop = end.min(size);
             // A block holding data, zeroed in [from, to) of its bytes.
             let partial = |b: u64, from: usize, to: usize| -> Result<()> {
-                if lay.root().next_data(b) != Some(b) {
-                    return Ok(());
-                }
-                self.layout_step(ino, &|io| {
+                self.layout_step(ino, &lay, &|lay, io| {
+                    if lay.root().next_data(b) != Some(b) {
+                        return Ok(());
+                    }
                     let mut buf = vec![0u8; BLOCK_SIZE];
                     lay.root().read(io, b, &mut buf)?;
                     buf[from..to].fill(0);
@@ -587,7 +608,7 @@ impl Fs {
                 let mut b = full0;
                 while b < full1 {
                     let n = (full1 - b).min(FALLOCATE_STEP);
-                    self.layout_step(ino, &|io| {
+                    self.layout_step(ino, &lay, &|lay, io| {
                         if !punch {
                             return lay.root().write_zeroes(io, b, n);
                         }

@@ -9,6 +9,7 @@ mod add;
 mod evacuate;
 mod health;
 mod io;
+mod migrate;
 mod ops;
 mod path;
 mod replace;
@@ -19,6 +20,7 @@ mod tests;
 pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
 pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
 pub use health::PoolHealth;
+pub use migrate::{MigrateOptions, MigrateProgress, MigrateReport, MigrationStatus, TreeProgress, TreeReport};
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
 pub use replace::{
@@ -164,6 +166,8 @@ pub(crate) struct Inner {
     pub(crate) cache: crate::cache::BlockCache,
     /// Threads running prefetch requests into `cache`.
     pub(crate) io_pool: crate::cache::IoPool,
+    /// Files being re-laid out online (`migrate`), by inode.
+    pub(crate) migrations: parking_lot::RwLock<std::collections::HashMap<Ino, Arc<migrate::Migration>>>,
 }
 
 /// An open pool. Clones share it.
@@ -382,11 +386,19 @@ impl Fs {
         // when asked for.
         let file = MetaFile::new(storage.clone(), meta, sb.meta_len, opts.read_only);
         file.arm(sb.clone());
+        // Until the free map is read no space is handed out: the store's
+        // open must not grow the meta-file, and space taken now could be
+        // the meta-file's own or a file's (a growth fails loudly instead).
+        let unknown: Vec<Vec<(u64, u64)>> = storage.allocs.iter().map(|a| a.free_extents()).collect();
+        for a in storage.allocs.iter() {
+            a.load_free(&[]).map_err(Error::Device)?;
+        }
         let store = Arc::new(MetaStore::open(file, opts.meta_cache_bytes, opts.entry_cache, shards())?);
         if let Some(s2) = store.file().disarm() {
             sb = s2;
         }
         let sys = store.sys()?;
+        tracing::debug!("meta-data store open");
 
         // Free space as of the checkpoint; the journal and the meta-file
         // (which may have grown after the free map was taken) are claimed
@@ -406,9 +418,9 @@ impl Fs {
             }
         }
         for (d, a) in storage.allocs.iter().enumerate() {
-            if known[d] {
-                a.load_free(&free[d]).map_err(|e| Error::corrupt("meta-data store", format!("device {d}: {e}")))?;
-            }
+            // A device the checkpoint did not know is free but for the journal.
+            let f = if known[d] { &free[d] } else { &unknown[d] };
+            a.load_free(f).map_err(|e| Error::corrupt("meta-data store", format!("device {d}: {e}")))?;
         }
         set_meta_reserve(&storage, &meta_extents, &j);
         let state = State::new(store.clone(), shards(), opts.inode_cache)?;
@@ -490,7 +502,11 @@ impl Fs {
         for r in std::iter::once(&j).chain(mirror.as_ref()) {
             storage.allocs[r.dev as usize].claim(r.start, r.blocks);
         }
-        for &(d, s, l) in &meta_extents {
+        // The tree as it is now (the one the superblocks named, unless the
+        // store's open changed it).
+        let mut now = meta_extents;
+        store.file().layout().extents(&mut |d, s, l| now.push((d, s, l)));
+        for &(d, s, l) in &now {
             if let Some(a) = storage.allocs.get(d as usize) {
                 a.claim(s, l);
             }
@@ -541,6 +557,7 @@ impl Fs {
                 0 => (4 * storage_devices).clamp(4, 64),
                 n => n,
             }),
+            migrations: Default::default(),
         });
         let fs = Fs { inner };
         if !opts.read_only {
@@ -883,7 +900,10 @@ impl Fs {
                 for (d, a) in inner.storage.allocs.iter().enumerate() {
                     free.extend(free_entries(d as u32, a.snapshot(batch.epoch)));
                 }
-                delta.free = Some(free);
+                // The trees of migrations under way: nothing names them yet.
+                let mut unnamed = Vec::new();
+                self.migrating_extents(&mut unnamed);
+                delta.free = Some(if unnamed.is_empty() { free } else { merge_free(free, unnamed) });
                 (delta, taken)
             })
         })

@@ -40,7 +40,7 @@ pub fn open_mask(flags: i32) -> u32 {
     }
 }
 
-pub use crate::xattr::{DIR_LAYOUT as DIR_LAYOUT_XATTR, LAYOUT as LAYOUT_XATTR};
+pub use crate::xattr::{DIR_LAYOUT as DIR_LAYOUT_XATTR, LAYOUT as LAYOUT_XATTR, MIGRATION as MIGRATION_XATTR};
 
 /// Permission bits of `mode` once a change by an unprivileged caller (a
 /// write, a truncate, a chown) has dropped privilege: set-user-id always,
@@ -508,6 +508,7 @@ impl Fs {
             let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
             lay.root().truncate(&io, 0)?;
         }
+        self.end_migration(ino, Error::NotFound(format!("inode {ino} was deleted during its migration")));
         let op = Op::Free { ino };
         self.state().apply(&op, l)?;
         ops.push(op);
@@ -779,6 +780,10 @@ impl Fs {
         if name == LAYOUT_XATTR.as_bytes() {
             return Ok(self.layout_get(ino)?.into_bytes());
         }
+        if name == MIGRATION_XATTR.as_bytes() {
+            let m = self.migration_status(ino).ok_or_else(|| Error::NoAttr(MIGRATION_XATTR.into()))?;
+            return Ok(m.to_string().into_bytes());
+        }
         if name == DIR_LAYOUT_XATTR.as_bytes() {
             let s = self.dir_layout_get(ino)?;
             if s.is_empty() {
@@ -875,7 +880,17 @@ impl Fs {
         }
     }
 
-    /// Gives an empty regular file a new layout (a directory: its default).
+    /// Whether giving the file at `path` the layout `spec` changes its tree
+    /// in place (a replicate read policy), rather than moving its data.
+    pub fn layout_changes_in_place(&self, path: &str, spec: &str) -> Result<bool> {
+        let (_, cur, _) = self.file_layout(self.resolve(path)?)?;
+        let lay = Layout::build(&self.file_spec(spec)?)?;
+        Ok(crate::blocks::live_changes(&cur, &lay).is_ok())
+    }
+
+    /// Gives an empty regular file a new layout (a directory: its default);
+    /// a file holding data is migrated to it (see `migrate`), unless the
+    /// change can be made in place.
     pub fn layout_set(&self, cred: &Creds, ino: Ino, spec: &str) -> Result<()> {
         self.check_writable()?;
         let node = self.state().inode(ino)?;
@@ -910,11 +925,9 @@ impl Fs {
             }
         }
         if has_data {
-            tracing::warn!("layout of inode {ino} not changed: the file already holds data");
-            return Err(Error::Invalid(format!(
-                "inode {ino} already holds data: a layout can be set only on an empty file \
-                 (in place, only the read policy of its replicate nodes can change)"
-            )));
+            // Moved to the new tree while it stays in use.
+            drop((l, g, _io));
+            return self.migrate(ino, spec, &Default::default(), &|_| {}).map(|_| ());
         }
         let op = Op::SetLayout { ino, layout: e.into_inner() };
         self.state().apply(&op, &mut l)?;

@@ -493,6 +493,7 @@ impl MetaFile {
         let mut armed = self.inner.sb.lock();
         let Some(sb) = armed.as_mut() else {
             self.inner.changed.store(true, Ordering::Release);
+            tracing::debug!("meta-file: length {record} not recorded (no commit armed)");
             return Err(Error::Device("the meta-file changed shape outside a meta-data commit".into()));
         };
         let mut e = Encoder::new();
@@ -669,6 +670,7 @@ impl redb::StorageBackend for MetaFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         let old = self.inner.len.load(Ordering::Acquire);
         if len <= old {
+            tracing::debug!("meta-file shrinks from {old} to {len} bytes");
             // Space past a shrunk end stays with the meta-file (the state
             // committed before may still use it) and is reused when it
             // grows again; the superblocks learn the shorter length once
@@ -690,6 +692,7 @@ impl redb::StorageBackend for MetaFile {
             return Err(io::Error::other(format!("meta-file length {old} is not a whole number of blocks")));
         }
         let (first, end) = (old / bs, len.div_ceil(bs));
+        tracing::debug!("meta-file grows from {old} to {len} bytes");
         let w = self.inner.writing.lock();
         let layout = self.layout();
         let zero_sum = sum_of(&[0u8; BLOCK_SIZE]);

@@ -1,0 +1,496 @@
+//! Online re-layout (`hurricane migrate`, `hurricane layout set
+//! --migrate`, `setfattr -n user.hurricane.layout` on a file holding
+//! data): a file's data moves to a new tree while programs keep reading
+//! and writing it. Same inode, same open handles; the new tree becomes the
+//! file's tree at one instant.
+//!
+//! How, and why it is safe:
+//!
+//! 1. The new tree is built from the spec and registered as the file's
+//!    *migration*, under the file's I/O lock held exclusively. Nothing
+//!    persistent names it: a checkpoint records its space as free (it is
+//!    unreferenced if the pool stops before the switch), and an open after
+//!    a crash finds the file whole in its old tree.
+//! 2. The copy runs in chunks of [`CHUNK`] blocks in file order. Each chunk
+//!    is read from the old tree and written to the new one while the I/O
+//!    lock is held exclusively, so readers and writers of the file wait at
+//!    most one chunk; the *watermark* (blocks below it are in both trees)
+//!    then moves past the chunk. Blocks of zeros stay holes.
+//! 3. Every change to the file while it migrates goes to the old tree and,
+//!    for the part below the watermark, to the new one too (writes,
+//!    truncates, punched holes, zeroed and preallocated ranges: each holds
+//!    the I/O lock, exclusively for writes while a migration runs, so the
+//!    two trees see the changes in the same order). What lies above the
+//!    watermark is copied later. The new tree's records are kept with the
+//!    migration, not journalled.
+//! 4. The switch, under the I/O lock once the watermark has passed the end
+//!    of the file: one journalled `SetLayout` with the new tree as built,
+//!    followed by its records (the way an inline file is promoted and a
+//!    device is evacuated). The migration is unregistered inside the same
+//!    journal batch, so a checkpoint sees either the old tree in force and
+//!    the new one free, or the new tree in force. The old tree's space is
+//!    freed when that batch commits.
+//!
+//! A write that cannot be mirrored (the new tree's devices are full, a
+//! device fails) lands in the old tree and ends the migration with that
+//! error; its space goes back. Deleting the file ends it too. A file that
+//! changes tree meanwhile by other means (an inline file outgrowing its
+//! node, a device removal moving it) ends it: run it again.
+
+use super::Fs;
+use crate::blocks::{IoCtx, Layout, NodeRecord, Spec, BLOCK_SIZE};
+use crate::codec::Encoder;
+use crate::error::{Error, Result};
+use crate::journal::Ino;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BS: u64 = BLOCK_SIZE as u64;
+/// File blocks copied while the file's I/O lock is held (1 MiB): the
+/// longest a reader or writer of the file waits for the copy.
+pub const CHUNK: u64 = 256;
+
+/// How to migrate.
+#[derive(Debug, Clone, Default)]
+pub struct MigrateOptions {
+    /// Bytes copied per second at most (None: as fast as the devices go).
+    pub rate: Option<u64>,
+    /// Set from elsewhere to stop between chunks: the file keeps its old
+    /// tree and the copy's space goes back.
+    pub stop: Option<Arc<AtomicBool>>,
+    /// File blocks copied per turn of the I/O lock (0: [`CHUNK`]).
+    pub chunk_blocks: u64,
+}
+
+/// Progress of one file's migration, after every chunk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MigrateProgress {
+    /// Bytes of the file below the watermark, and the file's size.
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    /// Bytes of data read and written so far (holes are skipped).
+    pub copied_bytes: u64,
+}
+
+/// What a migration did.
+#[derive(Debug, Clone, Default)]
+pub struct MigrateReport {
+    /// The file had that layout already: nothing was copied.
+    pub unchanged: bool,
+    /// False when stopped before the switch (the old tree stays).
+    pub complete: bool,
+    pub copied_bytes: u64,
+    pub duration: Duration,
+    /// The layouts before and after.
+    pub from: String,
+    pub to: String,
+}
+
+/// A migration in progress, as `hurricane layout get` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationStatus {
+    pub from: String,
+    pub to: String,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+}
+
+impl std::fmt::Display for MigrationStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pct = if self.total_bytes == 0 { 100.0 } else { self.done_bytes as f64 * 100.0 / self.total_bytes as f64 };
+        write!(
+            f,
+            "migrating from {} to {}: {} of {} bytes ({pct:.0}%)",
+            self.from,
+            self.to,
+            self.done_bytes.min(self.total_bytes),
+            self.total_bytes
+        )
+    }
+}
+
+/// A file's migration: the new tree and how far the copy has come.
+pub(crate) struct Migration {
+    fresh: Arc<Layout>,
+    from: String,
+    to: String,
+    /// Blocks [0, watermark) of the file are in both trees.
+    watermark: AtomicU64,
+    /// The file's size when the last chunk was copied.
+    total: AtomicU64,
+    /// The new tree's records, installed with it at the switch.
+    changes: Mutex<Vec<NodeRecord>>,
+    /// Why the migration ended early (a change that could not be mirrored,
+    /// the file deleted).
+    failed: Mutex<Option<Error>>,
+}
+
+impl Migration {
+    /// Blocks below the watermark.
+    fn watermark(&self) -> u64 {
+        self.watermark.load(Ordering::Acquire)
+    }
+}
+
+/// Ends a migration and gives the new tree's space back, unless it was
+/// installed.
+struct Registered<'a> {
+    fs: &'a Fs,
+    ino: Ino,
+    m: Arc<Migration>,
+    installed: bool,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if self.installed {
+            return;
+        }
+        let node = self.fs.state().get(self.ino);
+        // Under the I/O lock, so no change is being mirrored into it.
+        let _io = node.as_ref().map(|n| n.io.write());
+        let mut reg = self.fs.inner.migrations.write();
+        if reg.get(&self.ino).is_some_and(|m| Arc::ptr_eq(m, &self.m)) {
+            reg.remove(&self.ino);
+        }
+        drop(reg);
+        // Nothing persistent names the new tree: its space is free now.
+        self.m.fresh.extents(&mut |d, s, l| {
+            if let Some(a) = self.fs.storage().allocs.get(d as usize) {
+                a.free_now(s, l);
+            }
+        });
+    }
+}
+
+/// A spec as compared for "already laid out so": without the checksum
+/// nodes the pool adds, and without devices unless `devices`.
+fn shape(s: &Spec, devices: bool) -> Spec {
+    if s.kind == "checksum" && s.children.len() == 1 {
+        return shape(&s.children[0], devices);
+    }
+    Spec {
+        kind: s.kind.clone(),
+        params: s.params.clone(),
+        children: s.children.iter().map(|c| shape(c, devices)).collect(),
+        device: if devices { s.device } else { None },
+    }
+}
+
+impl Fs {
+    /// Re-lays file `ino` out as `spec` while it stays in use (module notes).
+    pub fn migrate(
+        &self,
+        ino: Ino,
+        spec: &str,
+        opts: &MigrateOptions,
+        progress: &dyn Fn(&MigrateProgress),
+    ) -> Result<MigrateReport> {
+        let t0 = Instant::now();
+        self.check_writable()?;
+        let (node, old, _) = self.file_layout(ino)?;
+        let target = self.file_spec(spec)?;
+        let from = old.spec();
+        let named_devices = spec.contains('@');
+        let mut report = MigrateReport { from: from.to_string(), to: target.to_string(), ..Default::default() };
+        if shape(&from, named_devices) == shape(&target, named_devices) {
+            report.unchanged = true;
+            report.complete = true;
+            report.to = report.from.clone();
+            return Ok(report);
+        }
+        let fresh = Arc::new(Layout::build(&target)?);
+        let mut e = Encoder::new();
+        fresh.encode(&mut e);
+        let encoded = e.into_inner();
+        let m = Arc::new(Migration {
+            fresh: fresh.clone(),
+            from: report.from.clone(),
+            to: report.to.clone(),
+            watermark: AtomicU64::new(0),
+            total: AtomicU64::new(node.data.read().size),
+            changes: Mutex::new(Vec::new()),
+            failed: Mutex::new(None),
+        });
+        {
+            let _io = node.io.write();
+            let mut reg = self.inner.migrations.write();
+            if reg.contains_key(&ino) {
+                return Err(Error::WouldBlock(format!("inode {ino} is being migrated already")));
+            }
+            reg.insert(ino, m.clone());
+        }
+        let mut reg = Registered { fs: self, ino, m: m.clone(), installed: false };
+        let stop = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+        let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+        let sink = |c: NodeRecord| m.changes.lock().push(c);
+        let chunk = if opts.chunk_blocks == 0 { CHUNK } else { opts.chunk_blocks.min(CHUNK) };
+        let mut buf = vec![0u8; (chunk * BS) as usize];
+        let mut p = MigrateProgress::default();
+        loop {
+            if stop() {
+                report.duration = t0.elapsed();
+                return Ok(report);
+            }
+            let started = Instant::now();
+            let io = node.io.write();
+            if let Some(e) = m.failed.lock().take() {
+                return Err(e);
+            }
+            let (lay, size) = {
+                let d = node.data.read();
+                (d.layout()?.cloned(), d.size)
+            };
+            match lay {
+                Some(l) if Arc::ptr_eq(&l, &old) => {}
+                _ => {
+                    return Err(Error::Stale(format!(
+                        "inode {ino}: its tree changed during the migration (run it again)"
+                    )))
+                }
+            }
+            m.total.store(size, Ordering::Release);
+            let end = size.div_ceil(BS);
+            let w = m.watermark();
+            let Some(start) = old.root().next_data(w).filter(|&s| s < end) else {
+                // Everything is in the new tree: the switch.
+                m.watermark.store(end.max(w), Ordering::Release);
+                let g = self.inner.gate.enter();
+                let changes = std::mem::take(&mut *m.changes.lock());
+                self.install_layout(&g, ino, encoded, changes)?;
+                reg.installed = true;
+                self.inner.migrations.write().remove(&ino);
+                old.extents(&mut |d, s, len| {
+                    if let Some(a) = self.storage().allocs.get(d as usize) {
+                        a.free_deferred(g.epoch(), s, len);
+                    }
+                });
+                drop(g);
+                self.inner.cache.invalidate_from(ino, 0);
+                drop(io);
+                p.done_bytes = size;
+                p.total_bytes = size;
+                progress(&p);
+                tracing::info!("inode {ino}: migrated from {} to {} ({} bytes copied)", m.from, m.to, p.copied_bytes);
+                report.complete = true;
+                report.copied_bytes = p.copied_bytes;
+                report.duration = t0.elapsed();
+                return Ok(report);
+            };
+            let n = chunk.min(end - start);
+            let part = &mut buf[..(n * BS) as usize];
+            old.root()
+                .read(&rio, start, part)
+                .map_err(|e| Error::Device(format!("inode {ino}: reading blocks {start}+{n} to migrate them: {e}")))?;
+            {
+                let g = self.inner.gate.enter();
+                let wio = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: false };
+                let zero = |k: u64| part[(k * BS) as usize..((k + 1) * BS) as usize].iter().all(|&x| x == 0);
+                let mut k = 0;
+                while k < n {
+                    if zero(k) {
+                        k += 1;
+                        continue;
+                    }
+                    let run = (k..n).take_while(|&j| !zero(j)).count() as u64;
+                    fresh.root().write(&wio, start + k, &part[(k * BS) as usize..((k + run) * BS) as usize])?;
+                    k += run;
+                }
+            }
+            m.watermark.store(start + n, Ordering::Release);
+            drop(io);
+            p.copied_bytes += n * BS;
+            p.done_bytes = ((start + n) * BS).min(size);
+            p.total_bytes = size;
+            progress(&p);
+            if let Some(rate) = opts.rate.filter(|&r| r > 0) {
+                let want = Duration::from_secs_f64((n * BS) as f64 / rate as f64);
+                if let Some(rest) = want.checked_sub(started.elapsed()) {
+                    std::thread::sleep(rest);
+                }
+            }
+        }
+    }
+
+    /// [`Fs::migrate`] by path.
+    pub fn migrate_path(
+        &self,
+        path: &str,
+        spec: &str,
+        opts: &MigrateOptions,
+        progress: &dyn Fn(&MigrateProgress),
+    ) -> Result<MigrateReport> {
+        self.migrate(self.resolve(path)?, spec, opts, progress)
+    }
+
+    /// The migration of `ino` in progress, if any.
+    pub fn migration_status(&self, ino: Ino) -> Option<MigrationStatus> {
+        let m = self.inner.migrations.read().get(&ino).cloned()?;
+        let total = m.total.load(Ordering::Acquire);
+        Some(MigrationStatus {
+            from: m.from.clone(),
+            to: m.to.clone(),
+            done_bytes: (m.watermark() * BS).min(total),
+            total_bytes: total,
+        })
+    }
+
+    /// The migration of `ino`, for the paths that change its data.
+    pub(crate) fn migration(&self, ino: Ino) -> Option<Arc<Migration>> {
+        let reg = self.inner.migrations.read();
+        if reg.is_empty() {
+            return None;
+        }
+        reg.get(&ino).cloned()
+    }
+
+    /// Applies a change made to the old tree of a migrating file to its
+    /// new tree as well (`f` on the new tree, in the batch `epoch`). A
+    /// change that fails there ends the migration (the old tree has it).
+    /// The caller holds the file's I/O lock.
+    /// `f` is given the new tree, its context and the watermark (in blocks).
+    pub(crate) fn mirror(&self, ino: Ino, epoch: u64, f: &dyn Fn(&Layout, &IoCtx, u64) -> Result<()>) {
+        let Some(m) = self.migration(ino) else { return };
+        let sink = |c: NodeRecord| m.changes.lock().push(c);
+        let io = IoCtx { storage: self.storage(), epoch, sink: &sink, repair: false };
+        if let Err(e) = f(&m.fresh, &io, m.watermark()) {
+            tracing::warn!("inode {ino}: migration to {} ended: a change could not be made in the new tree: {e}", m.to);
+            self.end_migration(ino, e);
+        }
+    }
+
+    /// Ends the migration of `ino` with `why` (the copy gives its space back).
+    pub(crate) fn end_migration(&self, ino: Ino, why: Error) {
+        let m = self.inner.migrations.write().remove(&ino);
+        if let Some(m) = m {
+            m.failed.lock().get_or_insert(why);
+        }
+    }
+
+    /// The space of every new tree being filled, which a checkpoint records
+    /// as free (nothing persistent names it). Called with the gate closed.
+    pub(crate) fn migrating_extents(&self, out: &mut Vec<(u32, u64, u64)>) {
+        for m in self.inner.migrations.read().values() {
+            m.fresh.extents(&mut |d, s, l| out.push((d, s, l)));
+        }
+    }
+}
+
+/// Progress of a tree's migration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TreeProgress {
+    pub files_done: u64,
+    pub files_total: u64,
+    /// Bytes of the files done, plus the current file's part below its
+    /// watermark; the files' sizes in all.
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub copied_bytes: u64,
+}
+
+/// What a tree's migration did.
+#[derive(Debug, Clone, Default)]
+pub struct TreeReport {
+    /// Files moved to the layout, and files that had it already.
+    pub migrated: u64,
+    pub unchanged: u64,
+    pub copied_bytes: u64,
+    /// False when stopped: the files not reached keep their layouts, and
+    /// running it again goes on (files already so laid out are skipped).
+    pub complete: bool,
+    pub duration: Duration,
+}
+
+impl Fs {
+    /// Migrates the regular file at `path`, or with `recursive` every
+    /// regular file under the directory at `path`, to `spec`, one file at
+    /// a time (the rate limit holds within each file, so over the tree).
+    /// Files that already have the layout are skipped, which is how an
+    /// interrupted run resumes.
+    pub fn migrate_tree(
+        &self,
+        path: &str,
+        spec: &str,
+        recursive: bool,
+        opts: &MigrateOptions,
+        progress: &dyn Fn(&TreeProgress),
+    ) -> Result<TreeReport> {
+        let t0 = Instant::now();
+        // The spec is checked before anything is walked.
+        self.file_spec(spec)?;
+        let top = self.resolve(path)?;
+        let mut files: Vec<(String, Ino, u64)> = Vec::new();
+        let a = self.getattr(top)?;
+        if a.is_dir() {
+            if !recursive {
+                return Err(Error::IsDir(format!("{path} is a directory (migrate its files with -r)")));
+            }
+            let mut dirs = vec![path.trim_end_matches('/').to_string()];
+            while let Some(d) = dirs.pop() {
+                for e in self.read_dir(if d.is_empty() { "/" } else { &d })? {
+                    let name = String::from_utf8_lossy(&e.name);
+                    let p = format!("{d}/{name}");
+                    match e.kind & libc::S_IFMT {
+                        libc::S_IFDIR => dirs.push(p),
+                        libc::S_IFREG => files.push((p, e.ino, self.getattr(e.ino)?.size)),
+                        _ => {}
+                    }
+                }
+            }
+            files.sort();
+        } else if a.is_file() {
+            files.push((path.to_string(), top, a.size));
+        } else {
+            return Err(Error::Invalid(format!("{path} is not a regular file or directory")));
+        }
+        let mut p = TreeProgress {
+            files_total: files.len() as u64,
+            total_bytes: files.iter().map(|f| f.2).sum(),
+            ..Default::default()
+        };
+        progress(&p);
+        let mut report = TreeReport::default();
+        for (path, ino, size) in files {
+            if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+                report.duration = t0.elapsed();
+                return Ok(report);
+            }
+            let base = p;
+            let r = self.migrate(ino, spec, opts, &|f| {
+                let mut q = base;
+                q.done_bytes += f.done_bytes.min(size);
+                q.copied_bytes += f.copied_bytes;
+                progress(&q);
+            });
+            let r = match r {
+                // Deleted or replaced by another file meanwhile: nothing to move.
+                Err(Error::NotFound(_)) | Err(Error::Stale(_)) if self.resolve(&path).map_or(true, |i| i != ino) => {
+                    p.files_done += 1;
+                    p.done_bytes += size;
+                    continue;
+                }
+                r => r.map_err(|e| Error::Invalid(format!("{path}: {e}")))?,
+            };
+            if !r.complete {
+                report.copied_bytes += r.copied_bytes;
+                report.duration = t0.elapsed();
+                return Ok(report);
+            }
+            if r.unchanged {
+                report.unchanged += 1;
+            } else {
+                report.migrated += 1;
+            }
+            report.copied_bytes += r.copied_bytes;
+            p.files_done += 1;
+            p.done_bytes += size;
+            p.copied_bytes += r.copied_bytes;
+            progress(&p);
+        }
+        report.complete = true;
+        report.duration = t0.elapsed();
+        Ok(report)
+    }
+}
