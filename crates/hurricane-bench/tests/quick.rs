@@ -71,6 +71,29 @@ fn hfs_parity() {
 }
 
 #[test]
+fn hfs_migrate() {
+    let v = check("hfs-migrate");
+    for k in ["aa", "ab_before", "ab_during_migration", "ab_after_migration"] {
+        assert!(v["kbps"][k].as_f64().unwrap() > 0.0, "{k}: {v}");
+    }
+    for k in ["migrate", "migrate_with_reader", "copy"] {
+        assert!(v["seconds"][k].as_f64().unwrap() > 0.0, "{k}: {v}");
+    }
+}
+
+#[test]
+fn write_mostly() {
+    let v = check("write-mostly");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        assert!(r["kbps"].as_f64().unwrap() > 0.0, "{r}");
+        let per: u64 = r["bytes_per_device"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).sum();
+        assert_eq!(per, 8 * (256 << 10), "{r}: every byte written is on some disk");
+    }
+}
+
+#[test]
 fn meta_scale() {
     let v = check("meta-scale");
     assert_eq!(v["files"], 20_000);
@@ -126,7 +149,7 @@ fn web_replay() {
 
 #[test]
 fn unknown_names_are_refused() {
-    assert_eq!(EXPERIMENTS.len(), 9);
+    assert_eq!(EXPERIMENTS.len(), 11);
     let out = tempfile::tempdir().unwrap();
     assert!(run("hfs-nope", true, out.path()).unwrap_err().contains("unknown experiment"));
     assert_eq!(hurricane_bench::main_with_args(&["--bogus".into()]), 2);

@@ -176,8 +176,9 @@ pub struct PutArgs {
     /// Destination in the pool; an existing directory receives LOCAL's name.
     #[arg(default_value = "/")]
     pub path: String,
-    /// Layout spec for the new files (default: the directory's, else the pool's).
-    #[arg(short = 'l', long, value_name = "SPEC")]
+    /// Layout spec for the new files (default: the directory's, else the
+    /// pool's); a table's `map=@FILE` reads its ranges from a local file.
+    #[arg(short = 'l', long, value_name = "SPEC", value_parser = crate::util::spec_arg)]
     pub layout: Option<String>,
     /// Copy a local directory and everything beneath it.
     #[arg(short = 'r', long)]

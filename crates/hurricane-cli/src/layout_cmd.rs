@@ -61,8 +61,8 @@ pub fn run(c: &LayoutCmd) -> CliResult {
             _ => Err(Fail::code(2, "layout get takes POOL_DIR PATH, or MOUNTED_PATH")),
         },
         LayoutCmd::Set(a) => match a.args.as_slice() {
-            [pool, path, spec] => set_pool(Path::new(pool), path, spec, a.migrate),
-            [mounted, spec] => set_mounted(Path::new(mounted), spec, a.migrate),
+            [pool, path, spec] => set_pool(Path::new(pool), path, &crate::util::spec_arg(spec)?, a.migrate),
+            [mounted, spec] => set_mounted(Path::new(mounted), &crate::util::spec_arg(spec)?, a.migrate),
             _ => Err(Fail::code(2, "layout set takes POOL_DIR PATH SPEC, or MOUNTED_PATH SPEC")),
         },
         LayoutCmd::Types => {

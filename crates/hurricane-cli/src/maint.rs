@@ -54,8 +54,9 @@ pub struct MigrateArgs {
     /// POOL_DIR PATH, or a path on a mounted pool.
     #[arg(num_args = 1..=2, required = true, value_names = ["POOL_DIR|MOUNTED_PATH", "PATH"])]
     pub args: Vec<PathBuf>,
-    /// The new layout spec (e.g. stripe(unit=1M,width=4)).
-    #[arg(long)]
+    /// The new layout spec (e.g. stripe(unit=1M,width=4)); a table's
+    /// `map=@FILE` reads its ranges from a local file.
+    #[arg(long, value_parser = crate::util::spec_arg)]
     pub layout: String,
     /// Migrate every regular file under a directory.
     #[arg(short, long)]

@@ -20,7 +20,7 @@ pub struct MkfsArgs {
     #[arg(short = 'd', long = "device", value_name = "PATH")]
     pub device: Vec<PathBuf>,
     /// Pool default layout for new files (default: stripe over every device).
-    #[arg(short = 'l', long, value_name = "SPEC")]
+    #[arg(short = 'l', long, value_name = "SPEC", value_parser = crate::util::spec_arg)]
     pub layout: Option<String>,
     /// Journal size (default: 1/32 of device 0, between 4 MiB and 256 MiB).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]

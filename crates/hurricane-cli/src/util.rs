@@ -70,6 +70,38 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     hurricane::units::parse_size(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
+/// A layout spec as given on the command line, with every `map=@FILE`
+/// replaced by the map that local file holds (a `table`'s ranges, one
+/// `START-END:CHILD` a line, the last `START-:CHILD`; blank lines and
+/// `#` comments skipped).
+pub fn spec_arg(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("map=@") {
+        out.push_str(&rest[..i + 4]);
+        let after = &rest[i + 5..];
+        // The path runs to the parameter's end: `,` or `)`.
+        let end = after.find([',', ')']).unwrap_or(after.len());
+        let path = &after[..end];
+        if path.is_empty() {
+            return Err("map=@ names no file".into());
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| format!("map=@{path}: {e}"))?;
+        let lines: Vec<&str> =
+            text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect();
+        if lines.is_empty() {
+            return Err(format!("map=@{path}: the file holds no ranges"));
+        }
+        if let Some(bad) = lines.iter().find(|l| l.contains([';', ',', ')', '(', '[', ']', ' '])) {
+            return Err(format!("map=@{path}: {bad:?} is not a START-END:CHILD line"));
+        }
+        out.push_str(&lines.join(";"));
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// `1.5 GiB` style.
 pub use hurricane::units::human;
 

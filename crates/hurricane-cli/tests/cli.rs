@@ -115,7 +115,7 @@ impl Pool {
 #[test]
 fn put_get_round_trip_with_layouts() {
     let pool = Pool::new(4, "64M");
-    let cases: [(&str, usize, &str); 8] = [
+    let cases: [(&str, usize, &str); 9] = [
         ("extent@0", 1_000_003, "checksum[extent@0]"),
         ("stripe(unit=64K,width=3)", 3_333_333, "stripe(unit=64K)["),
         ("regions(size=1M,width=3)", 2_500_000, "regions(size=1M)["),
@@ -124,6 +124,7 @@ fn put_get_round_trip_with_layouts() {
         ("stripe(unit=4K,width=4)", 0, "stripe(unit=4K)["),
         ("compress(algo=lz4,chunk=16K)[extent@1]", 700_001, "compress(algo=lz4,chunk=16K)[checksum[extent@1]]"),
         ("table(map=0-64K:1;64K-1M:0;1M-:1)[extent@0,extent@2]", 1_500_000, "table(map=0-64K:1;64K-1M:0;1M-:1)["),
+        ("write-mostly(unit=64K,width=3)", 2_000_001, "write-mostly(unit=64K)["),
     ];
     for (i, (spec, size, shown)) in cases.iter().enumerate() {
         let bytes = data(*size, i as u64);
@@ -317,6 +318,35 @@ fn bad_layout_specs_are_refused_clearly() {
     let e =
         fails(&["mkfs", s(&pool.work.join("p2")), "--devices", "2", "--device-size", "16M", "--layout", "stripe(("], 1);
     assert!(e.contains("layout"), "{e}");
+    pool.fsck_clean();
+}
+
+/// A table's map read from a local file (`map=@FILE`): comments and blank
+/// lines skipped, the ranges joined into the inline form.
+#[test]
+fn table_maps_come_from_files() {
+    let pool = Pool::new(3, "32M");
+    let map = pool.local("map", b"# bytes 0-64K on device 2, the rest on device 0\n0-64K:1\n\n64K-:0  # the rest\n");
+    let bytes = data(300_000, 9);
+    let f = pool.local("f", &bytes);
+    let spec = format!("table(map=@{map})[extent@0,extent@2]");
+    ok(&["put", pool.p(), &f, "/t", "--layout", &spec]);
+    assert_eq!(pool.get("/t"), bytes);
+    let got = ok(&["layout", "get", pool.p(), "/t"]);
+    assert!(got.starts_with("table(map=0-64K:1;64K-:0)["), "{got}");
+    // Files that are missing, empty or hold something else are refused by name.
+    let empty = pool.local("empty", b"# nothing\n");
+    let junk = pool.local("junk", b"0-64K:1;64K-:0\n");
+    for (m, says) in [
+        ("/no/such/map", "No such file"),
+        (empty.as_str(), "holds no ranges"),
+        (junk.as_str(), "not a START-END:CHILD line"),
+    ] {
+        let e = fails(&["put", pool.p(), &f, "/u", "--layout", &format!("table(map=@{m})[extent@0,extent@2]")], 2);
+        assert!(e.contains(says), "{m}: {e}");
+        let e = fails(&["layout", "set", pool.p(), "/u", &format!("table(map=@{m})[extent@0,extent@2]")], 1);
+        assert!(e.contains(says), "{m}: {e}");
+    }
     pool.fsck_clean();
 }
 

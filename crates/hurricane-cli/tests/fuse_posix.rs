@@ -734,6 +734,8 @@ fn fallocate_seek_copy_and_locks_on(m: &Mounted) {
             assert!(fs::read(p("punch")).unwrap() == want, "after a zero range");
         }
     }
+    // The kernel's FUSE passes neither collapse nor insert to a file system
+    // (the native API has both).
     assert_eq!(errno(fallocate(&ph, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096)), EOPNOTSUPP);
 
     // SEEK_DATA / SEEK_HOLE: data at [0, 4K) and [3M, 3M+4K), size 5M.
@@ -911,8 +913,9 @@ fn read_only_mount_and_helper() {
 }
 
 /// Reads through the mount use the file's open composition (HFS 3.1):
-/// `user.hurricane.open` when set, else the adaptive prefetcher, both of
-/// which fill the engine's cache ahead of a sequential reader.
+/// `user.hurricane.open` when set on it or on a directory above it, else
+/// the kernel's readahead; the policies fill the engine's cache ahead of a
+/// sequential reader.
 #[test]
 fn open_policies_apply_to_mounted_reads() {
     require_fuse!();
@@ -931,8 +934,12 @@ fn open_policies_apply_to_mounted_reads() {
     };
     fs::write(m.path("plain"), &body).unwrap();
     setxattr(&m.path("adaptive"), "user.hurricane.open", b"prefetch=adaptive", 0).unwrap();
+    // A directory's spec reaches the files beneath it, however deep.
+    fs::create_dir_all(m.path("d/sub")).unwrap();
+    setxattr(&m.path("d"), "user.hurricane.open", b"prefetch=distance(d=8,a=4)", 0).unwrap();
+    fs::write(m.path("d/sub/inherited"), &body).unwrap();
     let mut last = prefetched();
-    for name in ["explicit", "adaptive", "plain"] {
+    for name in ["explicit", "adaptive", "d/sub/inherited", "plain"] {
         // Drop the kernel's page cache so reads reach the mount.
         let _ = fs::write("/proc/sys/vm/drop_caches", "3\n");
         assert_eq!(fs::read(m.path(name)).unwrap(), body, "{name}: content");

@@ -56,6 +56,7 @@ pub mod fsck;
 pub mod journal;
 pub mod layout;
 pub mod namespace;
+pub mod numa;
 pub mod open;
 pub mod open_spec;
 pub mod pool;

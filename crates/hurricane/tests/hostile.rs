@@ -537,8 +537,10 @@ fn layouts_with_extreme_fan_out_or_depth_are_refused() {
     }
     // The deepest allowed nesting works end to end.
     fs.write_file("/deep", &pattern(3, 10_000), Some(&deep_ok)).unwrap();
-    // A layout cannot be changed once a file holds data.
-    assert_eq!(errno(fs.set_layout("/deep", "extent")), libc::EINVAL);
+    // A file holding data moves to a new layout whole (an online migration).
+    fs.set_layout("/deep", "extent@1").unwrap();
+    assert!(fs.layout_of("/deep").unwrap().contains("extent@1"));
+    assert_eq!(fs.read_file("/deep").unwrap(), pattern(3, 10_000));
     fs.sync().unwrap();
     let cfs = p.crash(CrashMode::DropAll).open().unwrap();
     assert_eq!(cfs.read_file("/deep").unwrap(), pattern(3, 10_000));

@@ -131,3 +131,60 @@ fn open_rules() {
     assert_eq!(fs.getattr(n).unwrap().size, 0);
     assert_eq!(errno(hurricane::OpenOptions::new().write(true).open(&fs, "/tmp/d")), libc::EISDIR);
 }
+
+/// `fallocate` COLLAPSE_RANGE and INSERT_RANGE through the native API (the
+/// kernel's FUSE passes neither): whole blocks move on extents (with their
+/// checksums) and on stripes by whole rows; other layouts and bad ranges
+/// are refused with nothing changed; the result survives a reopen.
+#[test]
+fn collapse_and_insert_ranges() {
+    const COLLAPSE: i32 = libc::FALLOC_FL_COLLAPSE_RANGE;
+    const INSERT: i32 = libc::FALLOC_FL_INSERT_RANGE;
+    let p = MemPool::new(3, 32 * MB);
+    let fs = p.open().unwrap();
+    let mut models = Vec::new();
+    for (path, layout) in [("/e", "extent@0"), ("/s", "stripe(unit=16K)[extent@1,extent@2]")] {
+        let mut m = pattern(7, 1 << 20);
+        m.truncate(1_000_000); // a partial last block
+        fs.write_file(path, &m, Some(layout)).unwrap();
+        let ino = fs.resolve(path).unwrap();
+        // 32 KiB: a whole row of the stripe, 8 blocks of the extent.
+        fs.fallocate(ino, 64 << 10, 32 << 10, COLLAPSE).unwrap();
+        m.drain(64 << 10..96 << 10);
+        fs.fallocate(ino, 128 << 10, 64 << 10, INSERT).unwrap();
+        m.splice(128 << 10..128 << 10, std::iter::repeat_n(0u8, 64 << 10));
+        assert_eq!(fs.stat(path).unwrap().size, m.len() as u64);
+        assert!(fs.read_file(path).unwrap() == m, "{path}");
+        // Bad ranges: not whole blocks, reaching the end, past the end.
+        for (off, len, mode, want) in [
+            (4097u64, 4096u64, COLLAPSE, libc::EINVAL),
+            (0, 1000, INSERT, libc::EINVAL),
+            ((m.len() as u64 / 4096 - 1) * 4096, 8192, COLLAPSE, libc::EINVAL),
+            (m.len() as u64 + 4096, 4096, INSERT, libc::EINVAL),
+        ] {
+            assert_eq!(fs.fallocate(ino, off, len, mode).unwrap_err().errno(), want, "{path} {off}+{len}");
+        }
+        models.push((path, m));
+    }
+    // A stripe moves by whole rows only; a mirror not at all.
+    let s = fs.resolve("/s").unwrap();
+    assert_eq!(fs.fallocate(s, 0, 16 << 10, COLLAPSE).unwrap_err().errno(), libc::EOPNOTSUPP);
+    fs.write_file("/r", &pattern(2, 200_000), Some("replicate[extent@0,extent@1]")).unwrap();
+    let r = fs.resolve("/r").unwrap();
+    assert_eq!(fs.fallocate(r, 0, 4096, COLLAPSE).unwrap_err().errno(), libc::EOPNOTSUPP);
+    assert_eq!(fs.read_file("/r").unwrap(), pattern(2, 200_000));
+    for (path, m) in &models {
+        assert!(fs.read_file(path).unwrap() == *m, "{path} after refusals");
+    }
+    fs.sync().unwrap();
+    let report = hurricane::fsck::check(&fs, false, &mut |_, _, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    drop(fs);
+    // Replayed from the journal after a power cut.
+    let fs = p.crash(hurricane::device::CrashMode::KeepAll).open().unwrap();
+    for (path, m) in &models {
+        assert!(fs.read_file(path).unwrap() == *m, "{path} after a reopen");
+    }
+    let report = hurricane::fsck::check(&fs, false, &mut |_, _, _| {}).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}

@@ -3,12 +3,14 @@
 pub mod getattr;
 pub mod layers;
 pub mod meta_scale;
+pub mod migrate;
 pub mod parity;
 pub mod speedup;
 pub mod sweep;
 pub mod table1;
 pub mod tam;
 pub mod web_replay;
+pub mod write_mostly;
 
 /// Seven disks, as on Hector.
 pub const DISKS: usize = 7;

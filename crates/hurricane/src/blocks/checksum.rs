@@ -68,6 +68,10 @@ enum Change {
     Set { fblk: u64, sums: Vec<u32> },
     /// Checksums of file blocks [from, to) are dropped (truncate: to = MAX).
     Drop { from: u64, to: u64 },
+    /// Every checksum at or past `from` moves by `delta` blocks; for a
+    /// negative delta those of the `-delta` blocks below `from` are dropped
+    /// first (a collapsed range).
+    Shift { from: u64, delta: i64 },
 }
 
 impl Change {
@@ -82,6 +86,9 @@ impl Change {
             }
             Change::Drop { from, to } => {
                 e.u8(2).u64(*from).u64(*to);
+            }
+            Change::Shift { from, delta } => {
+                e.u8(3).u64(*from).u64(*delta as u64);
             }
         }
         e.into_inner()
@@ -117,6 +124,16 @@ impl Change {
                 }
                 Change::Drop { from, to }
             }
+            3 => {
+                let (from, delta) = (d.u64()?, d.u64()? as i64);
+                if delta == 0 || from.checked_add_signed(delta).is_none() {
+                    return Err(Error::corrupt(
+                        "journal",
+                        format!("checksum node {id}: bad shift by {delta} at file block {from}"),
+                    ));
+                }
+                Change::Shift { from, delta }
+            }
             t => return Err(d.err(format!("unknown checksum change {t}"))),
         };
         d.expect_end()?;
@@ -137,6 +154,25 @@ impl Sums {
         match c {
             Change::Set { fblk, sums } => self.set(*fblk, sums),
             Change::Drop { from, to } => self.remove(*from, *to),
+            Change::Shift { from, delta } => {
+                if *delta < 0 {
+                    self.remove(from.saturating_sub(delta.unsigned_abs()), *from);
+                }
+                // The checksums past `from`, in runs of consecutive blocks,
+                // set again at their new places (regrouped by RUN).
+                let mut moved: Vec<(u64, Vec<u32>)> = Vec::new();
+                self.each(*from, u64::MAX, |b, sum| match moved.last_mut() {
+                    Some((s, v)) if *s + v.len() as u64 == b => v.push(sum),
+                    _ => moved.push((b, vec![sum])),
+                });
+                self.remove(*from, u64::MAX);
+                for (b, v) in moved {
+                    if let Some(nb) = b.checked_add_signed(*delta).filter(|nb| nb.checked_add(v.len() as u64).is_some())
+                    {
+                        self.set(nb, &v);
+                    }
+                }
+            }
         }
     }
 
@@ -479,6 +515,23 @@ impl Block for Checksum {
         let _held = self.busy.hold(nblocks, u64::MAX);
         self.child()?.truncate(io, nblocks)?;
         self.drop_sums(io, nblocks, u64::MAX);
+        Ok(())
+    }
+
+    fn can_shift(&self, from: u64, delta: i64) -> bool {
+        self.children.first().is_some_and(|c| c.can_shift(from, delta))
+    }
+
+    fn shift(&self, io: &IoCtx, from: u64, delta: i64) -> Result<()> {
+        if delta == 0 {
+            return Ok(());
+        }
+        let _held = self.busy.hold(from.saturating_sub(delta.min(0).unsigned_abs()), u64::MAX);
+        // The child first: if it refuses, nothing here has moved.
+        self.child()?.shift(io, from, delta)?;
+        let c = Change::Shift { from, delta };
+        self.sums.write().apply(&c);
+        io.record(&TYPE, self.id, &c.encode());
         Ok(())
     }
 

@@ -51,6 +51,10 @@ enum Change {
     Truncate { from: u64 },
     /// File blocks [fblk, fblk+len) are dropped (a hole punched).
     Punch { fblk: u64, len: u64 },
+    /// Every mapping at or past `from` moves by `delta` blocks; for a
+    /// negative delta the `-delta` blocks below `from` are dropped first (a
+    /// collapsed range).
+    Shift { from: u64, delta: i64 },
 }
 
 impl Change {
@@ -60,6 +64,7 @@ impl Change {
             Change::Map { fblk, pblk, len } => e.u8(1).u64(fblk).u64(pblk).u64(len),
             Change::Truncate { from } => e.u8(2).u64(from),
             Change::Punch { fblk, len } => e.u8(3).u64(fblk).u64(len),
+            Change::Shift { from, delta } => e.u8(4).u64(from).u64(delta as u64),
         };
         e.into_inner()
     }
@@ -72,9 +77,15 @@ impl Change {
             1 => Change::Map { fblk: d.u64()?, pblk: d.u64()?, len: d.u64()? },
             2 => Change::Truncate { from: d.u64()? },
             3 => Change::Punch { fblk: d.u64()?, len: d.u64()? },
+            4 => Change::Shift { from: d.u64()?, delta: d.u64()? as i64 },
             t => return Err(d.err(format!("unknown extent change {t}"))),
         };
         d.expect_end()?;
+        if let Change::Shift { from, delta } = c {
+            if delta == 0 || from.checked_add_signed(delta).is_none() {
+                return Err(Error::corrupt("journal", format!("extent node {id}: bad shift by {delta} at {from}")));
+            }
+        }
         if let Change::Punch { fblk, len } = c {
             if len == 0 || fblk.checked_add(len).is_none() {
                 return Err(Error::corrupt(
@@ -174,6 +185,22 @@ impl Map {
             }
             Change::Truncate { from } => self.remove(from, u64::MAX),
             Change::Punch { fblk, len } => self.remove(fblk, fblk.saturating_add(len)),
+            Change::Shift { from, delta } => {
+                let gap = if delta < 0 { self.remove(from.saturating_sub(delta.unsigned_abs()), from) } else { vec![] };
+                self.split_at(from);
+                let moved: Vec<(u64, (u64, u64))> = self.runs.range(from..).map(|(&f, &v)| (f, v)).collect();
+                for (f, _) in &moved {
+                    self.runs.remove(f);
+                }
+                for (f, (p, l)) in moved {
+                    // A run the shift would push past 2^64 is dropped (only a
+                    // hostile record gets there: files end far below).
+                    if let Some(nf) = f.checked_add_signed(delta).filter(|nf| nf.checked_add(l).is_some()) {
+                        self.runs.insert(nf, (p, l));
+                    }
+                }
+                gap
+            }
         }
     }
 
@@ -474,6 +501,29 @@ impl Block for Extent {
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
         self.drop_mappings(io, Change::Truncate { from: nblocks });
+        Ok(())
+    }
+
+    fn can_shift(&self, from: u64, delta: i64) -> bool {
+        from.checked_add_signed(delta).is_some()
+    }
+
+    fn shift(&self, io: &IoCtx, from: u64, delta: i64) -> Result<()> {
+        if delta == 0 {
+            return Ok(());
+        }
+        if !self.can_shift(from, delta) {
+            return Err(Error::Invalid(format!("extent node {}: shift by {delta} at {from}", self.id)));
+        }
+        // Always recorded (a shift over holes still moves what follows).
+        let c = Change::Shift { from, delta };
+        let mut m = self.map.write();
+        for (p, l) in m.apply(c, self.max) {
+            for (p, l) in m.minus_pending(p, l) {
+                io.free(self.dev, p, l);
+            }
+        }
+        io.record(&TYPE, self.id, &c.encode());
         Ok(())
     }
 

@@ -32,6 +32,7 @@ mod table;
 mod testenv;
 #[cfg(test)]
 mod tests;
+mod write_mostly;
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
@@ -314,6 +315,24 @@ pub trait Block: Send + Sync {
             });
         }
         Err(Error::NotSupported(format!("{} block: punching holes", self.kind().name)))
+    }
+    /// Whether [`Block::shift`] can move this node's mappings at or past
+    /// file block `from` by `delta` blocks (a collapsed or inserted range:
+    /// `fallocate` COLLAPSE_RANGE and INSERT_RANGE). Types that cannot
+    /// (their placement depends on the offset, or they keep state by block
+    /// they would have to rewrite) say no, and the request is refused
+    /// before anything changes.
+    fn can_shift(&self, _from: u64, _delta: i64) -> bool {
+        false
+    }
+    /// Moves every mapping at or past file block `from` by `delta` blocks:
+    /// down for a collapse (the `-delta` blocks below `from` are dropped
+    /// first, their space freed once the request's batch commits), up for
+    /// an insert (the gap reads as a hole). Called only where
+    /// [`Block::can_shift`] said yes, under the file's I/O lock held
+    /// exclusively.
+    fn shift(&self, _io: &IoCtx, _from: u64, _delta: i64) -> Result<()> {
+        Err(Error::NotSupported(format!("{} block: collapsing or inserting ranges", self.kind().name)))
     }
     /// What survives when the devices for which `down` is true are gone.
     /// The default suits every type without redundancy: a leaf is lost with

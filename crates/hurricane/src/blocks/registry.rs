@@ -84,6 +84,7 @@ pub static TYPES: &[&BlockType] = &[
     &super::parity::TYPE,
     &super::compress::TYPE,
     &super::table::TYPE,
+    &super::write_mostly::TYPE,
 ];
 
 /// The number of children a spec of type `t` written without any implies

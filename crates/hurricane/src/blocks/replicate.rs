@@ -51,7 +51,7 @@ pub static TYPE: BlockType = BlockType {
             default: Some("least-loaded"),
             min: 0,
             max: 0,
-            doc: "which copy serves reads: least-loaded (fewest requests in flight on its devices), nearest, primary (the first), or round-robin; changeable on a file holding data",
+            doc: "which copy serves reads: least-loaded (fewest requests in flight on its devices), nearest (devices on the NUMA node nearest the reading CPU, then least loaded), primary (the first), or round-robin; changeable on a file holding data",
         },
     ],
     per_device: false,
@@ -418,20 +418,33 @@ impl Replicate {
     /// The copy a read should try first.
     fn pick(&self, io: &IoCtx) -> usize {
         let n = self.children.len();
+        let load = |c: usize| -> u64 {
+            self.devices[c].iter().filter_map(|&d| io.storage.devs.get(d as usize)).map(|h| h.stats.load()).sum()
+        };
         match self.policy() {
-            Policy::Primary | Policy::Nearest => 0,
+            Policy::Primary => 0,
             Policy::RoundRobin => self.next.fetch_add(1, Relaxed) % n,
             Policy::LeastLoaded => {
                 let start = self.next.fetch_add(1, Relaxed) % n;
-                let load = |c: usize| -> u64 {
-                    self.devices[c]
-                        .iter()
-                        .filter_map(|&d| io.storage.devs.get(d as usize))
-                        .map(|h| h.stats.load())
-                        .sum()
-                };
                 // Strictly lower load wins, so equal loads go to `start`, which rotates.
                 (0..n).map(|i| (start + i) % n).min_by_key(|&c| load(c)).unwrap_or(0)
+            }
+            Policy::Nearest => {
+                // The copy whose farthest device is nearest the calling
+                // CPU's node (a device on no known node counts as local),
+                // then the least loaded of those.
+                let here = crate::numa::current_node();
+                let far = |c: usize| -> u32 {
+                    let Some(here) = here else { return crate::numa::LOCAL };
+                    self.devices[c]
+                        .iter()
+                        .filter_map(|&d| io.storage.devs.get(d as usize).and_then(|h| h.numa_node()))
+                        .map(|node| crate::numa::distance(here, node))
+                        .max()
+                        .unwrap_or(crate::numa::LOCAL)
+                };
+                let start = self.next.fetch_add(1, Relaxed) % n;
+                (0..n).map(|i| (start + i) % n).min_by_key(|&c| (far(c), load(c))).unwrap_or(0)
             }
         }
     }

@@ -135,6 +135,32 @@ impl Block for RoundRobin {
         dispatch(groups, self.parallel(n), &|c, cb, piece: &[u8]| self.children[c].write(io, cb, piece))
     }
 
+    fn can_shift(&self, from: u64, delta: i64) -> bool {
+        // Whole rows only (a row: one unit on every child), so each unit
+        // keeps its child and every child moves by the same rows.
+        let row = self.unit * self.width();
+        from.is_multiple_of(row)
+            && delta.unsigned_abs().is_multiple_of(row)
+            && from.checked_add_signed(delta).is_some()
+            && self.children.iter().all(|c| c.can_shift(from / self.width(), delta / self.width() as i64))
+    }
+
+    fn shift(&self, io: &IoCtx, from: u64, delta: i64) -> Result<()> {
+        if !self.can_shift(from, delta) {
+            return Err(Error::NotSupported(format!(
+                "{} node {}: ranges collapsed or inserted must be whole rows of {} bytes",
+                self.kind.name,
+                self.id,
+                self.unit * self.width() * BLOCK_SIZE as u64
+            )));
+        }
+        let (cf, cd) = (from / self.width(), delta / self.width() as i64);
+        for c in &self.children {
+            c.shift(io, cf, cd)?;
+        }
+        Ok(())
+    }
+
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
         // Every child is truncated even if one fails, so they stay consistent.
         let mut res = Ok(());

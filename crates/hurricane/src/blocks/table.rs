@@ -21,7 +21,7 @@ pub static TYPE: BlockType = BlockType {
         default: None,
         min: 0,
         max: 0,
-        doc: "byte ranges from 0, without gaps, the last open-ended, each on a child (sizes as 64K, 8M, 1G)",
+        doc: "byte ranges from 0, without gaps, the last open-ended, each on a child (sizes as 64K, 8M, 1G); the CLI reads map=@FILE from a local file, one range a line",
     }],
     per_device: false,
     min_children: 1,

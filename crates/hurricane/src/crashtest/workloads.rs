@@ -25,12 +25,12 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("inline", "the same on inline files, some outgrowing inline and moving to the default layout"),
     ("parity", "the same on parity(data=2,parity=1) and parity(data=1,parity=2,unit=8K): copy-on-write stripes, partial-stripe overwrites"),
     ("compress", "the same on compress (zstd and lz4, 4K to 64K chunks, over extent, stripe and replicate) with compressible, random and zero data: chunks rewritten copy-on-write"),
-    ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes, a table over an extent and a stripe)"),
+    ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes, a table over an extent and a stripe, write-mostly over extents and a stripe)"),
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
     ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
-    ("migrate", "files of every layout moved online to other layouts (extent, stripe, replicate, parity, compress, regions) in chunks of 8K to 64K, some migrations stopped part way, between writes, truncations, punched holes, creates and removals"),
+    ("migrate", "files of every layout moved online to other layouts (extent, stripe, replicate, parity, compress, regions) in chunks of 8K to 64K, some migrations stopped part way, between writes, truncations, punched holes, collapsed and inserted ranges, creates and removals"),
     ("directory", "many entries in few directories, created, removed, renamed, chmodded and given xattrs, with checkpoints between: entries and inodes read back from the meta-data store past a small inode cache, changes since the checkpoint from memory"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
@@ -412,6 +412,32 @@ impl<'a> Driver<'a> {
                 if off + len > mf.data.len() {
                     mf.truncate(off + len);
                 }
+                d.mods.push(id);
+            }
+            Ok(())
+        })
+    }
+
+    /// Collapses [off, off+len) out of the file (`insert`: opens a hole of
+    /// `len` bytes at `off`), both in whole blocks; a layout that cannot
+    /// move its mappings by that much refuses, and nothing changes.
+    pub fn move_range(&mut self, path: &str, off: usize, len: usize, insert: bool) -> Result<()> {
+        let what = if insert { "insert" } else { "collapse" };
+        self.op(format!("{what} {path} {off}+{len}"), |d| {
+            let ino = d.fs.resolve(path)?;
+            let mode = if insert { libc::FALLOC_FL_INSERT_RANGE } else { libc::FALLOC_FL_COLLAPSE_RANGE };
+            match d.fs.fallocate(ino, off as u64, len as u64, mode) {
+                Err(Error::NotSupported(_)) => return Ok(()),
+                r => r?,
+            }
+            if let Some((id, mf)) = d.m.file(path) {
+                let mut data = mf.data.clone();
+                if insert {
+                    data.splice(off..off, std::iter::repeat_n(0u8, len));
+                } else {
+                    data.drain(off..off + len);
+                }
+                mf.set(data);
                 d.mods.push(id);
             }
             Ok(())
@@ -971,6 +997,8 @@ pub(crate) fn layout_family(name: &str) -> Option<(&'static [&'static str], usiz
                 "stripe(unit=8K)[replicate[extent@0,extent@1],replicate[extent@1,extent@2]]",
                 "regions(size=16K)[stripe(unit=4K,width=2),extent@2]",
                 "table(map=0-16K:0;16K-48K:1;48K-:0)[extent@0,stripe(unit=8K)[extent@1,extent@2]]",
+                "write-mostly(unit=8K)[extent@0,stripe(unit=4K)[extent@1,extent@2]]",
+                "write-mostly(unit=4K,width=3)",
             ],
             60_000,
         ),
@@ -1543,6 +1571,23 @@ pub(crate) fn migrate(d: &mut Driver, size: Size) -> Result<()> {
                 let s = spec(d);
                 let len = d.rng.gen_range(0..96 << 10);
                 d.create_file(Some(s), len)?;
+            }
+            9 if d.rng.gen_bool(0.5) => {
+                // Collapse or insert whole blocks (extents, and stripes or
+                // regions by whole rows, move; other layouts refuse).
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let blocks = cur / 4096;
+                    if blocks >= 2 {
+                        let insert = d.rng.gen_bool(0.5);
+                        let off = d.rng.gen_range(0..blocks - 1) * 4096;
+                        let max = if insert { 16 } else { (cur - off - 1) / 4096 };
+                        let len = d.rng.gen_range(1..=max.clamp(1, 16)) * 4096;
+                        if insert || off + len < cur {
+                            d.move_range(&p, off, len, insert)?;
+                        }
+                    }
+                }
             }
             _ => {
                 if let Some(p) = d.pick_file() {

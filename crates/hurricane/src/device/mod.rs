@@ -199,6 +199,8 @@ pub struct DeviceHandle {
     write_errors: std::sync::atomic::AtomicU64,
     checksum_errors: std::sync::atomic::AtomicU64,
     repaired: std::sync::atomic::AtomicU64,
+    /// The NUMA node the device hangs off (`u32::MAX`: unknown).
+    numa_node: std::sync::atomic::AtomicU32,
 }
 
 impl DeviceHandle {
@@ -215,6 +217,7 @@ impl DeviceHandle {
             read_errors: Default::default(),
             write_errors: Default::default(),
             checksum_errors: Default::default(),
+            numa_node: std::sync::atomic::AtomicU32::new(u32::MAX),
             repaired: Default::default(),
         }
     }
@@ -233,6 +236,16 @@ impl DeviceHandle {
 
     pub fn name(&self) -> String {
         self.dev.read().name().to_string()
+    }
+
+    /// The NUMA node the device hangs off, where known.
+    pub fn numa_node(&self) -> Option<u32> {
+        Some(self.numa_node.load(std::sync::atomic::Ordering::Relaxed)).filter(|&n| n != u32::MAX)
+    }
+
+    /// Records the device's NUMA node (`None`: unknown).
+    pub fn set_numa_node(&self, node: Option<u32>) {
+        self.numa_node.store(node.unwrap_or(u32::MAX), std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn state(&self) -> DeviceState {

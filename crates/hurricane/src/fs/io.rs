@@ -475,8 +475,9 @@ impl Fs {
     /// FALLOC_FL_PUNCH_HOLE (with KEEP_SIZE) makes the range read as zeros
     /// and gives whole blocks' space back where the layout can drop them;
     /// FALLOC_FL_ZERO_RANGE makes it read as zeros with its space allocated
-    /// (and, without KEEP_SIZE, may extend the size). Collapsing and
-    /// inserting ranges are refused.
+    /// (and, without KEEP_SIZE, may extend the size). FALLOC_FL_COLLAPSE_RANGE
+    /// and FALLOC_FL_INSERT_RANGE move what follows a range, where the
+    /// layout can ([`Fs::move_range`]).
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: i32) -> Result<()> {
         self.check_writable()?;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
@@ -494,9 +495,75 @@ impl Fs {
             m if m == libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE => {
                 return self.zero_range(ino, off, end, false, false)
             }
+            libc::FALLOC_FL_COLLAPSE_RANGE => return self.move_range(ino, off, len, false),
+            libc::FALLOC_FL_INSERT_RANGE => return self.move_range(ino, off, len, true),
             _ => return Err(Error::NotSupported(format!("fallocate mode {mode:#x}"))),
         }
         self.preallocate(ino, off, end, mode & libc::FALLOC_FL_KEEP_SIZE != 0)
+    }
+
+    /// FALLOC_FL_COLLAPSE_RANGE (`insert` false): bytes [off, off+len) go
+    /// and what follows moves down, the file shrinking by `len`;
+    /// FALLOC_FL_INSERT_RANGE: a hole of `len` bytes opens at `off`, what
+    /// follows moving up. Both whole blocks, inside the file (a collapse
+    /// must leave something after the range, as on Linux), and only where
+    /// the layout can move its mappings (`Block::can_shift`: extents, with
+    /// checksums, and stripes or regions by whole rows); one journal group,
+    /// so a crash shows the file before or after. A migration under way
+    /// ends (run it again).
+    fn move_range(&self, ino: Ino, off: u64, len: u64, insert: bool) -> Result<()> {
+        let what = if insert { "insert" } else { "collapse" };
+        if !off.is_multiple_of(BS) || !len.is_multiple_of(BS) {
+            return Err(Error::Invalid(format!("inode {ino}: {what} of {len} bytes at {off}: not whole 4 KiB blocks")));
+        }
+        let (node, _, _) = self.file_layout(ino)?;
+        let _io = node.io.write();
+        let (lay, size) = {
+            let d = node.data.read();
+            (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, d.size)
+        };
+        let new_size = if insert {
+            if off >= size {
+                return Err(Error::Invalid(format!("inode {ino}: insert at {off}, at or past the end ({size})")));
+            }
+            size.checked_add(len)
+                .filter(|&n| n <= MAX_FILE_SIZE)
+                .ok_or_else(|| Error::TooBig(format!("inode {ino}: inserting {len} bytes into {size}")))?
+        } else {
+            if off.checked_add(len).is_none_or(|e| e >= size) {
+                return Err(Error::Invalid(format!(
+                    "inode {ino}: collapse of [{off}, {off}+{len}) reaches the end of the file ({size})"
+                )));
+            }
+            size - len
+        };
+        let (from, delta) =
+            if insert { (off / BS, (len / BS) as i64) } else { ((off + len) / BS, -((len / BS) as i64)) };
+        if !lay.root().can_shift(from, delta) || (insert && new_size.div_ceil(BS) > lay.root().capacity()) {
+            return Err(Error::NotSupported(format!(
+                "inode {ino}: its layout {} cannot {what} {len} bytes at {off} (extents can, with checksums; \
+                 stripes and regions by whole rows of units)",
+                lay.spec()
+            )));
+        }
+        if self.migration(ino).is_some() {
+            self.end_migration(ino, Error::Stale(format!("inode {ino}: a range was {what}ed during the migration")));
+        }
+        let g = self.inner.gate.enter();
+        let changes = Mutex::new(Vec::new());
+        let sink = |c: NodeRecord| changes.lock().push(c);
+        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let r = lay.root().shift(&io, from, delta);
+        self.inner.cache.invalidate_from(ino, off / BS);
+        let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
+        if r.is_ok() {
+            let set = Op::SetSize { ino, size: new_size, mtime: now() };
+            let mut l = self.state().lock(&[ino]);
+            self.state().apply(&set, &mut l)?;
+            ops.push(set);
+        }
+        self.log(&g, &ops);
+        r
     }
 
     /// Runs `f` on the layout `lay` of `ino` as one journal group: the

@@ -645,7 +645,15 @@ impl Fs {
             let plan = Arc::new(crate::device::FaultPlan::new(spec));
             *slot = Arc::new(crate::device::FaultDevice::new(slot.clone(), plan));
         }
-        Fs::open(devs, opts)
+        let numa = pool::numa_nodes(dir)?;
+        let fs = Fs::open(devs, opts)?;
+        // Each device's NUMA node: pool.conf's, else what sysfs says.
+        for (h, p) in fs.inner.storage.devs.iter().zip(&paths) {
+            let node =
+                numa.iter().rev().find(|(d, _)| *d == h.index).map(|x| x.1).or_else(|| crate::numa::node_of_path(p));
+            h.set_numa_node(node);
+        }
+        Ok(fs)
     }
 
     pub fn report(&self) -> OpenReport {

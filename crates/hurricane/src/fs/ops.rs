@@ -229,7 +229,11 @@ impl Fs {
                 dir.get(name)?.ok_or_else(|| Error::NotFound(show(name)))?.ino
             }
         };
-        self.getattr(child)
+        let a = self.getattr(child)?;
+        if name != b"." && name != b".." {
+            self.note_parent(child, parent);
+        }
+        Ok(a)
     }
 
     pub fn access(&self, cred: &Creds, ino: Ino, mask: u32) -> Result<()> {
@@ -410,7 +414,10 @@ impl Fs {
             self.state().apply(op, &mut l)?;
         }
         self.log(&g, &ops);
-        Ok(attr_of(ino, l.get(ino)?))
+        let a = attr_of(ino, l.get(ino)?);
+        drop(l);
+        self.note_parent(ino, parent);
+        Ok(a)
     }
 
     pub fn mkdir(&self, cred: &Creds, parent: Ino, name: &[u8], mode: u32) -> Result<Attr> {
@@ -555,7 +562,10 @@ impl Fs {
         let op = Op::Link { dir: newparent, name: newname.to_vec(), ino, time: now() };
         self.state().apply(&op, &mut l)?;
         self.log(&g, &[op]);
-        Ok(attr_of(ino, l.get(ino)?))
+        let a = attr_of(ino, l.get(ino)?);
+        drop(l);
+        self.note_parent(ino, newparent);
+        Ok(a)
     }
 
     /// Whether `dir` is `anc` or lies beneath it.
@@ -686,6 +696,11 @@ impl Fs {
                 self.reap(&g, &mut l, d, &mut ops)?;
             }
             self.log(&g, &ops);
+            drop(l);
+            self.note_parent(src, ddir);
+            if let (Some((d, _)), true) = (dst, flags.exchange) {
+                self.note_parent(d, sdir);
+            }
             return Ok(());
         }
     }

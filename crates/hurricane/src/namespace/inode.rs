@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::journal::Ino;
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, OnceLock};
 
 pub const S_IFMT: u32 = libc::S_IFMT;
@@ -463,6 +463,10 @@ pub struct Inode {
     pub opens: AtomicU32,
     /// Times changed in memory and not yet logged.
     pub dirty_times: AtomicBool,
+    /// The directory this inode was last reached through (0: none since it
+    /// was loaded): where a mount finds the directory default of its open
+    /// spec, the kernel naming only the inode when it opens a file.
+    pub parent_hint: AtomicU64,
 }
 
 impl Inode {
@@ -473,6 +477,7 @@ impl Inode {
             io: RwLock::new(()),
             opens: AtomicU32::new(0),
             dirty_times: AtomicBool::new(false),
+            parent_hint: AtomicU64::new(0),
         }
     }
 }

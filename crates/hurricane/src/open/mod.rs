@@ -155,13 +155,31 @@ impl Fs {
         }
     }
 
-    /// For the mount: the composition of a file handle, its own attribute
-    /// else [`OpenSpec::mounted`] (never fails: an inode that vanished gets
-    /// that too).
+    /// For the mount: the composition of a file handle, its own attribute,
+    /// else that of the nearest directory above the one it was last reached
+    /// through (looked up, created, linked or renamed into), else
+    /// [`OpenSpec::mounted`] (never fails: an inode that vanished gets that
+    /// too).
     pub fn open_policy_for(&self, ino: Ino) -> OpenSpec {
         match self.own_open_spec(ino) {
-            Ok((Some(s), _)) => s,
-            _ => OpenSpec::mounted(),
+            Ok((Some(s), _)) => return s,
+            Err(_) => return OpenSpec::mounted(),
+            Ok((None, _)) => {}
+        }
+        let parent = self.state().get(ino).map_or(0, |n| n.parent_hint.load(Ordering::Relaxed));
+        if parent != 0 {
+            if let Ok(Some(s)) = self.dir_open_spec(parent) {
+                return s;
+            }
+        }
+        OpenSpec::mounted()
+    }
+
+    /// Notes that `ino` was reached through directory `parent` (see
+    /// [`Fs::open_policy_for`]).
+    pub(crate) fn note_parent(&self, ino: Ino, parent: Ino) {
+        if let Some(n) = self.state().get(ino) {
+            n.parent_hint.store(parent, Ordering::Relaxed);
         }
     }
 

@@ -177,9 +177,38 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Whether a (trimmed) line of `pool.conf` names a device: anything but
-/// blank lines, comments, `sim =` and `fault =` lines.
+/// blank lines, comments, `sim =`, `fault =` and `numa =` lines.
 pub fn is_device_line(line: &str) -> bool {
-    !(line.is_empty() || line.starts_with('#') || sim_line(line).is_some() || fault_line(line).is_some())
+    !(line.is_empty()
+        || line.starts_with('#')
+        || sim_line(line).is_some()
+        || fault_line(line).is_some()
+        || numa_line(line).is_some())
+}
+
+/// The value of a `numa = DEV NODE` line.
+fn numa_line(line: &str) -> Option<&str> {
+    line.strip_prefix("numa")?.trim_start().strip_prefix('=').map(str::trim)
+}
+
+/// The NUMA nodes a pool directory gives its devices (`numa = DEV NODE`
+/// lines in pool.conf), for `replicate(read=nearest)`: they override what
+/// sysfs says of the device (nothing, for an image file on a file system
+/// whose disk sysfs places on no node).
+pub fn numa_nodes(dir: &Path) -> Result<Vec<(u32, u32)>> {
+    let f = dir.join(POOL_FILE);
+    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().map(str::trim).enumerate() {
+        let Some(v) = numa_line(line) else { continue };
+        let bad = |m: String| Error::Invalid(format!("{} line {}: {m}", f.display(), n + 1));
+        let (dev, node) = v.split_once(char::is_whitespace).ok_or_else(|| bad("expected `numa = DEV NODE`".into()))?;
+        let dev: u32 = dev.parse().map_err(|_| bad(format!("numa: `{dev}` is not a device number")))?;
+        let node: u32 =
+            node.trim().parse().map_err(|_| bad(format!("numa: `{}` is not a node number", node.trim())))?;
+        out.push((dev, node));
+    }
+    Ok(out)
 }
 
 /// Replaces `pool.conf` with `text`: a temporary file, synced, renamed over

@@ -547,3 +547,34 @@ fn concurrent_writes_and_heals_keep_copies_equal() {
     assert_eq!(env.copy(&l, 0, 0, BLOCKS as usize), env.copy(&l, 1, 0, BLOCKS as usize));
     assert!(env.changes().is_empty(), "nothing was missed");
 }
+
+#[test]
+fn nearest_reads_the_copy_on_the_callers_node() {
+    let env = Env::new(3, 256);
+    let l = build(&repl("nearest", vec![ext(0), ext(1), ext(2)]));
+    let d = pattern(9, 32);
+    env.write(&l, 0, &d).unwrap();
+    let reads = |dev: usize| env.storage.devs[dev].stats.snapshot().reads;
+    let before: Vec<u64> = (0..3).map(reads).collect();
+    // Devices 0 and 2 on a node far from every CPU of this machine (one
+    // sysfs does not list), device 1 on the node of the calling CPU.
+    let here = crate::numa::current_node();
+    env.storage.devs[0].set_numa_node(Some(4000));
+    env.storage.devs[1].set_numa_node(here);
+    env.storage.devs[2].set_numa_node(Some(4000));
+    for i in 0..16 {
+        assert_eq!(env.read(&l, i * 2, 2), d[(i * 2) as usize * BS..(i * 2 + 2) as usize * BS]);
+    }
+    let got: Vec<u64> = (0..3).map(|i| reads(i) - before[i]).collect();
+    if here.is_some() {
+        assert!(got[1] >= 16 && got[0] == 0 && got[2] == 0, "{got:?}: reads left the near copy");
+    } else {
+        // No topology to go by: the copies share the reads by load.
+        assert!(got.iter().sum::<u64>() >= 16, "{got:?}");
+    }
+    // Unknown nodes count as local: all three copies are candidates again.
+    for h in env.storage.devs.iter() {
+        h.set_numa_node(None);
+    }
+    assert_eq!(env.read(&l, 0, 32), d);
+}
