@@ -82,6 +82,25 @@ impl Split for &mut [u8] {
     }
 }
 
+/// Groups a request's pieces by child for [`dispatch`]: `pieces` are (child
+/// block, child, blocks) in request order, a `None` child a hole whose part
+/// of `buf` goes nowhere. Each child gets its pieces of `buf` in order.
+pub(super) fn group_pieces<S: Split>(
+    pieces: &[(u64, Option<usize>, u64)],
+    children: usize,
+    mut buf: S,
+) -> Vec<(usize, Vec<(u64, S)>)> {
+    let mut per: Vec<Vec<(u64, S)>> = (0..children).map(|_| Vec::new()).collect();
+    for &(cb, c, len) in pieces {
+        let (piece, rest) = buf.split(len as usize * BLOCK_SIZE);
+        buf = rest;
+        if let Some(v) = c.and_then(|c| per.get_mut(c)) {
+            v.push((cb, piece));
+        }
+    }
+    per.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect()
+}
+
 /// Runs each child's pieces in order. With `parallel`, different children run
 /// on their own threads so their devices work at the same time. Returns the
 /// first error, after every piece has been tried.

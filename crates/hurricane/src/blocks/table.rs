@@ -7,7 +7,7 @@
 //! ranges, the rest are holes), so the mapping is arithmetic on the
 //! parameter and the node keeps no state.
 
-use super::common::{dispatch, span, Split};
+use super::common::{dispatch, group_pieces, span, Split};
 use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -123,14 +123,10 @@ impl Table {
     }
 
     /// A request's pieces grouped by child: (child, [(child block, piece)]).
-    fn split<S: Split>(&self, fblk: u64, n: u64, mut buf: S) -> Vec<(usize, Vec<(u64, S)>)> {
-        let mut per: Vec<Vec<(u64, S)>> = (0..self.children.len()).map(|_| Vec::new()).collect();
-        for (f, c, len) in self.pieces(fblk, n) {
-            let (piece, rest) = buf.split(len as usize * BLOCK_SIZE);
-            buf = rest;
-            per[c].push((f, piece));
-        }
-        per.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect()
+    fn split<S: Split>(&self, fblk: u64, n: u64, buf: S) -> Vec<(usize, Vec<(u64, S)>)> {
+        let pieces: Vec<(u64, Option<usize>, u64)> =
+            self.pieces(fblk, n).into_iter().map(|(f, c, len)| (f, Some(c), len)).collect();
+        group_pieces(&pieces, self.children.len(), buf)
     }
 }
 

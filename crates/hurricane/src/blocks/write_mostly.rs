@@ -20,7 +20,7 @@
 //! written, so two writers into one new unit agree on its child; a reader
 //! racing that first write sees a hole, as it would in an `extent`.
 
-use super::common::{chunks, devices_under, dispatch, span, Split};
+use super::common::{chunks, devices_under, dispatch, group_pieces, span};
 use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
@@ -283,19 +283,6 @@ impl WriteMostly {
         }
         out
     }
-
-    /// A request's placed pieces grouped by child.
-    fn split<S: Split>(pieces: &[(u64, Option<usize>, u64)], k: usize, mut buf: S) -> Vec<(usize, Vec<(u64, S)>)> {
-        let mut per: Vec<Vec<(u64, S)>> = (0..k).map(|_| Vec::new()).collect();
-        for &(f, c, len) in pieces {
-            let (piece, rest) = buf.split(len as usize * BLOCK_SIZE);
-            buf = rest;
-            if let Some(c) = c {
-                per[c].push((f, piece));
-            }
-        }
-        per.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect()
-    }
 }
 
 impl Block for WriteMostly {
@@ -327,14 +314,14 @@ impl Block for WriteMostly {
             }
             at += bytes;
         }
-        let groups = Self::split(&pieces, self.children.len(), buf);
+        let groups = group_pieces(&pieces, self.children.len(), buf);
         dispatch(groups, n >= PARALLEL_MIN_BLOCKS, &|c, cb, piece: &mut [u8]| self.children[c].read(io, cb, piece))
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
         let n = span(fblk, buf.len())?;
         let pieces = self.pieces(Some(io), fblk, n);
-        let groups = Self::split(&pieces, self.children.len(), buf);
+        let groups = group_pieces(&pieces, self.children.len(), buf);
         dispatch(groups, n >= PARALLEL_MIN_BLOCKS, &|c, cb, piece: &[u8]| self.children[c].write(io, cb, piece))
     }
 
