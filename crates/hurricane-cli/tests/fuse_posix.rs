@@ -630,17 +630,24 @@ fn xattrs_and_layouts_on(pool: &Pool, m: &Mounted) {
     setxattr(&p("f"), "user.big", &big, 0).unwrap();
     assert_eq!(getxattr(&p("f"), "user.big", 70000).unwrap(), big);
 
-    // Layouts: read on any file, set on an empty file only.
+    // Layouts: read on any file; set on an empty file, or on a file holding
+    // data, which moves to it (an online migration) with its bytes intact.
     let lay = String::from_utf8(getxattr(&p("f"), "user.hurricane.layout", 4096).unwrap()).unwrap();
     assert!(lay.starts_with("stripe"), "default layout: {lay}");
-    assert_eq!(errno(setxattr(&p("f"), "user.hurricane.layout", b"extent@1", 0)), EINVAL);
+    let before = fs::read(p("f")).unwrap();
+    setxattr(&p("f"), "user.hurricane.layout", b"extent@1", 0).unwrap();
+    assert_eq!(getxattr(&p("f"), "user.hurricane.layout", 4096).unwrap(), b"checksum[extent@1]");
+    assert_eq!(fs::read(p("f")).unwrap(), before);
     File::create(p("e")).unwrap();
     setxattr(&p("e"), "user.hurricane.layout", b"extent@1", 0).unwrap();
     // As set, with the checksum block a default pool puts above the leaf.
     assert_eq!(getxattr(&p("e"), "user.hurricane.layout", 4096).unwrap(), b"checksum[extent@1]");
     fs::write(p("e"), data(300_000, 3)).unwrap();
     assert_eq!(fs::read(p("e")).unwrap(), data(300_000, 3));
-    assert_eq!(errno(setxattr(&p("e"), "user.hurricane.layout", b"extent@0", 0)), EINVAL);
+    setxattr(&p("e"), "user.hurricane.layout", b"extent@0", 0).unwrap();
+    assert_eq!(getxattr(&p("e"), "user.hurricane.layout", 4096).unwrap(), b"checksum[extent@0]");
+    let _ = fs::write("/proc/sys/vm/drop_caches", "3\n");
+    assert_eq!(fs::read(p("e")).unwrap(), data(300_000, 3));
     File::create(p("e2")).unwrap();
     assert_eq!(errno(setxattr(&p("e2"), "user.hurricane.layout", b"stripe(unit=64K,width=9)", 0)), EINVAL);
     assert_eq!(errno(setxattr(&p("e2"), "user.hurricane.layout", b"nonsense((", 0)), EINVAL);

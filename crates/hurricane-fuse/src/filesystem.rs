@@ -929,6 +929,24 @@ impl Filesystem for HurricaneFuse {
     ) {
         let t0 = Instant::now();
         let n = name.as_bytes();
+        if n == LAYOUT_XATTR.as_bytes() && self.fs.getattr(ino.0).is_ok_and(|a| a.is_file() && a.size > 0) {
+            // A file holding data moves to the new layout (an online
+            // migration), which takes as long as its copy: off the serving
+            // thread, so the queue it came on keeps serving.
+            let mut c = creds(req);
+            if c.uid != 0 {
+                c.groups = groups_of(req.pid());
+            }
+            let (fs, value, ino) = (self.fs.clone(), value.to_vec(), ino.0);
+            self.off_thread(Op::Setxattr, reply, move || {
+                let r = fs.setxattr(&c, ino, LAYOUT_XATTR.as_bytes(), &value, flags);
+                if let Err(e) = &r {
+                    tracing::warn!("{LAYOUT_XATTR} on inode {ino}: {e}");
+                }
+                r
+            });
+            return;
+        }
         let r = if ino.0 == ROOT && n == STATS_XATTR.as_bytes() {
             Err(Errno::EPERM)
         } else if ino.0 == ROOT && n == crate::control::CONTROL_XATTR.as_bytes() {

@@ -212,8 +212,10 @@ fn layouts_are_per_file_and_inherited() {
     fs.mkdir_path("/striped/sub", 0o755).unwrap();
     fs.write_file("/striped/sub/g", b"x", None).unwrap();
     assert!(fs.layout_of("/striped/sub/g").unwrap().starts_with("stripe(unit=64K)"));
-    // A file with data refuses a new layout; an empty one takes it.
-    assert_eq!(errno(fs.set_layout("/striped/f", "extent@0")), libc::EINVAL);
+    // A file with data moves to a new layout (migrated); an empty one takes it.
+    fs.set_layout("/striped/f", "extent@0").unwrap();
+    assert_eq!(fs.layout_of("/striped/f").unwrap(), "checksum[extent@0]");
+    assert_eq!(fs.read_file("/striped/f").unwrap(), pattern(3, 300_000));
     fs.write_file("/e", b"", None).unwrap();
     fs.set_layout("/e", "replicate[stripe(width=2),stripe(width=2)]").unwrap();
     let canon = fs.layout_of("/e").unwrap();
