@@ -1,7 +1,8 @@
 //! `write-mostly`: new data goes to whichever child is least loaded when it
-//! is written (fewest requests in flight on the child's devices, ties taken
-//! in turn), and the node records, per `unit` of the file, which child got
-//! it; reads and overwrites go where the data is. A device slowed by other
+//! is written (the shortest expected wait: the requests in flight on the
+//! child's devices, each taking the device's recent service time; ties
+//! taken in turn), and the node records, per `unit` of the file, which
+//! child got it; reads and overwrites go where the data is. A device slowed by other
 //! work (a rebuild, another tenant) then takes less of the new data instead
 //! of holding every write back, as a stripe's fixed placement would.
 //!
@@ -31,7 +32,7 @@ use std::sync::Arc;
 
 pub static TYPE: BlockType = BlockType {
     name: "write-mostly",
-    doc: "Each unit of new data goes to the least-loaded child when written (fewest requests in flight); where it went is recorded, reads find it.",
+    doc: "Each unit of new data goes to the least-loaded child when written (requests in flight times recent service time); where it went is recorded, reads find it.",
     params: &[
         ParamSpec {
             key: "unit",
@@ -231,8 +232,30 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
 }
 
 impl WriteMostly {
-    fn load(&self, io: &IoCtx, c: usize) -> u64 {
-        self.devices[c].iter().filter_map(|&d| io.storage.devs.get(d as usize)).map(|h| h.stats.load()).sum()
+    /// Each child's devices as (requests in flight, recent service time in
+    /// ns): a device with no time yet gets the mean of those that have one.
+    fn loads(&self, io: &IoCtx) -> Vec<Vec<(u64, u64)>> {
+        let raw: Vec<Vec<(u64, Option<u64>)>> = self
+            .devices
+            .iter()
+            .map(|ds| {
+                ds.iter()
+                    .filter_map(|&d| io.storage.devs.get(d as usize))
+                    .map(|h| (h.stats.load(), h.stats.service_ns()))
+                    .collect()
+            })
+            .collect();
+        let known: Vec<u64> = raw.iter().flatten().filter_map(|x| x.1).collect();
+        let mean = if known.is_empty() { 1 } else { known.iter().sum::<u64>() / known.len() as u64 };
+        raw.into_iter().map(|ds| ds.into_iter().map(|(l, t)| (l, t.unwrap_or(mean).max(1))).collect()).collect()
+    }
+
+    /// The wait a new request to child `c` can expect: on each of its
+    /// devices, the requests ahead of it (in flight, and the `given` units
+    /// this request already put there) and itself, times the device's
+    /// recent service time.
+    fn wait(loads: &[(u64, u64)], given: u64) -> u128 {
+        loads.iter().map(|&(l, t)| u128::from(l + given + 1) * u128::from(t)).sum()
     }
 
     /// The pieces of [fblk, fblk+n) as (file block, child or None for a
@@ -254,6 +277,7 @@ impl WriteMostly {
         };
         let k = self.children.len();
         let mut given = vec![0u64; k];
+        let loads = self.loads(io);
         let mut m = self.map.write();
         // Placements made, recorded as runs of units on one child.
         let mut placed: Vec<Change> = Vec::new();
@@ -262,7 +286,8 @@ impl WriteMostly {
                 Some(c) => c,
                 None => {
                     let start = self.next.fetch_add(1, Relaxed) % k;
-                    let c = (0..k).map(|i| (start + i) % k).min_by_key(|&c| self.load(io, c) + given[c]).unwrap_or(0);
+                    let c =
+                        (0..k).map(|i| (start + i) % k).min_by_key(|&c| Self::wait(&loads[c], given[c])).unwrap_or(0);
                     m.apply(Change::Place { unit: u, len: 1, child: c as u8 });
                     match placed.last_mut() {
                         Some(Change::Place { unit, len, child }) if *unit + *len == u && usize::from(*child) == c => {

@@ -12,6 +12,9 @@ pub struct DeviceStats {
     flushes: CachePadded<AtomicU64>,
     /// Requests in flight: the load that `least-loaded` policies compare.
     in_flight: CachePadded<AtomicU64>,
+    /// Recent time a request took, in ns (a moving average: each request
+    /// counts 1/8); 0 until one has finished.
+    service_ns: CachePadded<AtomicU64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,18 +27,32 @@ pub struct StatsSnapshot {
     pub in_flight: u64,
 }
 
-pub struct InFlight<'a>(&'a AtomicU64);
+/// A request in flight on a device, from [`DeviceStats::begin`] until it is
+/// dropped, when its time joins the device's service time.
+pub struct InFlight<'a> {
+    stats: &'a DeviceStats,
+    since: std::time::Instant,
+}
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
+        let took = self.since.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let s = &self.stats.service_ns;
+        // Racing updates may lose a sample: an average needs no more.
+        let old = s.load(Relaxed);
+        s.store(if old == 0 { took.max(1) } else { (old - old / 8 + took / 8).max(1) }, Relaxed);
+        self.stats.in_flight.fetch_sub(1, Relaxed);
     }
 }
 
 impl DeviceStats {
     pub fn begin(&self) -> InFlight<'_> {
         self.in_flight.fetch_add(1, Relaxed);
-        InFlight(&self.in_flight)
+        InFlight { stats: self, since: std::time::Instant::now() }
+    }
+    /// The recent time a request took (ns), None before any finished.
+    pub fn service_ns(&self) -> Option<u64> {
+        Some(self.service_ns.load(Relaxed)).filter(|&n| n > 0)
     }
     pub fn read(&self, bytes: usize) {
         self.reads.fetch_add(1, Relaxed);
