@@ -112,13 +112,16 @@ pub fn read_stats(mnt: &Path) -> Result<crate::StatsReport, String> {
     crate::StatsReport::from_json(&raw).map_err(|e| format!("{}: {e}", mnt.display()))
 }
 
-/// Whether process `pid` still runs (a zombie counts as gone).
+/// Whether process `pid` still runs: any of its threads (a zombie counts
+/// as gone).
 pub fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses.
-        Ok(s) => s.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])).unwrap_or(false),
-        Err(_) => false,
-    }
+    // The state follows the command name, which is in parentheses.
+    let running = |stat: &str| stat.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with(['Z', 'X']));
+    // Every thread counts: an exiting process's leader turns zombie before
+    // its other threads are gone, and those still hold its open files (the
+    // pool's lock among them).
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| running(&s)))
 }
 
 fn run(cmd: &str, args: &[&OsStr]) -> Result<(), String> {

@@ -267,13 +267,9 @@ pub fn server_pid(mnt: &Path) -> u32 {
     stats_json(mnt).pid
 }
 
-/// Whether any thread of process `pid` still runs. A killed process's
-/// leader turns zombie before its other threads have exited, and those
-/// still hold its open files (and the pool lock): every thread counts.
+/// Whether any thread of process `pid` still runs (the mount's own test).
 pub fn alive(pid: u32) -> bool {
-    let running = |stat: &str| stat.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with(['Z', 'X']));
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| running(&s)))
+    hurricane_fuse::mountinfo::process_alive(pid)
 }
 
 pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
