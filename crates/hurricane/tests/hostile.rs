@@ -102,7 +102,9 @@ fn layout_seeds_decode() {
             kinds.insert(n.kind().name);
         }
     }
-    assert!(kinds.contains("compress") && kinds.contains("extent"), "{kinds:?}");
+    for k in ["compress", "extent", "checksum", "write-mostly"] {
+        assert!(kinds.contains(k), "no seed has a {k} node: {kinds:?}");
+    }
 }
 
 /// Every corpus file of every target, and mutations of each, through the
@@ -1310,6 +1312,39 @@ fn meta_image(p: &MemPool) -> Vec<u8> {
 
 /// Writes the seeds of the `store` fuzz corpus: the meta-file images of a
 /// new pool, a used one, and one with a large directory. Run with
+/// Seeds of the layout decoder for the types whose state came after the
+/// corpus was generated: a `write-mostly` placement map, and extent and
+/// checksum state after a collapsed range.
+/// `cargo test -p hurricane --test hostile -- --ignored write_layout_seeds`.
+#[test]
+#[ignore]
+fn write_layout_seeds() {
+    use hurricane::blocks::{IoCtx, Layout, NodeRecord};
+    use hurricane::codec::Encoder;
+    use hurricane::device::{DeviceHandle, MemDevice};
+    use hurricane::pool::{Allocator, Storage};
+    let dir = corpus_dir().join("layout_decode");
+    let devs: Vec<DeviceHandle> =
+        (0..3).map(|i| DeviceHandle::new(i, std::sync::Arc::new(MemDevice::new(format!("m{i}"), 16 * MB)))).collect();
+    let allocs: Vec<Allocator> = (0..3).map(|_| Allocator::new(1, 4096)).collect();
+    let storage = Storage { devs: devs.into(), allocs: allocs.into() };
+    let sink = |_: NodeRecord| {};
+    let io = IoCtx { storage: &storage, epoch: 1, sink: &sink, repair: false };
+    for (spec, name, shift) in [
+        ("write-mostly(unit=16K)[extent@0,checksum[extent@1],extent@2]", "seed-write-mostly", None),
+        ("checksum[extent@1]", "seed-extent-collapsed", Some((12u64, -8i64))),
+    ] {
+        let l = Layout::build(&hurricane::layout::parse(spec).unwrap()).unwrap();
+        l.root().write(&io, 0, &pattern(1, 300_000 / 4096 * 4096)).unwrap();
+        if let Some((from, delta)) = shift {
+            l.root().shift(&io, from, delta).unwrap();
+        }
+        let mut e = Encoder::new();
+        l.encode(&mut e);
+        std::fs::write(dir.join(name), e.into_inner()).unwrap();
+    }
+}
+
 /// `cargo test -p hurricane --test hostile -- --ignored write_store_seeds`.
 #[test]
 #[ignore]
