@@ -339,13 +339,14 @@ impl Map {
 }
 
 impl Extent {
-    /// Applies a truncate or punch: drops the mappings it covers, frees their
-    /// space once the request's batch commits (pending space is freed by the
-    /// writer that allocated it) and records the change if it dropped anything.
+    /// Applies a truncate, punch or shift: drops the mappings it covers,
+    /// frees their space once the request's batch commits (pending space is
+    /// freed by the writer that allocated it) and records the change if it
+    /// dropped anything, or moved what follows (a shift, always).
     fn drop_mappings(&self, io: &IoCtx, c: Change) {
         let mut m = self.map.write();
         let freed = m.apply(c, self.max);
-        if freed.is_empty() {
+        if freed.is_empty() && !matches!(c, Change::Shift { .. }) {
             return;
         }
         for (p, l) in freed {
@@ -515,15 +516,7 @@ impl Block for Extent {
         if !self.can_shift(from, delta) {
             return Err(Error::Invalid(format!("extent node {}: shift by {delta} at {from}", self.id)));
         }
-        // Always recorded (a shift over holes still moves what follows).
-        let c = Change::Shift { from, delta };
-        let mut m = self.map.write();
-        for (p, l) in m.apply(c, self.max) {
-            for (p, l) in m.minus_pending(p, l) {
-                io.free(self.dev, p, l);
-            }
-        }
-        io.record(&TYPE, self.id, &c.encode());
+        self.drop_mappings(io, Change::Shift { from, delta });
         Ok(())
     }
 
