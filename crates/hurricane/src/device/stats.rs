@@ -15,6 +15,8 @@ pub struct DeviceStats {
     /// Recent time a request took, in ns (a moving average: each request
     /// counts 1/8); 0 until one has finished.
     service_ns: CachePadded<AtomicU64>,
+    /// Service time held where it is (tests of the policies that read it).
+    service_pinned: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,8 +41,10 @@ impl Drop for InFlight<'_> {
         let took = self.since.elapsed().as_nanos().min(u64::MAX as u128) as u64;
         let s = &self.stats.service_ns;
         // Racing updates may lose a sample: an average needs no more.
-        let old = s.load(Relaxed);
-        s.store(if old == 0 { took.max(1) } else { (old - old / 8 + took / 8).max(1) }, Relaxed);
+        if !self.stats.service_pinned.load(Relaxed) {
+            let old = s.load(Relaxed);
+            s.store(if old == 0 { took.max(1) } else { (old - old / 8 + took / 8).max(1) }, Relaxed);
+        }
         self.stats.in_flight.fetch_sub(1, Relaxed);
     }
 }
@@ -49,6 +53,13 @@ impl DeviceStats {
     pub fn begin(&self) -> InFlight<'_> {
         self.in_flight.fetch_add(1, Relaxed);
         InFlight { stats: self, since: std::time::Instant::now() }
+    }
+    /// Holds the service time at `ns` from now on (0: none known), so a
+    /// test of a policy that reads it does not depend on the host's timing.
+    #[cfg(test)]
+    pub(crate) fn pin_service_ns(&self, ns: u64) {
+        self.service_pinned.store(true, Relaxed);
+        self.service_ns.store(ns, Relaxed);
     }
     /// The recent time a request took (ns), None before any finished.
     pub fn service_ns(&self) -> Option<u64> {
