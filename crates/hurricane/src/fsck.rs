@@ -406,7 +406,7 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
         s.nodes.iter().filter(|(_, n)| n.kind == S_IFREG).map(|(&i, n)| (i, n.size.div_ceil(BS))).collect();
     let total: u64 = files.iter().map(|f| f.1).sum();
     let mut rep = DataReport::default();
-    let io = IoCtx { storage: fs.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+    let io = IoCtx { owner: 0, storage: fs.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
     let mut done = 0;
     let leftovers = Leftovers::default();
     progress("data", 0, total);
@@ -751,6 +751,12 @@ fn check_space(fs: &Fs, s: &mut Scan, progress: Progress) -> Result<()> {
             }
         }
         Err(e) => s.findings.push(Finding::Superblock { err: e.to_string() }),
+    }
+    // Blocks the log heads of an open pool hold for their next writes.
+    let mut heads = Vec::new();
+    fs.log_unused(&mut heads);
+    for (d, st, l) in heads {
+        push(&|| "log head".into(), d, st, l, &mut claims);
     }
     let total = s.nodes.len() as u64;
     let mut file_blocks = 0;

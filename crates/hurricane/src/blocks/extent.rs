@@ -44,7 +44,7 @@ pub static TYPE: BlockType = BlockType {
 
 /// A change to an extent node's map: its journal record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Change {
+pub(super) enum Change {
     /// File blocks [fblk, fblk+len) now live at device blocks [pblk, pblk+len).
     Map { fblk: u64, pblk: u64, len: u64 },
     /// Every mapping at or past file block `from` is dropped.
@@ -58,7 +58,7 @@ enum Change {
 }
 
 impl Change {
-    fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> Vec<u8> {
         let mut e = Encoder::new();
         match *self {
             Change::Map { fblk, pblk, len } => e.u8(1).u64(fblk).u64(pblk).u64(len),
@@ -71,7 +71,7 @@ impl Change {
 
     /// Strict: unknown tags, trailing bytes and runs that are empty,
     /// longer than `max` or past 2^64 are corrupt.
-    fn decode(b: &[u8], id: u32, max: u64) -> Result<Change> {
+    pub(super) fn decode(b: &[u8], id: u32, max: u64) -> Result<Change> {
         let mut d = Decoder::new(b, "extent record");
         let c = match d.u8()? {
             1 => Change::Map { fblk: d.u64()?, pblk: d.u64()?, len: d.u64()? },
@@ -109,7 +109,7 @@ impl Change {
 }
 
 /// (file block, device block, length) of one mapped piece.
-type Seg = (u64, u64, u64);
+pub(super) type Seg = (u64, u64, u64);
 
 struct Extent {
     id: u32,
@@ -120,9 +120,9 @@ struct Extent {
 }
 
 #[derive(Default)]
-struct Map {
+pub(super) struct Map {
     /// file block -> (device block, length): disjoint runs, none longer than `max`.
-    runs: BTreeMap<u64, (u64, u64)>,
+    pub(super) runs: BTreeMap<u64, (u64, u64)>,
     /// device block -> length: space mapped by writes still in progress.
     /// Keyed by device block because only the writer that allocated it may
     /// clear it, even if the file range is dropped and mapped again meanwhile.
@@ -146,7 +146,7 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
 
 /// Decodes `count, (fblk, pblk, len)*`, refusing empty, overflowing, too long
 /// or overlapping runs (in file or device blocks).
-fn decode_runs(s: &[u8], max: u64) -> Result<BTreeMap<u64, (u64, u64)>> {
+pub(super) fn decode_runs(s: &[u8], max: u64) -> Result<BTreeMap<u64, (u64, u64)>> {
     let mut d = Decoder::new(s, "extent map");
     let count = d.count(24)?;
     let mut runs = BTreeMap::new();
@@ -176,7 +176,7 @@ impl Map {
     /// Applies a change (live and at replay alike); returns the device
     /// ranges it unmapped. Replacing whatever was mapped makes replay
     /// idempotent.
-    fn apply(&mut self, c: Change, max: u64) -> Vec<(u64, u64)> {
+    pub(super) fn apply(&mut self, c: Change, max: u64) -> Vec<(u64, u64)> {
         match c {
             Change::Map { fblk, pblk, len } => {
                 let old = self.remove(fblk, fblk + len);
@@ -206,7 +206,7 @@ impl Map {
 
     /// Mapped pieces of [f, end) in file order, adjacent ones joined when
     /// they are contiguous on the device too (one request each).
-    fn segments(&self, f: u64, end: u64) -> Vec<Seg> {
+    pub(super) fn segments(&self, f: u64, end: u64) -> Vec<Seg> {
         let start = match self.runs.range(..=f).next_back() {
             Some((&rf, &(_, rl))) if rf + rl > f => rf,
             _ => f,
@@ -225,7 +225,7 @@ impl Map {
     }
 
     /// Mapped pieces of [f, end) minus space still pending: what reads see.
-    fn readable(&self, f: u64, end: u64) -> Vec<Seg> {
+    pub(super) fn readable(&self, f: u64, end: u64) -> Vec<Seg> {
         let segs = self.segments(f, end);
         if self.pending.is_empty() {
             return segs;
@@ -240,7 +240,7 @@ impl Map {
     }
 
     /// Parts of device range [p, p+l) not pending.
-    fn minus_pending(&self, p: u64, l: u64) -> Vec<(u64, u64)> {
+    pub(super) fn minus_pending(&self, p: u64, l: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         let mut pos = p;
         let end = p + l;
@@ -306,7 +306,7 @@ impl Map {
     }
 
     /// Unmaps [f, end); returns the device ranges that held it.
-    fn remove(&mut self, f: u64, end: u64) -> Vec<(u64, u64)> {
+    pub(super) fn remove(&mut self, f: u64, end: u64) -> Vec<(u64, u64)> {
         let mut freed = Vec::new();
         for (s, p, l) in self.segments(f, end) {
             // Each segment may span several runs; cut at its ends, drop the middle.
@@ -333,7 +333,7 @@ impl Map {
 
     /// Parts of [f, f+l) still mapped to [p, p+l) (a truncate may have dropped
     /// some since they were mapped).
-    fn still_mapped(&self, f: u64, p: u64, l: u64) -> Vec<Seg> {
+    pub(super) fn still_mapped(&self, f: u64, p: u64, l: u64) -> Vec<Seg> {
         self.segments(f, f + l).into_iter().filter(|&(sf, sp, _)| sp.checked_sub(sf - f) == Some(p)).collect()
     }
 }
@@ -582,7 +582,7 @@ mod tests {
             Storage { allocs: vec![Allocator::new(1, 256)].into(), devs: vec![DeviceHandle::new(0, dev)].into() };
         let log = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| log.lock().push(c);
-        let io = IoCtx { storage: &storage, epoch: 3, sink: &sink, repair: true };
+        let io = IoCtx { owner: 0, storage: &storage, epoch: 3, sink: &sink, repair: true };
         let spec = Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(0) };
         let l = Layout::build(&spec).unwrap();
         let data: Vec<u8> = (0..20 * BS).map(|i| (i / BS) as u8 + 1).collect();

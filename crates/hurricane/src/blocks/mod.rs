@@ -22,6 +22,7 @@ mod compress;
 mod example;
 mod extent;
 mod inline;
+pub mod log;
 mod parity;
 mod regions;
 mod replicate;
@@ -71,6 +72,9 @@ pub fn ignore_records(_: NodeRecord) {}
 
 /// What a request carries down a composition.
 pub struct IoCtx<'a> {
+    /// The inode the request is for (0: the meta-file, or no file): what
+    /// per-device blocks that keep an index of their owners (`log`) record.
+    pub owner: u64,
     pub storage: &'a Storage,
     /// Journal batch the request belongs to: frees wait for it to commit.
     pub epoch: u64,
@@ -334,6 +338,19 @@ pub trait Block: Send + Sync {
     fn shift(&self, _io: &IoCtx, _from: u64, _delta: i64) -> Result<()> {
         Err(Error::NotSupported(format!("{} block: collapsing or inserting ranges", self.kind().name)))
     }
+    /// For a per-device node: moves file blocks [fblk, fblk+n), if they
+    /// still live at device blocks [pblk, pblk+n) of this node's device, to
+    /// fresh space, recording the change as a write would; returns how many
+    /// blocks moved (0: they live elsewhere now, or the type does not move
+    /// its blocks). The log cleaner's tool; called under the file's I/O
+    /// lock held exclusively.
+    fn relocate(&self, _io: &IoCtx, _fblk: u64, _pblk: u64, _n: u64) -> Result<u64> {
+        Ok(0)
+    }
+    /// For a per-device node that keeps a device-wide index of its blocks
+    /// (`log`): enters every block it maps, as owned by `io.owner` (the
+    /// index is rebuilt this way after open). Others keep none.
+    fn register(&self, _io: &IoCtx) {}
     /// What survives when the devices for which `down` is true are gone.
     /// The default suits every type without redundancy: a leaf is lost with
     /// its device, a composite is as bad as its worst child.

@@ -2010,7 +2010,13 @@ mod tests {
         }
         fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
             let sink = |c: NodeRecord| self.log.lock().push(c);
-            f(&IoCtx { storage: &self.storage, epoch: self.epoch.load(Ordering::SeqCst), sink: &sink, repair: true })
+            f(&IoCtx {
+                owner: 0,
+                storage: &self.storage,
+                epoch: self.epoch.load(Ordering::SeqCst),
+                sink: &sink,
+                repair: true,
+            })
         }
         /// A journal batch commits: its frees are released, a new epoch opens.
         fn commit(&self) {

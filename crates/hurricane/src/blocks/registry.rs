@@ -85,6 +85,7 @@ pub static TYPES: &[&BlockType] = &[
     &super::compress::TYPE,
     &super::table::TYPE,
     &super::write_mostly::TYPE,
+    &super::log::TYPE,
 ];
 
 /// The number of children a spec of type `t` written without any implies

@@ -32,7 +32,7 @@ impl Env {
     }
     pub fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
         let sink = |c: NodeRecord| self.log.lock().push(c);
-        f(&IoCtx { storage: &self.storage, epoch: 1, sink: &sink, repair: true })
+        f(&IoCtx { owner: 0, storage: &self.storage, epoch: 1, sink: &sink, repair: true })
     }
     pub fn write(&self, l: &Layout, fblk: u64, data: &[u8]) -> Result<()> {
         self.io(|io| l.root().write(io, fblk, data))
@@ -66,6 +66,12 @@ impl Env {
         let mut owned: Vec<Vec<(u64, u64)>> = vec![Vec::new(); self.storage.devs.len()];
         for l in layouts {
             l.extents(&mut |d, p, n| owned[d as usize].push((p, n)));
+        }
+        // The log heads' blocks not handed out yet.
+        for (d, h) in self.storage.devs.iter().enumerate() {
+            if let Some(s) = h.shared_if::<log::LogSpace>() {
+                s.unused(&mut |p, n| owned[d].push((p, n)));
+            }
         }
         for (d, a) in self.storage.allocs.iter().enumerate() {
             a.release(u64::MAX);

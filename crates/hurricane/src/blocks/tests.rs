@@ -21,6 +21,9 @@ fn ext(d: u32) -> Spec {
 fn ext_max(d: u32, max: u64) -> Spec {
     node("extent", vec![("max", Value::Num(max))], vec![], Some(d))
 }
+fn log(d: u32) -> Spec {
+    node("log", vec![("segment", Value::Num(64 * KIB))], vec![], Some(d))
+}
 fn stripe(unit: u64, kids: Vec<Spec>) -> Spec {
     node("stripe", vec![("unit", Value::Num(unit))], kids, None)
 }
@@ -317,6 +320,10 @@ fn compositions() -> Vec<Spec> {
             None,
         ),
         node("write-mostly", vec![("unit", Value::Num(16 * KIB))], vec![ext(0), ext(1), ext(2)], None),
+        log(0),
+        stripe(8 * KIB, vec![log(0), log(1), log(2)]),
+        replicate("primary", vec![log(0), ext(1)]),
+        checksum(log(3)),
         node(
             "write-mostly",
             vec![("unit", Value::Num(8 * KIB))],

@@ -201,6 +201,10 @@ pub struct DeviceHandle {
     repaired: std::sync::atomic::AtomicU64,
     /// The NUMA node the device hangs off (`u32::MAX`: unknown).
     numa_node: std::sync::atomic::AtomicU32,
+    /// State that a block type keeps for the whole device, shared by the
+    /// nodes of every file on it (the `log`'s head and segment table): one
+    /// value per type, made on first use.
+    shared: parking_lot::Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 impl DeviceHandle {
@@ -219,6 +223,7 @@ impl DeviceHandle {
             checksum_errors: Default::default(),
             numa_node: std::sync::atomic::AtomicU32::new(u32::MAX),
             repaired: Default::default(),
+            shared: Default::default(),
         }
     }
 
@@ -402,6 +407,23 @@ impl DeviceHandle {
     /// Makes the device's completed writes durable. Fails at once on a
     /// device that takes no writes; a failed flush makes it Faulted (or
     /// Missing, if it is gone).
+    /// The device-wide state of type `T` block types keep here, made by
+    /// `make` on first use.
+    pub fn shared<T: std::any::Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
+        let mut v = self.shared.lock();
+        if let Some(t) = v.iter().find_map(|x| x.clone().downcast::<T>().ok()) {
+            return t;
+        }
+        let t = Arc::new(make());
+        v.push(t.clone());
+        t
+    }
+
+    /// The device-wide state of type `T`, if a block type made it.
+    pub fn shared_if<T: std::any::Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.shared.lock().iter().find_map(|x| x.clone().downcast::<T>().ok())
+    }
+
     pub fn flush(&self) -> Result<()> {
         self.check_writable()?;
         self.stats.flush();

@@ -95,7 +95,7 @@ impl Fs {
         // it mapped) is journalled below like a write's changes.
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { storage: self.storage(), epoch: 0, sink: &sink, repair: !self.inner.read_only };
+        let io = IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: &sink, repair: !self.inner.read_only };
         let r = self.read_cached(ino, &lay, &io, off, &mut buf[..n]);
         let changes = changes.into_inner();
         if !changes.is_empty() {
@@ -256,7 +256,7 @@ impl Fs {
         let Some(node) = self.state().get(ino) else { return };
         let Ok(Some(lay)) = node.data.read().layout().map(|l| l.cloned()) else { return };
         let mut tmp = vec![0u8; n as usize * BLOCK_SIZE];
-        let io = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+        let io = IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
         match lay.root().read(&io, start, &mut tmp) {
             Ok(()) => claims.fill(&tmp),
             Err(e) => tracing::debug!("prefetch of inode {ino} blocks {start}+{n}: {e}"),
@@ -273,6 +273,8 @@ impl Fs {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or_else(|| Error::TooBig(format!("inode {ino}: write past {MAX_FILE_SIZE} bytes")))?;
+        // A log that ran out of clean segments is cleaned first.
+        self.clean_if_low();
         for attempt in 0..2 {
             let (node, _, _) = self.file_layout(ino)?;
             let aligned = off.is_multiple_of(BS) && (data.len() as u64).is_multiple_of(BS);
@@ -288,7 +290,7 @@ impl Fs {
             let g = self.inner.gate.enter();
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+            let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
             let r = write_range(&lay, &io, off, data);
             if r.is_ok() {
                 // The part the migration has copied already goes to its tree too.
@@ -388,13 +390,13 @@ impl Fs {
         let fresh = Arc::new(Layout::build(&self.file_spec(&self.default_layout())?)?);
         let mut e = Encoder::new();
         fresh.encode(&mut e);
-        let rio = IoCtx { storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+        let rio = IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
         let mut buf = vec![0u8; size.div_ceil(BS) as usize * BLOCK_SIZE];
         old.root().read(&rio, 0, &mut buf)?;
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
         if !buf.is_empty() {
             fresh.root().write(&io, 0, &buf)?;
         }
@@ -440,7 +442,7 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
         if size < old {
             let keep = size.div_ceil(BS);
             let cut = |lay: &Layout, io: &IoCtx| -> Result<()> {
@@ -552,7 +554,7 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
         let r = lay.root().shift(&io, from, delta);
         self.inner.cache.invalidate_from(ino, off / BS);
         let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
@@ -573,7 +575,7 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
         let r = f(lay, &io);
         if r.is_ok() {
             self.mirror(ino, g.epoch(), &|fresh, io, _| f(fresh, io));

@@ -6,6 +6,7 @@
 //! link the engine in-process.
 
 mod add;
+mod clean;
 mod evacuate;
 mod health;
 mod io;
@@ -18,6 +19,7 @@ mod scrub;
 mod tests;
 
 pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
+pub use clean::{CleanOptions, CleanPolicy, CleanProgress, CleanReport, LogStatsSnapshot};
 pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
 pub use health::PoolHealth;
 pub use migrate::{MigrateOptions, MigrateProgress, MigrateReport, MigrationStatus, TreeProgress, TreeReport};
@@ -168,6 +170,8 @@ pub(crate) struct Inner {
     pub(crate) io_pool: crate::cache::IoPool,
     /// Files being re-laid out online (`migrate`), by inode.
     pub(crate) migrations: parking_lot::RwLock<std::collections::HashMap<Ino, Arc<migrate::Migration>>>,
+    /// Held by the log cleaner's pass (one at a time).
+    pub(crate) cleaning: Mutex<()>,
 }
 
 /// An open pool. Clones share it.
@@ -558,6 +562,7 @@ impl Fs {
                 n => n,
             }),
             migrations: Default::default(),
+            cleaning: Mutex::new(()),
         });
         let fs = Fs { inner };
         if !opts.read_only {
@@ -911,6 +916,8 @@ impl Fs {
                 // The trees of migrations under way: nothing names them yet.
                 let mut unnamed = Vec::new();
                 self.migrating_extents(&mut unnamed);
+                // Blocks the log heads took and have not handed out.
+                self.log_unused(&mut unnamed);
                 delta.free = Some(if unnamed.is_empty() { free } else { merge_free(free, unnamed) });
                 (delta, taken)
             })
@@ -1034,6 +1041,9 @@ impl Fs {
             let r = if timed { fs.commit(target, false) } else { fs.checkpoint_if_due(target) };
             if let Err(e) = r {
                 tracing::error!("background commit failed: {e}");
+            }
+            if timed {
+                fs.clean_in_background();
             }
             due = Instant::now() + every;
         });

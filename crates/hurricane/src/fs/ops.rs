@@ -512,7 +512,7 @@ impl Fs {
         if let Some(lay) = lay {
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+            let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
             lay.root().truncate(&io, 0)?;
         }
         self.end_migration(ino, Error::NotFound(format!("inode {ino} was deleted during its migration")));

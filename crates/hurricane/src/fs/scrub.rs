@@ -238,7 +238,13 @@ impl Fs {
                 let sink = |c: NodeRecord| changes.lock().push(c);
                 let r = if repair {
                     let g = self.inner.gate.enter();
-                    let io = crate::blocks::IoCtx { storage: self.storage(), epoch: g.epoch(), sink: &sink, repair };
+                    let io = crate::blocks::IoCtx {
+                        owner: ino,
+                        storage: self.storage(),
+                        epoch: g.epoch(),
+                        sink: &sink,
+                        repair,
+                    };
                     let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
                     let r = lay.root().scrub(&io, &s, b, n);
                     let ops: Vec<Op> = std::mem::take(&mut *changes.lock())
@@ -250,7 +256,8 @@ impl Fs {
                     }
                     r
                 } else {
-                    let io = crate::blocks::IoCtx { storage: self.storage(), epoch: 0, sink: &sink, repair };
+                    let io =
+                        crate::blocks::IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: &sink, repair };
                     let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
                     lay.root().scrub(&io, &s, b, n)
                 };

@@ -341,7 +341,13 @@ impl MetaFile {
     fn fill(&self, fresh: &Layout) -> Result<()> {
         let len = self.len();
         let old = self.layout();
-        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
+        let io = IoCtx {
+            owner: 0,
+            storage: &self.inner.storage,
+            epoch: 0,
+            sink: &crate::blocks::ignore_records,
+            repair: false,
+        };
         let step = 256 * BLOCK_SIZE as u64;
         let mut buf = vec![0u8; step as usize];
         let mut off = 0;
@@ -369,7 +375,13 @@ impl MetaFile {
         if let Some(v) = self.inner.sums.lock().get(&p) {
             return Ok(v.clone());
         }
-        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
+        let io = IoCtx {
+            owner: 0,
+            storage: &self.inner.storage,
+            epoch: 0,
+            sink: &crate::blocks::ignore_records,
+            repair: false,
+        };
         let mut b = vec![0u8; BLOCK_SIZE];
         let mut page = match layout.root().read(&io, SUMS_BASE + p, &mut b) {
             Ok(()) => valid_page(&b),
@@ -415,7 +427,13 @@ impl MetaFile {
     /// checksum page are taken (and the block written back over the copies
     /// that had it wrong, when not read-only).
     fn recover(&self, layout: &Layout, fblk: u64, out: &mut [u8]) -> Result<()> {
-        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
+        let io = IoCtx {
+            owner: 0,
+            storage: &self.inner.storage,
+            epoch: 0,
+            sink: &crate::blocks::ignore_records,
+            repair: false,
+        };
         let p = fblk / SUMS_PER_PAGE;
         let copies = layout.root().children();
         let mut good = None;
@@ -513,7 +531,13 @@ impl MetaFile {
     /// disagrees is read from another copy, and is an error (never data)
     /// when none agrees.
     fn read_blocks(&self, layout: &Layout, fblk: u64, buf: &mut [u8]) -> Result<()> {
-        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &crate::blocks::ignore_records, repair: false };
+        let io = IoCtx {
+            owner: 0,
+            storage: &self.inner.storage,
+            epoch: 0,
+            sink: &crate::blocks::ignore_records,
+            repair: false,
+        };
         layout.root().read(&io, fblk, buf)?;
         let scratch = self.inner.scratch.as_ref().map(|s| s.lock());
         for (i, b) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
@@ -532,6 +556,7 @@ impl MetaFile {
                 let from = self.inner.header_from.load(Ordering::Acquire);
                 if let Some(child) = layout.root().children().get(from) {
                     let io = IoCtx {
+                        owner: 0,
                         storage: &self.inner.storage,
                         epoch: 0,
                         sink: &crate::blocks::ignore_records,
@@ -588,7 +613,7 @@ impl MetaFile {
         }
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        let io = IoCtx { owner: 0, storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
         layout.root().write(&io, fblk, data)?;
         self.inner.unwritten.lock().extend(touched);
         Ok(())
@@ -604,7 +629,7 @@ impl MetaFile {
         let layout = self.layout();
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        let io = IoCtx { owner: 0, storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
         // Neighbouring pages go in one write.
         let mut i = 0;
         while i < pages.len() {
@@ -712,7 +737,7 @@ impl redb::StorageBackend for MetaFile {
         }
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx { storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        let io = IoCtx { owner: 0, storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
         layout.root().write(&io, SUMS_BASE + p0, &pages).map_err(io_err)?;
         // Zeroed by the devices where they can (image files and block
         // devices both can), so growth costs no writes of its own.

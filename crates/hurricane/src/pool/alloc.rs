@@ -99,6 +99,46 @@ impl Allocator {
         Some((s, n))
     }
 
+    /// Allocates `len` contiguous blocks starting at a multiple of `len`
+    /// (a whole segment of the `log`), keeping the reserve (unless
+    /// `reserved`). None when no such run is free.
+    pub fn alloc_aligned(&self, len: u64, reserved: bool) -> Option<u64> {
+        let mut m = self.inner.lock();
+        let keep = if reserved { 0 } else { self.reserve.load(Ordering::Relaxed) };
+        if len == 0 || m.free_blocks < len.saturating_add(keep) {
+            return None;
+        }
+        let cur = m.cursor;
+        let fits = |(&s, &l): (&u64, &u64)| {
+            let a = s.div_ceil(len).checked_mul(len)?;
+            (a.checked_add(len)? <= s + l).then_some((s, l, a))
+        };
+        let (s, l, a) = m.free.range(cur..).find_map(fits).or_else(|| m.free.range(..cur).find_map(fits))?;
+        take(&mut m, s, l, a, len);
+        m.cursor = a + len;
+        Some(a)
+    }
+
+    /// How many whole aligned runs of `len` blocks are free, counting up
+    /// to `limit`.
+    pub fn aligned_free(&self, len: u64, limit: usize) -> usize {
+        if len == 0 {
+            return 0;
+        }
+        let m = self.inner.lock();
+        let mut n = 0usize;
+        for (&s, &l) in &m.free {
+            let a = s.div_ceil(len).saturating_mul(len);
+            if a < s + l {
+                n += ((s + l - a) / len) as usize;
+            }
+            if n >= limit {
+                return limit;
+            }
+        }
+        n
+    }
+
     /// Marks [start, start+len) in use (rebuilding from the tree). Returns false
     /// if some of it was not free: two owners claim the same blocks.
     pub fn mark_used(&self, start: u64, len: u64) -> bool {
@@ -251,6 +291,19 @@ mod tests {
         assert_eq!(a.free_blocks(), 100 - 15);
         a.release(3);
         assert_eq!(a.free_blocks(), 100 - 5);
+    }
+
+    #[test]
+    fn aligned_runs_start_at_multiples_of_their_length() {
+        let a = Allocator::new(3, 64);
+        assert_eq!(a.aligned_free(16, 10), 3);
+        assert_eq!(a.alloc_aligned(16, false), Some(16));
+        assert!(a.mark_used(40, 1));
+        // [32, 48) is no longer whole; [48, 64) is.
+        assert_eq!(a.aligned_free(16, 10), 1);
+        assert_eq!(a.alloc_aligned(16, false), Some(48));
+        assert_eq!(a.alloc_aligned(16, false), None);
+        assert_eq!(a.free_blocks(), 61 - 33);
     }
 
     #[test]

@@ -1,0 +1,283 @@
+//! The `log` cleaner: empties segments by moving their live blocks to the
+//! head, so that the log always finds whole clean segments to fill
+//! (Rosenblum and Ousterhout's cleaner; Seltzer's BSD-LFS, ch. 5).
+//!
+//! A pass picks segments from each device's usage table
+//! ([`crate::blocks::log::LogSpace`]) by policy: *cost-benefit*, the
+//! largest (1 − u) × age / (1 + u) first (u: the segment's live share,
+//! age: time since it was last written), or *greedy*, the emptiest first.
+//! For each it moves every live block through its owner's node
+//! ([`crate::blocks::Block::relocate`]), under the owner's I/O lock and in
+//! a journal group of its own, exactly as a write would move it; the
+//! blocks it leaves are freed when that group commits, and the pass ends
+//! with a commit so the segments it emptied are clean at once.
+//!
+//! Runs on demand (`hurricane clean`), from the committer's tick when a
+//! device's clean segments fall under the log's reserve, and in the
+//! foreground of a write when they have run out (writers wait for it: the
+//! throttle).
+
+use super::Fs;
+use crate::blocks::log::{Candidate, LogSpace, RESERVE_SEGMENTS};
+use crate::blocks::IoCtx;
+use crate::error::Result;
+use crate::journal::{NodeRecord, Op};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Which segments a pass cleans first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanPolicy {
+    /// Largest (1 − u) × age / (1 + u) first.
+    #[default]
+    CostBenefit,
+    /// Lowest utilisation first.
+    Greedy,
+}
+
+impl std::str::FromStr for CleanPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cost-benefit" => Ok(CleanPolicy::CostBenefit),
+            "greedy" => Ok(CleanPolicy::Greedy),
+            _ => Err(format!("cleaning policy {s:?}: cost-benefit or greedy")),
+        }
+    }
+}
+
+/// What one pass is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct CleanOptions {
+    pub policy: CleanPolicy,
+    /// Clean at most this many segments (None: every candidate).
+    pub max_segments: Option<usize>,
+    /// Leave segments more than this share live (0.0 to 1.0; None: any
+    /// that is not full).
+    pub max_utilization: Option<f64>,
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanReport {
+    /// Segments emptied.
+    pub segments: u64,
+    /// Live blocks moved to the head.
+    pub moved_blocks: u64,
+    /// Candidates the pass considered.
+    pub candidates: u64,
+}
+
+/// Progress of a pass: segments done of those picked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CleanProgress {
+    pub done: u64,
+    pub total: u64,
+    pub moved_blocks: u64,
+}
+
+/// One device's log counters, for `hurricane stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LogStatsSnapshot {
+    pub device: u32,
+    /// Segments in the usage table, and live blocks in them.
+    pub segments: u64,
+    pub live_blocks: u64,
+    /// Blocks files wrote, blocks the cleaner moved, segments it emptied.
+    pub written_blocks: u64,
+    pub moved_blocks: u64,
+    pub cleaned_segments: u64,
+    /// (written + moved) / written.
+    pub write_amplification: f64,
+}
+
+/// Cost-benefit score of a candidate at time `now` (ns).
+fn score(c: &Candidate, now: i64, policy: CleanPolicy) -> f64 {
+    let u = c.usage.live as f64 / c.seg.max(1) as f64;
+    match policy {
+        CleanPolicy::Greedy => 1.0 - u,
+        CleanPolicy::CostBenefit => {
+            let age = (now - c.usage.mtime).max(0) as f64 / 1e9 + 1.0;
+            (1.0 - u) * age / (1.0 + u)
+        }
+    }
+}
+
+impl Fs {
+    /// The log spaces of the pool's devices (those a log node has used).
+    fn log_spaces(&self) -> Vec<(u32, Arc<LogSpace>)> {
+        self.storage().devs.iter().filter_map(|h| h.shared_if::<LogSpace>().map(|s| (h.index, s))).collect()
+    }
+
+    /// Enters every log node's blocks in its device's owner index, once
+    /// after open (writes since open are in it already).
+    fn index_logs(&self) -> Result<()> {
+        if self.log_spaces().iter().all(|(_, s)| s.is_complete()) && !self.log_spaces().is_empty() {
+            return Ok(());
+        }
+        let _one = self.inner.cleaning.lock();
+        for node in self.state().each() {
+            let _io = node.io.read();
+            let lay = match node.data.read().layout() {
+                Ok(Some(l)) => l.clone(),
+                _ => continue,
+            };
+            if !lay.nodes().iter().any(|n| n.kind().name == crate::blocks::log::TYPE.name) {
+                continue;
+            }
+            let io = IoCtx { owner: node.ino, storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+            for n in lay.nodes() {
+                n.register(&io);
+            }
+        }
+        for h in self.storage().devs.iter() {
+            LogSpace::of(h).set_complete();
+        }
+        Ok(())
+    }
+
+    /// Runs one cleaning pass over every device's log.
+    pub fn clean(&self, opts: &CleanOptions, progress: &mut dyn FnMut(&CleanProgress)) -> Result<CleanReport> {
+        self.check_writable()?;
+        self.index_logs()?;
+        let _one = self.inner.cleaning.lock();
+        let now = super::now();
+        let mut picked: Vec<(u32, Candidate, f64)> = Vec::new();
+        let mut report = CleanReport::default();
+        for (dev, space) in self.log_spaces() {
+            for c in space.candidates() {
+                report.candidates += 1;
+                let u = c.usage.live as f64 / c.seg.max(1) as f64;
+                if opts.max_utilization.is_some_and(|m| u > m) {
+                    continue;
+                }
+                picked.push((dev, c, score(&c, now, opts.policy)));
+            }
+        }
+        picked.sort_by(|a, b| b.2.total_cmp(&a.2));
+        if let Some(m) = opts.max_segments {
+            picked.truncate(m);
+        }
+        let mut p = CleanProgress { total: picked.len() as u64, ..Default::default() };
+        progress(&p);
+        for (dev, c, _) in picked {
+            if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+                break;
+            }
+            let moved = self.clean_segment(dev, c.seg, c.start)?;
+            report.moved_blocks += moved;
+            let space = LogSpace::of(&self.storage().devs[dev as usize]);
+            if space.usage(c.seg, c.start).is_none_or(|u| u.live == 0) {
+                report.segments += 1;
+                space.stats.cleaned.fetch_add(1, Ordering::Relaxed);
+            }
+            p.done += 1;
+            p.moved_blocks = report.moved_blocks;
+            progress(&p);
+        }
+        // The blocks left behind are free once this commits.
+        if report.moved_blocks > 0 || report.segments > 0 {
+            self.sync()?;
+        }
+        Ok(report)
+    }
+
+    /// Moves every live block of segment (`seg`, `start`) on `dev` to the head.
+    fn clean_segment(&self, dev: u32, seg: u64, start: u64) -> Result<u64> {
+        let Some(h) = self.storage().devs.get(dev as usize) else { return Ok(0) };
+        let space = LogSpace::of(h);
+        let mut moved = 0;
+        for (pblk, o) in space.owners_in(seg, start) {
+            let Some(node) = self.state().get(o.ino) else { continue };
+            let _io = node.io.write();
+            let lay = match node.data.read().layout() {
+                Ok(Some(l)) => l.clone(),
+                _ => continue,
+            };
+            let Some(n) = lay.nodes().get(o.node as usize).cloned() else { continue };
+            if n.device() != Some(dev) {
+                continue;
+            }
+            let changes = Mutex::new(Vec::new());
+            let sink = |c: NodeRecord| changes.lock().push(c);
+            let g = self.inner.gate.enter();
+            let io = IoCtx { owner: o.ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: false };
+            let r = n.relocate(&io, o.fblk, pblk, o.len);
+            let ops: Vec<Op> =
+                std::mem::take(&mut *changes.lock()).into_iter().map(|change| Op::Map { ino: o.ino, change }).collect();
+            if !ops.is_empty() {
+                self.log(&g, &ops);
+            }
+            moved += r?;
+        }
+        Ok(moved)
+    }
+
+    /// Before a write: when a device's log has used up the clean segments
+    /// it keeps for the cleaner, cleans first (writers wait for it).
+    pub(crate) fn clean_if_low(&self) {
+        if self.inner.read_only {
+            return;
+        }
+        let low = self.log_spaces().into_iter().filter(|(_, s)| s.is_low()).collect::<Vec<_>>();
+        if low.is_empty() {
+            return;
+        }
+        // One thread cleans; the others wait for it and go on.
+        if self.inner.cleaning.is_locked() {
+            drop(self.inner.cleaning.lock());
+            return;
+        }
+        let opts = CleanOptions { max_segments: Some(2 * RESERVE_SEGMENTS), ..Default::default() };
+        match self.clean(&opts, &mut |_| {}) {
+            Ok(r) if r.segments == 0 => {
+                // Nothing to gain: writers fill what free runs are left.
+                for (_, s) in low {
+                    s.clear_low();
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cleaning before a write: {e}"),
+        }
+    }
+
+    /// The committer's tick: a short pass when a device's log is low.
+    pub(crate) fn clean_in_background(&self) {
+        if self.log_spaces().iter().any(|(_, s)| s.is_low()) {
+            let opts = CleanOptions { max_segments: Some(RESERVE_SEGMENTS), ..Default::default() };
+            if let Err(e) = self.clean(&opts, &mut |_| {}) {
+                tracing::warn!("background cleaning: {e}");
+            }
+        }
+    }
+
+    /// Each device's log counters.
+    pub fn log_stats(&self) -> Vec<LogStatsSnapshot> {
+        self.log_spaces()
+            .into_iter()
+            .map(|(device, s)| {
+                let (segments, live) = s.totals();
+                let w = s.stats.written.load(Ordering::Relaxed);
+                let m = s.stats.moved.load(Ordering::Relaxed);
+                LogStatsSnapshot {
+                    device,
+                    segments: segments as u64,
+                    live_blocks: live,
+                    written_blocks: w,
+                    moved_blocks: m,
+                    cleaned_segments: s.stats.cleaned.load(Ordering::Relaxed),
+                    write_amplification: if w == 0 { 1.0 } else { (w + m) as f64 / w as f64 },
+                }
+            })
+            .collect()
+    }
+
+    /// Blocks the log heads hold unused: a checkpoint records them free.
+    pub(crate) fn log_unused(&self, out: &mut Vec<(u32, u64, u64)>) {
+        for (d, s) in self.log_spaces() {
+            s.unused(&mut |p, l| out.push((d, p, l)));
+        }
+    }
+}
