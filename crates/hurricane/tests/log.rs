@@ -1,0 +1,172 @@
+//! The `log` block and its cleaner, through the native API: random
+//! changes to log files (alone and under stripe, replicate and checksum)
+//! read back exactly after cleaning passes and reopens; a nearly full log
+//! keeps taking overwrites because writers clean first; a full one says
+//! so at the write, losing nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::{pattern, MemPool, MB};
+use hurricane::fs::{CleanOptions, CleanPolicy};
+use hurricane::{Error, Fs};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+
+fn check_clean(fs: &Fs, what: &str) {
+    let r = fs.report();
+    assert!(r.double_claims.is_empty(), "{what}: blocks claimed twice: {:?}", r.double_claims);
+    let report = hurricane::fsck::check(fs, false, &mut |_, _, _| {}).expect("fsck runs");
+    assert!(report.is_clean(), "{what}: fsck: {:?}", report.problems);
+}
+
+fn change(fs: &Fs, ino: u64, rng: &mut StdRng, model: &mut Vec<u8>, seed: u64) {
+    let size = model.len();
+    match rng.gen_range(0..10) {
+        0..=6 => {
+            // Mostly small overwrites, as a database makes.
+            let off = rng.gen_range(0..=size + 4096);
+            let len = if rng.gen_bool(0.8) { 4096 } else { rng.gen_range(1..100_000) };
+            let data = pattern(seed, len);
+            fs.write(ino, off as u64, &data).unwrap();
+            if model.len() < off + len {
+                model.resize(off + len, 0);
+            }
+            model[off..off + len].copy_from_slice(&data);
+        }
+        7 => {
+            let to = rng.gen_range(size * 3 / 4..=size + 50_000);
+            fs.truncate(ino, to as u64).unwrap();
+            model.resize(to, 0);
+        }
+        _ => {
+            let off = rng.gen_range(0..=size);
+            let len = rng.gen_range(1..60_000);
+            fs.fallocate(ino, off as u64, len as u64, PUNCH).unwrap();
+            let end = (off + len).min(size);
+            if off < end {
+                model[off..end].fill(0);
+            }
+        }
+    }
+}
+
+#[test]
+fn random_changes_to_log_files_survive_cleaning_and_reopens() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = p.open().unwrap();
+    let layouts = [
+        "log@0",
+        "log(segment=64K)@1",
+        "stripe(unit=16K)[log@0,log@1]",
+        "replicate[log@1,extent@0]",
+        "checksum[log(segment=256K)@0]",
+    ];
+    let mut models = Vec::new();
+    let mut inos = Vec::new();
+    for (i, l) in layouts.iter().enumerate() {
+        let m = pattern(i as u64, 600_000 + i * 10_000);
+        fs.write_file(&format!("/f{i}"), &m, Some(l)).unwrap();
+        inos.push(fs.resolve(&format!("/f{i}")).unwrap());
+        models.push(m);
+    }
+    let mut rng = StdRng::seed_from_u64(5);
+    let check = |fs: &Fs, models: &[Vec<u8>], what: &str| {
+        for (i, m) in models.iter().enumerate() {
+            let got = fs.read_file(&format!("/f{i}")).unwrap();
+            assert!(got == *m, "{what}: /f{i} ({}) differs ({} vs {} bytes)", layouts[i], got.len(), m.len());
+        }
+    };
+    for round in 0..3 {
+        for n in 0..300 {
+            let i = rng.gen_range(0..layouts.len());
+            change(&fs, inos[i], &mut rng, &mut models[i], round * 1000 + n);
+        }
+        let policy = if round % 2 == 0 { CleanPolicy::CostBenefit } else { CleanPolicy::Greedy };
+        let r = fs.clean(&CleanOptions { policy, ..Default::default() }, &mut |_| {}).unwrap();
+        assert!(r.segments > 0 && r.moved_blocks > 0, "round {round}: {r:?}");
+        check(&fs, &models, &format!("round {round}, cleaned"));
+        check_clean(&fs, &format!("round {round}"));
+    }
+    let stats = fs.log_stats();
+    assert!(stats.iter().any(|s| s.cleaned_segments > 0 && s.write_amplification > 1.0), "{stats:?}");
+    fs.close().unwrap();
+    // After a reopen the cleaner first finds every log block's owner.
+    let fs = p.open().unwrap();
+    check(&fs, &models, "reopened");
+    for n in 0..200 {
+        let i = rng.gen_range(0..layouts.len());
+        change(&fs, inos[i], &mut rng, &mut models[i], 9000 + n);
+    }
+    let r = fs.clean(&CleanOptions::default(), &mut |_| {}).unwrap();
+    assert!(r.segments > 0, "after reopen: {r:?}");
+    check(&fs, &models, "cleaned after reopen");
+    check_clean(&fs, "cleaned after reopen");
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    check(&fs, &models, "reopened again");
+    check_clean(&fs, "reopened again");
+}
+
+#[test]
+fn a_nearly_full_log_keeps_taking_overwrites() {
+    let p = MemPool::new(1, 40 * MB);
+    let fs = p.open().unwrap();
+    // About 70% of the device live, then overwrites worth four devices.
+    let size = 20 * MB as usize;
+    let mut model = pattern(1, size);
+    fs.write_file("/db", &model, Some("log@0")).unwrap();
+    let ino = fs.resolve("/db").unwrap();
+    fs.sync().unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let blocks = size / 4096;
+    for n in 0..(4 * 40 * MB as usize / 4096) {
+        let b = rng.gen_range(0..blocks);
+        let data = pattern(n as u64 + 100, 4096);
+        if let Err(e) = fs.write(ino, (b * 4096) as u64, &data) {
+            let free: Vec<u64> = fs.storage().allocs.iter().map(|a| a.free_blocks()).collect();
+            panic!("write {n}: {e}; free {free:?}; {:?}", fs.log_stats());
+        }
+        model[b * 4096..(b + 1) * 4096].copy_from_slice(&data);
+        // (Replaced blocks are free once their batch commits.)
+        if n % 256 == 0 {
+            fs.sync().unwrap();
+        }
+    }
+    let s = fs.log_stats();
+    assert!(s[0].cleaned_segments > 0 && s[0].moved_blocks > 0, "{s:?}");
+    assert!(fs.read_file("/db").unwrap() == model);
+    check_clean(&fs, "after the overwrites");
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    assert!(fs.read_file("/db").unwrap() == model);
+}
+
+#[test]
+fn a_full_log_says_so_at_the_write_and_loses_nothing() {
+    let p = MemPool::new(1, 24 * MB);
+    let fs = p.open().unwrap();
+    fs.write_file("/a", &pattern(1, 4 * MB as usize), Some("log@0")).unwrap();
+    let ino = fs.create("/big", Some("log@0")).unwrap().ino();
+    fs.sync().unwrap();
+    let chunk = pattern(2, MB as usize);
+    let mut off = 0u64;
+    let err = loop {
+        match fs.write(ino, off, &chunk) {
+            Ok(_) => off += MB,
+            Err(e) => break e,
+        }
+        assert!(off < 64 * MB, "a 24 MB device took {off} bytes");
+    };
+    assert!(matches!(err, Error::NoSpace(_)), "{err}");
+    assert_eq!(fs.read_file("/a").unwrap(), pattern(1, 4 * MB as usize));
+    let got = fs.read_file("/big").unwrap();
+    for k in 0..(off / MB) as usize {
+        assert!(got[k * MB as usize..(k + 1) * MB as usize] == chunk[..], "chunk {k} of /big");
+    }
+    // Space freed is space the log takes again.
+    fs.remove("/big").unwrap();
+    fs.sync().unwrap();
+    fs.write_file("/c", &pattern(3, 4 * MB as usize), Some("log@0")).unwrap();
+    check_clean(&fs, "after the full device");
+}
