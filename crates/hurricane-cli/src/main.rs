@@ -81,6 +81,8 @@ enum Cmd {
     Scrub(maint::ScrubArgs),
     /// Move files (or a tree, with -r) to a new layout while they stay in use.
     Migrate(maint::MigrateArgs),
+    /// Run the log cleaner now: empty `log` segments by moving their live blocks.
+    Clean(maint::CleanArgs),
     /// Manage the devices of a pool.
     #[command(subcommand)]
     Device(maint::DeviceCmd),
@@ -132,6 +134,7 @@ fn run(cmd: &Cmd) -> CliResult {
         Cmd::Umount(a) => Ok(mount::umount(a)?),
         Cmd::Stats(a) => Ok(mount::stats(a)?),
         Cmd::Status(a) => status::run(a),
+        Cmd::Clean(a) => maint::clean(a),
         Cmd::Ls(a) => files::ls(a),
         Cmd::Mkdir(a) => files::mkdir(a),
         Cmd::Put(a) => files::put(a),

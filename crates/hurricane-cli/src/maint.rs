@@ -96,6 +96,45 @@ pub fn migrate(a: &MigrateArgs) -> CliResult {
     Ok(())
 }
 
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Moves the live blocks of `log` segments to the head so the segments are clean again. \
+The cleaner also runs by itself when a device's clean segments run low; this runs a pass now. \
+Online (the root of a mount, root only) the mount runs it; offline (POOL_DIR) it runs here.")]
+pub struct CleanArgs {
+    /// A pool directory, or the root of a mount.
+    pub target: PathBuf,
+    /// Which segments first: cost-benefit ((1-u)*age/(1+u)) or greedy (emptiest).
+    #[arg(long, default_value = "cost-benefit", value_parser = ["cost-benefit", "greedy"])]
+    pub policy: String,
+    /// Clean at most this many segments.
+    #[arg(long)]
+    pub segments: Option<u64>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn clean(a: &CleanArgs) -> CliResult {
+    let policy: hurricane::fs::CleanPolicy = a.policy.parse().map_err(Fail::new)?;
+    let (segments, moved) = if is_pool(&a.target) {
+        let opts =
+            hurricane::fs::CleanOptions { policy, max_segments: a.segments.map(|n| n as usize), ..Default::default() };
+        let r =
+            offline(&a.target, true, "clean", |fs, bar| Ok(fs.clean(&opts, &mut |p| bar(p.moved_blocks * 4096, 0))?))?;
+        (r.segments, r.moved_blocks * 4096)
+    } else {
+        let req = Request::Clean { policy: a.policy.clone(), segments: a.segments };
+        let st = online(&a.target, &req)?;
+        (st.moved_files, st.copied_bytes)
+    };
+    if a.json {
+        println!("{}", serde_json::json!({ "segments_cleaned": segments, "bytes_moved": moved }));
+    } else {
+        println!("cleaned {segments} segments ({} of live data moved)", human(moved));
+    }
+    Ok(())
+}
+
 /// The Hurricane mount holding `p`: its mount point and `p`'s path inside it.
 pub fn mount_of(p: &Path) -> CliResult<(PathBuf, String)> {
     let path = std::fs::canonicalize(p).map_err(|e| Fail::new(format!("{}: {e}", p.display())))?;
@@ -491,6 +530,7 @@ fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
         Request::Add { .. } => "add",
         Request::Remove { .. } => "evacuate",
         Request::Migrate { .. } => "migrate",
+        Request::Clean { .. } => "clean",
     };
     let pb = bytes_bar(0, what);
     let st = loop {

@@ -271,6 +271,18 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
             human(z.bytes_decompressed)
         );
     }
+    for l in &v.log {
+        println!(
+            "log on device {}: {} segments, {} live; files wrote {}, the cleaner moved {} and emptied {} segments (write amplification {:.2})",
+            l.device,
+            l.segments,
+            human(l.live_blocks * 4096),
+            human(l.written_blocks * 4096),
+            human(l.moved_blocks * 4096),
+            l.cleaned_segments,
+            l.write_amplification
+        );
+    }
     println!(
         "\n{:<16} {:>12} {:>8} {:>11} {:>11} {:>12}",
         "request", "count", "errors", "avg us", "max us", "total ms"

@@ -61,6 +61,13 @@ pub enum Request {
         recursive: bool,
         rate: Option<u64>,
     },
+    /// A log cleaning pass.
+    Clean {
+        /// "cost-benefit" or "greedy".
+        policy: String,
+        /// Clean at most this many segments.
+        segments: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,6 +211,7 @@ impl Control {
             Request::Add { .. } => "add",
             Request::Remove { .. } => "remove",
             Request::Migrate { .. } => "migrate",
+            Request::Clean { .. } => "clean",
         };
         *st = Status { job, state: JobState::Running, what: what.into(), ..Default::default() };
         drop(st);
@@ -347,6 +355,27 @@ fn run(
             if !r.complete {
                 return Err("stopped before every file was migrated: run it again to go on".into());
             }
+            Ok(None)
+        }
+        Request::Clean { policy, segments } => {
+            let opts = hurricane::fs::CleanOptions {
+                policy: policy.parse()?,
+                max_segments: segments.map(|n| n as usize),
+                stop: Some(stop.clone()),
+                ..Default::default()
+            };
+            let r = fs
+                .clean(&opts, &mut |p| {
+                    let mut st = status.lock();
+                    st.phase = "clean".into();
+                    st.done_bytes = p.done;
+                    st.total_bytes = p.total;
+                    st.copied_bytes = p.moved_blocks * 4096;
+                })
+                .map_err(|e| e.to_string())?;
+            let mut st = status.lock();
+            st.copied_bytes = r.moved_blocks * 4096;
+            st.moved_files = r.segments;
             Ok(None)
         }
     }

@@ -428,6 +428,20 @@ impl HurricaneFuse {
                     bytes_decompressed: z.bytes_decompressed,
                 }
             },
+            log: self
+                .fs
+                .log_stats()
+                .into_iter()
+                .map(|l| crate::report::LogReport {
+                    device: l.device,
+                    segments: l.segments,
+                    live_blocks: l.live_blocks,
+                    written_blocks: l.written_blocks,
+                    moved_blocks: l.moved_blocks,
+                    cleaned_segments: l.cleaned_segments,
+                    write_amplification: l.write_amplification,
+                })
+                .collect(),
         }
     }
 }

@@ -31,6 +31,24 @@ pub struct StatsReport {
     /// What `compress` nodes stored and the time they took.
     #[serde(default)]
     pub compress: CompressReport,
+    /// Each device's `log`: segments, live blocks, cleaner work.
+    #[serde(default)]
+    pub log: Vec<LogReport>,
+}
+
+/// One device's log and cleaner counters (since the mount).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogReport {
+    pub device: u32,
+    /// Segments in the usage table and the live blocks in them.
+    pub segments: u64,
+    pub live_blocks: u64,
+    /// Blocks files wrote, blocks the cleaner moved, segments it emptied.
+    pub written_blocks: u64,
+    pub moved_blocks: u64,
+    pub cleaned_segments: u64,
+    /// (written + moved) / written.
+    pub write_amplification: f64,
 }
 
 /// The `compress` nodes' counters (every file of the mount).

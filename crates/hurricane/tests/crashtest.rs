@@ -38,6 +38,8 @@ fn workload_list() {
         "evacuate",
         "migrate",
         "directory",
+        "log",
+        "cleaner",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -109,6 +111,14 @@ fn evacuate() {
 #[test]
 fn migrate() {
     ci("migrate");
+}
+#[test]
+fn log() {
+    ci("log");
+}
+#[test]
+fn cleaner() {
+    ci("cleaner");
 }
 
 /// The checker has teeth: a disk that acknowledges flushes without doing

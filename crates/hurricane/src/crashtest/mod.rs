@@ -367,6 +367,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             "resilver" => workloads::resilver(&mut d, size)?,
             "evacuate" => workloads::evacuate(&mut d, size)?,
             "migrate" => workloads::migrate(&mut d, size)?,
+            "cleaner" => workloads::cleaner(&mut d, size)?,
             "degraded" => workloads::degraded(&mut d, size)?,
             "directory" => workloads::directory(&mut d, size)?,
             other => {
@@ -394,7 +395,9 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             events,
             threads: hists,
             syncs,
-            background: concurrent,
+            // The log cleans on its own when clean segments run out, and
+            // commits what it moved: a commit of its own, as the committer's.
+            background: concurrent || name == "log" || name == "cleaner",
         },
         ckpts,
     ))

@@ -31,6 +31,8 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
     ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
     ("migrate", "files of every layout moved online to other layouts (extent, stripe, replicate, parity, compress, regions) in chunks of 8K to 64K, some migrations stopped part way, between writes, truncations, punched holes, collapsed and inserted ranges, creates and removals"),
+    ("log", "the same on log files (alone, two segment sizes, striped over logs, replicated with an extent): every write goes to the device's log head"),
+    ("cleaner", "small overwrites, truncations and punched holes on log files with 64K segments, with cleaning passes (cost-benefit and greedy) between them moving live blocks to the head"),
     ("directory", "many entries in few directories, created, removed, renamed, chmodded and given xattrs, with checkpoints between: entries and inodes read back from the meta-data store past a small inode cache, changes since the checkpoint from memory"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
@@ -991,6 +993,15 @@ pub(crate) fn layout_family(name: &str) -> Option<(&'static [&'static str], usiz
             ],
             90_000,
         ),
+        "log" => (
+            &[
+                "log@0",
+                "log(segment=64K)@1",
+                "stripe(unit=8K)[log@0,log@1,log@2]",
+                "replicate[log(segment=64K)@0,extent@1]",
+            ],
+            90_000,
+        ),
         "nested" => (
             &[
                 "replicate[stripe(unit=8K,width=2),extent@2]",
@@ -1496,6 +1507,64 @@ pub(crate) fn evacuate(d: &mut Driver, size: Size) -> Result<()> {
     for _ in 0..4 {
         let s = *AFTER.choose(&mut d.rng).unwrap_or(&AFTER[0]);
         d.create_file(Some(s), 20 << 10)?;
+    }
+    d.sync()
+}
+
+/// Log files overwritten in small pieces with cleaning passes between:
+/// a crash anywhere in a pass (a block moved, its old copy freed) shows
+/// the files' data unchanged.
+pub(crate) fn cleaner(d: &mut Driver, size: Size) -> Result<()> {
+    use crate::fs::{CleanOptions, CleanPolicy};
+    const SPECS: &[&str] = &[
+        "log(segment=64K)@0",
+        "log(segment=64K)@1",
+        "stripe(unit=8K)[log(segment=64K)@0,log(segment=64K)@2]",
+        "replicate[log(segment=64K)@1,log(segment=64K)@2]",
+    ];
+    for _ in 0..8 {
+        let s = *SPECS.choose(&mut d.rng).unwrap_or(&SPECS[0]);
+        let len = d.rng.gen_range(4096..128 << 10);
+        d.create_file(Some(s), len)?;
+    }
+    d.sync()?;
+    for _ in 0..size.ops {
+        match d.rng.gen_range(0..10) {
+            0..=5 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..=cur);
+                    let len = d.rng.gen_range(1..16 << 10);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            6 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let len = d.rng.gen_range(cur / 2..=cur);
+                    d.truncate(&p, len)?;
+                }
+            }
+            7 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..=cur);
+                    let len = d.rng.gen_range(1..32 << 10);
+                    d.punch(&p, off, len, false)?;
+                }
+            }
+            _ => {
+                let policy = if d.rng.gen_bool(0.5) { CleanPolicy::CostBenefit } else { CleanPolicy::Greedy };
+                let max_segments = Some(d.rng.gen_range(1..8));
+                d.op(format!("clean ({policy:?}, {max_segments:?} segments)"), |d| {
+                    d.fs.clean(&CleanOptions { policy, max_segments, ..Default::default() }, &mut |_| {})?;
+                    Ok(())
+                })?;
+            }
+        }
+        if d.rng.gen_bool(0.3) {
+            d.sync()?;
+        }
     }
     d.sync()
 }
