@@ -115,7 +115,7 @@ impl Pool {
 #[test]
 fn put_get_round_trip_with_layouts() {
     let pool = Pool::new(4, "64M");
-    let cases: [(&str, usize, &str); 9] = [
+    let cases: [(&str, usize, &str); 10] = [
         ("extent@0", 1_000_003, "checksum[extent@0]"),
         ("stripe(unit=64K,width=3)", 3_333_333, "stripe(unit=64K)["),
         ("regions(size=1M,width=3)", 2_500_000, "regions(size=1M)["),
@@ -125,6 +125,7 @@ fn put_get_round_trip_with_layouts() {
         ("compress(algo=lz4,chunk=16K)[extent@1]", 700_001, "compress(algo=lz4,chunk=16K)[checksum[extent@1]]"),
         ("table(map=0-64K:1;64K-1M:0;1M-:1)[extent@0,extent@2]", 1_500_000, "table(map=0-64K:1;64K-1M:0;1M-:1)["),
         ("write-mostly(unit=64K,width=3)", 2_000_001, "write-mostly(unit=64K)["),
+        ("log(segment=256K)@3", 1_700_001, "checksum[log(segment=256K)@3]"),
     ];
     for (i, (spec, size, shown)) in cases.iter().enumerate() {
         let bytes = data(*size, i as u64);
