@@ -395,9 +395,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             events,
             threads: hists,
             syncs,
-            // The log cleans on its own when clean segments run out, and
-            // commits what it moved: a commit of its own, as the committer's.
-            background: concurrent || name == "log" || name == "cleaner",
+            background: concurrent,
         },
         ckpts,
     ))

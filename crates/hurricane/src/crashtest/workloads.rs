@@ -1556,9 +1556,11 @@ pub(crate) fn cleaner(d: &mut Driver, size: Size) -> Result<()> {
             _ => {
                 let policy = if d.rng.gen_bool(0.5) { CleanPolicy::CostBenefit } else { CleanPolicy::Greedy };
                 let max_segments = Some(d.rng.gen_range(1..8));
-                d.op(format!("clean ({policy:?}, {max_segments:?} segments)"), |d| {
-                    d.fs.clean(&CleanOptions { policy, max_segments, ..Default::default() }, &mut |_| {})?;
-                    Ok(())
+                // A pass that moved anything ends with a commit.
+                d.op_may_commit(format!("clean ({policy:?}, {max_segments:?} segments)"), |d| {
+                    let opts = CleanOptions { policy, max_segments, ..Default::default() };
+                    let r = d.fs.clean(&opts, &mut |_| {})?;
+                    Ok(r.moved_blocks > 0 || r.segments > 0)
                 })?;
             }
         }

@@ -9,8 +9,11 @@
 //! For each it moves every live block through its owner's node
 //! ([`crate::blocks::Block::relocate`]), under the owner's I/O lock and in
 //! a journal group of its own, exactly as a write would move it; the
-//! blocks it leaves are freed when that group commits, and the pass ends
-//! with a commit so the segments it emptied are clean at once.
+//! blocks it leaves are freed when that group commits. A pass asked for
+//! (`hurricane clean`) ends with a commit so the segments it emptied are
+//! clean at once; the passes the engine runs on its own leave that to the
+//! next commit (the committer's tick), as they must not make durable what
+//! the writers have not synced.
 //!
 //! Runs on demand (`hurricane clean`), from the committer's tick when a
 //! device's clean segments fall under the log's reserve, and in the
@@ -57,6 +60,10 @@ pub struct CleanOptions {
     /// that is not full).
     pub max_utilization: Option<f64>,
     pub stop: Option<Arc<AtomicBool>>,
+    /// Leave the moves to the next commit instead of committing at the end
+    /// (the passes the engine runs on its own: a commit there would make
+    /// durable what the caller has not asked to be).
+    pub no_commit: bool,
 }
 
 /// What a pass did.
@@ -178,7 +185,7 @@ impl Fs {
             progress(&p);
         }
         // The blocks left behind are free once this commits.
-        if report.moved_blocks > 0 || report.segments > 0 {
+        if !opts.no_commit && (report.moved_blocks > 0 || report.segments > 0) {
             self.sync()?;
         }
         Ok(report)
@@ -230,23 +237,22 @@ impl Fs {
             drop(self.inner.cleaning.lock());
             return;
         }
-        let opts = CleanOptions { max_segments: Some(2 * RESERVE_SEGMENTS), ..Default::default() };
-        match self.clean(&opts, &mut |_| {}) {
-            Ok(r) if r.segments == 0 => {
-                // Nothing to gain: writers fill what free runs are left.
-                for (_, s) in low {
-                    s.clear_low();
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!("cleaning before a write: {e}"),
+        let opts = CleanOptions { max_segments: Some(2 * RESERVE_SEGMENTS), no_commit: true, ..Default::default() };
+        if let Err(e) = self.clean(&opts, &mut |_| {}) {
+            tracing::warn!("cleaning before a write: {e}");
+        }
+        // What it emptied is clean once the next commit frees it; until
+        // a head looks again, writers go on (with what free runs there are).
+        for (_, s) in low {
+            s.clear_low();
         }
     }
 
     /// The committer's tick: a short pass when a device's log is low.
     pub(crate) fn clean_in_background(&self) {
         if self.log_spaces().iter().any(|(_, s)| s.is_low()) {
-            let opts = CleanOptions { max_segments: Some(RESERVE_SEGMENTS), ..Default::default() };
+            // The committer's next tick commits what it moved.
+            let opts = CleanOptions { max_segments: Some(RESERVE_SEGMENTS), no_commit: true, ..Default::default() };
             if let Err(e) = self.clean(&opts, &mut |_| {}) {
                 tracing::warn!("background cleaning: {e}");
             }

@@ -1,0 +1,54 @@
+//! The `log` layout through a real mount: fio overwrites and verifies log
+//! files while `hurricane clean` passes move their blocks (no verify
+//! error), `hurricane stats` shows the log's counters, and the offline
+//! form cleans the pool.
+
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod fuse_util;
+
+use fuse_util::*;
+
+fn setxattr(p: &std::path::Path, name: &str, v: &[u8]) -> std::io::Result<libc::c_int> {
+    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: valid NUL-terminated strings and a buffer of v.len() bytes.
+    check(unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) })
+}
+
+#[test]
+fn fio_verifies_log_files_while_the_cleaner_moves_them() {
+    require_fuse!();
+    if !have("fio") {
+        eprintln!("skipped: no fio");
+        return;
+    }
+    let pool = Pool::new(2, "128M");
+    let m = pool.mount(&[]);
+    let d = m.path("d");
+    std::fs::create_dir(&d).unwrap();
+    setxattr(&d, "user.hurricane.dir_layout", b"log(segment=256K)@1").unwrap();
+    let mut cleaned = Vec::new();
+    std::thread::scope(|sc| {
+        let fio = sc.spawn(|| fio_check(&d, "randwrite", "4k", "psync", "12M", &["--rate=4m"]));
+        while !fio.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            cleaned.push(hurricane(&["clean", s(&m.mnt), "--policy", "greedy"]));
+        }
+        let (ok, text) = fio.join().unwrap();
+        assert!(ok, "fio found data that differs:\n{text}");
+    });
+    assert!(cleaned.iter().any(|o| o.starts_with("cleaned ") && !o.starts_with("cleaned 0 ")), "{cleaned:?}");
+    let st = m.stats();
+    assert!(st.log.iter().any(|l| l.device == 1 && l.written_blocks > 0 && l.moved_blocks > 0), "{:?}", st.log);
+    let text = hurricane(&["stats", s(&m.mnt)]);
+    assert!(text.contains("log on device 1:"), "{text}");
+    for e in std::fs::read_dir(&d).unwrap() {
+        let l = hurricane(&["layout", "get", s(&e.unwrap().path())]);
+        assert!(l.contains("log(segment=256K)@1"), "{l}");
+    }
+    m.unmount();
+    let out = hurricane(&["clean", s(&pool.dir), "--json"]);
+    assert!(out.contains("segments_cleaned"), "{out}");
+    pool.fsck_clean();
+}
