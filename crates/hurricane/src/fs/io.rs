@@ -275,6 +275,9 @@ impl Fs {
             .ok_or_else(|| Error::TooBig(format!("inode {ino}: write past {MAX_FILE_SIZE} bytes")))?;
         for attempt in 0..2 {
             let (node, _, _) = self.file_layout(ino)?;
+            // A file protected for transactions: the range is locked
+            // against them while it is written.
+            let _txn = self.protect_write(&node, ino, off / BS, end.div_ceil(BS))?;
             let aligned = off.is_multiple_of(BS) && (data.len() as u64).is_multiple_of(BS);
             // Whole-block writes run in parallel; partial blocks are
             // read-modify-write and must not interleave, nor may writes to
@@ -432,6 +435,7 @@ impl Fs {
         }
         self.ensure_capacity(ino, size)?;
         let (node, _, _) = self.file_layout(ino)?;
+        let _txn = self.protect_write(&node, ino, 0, u64::MAX)?;
         let _io = node.io.write();
         let (lay, old) = {
             let d = node.data.read();

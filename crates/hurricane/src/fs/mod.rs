@@ -16,6 +16,7 @@ mod replace;
 mod scrub;
 #[cfg(test)]
 mod tests;
+mod txn;
 
 pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
 pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
@@ -29,6 +30,7 @@ pub use replace::{
 pub use scrub::{
     load_position, save_position, LostFile, PositionRecord, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport,
 };
+pub use txn::{Transaction, MAX_TXN_BYTES};
 
 use crate::blocks::Layout;
 use crate::codec::{Decoder, Encoder};
@@ -168,6 +170,8 @@ pub(crate) struct Inner {
     pub(crate) io_pool: crate::cache::IoPool,
     /// Files being re-laid out online (`migrate`), by inode.
     pub(crate) migrations: parking_lot::RwLock<std::collections::HashMap<Ino, Arc<migrate::Migration>>>,
+    /// Range locks of transactions and of writes to protected files (`txn`).
+    pub(crate) txn_locks: txn::LockTable,
 }
 
 /// An open pool. Clones share it.
@@ -558,6 +562,7 @@ impl Fs {
                 n => n,
             }),
             migrations: Default::default(),
+            txn_locks: Default::default(),
         });
         let fs = Fs { inner };
         if !opts.read_only {
