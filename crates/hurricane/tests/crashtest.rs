@@ -38,6 +38,7 @@ fn workload_list() {
         "evacuate",
         "migrate",
         "directory",
+        "txn",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -57,6 +58,10 @@ fn compress() {
 #[test]
 fn posix() {
     ci("posix");
+}
+#[test]
+fn txn() {
+    ci("txn");
 }
 #[test]
 fn renames() {
