@@ -310,3 +310,32 @@ fn replicated_files_commit_and_survive_a_crash() {
     let fs = after.open().unwrap();
     assert_eq!(contents(&fs, "/r"), want);
 }
+
+#[test]
+fn truncate_and_fallocate_of_a_protected_file_wait_for_the_transaction() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(pfile(&fs, "/a", Some("extent"), &pattern(1, 20_000)));
+    let t = fs.begin().unwrap();
+    t.write(&a, 12_000, b"kept").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = {
+        let (fs, a, tx) = (fs.clone(), a.clone(), tx.clone());
+        std::thread::spawn(move || {
+            a.set_len(10_000).unwrap();
+            tx.send("truncate").unwrap();
+            fs.fallocate(a.ino(), 0, 4096, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+            tx.send("punch").unwrap();
+        })
+    };
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    t.commit().unwrap();
+    // The transaction's write came first, then the truncate cut it off.
+    assert_eq!(rx.recv().unwrap(), "truncate");
+    assert_eq!(rx.recv().unwrap(), "punch");
+    h.join().unwrap();
+    let got = contents(&fs, "/a");
+    assert_eq!(got.len(), 10_000);
+    assert!(got[..4096].iter().all(|&b| b == 0));
+    assert_eq!(&got[4096..], &pattern(1, 20_000)[4096..10_000]);
+}

@@ -492,6 +492,11 @@ impl Fs {
         if len == 0 {
             return Err(Error::Invalid(format!("inode {ino}: fallocate of 0 bytes")));
         }
+        // A file protected for transactions: locked against them throughout.
+        let _txn = match self.state().inode(ino) {
+            Ok(node) => self.protect_write(&node, ino, 0, u64::MAX)?,
+            Err(_) => None,
+        };
         match mode {
             0 | libc::FALLOC_FL_KEEP_SIZE => {}
             PUNCH => return self.zero_range(ino, off, end, true, false),

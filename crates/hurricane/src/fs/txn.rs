@@ -457,3 +457,27 @@ impl Drop for Transaction {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_blocks_group_into_runs() {
+        let mut f = TxnFile::default();
+        for b in [0u64, 1, 2, 5, 7, 8] {
+            f.blocks.insert(b, vec![0u8; BLOCK_SIZE].into_boxed_slice());
+        }
+        assert_eq!(runs(&f), vec![(0, 3), (5, 1), (7, 2)]);
+        assert!(runs(&TxnFile::default()).is_empty());
+    }
+
+    #[test]
+    fn the_flag_takes_one_and_zero_only() {
+        assert!(check_flag(b"1").is_ok() && check_flag(b"0").is_ok());
+        for bad in [&b""[..], b"2", b"yes", b"1\n"] {
+            let e = check_flag(bad).unwrap_err();
+            assert!(matches!(e, Error::Invalid(_)) && e.to_string().contains(TXN), "{e}");
+        }
+    }
+}
