@@ -218,31 +218,38 @@ impl Transaction {
             )));
         }
         self.lock(&mut st, ino, first, last, Mode::Exclusive)?;
+        let st = &mut *st;
+        // Blocks written in part and not yet buffered are read first (zeros
+        // past the end of the file), before anything changes, so a failed
+        // read leaves the transaction as it was.
+        let mut edges: Vec<(u64, Box<[u8]>)> = Vec::new();
+        for b in [first, last - 1] {
+            let partial = off > b * BS || end < (b + 1) * BS;
+            let held = st.files.get(&ino).is_some_and(|f| f.blocks.contains_key(&b));
+            if partial && !held && edges.iter().all(|(e, _)| *e != b) {
+                let mut blk = vec![0u8; BLOCK_SIZE];
+                self.fs.read(ino, b * BS, &mut blk)?;
+                edges.push((b, blk.into_boxed_slice()));
+            }
+        }
+        let f = st.files.entry(ino).or_default();
         let mut pos = off;
-        let mut blk = vec![0u8; BLOCK_SIZE];
         while pos < end {
             let b = pos / BS;
             let at = (pos % BS) as usize;
             let n = (BLOCK_SIZE - at).min((end - pos) as usize);
-            let f = st.files.entry(ino).or_default();
-            if !f.blocks.contains_key(&b) {
-                // A block partly written reads its current contents first
-                // (zeros past the end of the file).
-                blk.fill(0);
-                if n < BLOCK_SIZE {
-                    self.fs.read(ino, b * BS, &mut blk)?;
-                }
-                f.blocks.insert(b, blk.clone().into_boxed_slice());
+            let buf = f.blocks.entry(b).or_insert_with(|| {
                 st.bytes += BS;
-            }
-            let f = st.files.entry(ino).or_default();
+                match edges.iter().position(|(e, _)| *e == b) {
+                    Some(i) => std::mem::take(&mut edges[i].1),
+                    None => vec![0u8; BLOCK_SIZE].into_boxed_slice(),
+                }
+            });
             let d = (pos - off) as usize;
-            if let Some(buf) = f.blocks.get_mut(&b) {
-                buf[at..at + n].copy_from_slice(&data[d..d + n]);
-            }
-            f.end = f.end.max(end);
+            buf[at..at + n].copy_from_slice(&data[d..d + n]);
             pos += n as u64;
         }
+        f.end = f.end.max(end);
         Ok(data.len())
     }
 
