@@ -94,10 +94,13 @@ pub(crate) fn protected(d: &crate::namespace::InodeData) -> bool {
     !d.xattrs.is_empty() && d.xattrs.get(TXN.as_bytes()).is_some_and(|v| v == b"1")
 }
 
-/// Checks a value given to `user.hurricane.txn`.
-pub(crate) fn check_flag(value: &[u8]) -> Result<()> {
-    match value {
-        b"1" | b"0" => Ok(()),
+/// Checks a value given to `user.hurricane.txn` ("1" or "0", a trailing
+/// newline or NUL allowed) and returns it as kept.
+pub(crate) fn check_flag(value: &[u8]) -> Result<&'static [u8]> {
+    let end = value.iter().rposition(|&c| c != b'\n' && c != 0).map_or(0, |i| i + 1);
+    match &value[..end] {
+        b"1" => Ok(b"1"),
+        b"0" => Ok(b"0"),
         _ => Err(Error::Invalid(format!("{TXN} must be \"1\" or \"0\", not {:?}", String::from_utf8_lossy(value)))),
     }
 }
@@ -481,8 +484,10 @@ mod tests {
 
     #[test]
     fn the_flag_takes_one_and_zero_only() {
-        assert!(check_flag(b"1").is_ok() && check_flag(b"0").is_ok());
-        for bad in [&b""[..], b"2", b"yes", b"1\n"] {
+        assert_eq!(check_flag(b"1").unwrap(), b"1");
+        assert_eq!(check_flag(b"0\n").unwrap(), b"0");
+        assert_eq!(check_flag(b"1\0").unwrap(), b"1");
+        for bad in [&b""[..], b"2", b"yes", b"11", b"\n"] {
             let e = check_flag(bad).unwrap_err();
             assert!(matches!(e, Error::Invalid(_)) && e.to_string().contains(TXN), "{e}");
         }
