@@ -339,3 +339,35 @@ fn truncate_and_fallocate_of_a_protected_file_wait_for_the_transaction() {
     assert!(got[..4096].iter().all(|&b| b == 0));
     assert_eq!(&got[4096..], &pattern(1, 20_000)[4096..10_000]);
 }
+
+#[test]
+fn a_transaction_larger_than_the_journal_commits_whole() {
+    let opts = hurricane::FormatOptions { journal_size: Some(96 << 10), ..Default::default() };
+    let pool = MemPool::with(3, 64 * MB, &opts);
+    let fs = pool.open().unwrap();
+    let a = pfile(&fs, "/a", Some("checksum[extent]"), &pattern(1, 4 << 20));
+    let b = pfile(&fs, "/b", Some("stripe(unit=16K,width=3)"), &pattern(2, 1 << 20));
+    fs.sync().unwrap();
+    let t = fs.begin().unwrap();
+    let mut wa = pattern(1, 4 << 20);
+    let mut wb = pattern(2, 1 << 20);
+    // Every other block: a record per run, far more than the journal holds.
+    for i in (0..1024u64).step_by(2) {
+        let d = pattern(100 + i, 4096);
+        t.write(&a, i * 4096, &d).unwrap();
+        wa[(i * 4096) as usize..(i * 4096 + 4096) as usize].copy_from_slice(&d);
+    }
+    let tail = pattern(7, 300_000);
+    t.write(&b, (1 << 20) - 10, &tail).unwrap();
+    wb.resize((1 << 20) - 10 + tail.len(), 0);
+    wb[(1 << 20) - 10..].copy_from_slice(&tail);
+    t.commit().unwrap();
+    assert_eq!(contents(&fs, "/a"), wa);
+    assert_eq!(contents(&fs, "/b"), wb);
+    let after = pool.crash(CrashMode::DropAll);
+    drop((a, b));
+    drop(fs);
+    let fs = after.open().unwrap();
+    assert_eq!(contents(&fs, "/a"), wa);
+    assert_eq!(contents(&fs, "/b"), wb);
+}
