@@ -113,7 +113,7 @@ pub(crate) fn thread(
             };
             // Reads first, sometimes: shared locks other transactions
             // upgrade against (the deadlocks of two readers turning writers).
-            let r = if rng.gen_bool(0.3) {
+            let r = if rng.gen_bool(0.5) {
                 let mut buf = vec![0u8; len as usize];
                 tx.read(&files[i], off, &mut buf).map(|_| ())
             } else {
