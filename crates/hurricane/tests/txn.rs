@@ -371,3 +371,18 @@ fn a_transaction_larger_than_the_journal_commits_whole() {
     assert_eq!(contents(&fs, "/a"), wa);
     assert_eq!(contents(&fs, "/b"), wb);
 }
+
+#[test]
+fn clearing_the_flag_during_a_transaction_aborts_its_commit() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = pfile(&fs, "/a", Some("extent"), &pattern(1, 5000));
+    let t = fs.begin().unwrap();
+    t.write(&a, 0, b"never").unwrap();
+    fs.setxattr(&Creds::root(), a.ino(), TXN, b"0\n", 0).unwrap();
+    assert_eq!(fs.getxattr(&Creds::root(), a.ino(), TXN).unwrap(), b"0");
+    let e = t.commit().unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)) && e.to_string().contains("cleared"), "{e}");
+    assert_eq!(contents(&fs, "/a"), pattern(1, 5000));
+    assert_eq!(fs.txn_locks_held(), 0);
+}

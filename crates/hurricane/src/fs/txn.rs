@@ -324,7 +324,16 @@ impl Transaction {
         let _io: Vec<_> = nodes.iter().map(|n| n.io.write()).collect();
         let mut lays = Vec::with_capacity(nodes.len());
         for (node, (&ino, f)) in nodes.iter().zip(&st.files) {
-            let lay = node.data.read().layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?;
+            let (lay, still) = {
+                let d = node.data.read();
+                (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, protected(&d))
+            };
+            // Unprotected meanwhile: plain writes may have gone around the locks.
+            if !still {
+                return Err(Error::Invalid(format!(
+                    "inode {ino}: {TXN} was cleared during the transaction, which is aborted"
+                )));
+            }
             check_layout(ino, &lay)?;
             if f.end.div_ceil(BS) > lay.root().capacity() {
                 return Err(Error::TooBig(format!("inode {ino}: {} bytes exceed what its layout can hold", f.end)));

@@ -130,8 +130,8 @@ impl LockTable {
                 // Others may have waited on a graph that had this edge.
                 self.cv.notify_all();
                 return Err(Error::Deadlock(format!(
-                    "inode {ino} blocks {start}..{end}: waiting for transaction {} would close a cycle of waiting \
-                     transactions",
+                    "transaction {owner}, inode {ino} blocks {start}..{end}: waiting for transaction {} would close a \
+                     cycle of waiting transactions",
                     c[0]
                 )));
             }
