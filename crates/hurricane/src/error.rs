@@ -63,6 +63,10 @@ pub enum Error {
     Stale(String),
     #[error("{0}: would block")]
     WouldBlock(String),
+    /// A lock request of a transaction would have closed a cycle of
+    /// waiting transactions: the requester is aborted (EDEADLK).
+    #[error("{0}: resource deadlock avoided")]
+    Deadlock(String),
 }
 
 impl Error {
@@ -99,6 +103,7 @@ impl Error {
             NotSupported(_) => libc::EOPNOTSUPP,
             Stale(_) => libc::ESTALE,
             WouldBlock(_) => libc::EAGAIN,
+            Deadlock(_) => libc::EDEADLK,
         }
     }
 }

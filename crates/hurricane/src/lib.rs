@@ -64,6 +64,7 @@ pub mod units;
 pub mod xattr;
 
 pub use error::{Error, Result};
+pub use fs::Transaction;
 pub use fs::{Attr, DirItem, File, FormatOptions, Fs, OpenOptions, Options, RenameFlags, SetAttr, StatFs};
 pub use namespace::Creds;
 

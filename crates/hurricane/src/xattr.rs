@@ -21,3 +21,7 @@ pub const STATS: &str = "user.hurricane.stats";
 /// On a mount's root: maintenance jobs (scrub, device replacement). Setting
 /// it starts one (a JSON request, root only); reading it gives its status.
 pub const CONTROL: &str = "user.hurricane.control";
+/// A file's transaction protection: "1" lets transactions (`Fs::begin`)
+/// write the file and makes every other write to it take the same range
+/// locks; "0" (or absent) leaves the file out of transactions.
+pub const TXN: &str = "user.hurricane.txn";

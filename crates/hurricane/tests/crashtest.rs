@@ -40,6 +40,7 @@ fn workload_list() {
         "directory",
         "log",
         "cleaner",
+        "txn",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -59,6 +60,10 @@ fn compress() {
 #[test]
 fn posix() {
     ci("posix");
+}
+#[test]
+fn txn() {
+    ci("txn");
 }
 #[test]
 fn renames() {

@@ -23,6 +23,8 @@ pub(crate) struct Recorded {
     pub syncs: Vec<SyncRec>,
     /// The background committer ran: any operation boundary may be durable.
     pub background: bool,
+    /// The `txn` workload's transactions (checked instead of threads' trees).
+    pub txn: Option<super::txn::TxnHist>,
 }
 
 /// What checking one cut found.
@@ -257,6 +259,9 @@ fn check_state(rec: &Recorded, p: usize, devs: Vec<Arc<dyn Device>>) -> Result<b
     let f = fsck::check(&fs, false, &mut |_, _, _| {}).map_err(|e| format!("fsck failed to run: {e}"))?;
     if !f.is_clean() {
         return Err(format!("fsck: {}", f.remaining.join("; ")));
+    }
+    if let Some(h) = &rec.txn {
+        return super::txn::check(h, p, &fs);
     }
     let mut newer = false;
     for t in &rec.threads {

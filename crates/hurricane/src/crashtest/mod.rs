@@ -30,6 +30,7 @@ mod check;
 mod image;
 mod model;
 mod record;
+mod txn;
 mod workloads;
 
 use crate::device::{Device, MemDevice};
@@ -232,7 +233,7 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
         }
     };
     report.checkpoints = ckpts;
-    report.ops = rec.threads.iter().map(|t| t.ops.len()).sum();
+    report.ops = rec.threads.iter().map(|t| t.ops.len()).sum::<usize>() + rec.txn.as_ref().map_or(0, |h| h.attempts);
     report.syncs = rec.syncs.len() - 1;
     report.flushes = rec.events.iter().filter(|e| matches!(e, record::Event::Flush { .. })).count();
     report.writes = rec.events.len() - report.flushes;
@@ -288,6 +289,8 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
 fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
     let name = opts.workload.as_str();
     let concurrent = name == "concurrent";
+    // Transactions: threads sharing a few protected files.
+    let txn = name == "txn";
     let threads = if concurrent { 4 } else { 1 };
     let size = Size { ops: if opts.long { 2000 } else { 400 } };
     if !workloads().iter().any(|(n, _)| *n == name) {
@@ -310,6 +313,12 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
         }
         fs.close()?;
     }
+    let mut initial = Vec::new();
+    if txn {
+        let fs = Fs::open(dyns(), quiet.clone())?;
+        initial = txn::setup(&fs, opts.seed)?;
+        fs.close()?;
+    }
     let base: Vec<Arc<Vec<u8>>> = mems.iter().map(|d| Arc::new(d.image())).collect();
     drop(mems);
 
@@ -328,7 +337,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
         .collect();
     // Threads run with the background committer too: commits at moments
     // no thread chose.
-    let opts_open = if concurrent {
+    let opts_open = if concurrent || txn {
         Options { background_commit: true, commit_interval: Duration::from_millis(2), ..quiet }
     } else {
         quiet
@@ -336,7 +345,22 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
     let fs = Fs::open(devs, opts_open)?;
     // The formatted pool is the first durable state.
     let syncs = Mutex::new(vec![SyncRec { start: Mark { pos: 0, tick: 0 }, end: Mark { pos: 0, tick: 0 } }]);
-    let hists = if concurrent {
+    let txn_hist = Mutex::new(txn::TxnHist { initial, ..Default::default() });
+    let hists = if txn {
+        let per_thread = size.ops / 8;
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..txn::THREADS)
+                .map(|t| {
+                    let (fs, rec, syncs, hist) = (&fs, &*rec, &syncs, &txn_hist);
+                    s.spawn(move || txn::thread(fs, rec, syncs, hist, opts.seed, t, per_thread))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Invalid("workload thread panicked".into()))))
+                .collect::<Result<Vec<()>>>()
+        })?;
+        Vec::new()
+    } else if concurrent {
         std::thread::scope(|s| {
             let hs: Vec<_> = prefixes
                 .iter()
@@ -395,7 +419,8 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             events,
             threads: hists,
             syncs,
-            background: concurrent,
+            background: concurrent || txn,
+            txn: txn.then(|| txn_hist.into_inner()),
         },
         ckpts,
     ))

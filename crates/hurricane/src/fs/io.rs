@@ -277,6 +277,9 @@ impl Fs {
         self.clean_if_low();
         for attempt in 0..2 {
             let (node, _, _) = self.file_layout(ino)?;
+            // A file protected for transactions: the range is locked
+            // against them while it is written.
+            let _txn = self.protect_write(&node, ino, off / BS, end.div_ceil(BS))?;
             let aligned = off.is_multiple_of(BS) && (data.len() as u64).is_multiple_of(BS);
             // Whole-block writes run in parallel; partial blocks are
             // read-modify-write and must not interleave, nor may writes to
@@ -434,6 +437,7 @@ impl Fs {
         }
         self.ensure_capacity(ino, size)?;
         let (node, _, _) = self.file_layout(ino)?;
+        let _txn = self.protect_write(&node, ino, 0, u64::MAX)?;
         let _io = node.io.write();
         let (lay, old) = {
             let d = node.data.read();
@@ -490,6 +494,11 @@ impl Fs {
         if len == 0 {
             return Err(Error::Invalid(format!("inode {ino}: fallocate of 0 bytes")));
         }
+        // A file protected for transactions: locked against them throughout.
+        let _txn = match self.state().inode(ino) {
+            Ok(node) => self.protect_write(&node, ino, 0, u64::MAX)?,
+            Err(_) => None,
+        };
         match mode {
             0 | libc::FALLOC_FL_KEEP_SIZE => {}
             PUNCH => return self.zero_range(ino, off, end, true, false),

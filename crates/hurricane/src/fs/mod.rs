@@ -17,6 +17,7 @@ mod replace;
 mod scrub;
 #[cfg(test)]
 mod tests;
+mod txn;
 
 pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
 pub use clean::{CleanOptions, CleanPolicy, CleanProgress, CleanReport, LogStatsSnapshot};
@@ -31,6 +32,7 @@ pub use replace::{
 pub use scrub::{
     load_position, save_position, LostFile, PositionRecord, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport,
 };
+pub use txn::{Transaction, MAX_TXN_BYTES};
 
 use crate::blocks::Layout;
 use crate::codec::{Decoder, Encoder};
@@ -172,6 +174,8 @@ pub(crate) struct Inner {
     pub(crate) migrations: parking_lot::RwLock<std::collections::HashMap<Ino, Arc<migrate::Migration>>>,
     /// Held by the log cleaner's pass (one at a time).
     pub(crate) cleaning: Mutex<()>,
+    /// Range locks of transactions and of writes to protected files (`txn`).
+    pub(crate) txn_locks: txn::LockTable,
 }
 
 /// An open pool. Clones share it.
@@ -563,6 +567,7 @@ impl Fs {
             }),
             migrations: Default::default(),
             cleaning: Mutex::new(()),
+            txn_locks: Default::default(),
         });
         let fs = Fs { inner };
         if !opts.read_only {

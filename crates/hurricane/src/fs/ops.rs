@@ -824,6 +824,7 @@ impl Fs {
         self.throttle()?;
         // user.hurricane.open must be a valid open spec; it is kept canonical.
         let value = &crate::open_spec::check_xattr(name, value)?[..];
+        let value = if name == crate::xattr::TXN.as_bytes() { super::txn::check_flag(value)? } else { value };
         if name == LAYOUT_XATTR.as_bytes() {
             let spec = std::str::from_utf8(value).map_err(|_| Error::Layout("layout spec is not UTF-8".into()))?;
             return self.layout_set(cred, ino, spec.trim_end_matches(['\n', '\0']));

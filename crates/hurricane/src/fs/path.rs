@@ -336,6 +336,20 @@ impl File {
         }
         self.fs.read(self.ino, off, buf)
     }
+    /// Fails unless the file was opened for reading.
+    pub(crate) fn check_can_read(&self) -> Result<()> {
+        if !self.readable {
+            return Err(Error::Access("file not open for reading".into()));
+        }
+        Ok(())
+    }
+    /// Fails unless the file was opened for writing.
+    pub(crate) fn check_can_write(&self) -> Result<()> {
+        if !self.writable {
+            return Err(Error::Access("file not open for writing".into()));
+        }
+        Ok(())
+    }
     pub fn write_at(&self, data: &[u8], off: u64) -> Result<usize> {
         if !self.writable {
             return Err(Error::Access("file not open for writing".into()));

@@ -1,0 +1,270 @@
+//! The lock manager of embedded transactions: range locks on (inode, file
+//! block range), shared for reads and exclusive for writes, held by an
+//! owner (a transaction, or one non-transactional write to a protected
+//! file) until it releases all of them at once.
+//!
+//! A request that conflicts with locks of other owners waits on a condition
+//! variable. Before it waits it records which owners it waits for (the
+//! waits-for graph); if one of them waits, directly or through others, for
+//! the requester, waiting would never end: the request fails at once with
+//! [`Error::Deadlock`] and the requester (the victim) is expected to release
+//! its locks. Every release wakes the waiters, which look again.
+//!
+//! One mutex covers the whole table. Lock requests come once per
+//! transactional read or write (or write to a protected file), never per
+//! block, so the table is not a point of contention next to the I/O.
+
+use crate::error::{Error, Result};
+use crate::journal::Ino;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Who holds or asks for locks.
+pub type Owner = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Shared,
+    Exclusive,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    owner: Owner,
+    start: u64,
+    end: u64,
+    mode: Mode,
+}
+
+#[derive(Default)]
+struct Table {
+    /// Locks held, by inode.
+    held: HashMap<Ino, Vec<Held>>,
+    /// The inodes each owner holds locks on.
+    by_owner: HashMap<Owner, HashSet<Ino>>,
+    /// Waits-for graph: a waiting owner and the owners it waits for.
+    waits: HashMap<Owner, Vec<Owner>>,
+}
+
+impl Table {
+    fn conflicts(&self, owner: Owner, ino: Ino, start: u64, end: u64, mode: Mode) -> Vec<Owner> {
+        let mut v: Vec<Owner> = self
+            .held
+            .get(&ino)
+            .into_iter()
+            .flatten()
+            .filter(|h| {
+                h.owner != owner
+                    && h.start < end
+                    && start < h.end
+                    && (mode == Mode::Exclusive || h.mode == Mode::Exclusive)
+            })
+            .map(|h| h.owner)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Whether `from` reaches `to` in the waits-for graph.
+    fn reaches(&self, from: &[Owner], to: Owner) -> bool {
+        let mut seen: HashSet<Owner> = HashSet::new();
+        let mut stack: Vec<Owner> = from.to_vec();
+        while let Some(o) = stack.pop() {
+            if o == to {
+                return true;
+            }
+            if seen.insert(o) {
+                if let Some(next) = self.waits.get(&o) {
+                    stack.extend(next.iter().copied());
+                }
+            }
+        }
+        false
+    }
+}
+
+/// The lock table of an open pool.
+#[derive(Default)]
+pub struct LockTable {
+    table: Mutex<Table>,
+    cv: Condvar,
+    next: AtomicU64,
+}
+
+impl LockTable {
+    /// A new owner id (never reused while the pool is open).
+    pub fn owner(&self) -> Owner {
+        self.next.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Locks file blocks [start, end) of `ino` for `owner` in `mode`,
+    /// waiting while other owners hold conflicting locks. Fails with
+    /// [`Error::Deadlock`] (holding nothing new) when waiting would close a
+    /// cycle of waiting owners. A lock the owner holds already (any mode
+    /// for shared, exclusive for exclusive) is not asked for again.
+    pub fn lock(&self, owner: Owner, ino: Ino, start: u64, end: u64, mode: Mode) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        let mut t = self.table.lock();
+        loop {
+            let c = t.conflicts(owner, ino, start, end, mode);
+            if c.is_empty() {
+                t.waits.remove(&owner);
+                let covered = t.held.get(&ino).into_iter().flatten().any(|h| {
+                    h.owner == owner
+                        && h.start <= start
+                        && end <= h.end
+                        && (mode == Mode::Shared || h.mode == Mode::Exclusive)
+                });
+                if !covered {
+                    t.held.entry(ino).or_default().push(Held { owner, start, end, mode });
+                    t.by_owner.entry(owner).or_default().insert(ino);
+                }
+                return Ok(());
+            }
+            if t.reaches(&c, owner) {
+                t.waits.remove(&owner);
+                // Others may have waited on a graph that had this edge.
+                self.cv.notify_all();
+                return Err(Error::Deadlock(format!(
+                    "transaction {owner}, inode {ino} blocks {start}..{end}: waiting for transaction {} would close a \
+                     cycle of waiting transactions",
+                    c[0]
+                )));
+            }
+            t.waits.insert(owner, c);
+            self.cv.wait(&mut t);
+        }
+    }
+
+    /// Releases every lock of `owner` and wakes the waiters.
+    pub fn release(&self, owner: Owner) {
+        let mut t = self.table.lock();
+        t.waits.remove(&owner);
+        if let Some(inos) = t.by_owner.remove(&owner) {
+            for ino in inos {
+                if let Some(v) = t.held.get_mut(&ino) {
+                    v.retain(|h| h.owner != owner);
+                    if v.is_empty() {
+                        t.held.remove(&ino);
+                    }
+                }
+            }
+        }
+        drop(t);
+        self.cv.notify_all();
+    }
+
+    /// Locks currently held (all owners): for tests and statistics.
+    pub fn held(&self) -> usize {
+        self.table.lock().held.values().map(Vec::len).sum()
+    }
+}
+
+/// Locks of one owner, released when dropped.
+pub struct Guard<'a> {
+    table: &'a LockTable,
+    owner: Owner,
+}
+
+impl<'a> Guard<'a> {
+    /// Exclusive lock on one range for a fresh owner (a non-transactional
+    /// write to a protected file).
+    pub fn exclusive(table: &'a LockTable, ino: Ino, start: u64, end: u64) -> Result<Self> {
+        let owner = table.owner();
+        let g = Guard { table, owner };
+        table.lock(owner, ino, start, end, Mode::Exclusive)?;
+        Ok(g)
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.table.release(self.owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn shared_locks_share_and_exclusive_ones_exclude() {
+        let t = LockTable::default();
+        let (a, b) = (t.owner(), t.owner());
+        t.lock(a, 1, 0, 10, Mode::Shared).unwrap();
+        t.lock(b, 1, 5, 15, Mode::Shared).unwrap();
+        // Other inodes and disjoint ranges never conflict.
+        t.lock(b, 2, 0, 10, Mode::Exclusive).unwrap();
+        t.lock(b, 1, 10, 20, Mode::Exclusive).unwrap();
+        assert_eq!(t.table.lock().conflicts(a, 1, 0, 20, Mode::Exclusive), vec![b]);
+        t.release(b);
+        t.lock(a, 1, 0, 20, Mode::Exclusive).unwrap();
+        t.release(a);
+        assert_eq!(t.held(), 0);
+    }
+
+    #[test]
+    fn a_waiter_gets_the_lock_when_the_holder_releases() {
+        let t = Arc::new(LockTable::default());
+        let (a, b) = (t.owner(), t.owner());
+        t.lock(a, 7, 0, 4, Mode::Exclusive).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || {
+            t2.lock(b, 7, 2, 3, Mode::Shared).unwrap();
+            tx.send(()).unwrap();
+            t2.release(b);
+        });
+        // The waiter is blocked while a holds the range.
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        t.release(a);
+        rx.recv().unwrap();
+        h.join().unwrap();
+        assert_eq!(t.held(), 0);
+    }
+
+    #[test]
+    fn the_request_closing_a_cycle_fails_with_deadlock() {
+        let t = Arc::new(LockTable::default());
+        let (a, b) = (t.owner(), t.owner());
+        t.lock(a, 1, 0, 1, Mode::Exclusive).unwrap();
+        t.lock(b, 2, 0, 1, Mode::Exclusive).unwrap();
+        let t2 = t.clone();
+        // a waits for b ...
+        let h = std::thread::spawn(move || t2.lock(a, 2, 0, 1, Mode::Exclusive));
+        while !t.table.lock().waits.contains_key(&a) {
+            std::thread::yield_now();
+        }
+        // ... so b asking for a's lock would wait forever.
+        let e = t.lock(b, 1, 0, 1, Mode::Exclusive).unwrap_err();
+        assert!(matches!(e, Error::Deadlock(_)), "{e}");
+        assert_eq!(e.errno(), libc::EDEADLK);
+        t.release(b);
+        h.join().unwrap().unwrap();
+        t.release(a);
+        assert_eq!(t.held(), 0);
+    }
+
+    #[test]
+    fn two_readers_upgrading_deadlock_one_of_them() {
+        let t = Arc::new(LockTable::default());
+        let (a, b) = (t.owner(), t.owner());
+        t.lock(a, 1, 0, 8, Mode::Shared).unwrap();
+        t.lock(b, 1, 0, 8, Mode::Shared).unwrap();
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || t2.lock(a, 1, 0, 8, Mode::Exclusive));
+        while !t.table.lock().waits.contains_key(&a) {
+            std::thread::yield_now();
+        }
+        assert!(matches!(t.lock(b, 1, 0, 8, Mode::Exclusive), Err(Error::Deadlock(_))));
+        t.release(b);
+        h.join().unwrap().unwrap();
+        t.release(a);
+    }
+}

@@ -1,0 +1,388 @@
+//! Embedded transactions: atomic commit across files, abort without a
+//! trace, strict two-phase locking with deadlock detection, group commit,
+//! and the per-file protection flag.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{pattern, MemPool, MB};
+use hurricane::device::CrashMode;
+use hurricane::{Creds, Error, File, Fs};
+use std::sync::{mpsc, Arc, Barrier};
+use std::time::Duration;
+
+const TXN: &[u8] = hurricane::xattr::TXN.as_bytes();
+
+fn protect(fs: &Fs, f: &File) {
+    fs.setxattr(&Creds::root(), f.ino(), TXN, b"1", 0).unwrap();
+}
+
+/// A protected file holding `data`.
+fn pfile(fs: &Fs, path: &str, layout: Option<&str>, data: &[u8]) -> File {
+    let mut f = fs.create(path, layout).unwrap();
+    protect(fs, &f);
+    if !data.is_empty() {
+        f.write_all_at(data, 0).unwrap();
+    }
+    f
+}
+
+fn contents(fs: &Fs, path: &str) -> Vec<u8> {
+    fs.read_file(path).unwrap()
+}
+
+#[test]
+fn a_commit_is_visible_across_files_and_after_reopen() {
+    let pool = MemPool::new(3, 64 * MB);
+    let fs = pool.open().unwrap();
+    let a = pfile(&fs, "/a", Some("extent"), &pattern(1, 10_000));
+    let b = pfile(&fs, "/b", Some("stripe(unit=16K,width=3)"), &pattern(2, 50_000));
+    let c = pfile(&fs, "/c", None, b"");
+    fs.sync().unwrap();
+    let t = fs.begin().unwrap();
+    // Partial blocks at both ends, whole blocks, an append and a new file's first bytes.
+    assert_eq!(t.write(&a, 100, &pattern(3, 9000)).unwrap(), 9000);
+    t.write(&b, 4096, &pattern(4, 8192)).unwrap();
+    t.write(&b, 49_000, &pattern(5, 3000)).unwrap();
+    t.write(&c, 5, b"hello").unwrap();
+    t.commit().unwrap();
+    let mut wa = pattern(1, 10_000);
+    wa[100..9100].copy_from_slice(&pattern(3, 9000));
+    let mut wb = pattern(2, 50_000);
+    wb[4096..12288].copy_from_slice(&pattern(4, 8192));
+    wb.resize(52_000, 0);
+    wb[49_000..].copy_from_slice(&pattern(5, 3000));
+    let mut wc = vec![0u8; 5];
+    wc.extend_from_slice(b"hello");
+    assert_eq!(contents(&fs, "/a"), wa);
+    assert_eq!(contents(&fs, "/b"), wb);
+    assert_eq!(contents(&fs, "/c"), wc);
+    assert_eq!(fs.txn_locks_held(), 0);
+    drop((a, b, c));
+    // The commit forced the journal: a power cut now keeps it all.
+    let after = pool.crash(CrashMode::DropAll);
+    drop(fs);
+    let fs = after.open().unwrap();
+    assert_eq!(contents(&fs, "/a"), wa);
+    assert_eq!(contents(&fs, "/b"), wb);
+    assert_eq!(contents(&fs, "/c"), wc);
+    fs.close().unwrap();
+}
+
+#[test]
+fn abort_and_drop_leave_no_trace_appends_included() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = pfile(&fs, "/a", Some("extent"), &pattern(1, 6000));
+    let b = pfile(&fs, "/b", Some("checksum[extent]"), &pattern(2, 4096));
+    fs.sync().unwrap();
+    let before = fs.storage().allocs.iter().map(|a| a.free_blocks()).sum::<u64>();
+    let t = fs.begin().unwrap();
+    t.write(&a, 0, &pattern(3, 20_000)).unwrap();
+    t.write(&b, 4096, &pattern(4, 100_000)).unwrap();
+    t.abort();
+    {
+        let t = fs.begin().unwrap();
+        t.write(&a, 1, b"x").unwrap();
+        t.write(&b, 1 << 20, b"far append").unwrap();
+        // Dropped without commit.
+    }
+    assert_eq!(contents(&fs, "/a"), pattern(1, 6000));
+    assert_eq!(contents(&fs, "/b"), pattern(2, 4096));
+    assert_eq!(a.len().unwrap(), 6000);
+    assert_eq!(b.len().unwrap(), 4096);
+    assert_eq!(fs.txn_locks_held(), 0);
+    // No space was taken for them.
+    assert_eq!(fs.storage().allocs.iter().map(|a| a.free_blocks()).sum::<u64>(), before);
+    // Even every unflushed write surviving a power cut shows none of it.
+    let after = pool.crash(CrashMode::KeepAll);
+    drop((a, b));
+    drop(fs);
+    let fs = after.open().unwrap();
+    assert_eq!(contents(&fs, "/a"), pattern(1, 6000));
+    assert_eq!(contents(&fs, "/b"), pattern(2, 4096));
+}
+
+#[test]
+fn a_transaction_reads_its_own_writes_and_others_do_not() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = pfile(&fs, "/a", Some("extent"), &pattern(1, 5000));
+    let t = fs.begin().unwrap();
+    t.write(&a, 4000, b"0123456789").unwrap();
+    t.write(&a, 8000, b"tail").unwrap();
+    let mut buf = vec![0u8; 9000];
+    assert_eq!(t.read(&a, 0, &mut buf).unwrap(), 8004);
+    let mut want = pattern(1, 5000);
+    want[4000..4010].copy_from_slice(b"0123456789");
+    want.resize(8004, 0);
+    want[8000..].copy_from_slice(b"tail");
+    assert_eq!(&buf[..8004], &want[..]);
+    // Past the transaction's end: nothing.
+    assert_eq!(t.read(&a, 8004, &mut buf).unwrap(), 0);
+    // The file itself (outside the transaction) is unchanged until commit.
+    assert_eq!(contents(&fs, "/a"), pattern(1, 5000));
+    t.commit().unwrap();
+    assert_eq!(contents(&fs, "/a"), want);
+}
+
+#[test]
+fn a_conflicting_transaction_waits_for_the_commit() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(pfile(&fs, "/a", Some("extent"), &pattern(1, 8192)));
+    let t1 = fs.begin().unwrap();
+    t1.write(&a, 0, b"first").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = {
+        let (fs, a) = (fs.clone(), a.clone());
+        std::thread::spawn(move || {
+            let t2 = fs.begin().unwrap();
+            let mut buf = [0u8; 5];
+            // Blocks on t1's exclusive lock, then sees t1's committed data.
+            t2.read(&a, 0, &mut buf).unwrap();
+            tx.send(buf).unwrap();
+            t2.write(&a, 0, b"again").unwrap();
+            t2.commit().unwrap();
+        })
+    };
+    // t2 cannot have read while t1 holds the block (it would have sent).
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    t1.commit().unwrap();
+    assert_eq!(&rx.recv().unwrap(), b"first");
+    h.join().unwrap();
+    assert_eq!(&contents(&fs, "/a")[..5], b"again");
+    // A disjoint range never waits.
+    let t3 = fs.begin().unwrap();
+    t3.write(&a, 0, b"x").unwrap();
+    let t4 = fs.begin().unwrap();
+    t4.write(&a, 4096, b"y").unwrap();
+    t4.commit().unwrap();
+    t3.commit().unwrap();
+}
+
+#[test]
+fn opposite_lock_orders_deadlock_one_transaction_and_the_other_commits() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(pfile(&fs, "/a", Some("extent"), &pattern(1, 4096)));
+    let b = Arc::new(pfile(&fs, "/b", Some("extent"), &pattern(2, 4096)));
+    let barrier = Arc::new(Barrier::new(2));
+    let run = |first: Arc<File>, second: Arc<File>, tag: &'static [u8]| {
+        let (fs, barrier) = (fs.clone(), barrier.clone());
+        std::thread::spawn(move || {
+            let t = fs.begin().unwrap();
+            t.write(&first, 0, tag).unwrap();
+            barrier.wait();
+            match t.write(&second, 0, tag) {
+                Ok(_) => t.commit().map(|_| true),
+                Err(e @ Error::Deadlock(_)) => {
+                    assert_eq!(e.errno(), libc::EDEADLK);
+                    // The victim is aborted: it can do nothing more.
+                    assert!(t.write(&first, 0, tag).is_err());
+                    assert!(t.commit().is_err());
+                    Ok(false)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    };
+    let h1 = run(a.clone(), b.clone(), b"one");
+    let h2 = run(b.clone(), a.clone(), b"two");
+    let r1 = h1.join().unwrap().unwrap();
+    let r2 = h2.join().unwrap().unwrap();
+    assert!(r1 != r2, "exactly one transaction commits ({r1}, {r2})");
+    let tag: &[u8] = if r1 { b"one" } else { b"two" };
+    assert_eq!(&contents(&fs, "/a")[..3], tag);
+    assert_eq!(&contents(&fs, "/b")[..3], tag);
+    assert_eq!(fs.txn_locks_held(), 0);
+}
+
+#[test]
+fn concurrent_commits_all_succeed() {
+    let pool = MemPool::new(3, 64 * MB);
+    let fs = pool.open().unwrap();
+    let files: Vec<Arc<File>> = (0..4)
+        .map(|i| Arc::new(pfile(&fs, &format!("/f{i}"), Some("checksum[extent]"), &pattern(i, 16 * 4096))))
+        .collect();
+    let threads = 8;
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let (fs, files) = (fs.clone(), files.clone());
+            std::thread::spawn(move || {
+                for round in 0..10u64 {
+                    let tx = fs.begin().unwrap();
+                    // Each thread its own block of every file: no conflicts.
+                    for f in &files {
+                        tx.write(f, t * 4096 + 8, &pattern(t * 100 + round, 100)).unwrap();
+                    }
+                    tx.commit().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    for (i, _) in files.iter().enumerate() {
+        let got = contents(&fs, &format!("/f{i}"));
+        for t in 0..threads {
+            let at = (t * 4096 + 8) as usize;
+            assert_eq!(&got[at..at + 100], &pattern(t * 100 + 9, 100)[..], "file {i} thread {t}");
+        }
+    }
+    let after = pool.crash(CrashMode::DropAll);
+    drop(files);
+    drop(fs);
+    let fs = after.open().unwrap();
+    let got = contents(&fs, "/f0");
+    assert_eq!(&got[8..108], &pattern(9, 100)[..]);
+}
+
+#[test]
+fn only_protected_files_and_out_of_place_layouts_take_part() {
+    let pool = MemPool::new(3, 64 * MB);
+    let fs = pool.open().unwrap();
+    let plain = fs.create("/plain", Some("extent")).unwrap();
+    let t = fs.begin().unwrap();
+    let e = t.write(&plain, 0, b"x").unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)) && e.to_string().contains("user.hurricane.txn"), "{e}");
+    // Unprotected again with "0"; other values are refused.
+    protect(&fs, &plain);
+    fs.setxattr(&Creds::root(), plain.ino(), TXN, b"0", 0).unwrap();
+    assert!(t.write(&plain, 0, b"x").is_err());
+    assert!(matches!(fs.setxattr(&Creds::root(), plain.ino(), TXN, b"yes", 0), Err(Error::Invalid(_))));
+    // A layout a commit could not write out of place is refused at the first write.
+    let par = pfile(&fs, "/parity", Some("parity(data=2,parity=1)"), b"");
+    let e = t.write(&par, 0, b"x").unwrap_err();
+    assert!(matches!(e, Error::NotSupported(_)) && e.to_string().contains("parity"), "{e}");
+    // Files open read-only are not written.
+    let _w = pfile(&fs, "/ro", Some("extent"), b"");
+    let ro = fs.open_file("/ro").unwrap();
+    assert!(matches!(t.write(&ro, 0, b"x"), Err(Error::Access(_))));
+    t.abort();
+}
+
+#[test]
+fn a_plain_write_to_a_protected_file_waits_for_the_transaction() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(pfile(&fs, "/a", Some("extent"), &pattern(1, 8192)));
+    let t = fs.begin().unwrap();
+    t.write(&a, 10, b"txn").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            a.write_at(b"plain", 4000).unwrap();
+            tx.send(()).unwrap();
+        })
+    };
+    // The write's block (0) is locked by the transaction: it waits.
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    // A plain write elsewhere in the file goes through.
+    a.write_at(b"free", 5000).unwrap();
+    t.commit().unwrap();
+    rx.recv().unwrap();
+    h.join().unwrap();
+    let got = contents(&fs, "/a");
+    assert_eq!(&got[10..13], b"txn");
+    assert_eq!(&got[4000..4005], b"plain");
+    assert_eq!(&got[5000..5004], b"free");
+    assert_eq!(fs.txn_locks_held(), 0);
+}
+
+#[test]
+fn replicated_files_commit_and_survive_a_crash() {
+    let pool = MemPool::new(3, 64 * MB);
+    let fs = pool.open().unwrap();
+    let a = pfile(&fs, "/r", Some("replicate(copies=2)"), &pattern(1, 30_000));
+    let t = fs.begin().unwrap();
+    t.write(&a, 12_000, &pattern(2, 40_000)).unwrap();
+    t.commit().unwrap();
+    let mut want = pattern(1, 30_000);
+    want.resize(52_000, 0);
+    want[12_000..].copy_from_slice(&pattern(2, 40_000));
+    assert_eq!(contents(&fs, "/r"), want);
+    let after = pool.crash(CrashMode::Random(5));
+    drop(a);
+    drop(fs);
+    let fs = after.open().unwrap();
+    assert_eq!(contents(&fs, "/r"), want);
+}
+
+#[test]
+fn truncate_and_fallocate_of_a_protected_file_wait_for_the_transaction() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(pfile(&fs, "/a", Some("extent"), &pattern(1, 20_000)));
+    let t = fs.begin().unwrap();
+    t.write(&a, 12_000, b"kept").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = {
+        let (fs, a, tx) = (fs.clone(), a.clone(), tx.clone());
+        std::thread::spawn(move || {
+            a.set_len(10_000).unwrap();
+            tx.send("truncate").unwrap();
+            fs.fallocate(a.ino(), 0, 4096, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+            tx.send("punch").unwrap();
+        })
+    };
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    t.commit().unwrap();
+    // The transaction's write came first, then the truncate cut it off.
+    assert_eq!(rx.recv().unwrap(), "truncate");
+    assert_eq!(rx.recv().unwrap(), "punch");
+    h.join().unwrap();
+    let got = contents(&fs, "/a");
+    assert_eq!(got.len(), 10_000);
+    assert!(got[..4096].iter().all(|&b| b == 0));
+    assert_eq!(&got[4096..], &pattern(1, 20_000)[4096..10_000]);
+}
+
+#[test]
+fn a_transaction_larger_than_the_journal_commits_whole() {
+    let opts = hurricane::FormatOptions { journal_size: Some(96 << 10), ..Default::default() };
+    let pool = MemPool::with(3, 64 * MB, &opts);
+    let fs = pool.open().unwrap();
+    let a = pfile(&fs, "/a", Some("checksum[extent]"), &pattern(1, 4 << 20));
+    let b = pfile(&fs, "/b", Some("stripe(unit=16K,width=3)"), &pattern(2, 1 << 20));
+    fs.sync().unwrap();
+    let t = fs.begin().unwrap();
+    let mut wa = pattern(1, 4 << 20);
+    let mut wb = pattern(2, 1 << 20);
+    // Every other block: a record per run, far more than the journal holds.
+    for i in (0..1024u64).step_by(2) {
+        let d = pattern(100 + i, 4096);
+        t.write(&a, i * 4096, &d).unwrap();
+        wa[(i * 4096) as usize..(i * 4096 + 4096) as usize].copy_from_slice(&d);
+    }
+    let tail = pattern(7, 300_000);
+    t.write(&b, (1 << 20) - 10, &tail).unwrap();
+    wb.resize((1 << 20) - 10 + tail.len(), 0);
+    wb[(1 << 20) - 10..].copy_from_slice(&tail);
+    t.commit().unwrap();
+    assert_eq!(contents(&fs, "/a"), wa);
+    assert_eq!(contents(&fs, "/b"), wb);
+    let after = pool.crash(CrashMode::DropAll);
+    drop((a, b));
+    drop(fs);
+    let fs = after.open().unwrap();
+    assert_eq!(contents(&fs, "/a"), wa);
+    assert_eq!(contents(&fs, "/b"), wb);
+}
+
+#[test]
+fn clearing_the_flag_during_a_transaction_aborts_its_commit() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = pfile(&fs, "/a", Some("extent"), &pattern(1, 5000));
+    let t = fs.begin().unwrap();
+    t.write(&a, 0, b"never").unwrap();
+    fs.setxattr(&Creds::root(), a.ino(), TXN, b"0\n", 0).unwrap();
+    assert_eq!(fs.getxattr(&Creds::root(), a.ino(), TXN).unwrap(), b"0");
+    let e = t.commit().unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)) && e.to_string().contains("cleared"), "{e}");
+    assert_eq!(contents(&fs, "/a"), pattern(1, 5000));
+    assert_eq!(fs.txn_locks_held(), 0);
+}
