@@ -111,6 +111,9 @@ pub struct Shared {
     readers: Workers,
     /// Scrub and device replacement jobs (`user.hurricane.control`).
     control: crate::control::Control,
+    /// Transactions of programs that do not link the library, by the
+    /// calling thread ([`crate::txn`]).
+    txns: crate::txn::Txns,
 }
 
 impl std::ops::Deref for HurricaneFuse {
@@ -151,6 +154,7 @@ impl HurricaneFuse {
             ring_requests: (0..crate::workers::possible_cpus()).map(|_| Default::default()).collect(),
             readers: Workers::new(readers),
             control,
+            txns: Default::default(),
         };
         HurricaneFuse { shared: Arc::new(shared), primary: true }
     }
@@ -291,7 +295,7 @@ impl HurricaneFuse {
         }
     }
 
-    fn serve_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+    fn serve_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, tid: u32, reply: ReplyData) {
         let t0 = Instant::now();
         READ_BUF.with(|b| {
             let mut buf = b.borrow_mut();
@@ -299,10 +303,13 @@ impl HurricaneFuse {
             if buf.len() < want {
                 buf.resize(want, 0);
             }
+            let txn = self.txns.of(tid);
             let r = self.handles.file(fh, ino.0).and_then(|of| {
-                match of {
-                    Some(of) => of.read_at(&mut buf[..want], offset),
-                    None => self.fs.read(ino.0, offset, &mut buf[..want]),
+                match (of, txn) {
+                    // A transaction's reads see its own writes.
+                    (_, Some(t)) => t.read(ino.0, offset, &mut buf[..want]),
+                    (Some(of), None) => of.read_at(&mut buf[..want], offset),
+                    (None, None) => self.fs.read(ino.0, offset, &mut buf[..want]),
                 }
                 .map_err(errno)
             });
@@ -497,6 +504,7 @@ impl Filesystem for HurricaneFuse {
             return;
         }
         self.control.shutdown();
+        self.txns.abort_all();
         if let Err(e) = self.fs.close() {
             tracing::error!("closing the pool: {e}");
         }
@@ -734,18 +742,27 @@ impl Filesystem for HurricaneFuse {
             // Permission for the access mode (execute for an execve open),
             // O_NOATIME, O_TRUNC and set-id clearing: the engine's rules.
             let a = self.as_user(req, |c| self.fs.open_as(c, ino, f))?;
+            if a.is_file() && self.fs.txn_protected(ino) {
+                // Reads and writes of a protected file come here as their
+                // callers make them (no page cache), so a transaction's
+                // see its own writes and others see only committed data.
+                self.fs.open_inode(ino).map_err(errno)?;
+                return Ok((self.handles.insert(ino, f, None), true));
+            }
             if a.is_file() && f & libc::O_ACCMODE != libc::O_WRONLY {
                 // Reads through this handle use the file's open policy.
                 let spec = self.fs.open_policy_for(ino);
                 let of = hurricane::open::OpenFile::from_ino(&self.fs, ino, true, false, spec).map_err(errno)?;
-                return Ok(self.handles.insert(ino, f, Some(of)));
+                return Ok((self.handles.insert(ino, f, Some(of)), false));
             }
             self.fs.open_inode(ino).map_err(errno)?;
-            Ok(self.handles.insert(ino, f, None))
+            Ok((self.handles.insert(ino, f, None), false))
         })();
-        self.done(Op::Open, t0, &r);
+        let r2 = r.as_ref().map(|_| ()).map_err(|e| *e);
+        self.done(Op::Open, t0, &r2);
         match r {
-            Ok(fh) => reply.opened(fh, FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE),
+            Ok((fh, true)) => reply.opened(fh, FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO),
+            Ok((fh, false)) => reply.opened(fh, FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
         }
     }
@@ -761,11 +778,12 @@ impl Filesystem for HurricaneFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let tid = _req.pid();
         if size >= OFF_THREAD_READ {
             let me = self.clone();
-            self.readers.run(move || me.serve_read(ino, fh, offset, size, reply));
+            self.readers.run(move || me.serve_read(ino, fh, offset, size, tid, reply));
         } else {
-            self.serve_read(ino, fh, offset, size, reply);
+            self.serve_read(ino, fh, offset, size, tid, reply);
         }
     }
 
@@ -787,7 +805,11 @@ impl Filesystem for HurricaneFuse {
         // have changed O_APPEND since open). Appends write at our own end
         // of file under the inode's append lock.
         let append = flags.0 & libc::O_APPEND != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        let r = if append {
+        let txn = self.txns.of(req.pid());
+        let r = if let Some(t) = &txn {
+            let at = if append { self.fs.getattr(ino).map(|a| a.size) } else { Ok(offset) };
+            at.and_then(|off| t.write(ino, off, data))
+        } else if append {
             let _g = self.append[(ino as usize) % self.append.len()].lock();
             self.fs.getattr(ino).and_then(|a| self.fs.write(ino, a.size, data))
         } else {
@@ -1086,17 +1108,21 @@ impl Filesystem for HurricaneFuse {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
-        _cmd: u32,
+        cmd: u32,
         _in_data: &[u8],
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        // Programs probe files with terminal ioctls (isatty); none apply.
-        reply.error(Errno::ENOTTY);
+        match self.txns.ioctl(&self.fs, req.pid(), cmd) {
+            Some(Ok(())) => reply.ioctl(0, &[]),
+            Some(Err(e)) => reply.error(errno(e)),
+            // Programs probe files with terminal ioctls (isatty); none apply.
+            None => reply.error(Errno::ENOTTY),
+        }
     }
 
     fn fallocate(

@@ -21,6 +21,7 @@ mod options;
 pub mod report;
 mod serve;
 pub mod stats;
+pub mod txn;
 mod uring;
 mod workers;
 

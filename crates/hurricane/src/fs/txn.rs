@@ -146,6 +146,11 @@ impl Fs {
         locks::Guard::exclusive(&self.inner.txn_locks, ino, start, end).map(Some)
     }
 
+    /// Whether `ino` is a protected file (`user.hurricane.txn` = "1").
+    pub fn txn_protected(&self, ino: Ino) -> bool {
+        self.state().get(ino).is_some_and(|n| protected(&n.data.read()))
+    }
+
     /// Range locks held now (by transactions and protected writes).
     pub fn txn_locks_held(&self) -> usize {
         self.inner.txn_locks.held()
