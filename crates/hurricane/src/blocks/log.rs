@@ -249,20 +249,12 @@ impl LogSpace {
         s.heads.get(&seg).is_some_and(|h| h.next < h.end && start < h.end && start + seg > h.next)
     }
 
-    /// Takes `n` blocks at the head for file blocks [fblk, fblk+n) of node
-    /// `node` of inode `ino`: (file block, device block, len) pieces. The
-    /// cleaner's moves (`cleaning`) may use the clean segments writers
-    /// leave it. Fails (placing nothing) when the device is full.
-    fn place(
-        &self,
-        alloc: &Allocator,
-        ino: u64,
-        node: u32,
-        seg: u64,
-        fblk: u64,
-        n: u64,
-        cleaning: bool,
-    ) -> Result<Vec<Seg>> {
+    /// Takes blocks at the head for file blocks [o.fblk, o.fblk+o.len) of
+    /// node `o.node` of inode `o.ino`: (file block, device block, len)
+    /// pieces. The cleaner's moves (`cleaning`) may use the clean segments
+    /// writers leave it. Fails (placing nothing) when the device is full.
+    fn place(&self, alloc: &Allocator, o: Owner, cleaning: bool) -> Result<Vec<Seg>> {
+        let Owner { ino, node, fblk, len: n, seg } = o;
         let mut s = self.inner.lock();
         let t = now();
         let mut out: Vec<Seg> = Vec::new();
@@ -460,7 +452,8 @@ impl Log {
         dev.check_writable()?;
         let alloc = self.alloc(io)?;
         let space = LogSpace::of(dev);
-        let pieces = space.place(alloc, io.owner, self.id, self.seg, fblk, n, cleaning)?;
+        let who = Owner { ino: io.owner, node: self.id, fblk, len: n, seg: self.seg };
+        let pieces = space.place(alloc, who, cleaning)?;
         let token = {
             let mut fl = self.inflight.lock();
             fl.next += 1;
