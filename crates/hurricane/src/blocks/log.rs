@@ -25,7 +25,7 @@
 //! trimmed instead of publishing it.
 
 use super::common::span;
-use super::extent::{decode_runs, Change, Map, Seg};
+use super::extent::{decode_runs, read_segs, Change, Map, Seg};
 use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
 use crate::codec::Encoder;
 use crate::device::DeviceHandle;
@@ -543,16 +543,7 @@ impl Block for Log {
         let n = span(fblk, buf.len())?;
         let dev = self.handle(io)?;
         let segs = self.map.read().segments(fblk, fblk + n);
-        let mut pos = 0;
-        for (f, p, l) in segs {
-            let start = (f - fblk) as usize * BLOCK_SIZE;
-            let len = l as usize * BLOCK_SIZE;
-            buf[pos..start].fill(0);
-            dev.read_blocks(p, &mut buf[start..start + len])?;
-            pos = start + len;
-        }
-        buf[pos..].fill(0);
-        Ok(())
+        read_segs(dev, &segs, fblk, buf)
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
@@ -603,11 +594,7 @@ impl Block for Log {
     }
 
     fn next_data(&self, fblk: u64) -> Option<u64> {
-        let m = self.map.read();
-        match m.runs.range(..=fblk).next_back() {
-            Some((&rf, &(_, rl))) if rf + rl > fblk => Some(fblk),
-            _ => m.runs.range(fblk..).next().map(|(&k, _)| k),
-        }
+        self.map.read().next_data(fblk)
     }
 
     fn register(&self, io: &IoCtx) {
