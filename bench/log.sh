@@ -4,7 +4,10 @@
 # run (Seltzer's thesis, Fig. 5-8): a file of MIB MiB laid out sequentially,
 # then 4 KiB random overwrites for SECONDS seconds (fio, fsync every 32
 # writes: IOPS), then a sequential scan of the file after those updates
-# (page cache dropped, the mount restarted: MiB/s).
+# (page cache dropped, the mount restarted: MiB/s). The backing files are
+# written whole first, as a device is: a log writes where an overwrite in
+# place would not, and a sparse image file would charge it the host file
+# system's allocation.
 #   bench/log.sh [MIB] [RUNS] [SECONDS]     (defaults 1024 3 20)
 # Results: bench/results/log.jsonl (RESULTS=DIR for another place), medians
 # and ratios on stdout. BENCH_DIR=DIR holds the images.
@@ -60,15 +63,17 @@ one_hfs() { # layout run
 }
 
 for run in $(seq "$runs"); do
-    rm -rf "$pool"
-    "$hc" mkfs "$pool" --devices 1 --device-size "$((mib * 3 + 1024))M" >/dev/null
+    rm -rf "$pool" "$work/dev0.img"
+    dd if=/dev/zero of="$work/dev0.img" bs=1M count=$((mib * 3 + 1024)) conv=fsync status=none
+    "$hc" mkfs "$pool" --device "$work/dev0.img" >/dev/null
     "$hc" mount "$pool" "$mnt"
     # Alternate the order between runs.
     if [ $((run % 2)) = 1 ]; then order="log@0 extent@0"; else order="extent@0 log@0"; fi
     for l in $order; do one_hfs "$l" "$run"; done
     "$hc" umount "$mnt"
-    rm -rf "$pool"
-    truncate -s "$((mib * 3 + 1024))M" "$work/ext4.img"; mkfs.ext4 -q -F "$work/ext4.img"
+    rm -rf "$pool" "$work/dev0.img"
+    dd if=/dev/zero of="$work/ext4.img" bs=1M count=$((mib * 3 + 1024)) conv=fsync status=none
+    mkfs.ext4 -q -F "$work/ext4.img"
     loop=$(losetup -f --show "$work/ext4.img"); mount "$loop" "$ext"
     read -r w _ < <(fio_json "$ext/f" write 1M --end_fsync=1)
     umount "$ext"; sync; echo 3 > /proc/sys/vm/drop_caches; mount "$loop" "$ext"

@@ -170,3 +170,22 @@ fn a_full_log_says_so_at_the_write_and_loses_nothing() {
     fs.write_file("/c", &pattern(3, 4 * MB as usize), Some("log@0")).unwrap();
     check_clean(&fs, "after the full device");
 }
+
+#[test]
+fn a_file_migrated_off_the_log_leaves_its_index() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = p.open().unwrap();
+    let data = pattern(4, 3 << 20);
+    fs.write_file("/f", &data, Some("log@0")).unwrap();
+    let ino = fs.resolve("/f").unwrap();
+    fs.sync().unwrap();
+    let live = |fs: &Fs| fs.log_stats().iter().filter(|s| s.device == 0).map(|s| s.live_blocks).sum::<u64>();
+    assert_eq!(live(&fs), 768);
+    fs.migrate(ino, "extent@1", &hurricane::fs::MigrateOptions::default(), &|_| {}).unwrap();
+    assert_eq!(live(&fs), 0, "{:?}", fs.log_stats());
+    fs.migrate(ino, "log@1", &hurricane::fs::MigrateOptions::default(), &|_| {}).unwrap();
+    assert_eq!(fs.read_file("/f").unwrap(), data);
+    let r = fs.clean(&CleanOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!(r.moved_blocks, 0, "nothing of the old tree is left to move: {r:?}");
+    check_clean(&fs, "after the migrations");
+}

@@ -156,12 +156,23 @@ impl Drop for Registered<'_> {
             reg.remove(&self.ino);
         }
         drop(reg);
-        // Nothing persistent names the new tree: its space is free now.
-        self.m.fresh.extents(&mut |d, s, l| {
-            if let Some(a) = self.fs.storage().allocs.get(d as usize) {
-                a.free_now(s, l);
-            }
-        });
+        // Nothing persistent names the new tree: its space is freed as a
+        // truncate frees (so it leaves the log's index where it has log
+        // blocks), for reuse once the current batch commits.
+        let io = IoCtx {
+            owner: self.ino,
+            storage: self.fs.storage(),
+            epoch: self.fs.inner.gate.current_epoch(),
+            sink: &crate::blocks::ignore_records,
+            repair: false,
+        };
+        if self.m.fresh.root().truncate(&io, 0).is_err() {
+            self.m.fresh.extents(&mut |d, s, l| {
+                if let Some(a) = self.fs.storage().allocs.get(d as usize) {
+                    a.free_now(s, l);
+                }
+            });
+        }
     }
 }
 
@@ -262,11 +273,27 @@ impl Fs {
                 self.install_layout(&g, ino, encoded, changes)?;
                 reg.installed = true;
                 self.inner.migrations.write().remove(&ino);
-                old.extents(&mut |d, s, len| {
-                    if let Some(a) = self.storage().allocs.get(d as usize) {
-                        a.free_deferred(g.epoch(), s, len);
-                    }
-                });
+                // The old tree is dropped as a truncate drops blocks (so
+                // blocks that keep a device-wide index, the log's, leave it),
+                // its space free once the switch commits.
+                let dropped = {
+                    let io = IoCtx {
+                        owner: ino,
+                        storage: self.storage(),
+                        epoch: g.epoch(),
+                        sink: &crate::blocks::ignore_records,
+                        repair: false,
+                    };
+                    old.root().truncate(&io, 0)
+                };
+                if let Err(e) = dropped {
+                    tracing::warn!("inode {ino}: dropping the old tree: {e}; freeing its extents");
+                    old.extents(&mut |d, s, len| {
+                        if let Some(a) = self.storage().allocs.get(d as usize) {
+                            a.free_deferred(g.epoch(), s, len);
+                        }
+                    });
+                }
                 drop(g);
                 self.inner.cache.invalidate_from(ino, 0);
                 drop(io);
