@@ -679,6 +679,34 @@ mod tests {
     }
 
     #[test]
+    fn hostile_records_and_state_are_corrupt() {
+        let l = build(&spec(0));
+        let rec = |tag: u8, vals: &[u64]| {
+            let mut e = Encoder::new();
+            e.u8(1).u8(tag);
+            for &v in vals {
+                e.u64(v);
+            }
+            super::super::NodeRecord { node: 0, bytes: e.into_inner() }
+        };
+        // A shift (which a log never records), an empty or overflowing
+        // map, an unknown tag, a run longer than the longest: all corrupt.
+        for r in [
+            rec(4, &[10, (-2i64) as u64]),
+            rec(1, &[0, 5, 0]),
+            rec(1, &[u64::MAX, 5, 2]),
+            rec(9, &[0]),
+            rec(1, &[0, 5, MAX_RUN + 1]),
+        ] {
+            assert!(matches!(l.apply(&r), Err(Error::Corrupt { .. })), "{:?}", r.bytes);
+        }
+        // State with two runs sharing device blocks.
+        let mut e = Encoder::new();
+        e.u32(2).u64(0).u64(100).u64(4).u64(10).u64(102).u64(4);
+        assert!(decode_runs(&e.into_inner(), MAX_RUN).is_err());
+    }
+
+    #[test]
     fn replay_gives_the_same_map() {
         let env = Env::new(1, 4096);
         let l = build(&spec(0));
