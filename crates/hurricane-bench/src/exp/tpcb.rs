@@ -84,6 +84,8 @@ struct Params {
     warmup: Duration,
     seconds: Duration,
     quick: bool,
+    /// Meta-data and data on one device (`TPCB_ONE_DEVICE=1`).
+    one_device: bool,
 }
 
 /// What one system's run measured.
@@ -323,7 +325,7 @@ fn load(f: &mut File, n: u64) -> Result<(), String> {
         for i in id..end {
             buf.extend_from_slice(&record(i));
         }
-        f.write_all_at(&buf, id * RECORD).map_err(crate::err)?;
+        f.write_all_at(&buf, id * RECORD).map_err(|e| format!("at record {id}: {e}"))?;
         id = end;
     }
     Ok(())
@@ -334,10 +336,16 @@ fn make_db(fs: &Fs, p: &Params, layout: &str) -> Result<Db, String> {
     let mut tellers = create_protected(fs, "/tellers", layout)?;
     let mut branches = create_protected(fs, "/branches", layout)?;
     let history = create_protected(fs, "/history", layout)?;
-    load(&mut accounts, p.accounts)?;
-    load(&mut tellers, TELLERS)?;
-    load(&mut branches, BRANCHES)?;
-    fs.sync().map_err(crate::err)?;
+    load(&mut accounts, p.accounts).map_err(|e| {
+        format!(
+            "loading the accounts: {e} (free to data {} MiB; log {:?})",
+            data_free(fs, 0).max(data_free(fs, 1)) >> 20,
+            fs.log_stats()
+        )
+    })?;
+    load(&mut tellers, TELLERS).map_err(|e| format!("loading the tellers: {e}"))?;
+    load(&mut branches, BRANCHES).map_err(|e| format!("loading the branches: {e}"))?;
+    fs.sync().map_err(|e| format!("syncing the loaded database: {e}"))?;
     Ok(Db { accounts, tellers, branches, history })
 }
 
@@ -445,17 +453,61 @@ fn log_totals(fs: &Fs) -> (u64, u64, u64) {
     })
 }
 
+/// Bytes free to data on device `dev`: its free blocks less those kept
+/// for the meta-file.
+fn data_free(fs: &Fs, dev: u32) -> u64 {
+    fs.storage().allocs.get(dev as usize).map_or(0, |a| a.free_blocks().saturating_sub(a.reserved_blocks())) * BS
+}
+
 /// Bytes the log's usage tables count live.
 fn log_live(fs: &Fs) -> u64 {
     fs.log_stats().iter().map(|s| s.live_blocks).sum::<u64>() * BS
 }
 
-/// The Hurricane systems: layout and fill (None: room to spare).
-fn hurricane_run(p: &Params, system: &str, layout: &str, fill: Option<f64>) -> Result<Row, String> {
+/// Where a Hurricane system keeps its data: the device its files' layouts
+/// name, and whether the meta-data has a device of its own.
+fn data_device(p: &Params) -> u32 {
+    if p.one_device {
+        0
+    } else {
+        1
+    }
+}
+
+/// Makes the pool in `dir`: the data device of `size` bytes, after a small
+/// meta-data device (the journal and the meta-file) unless `one_device`.
+fn make_pool(dir: &Path, p: &Params, size: u64, journal: u64) -> Result<Fs, String> {
+    if p.one_device {
+        let fo = FormatOptions { journal_size: Some(journal), ..FormatOptions::default() };
+        Fs::mkfs_dir(dir, 1, size, &fo).map_err(crate::err)?;
+    } else {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // Sparse image files: only what is written takes room on the host.
+        let meta_size = journal + (256 << 20);
+        let paths = [dir.join("meta.img"), dir.join("data.img")];
+        for (path, len) in paths.iter().zip([meta_size, size]) {
+            std::fs::File::create(path).and_then(|f| f.set_len(len)).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let fo = FormatOptions {
+            journal_size: Some(journal),
+            meta_layout: Some("extent(max=1T)@0".into()),
+            ..FormatOptions::default()
+        };
+        Fs::mkfs_devices(dir, &paths, None, &fo).map_err(crate::err)?;
+    }
+    Fs::open_dir(dir, Options::default()).map_err(crate::err)
+}
+
+/// The Hurricane systems: layout type (`extent` or `log`) and fill (None:
+/// room to spare).
+fn hurricane_run(p: &Params, system: &str, kind: &str, fill: Option<f64>) -> Result<Row, String> {
     let tmp = scratch()?;
     let pool = tmp.path().join("pool");
+    let dev = data_device(p);
+    let layout = format!("{kind}@{dev}");
+    let layout = layout.as_str();
     let db_bytes = p.accounts * RECORD + (TELLERS + BRANCHES) * RECORD;
-    let journal: u64 = if p.quick { 8 << 20 } else { 64 << 20 };
+    let journal: u64 = if p.quick { 8 << 20 } else { 16 << 20 };
     let size = match fill {
         // Sparse: only what is written takes room on the host.
         None => {
@@ -467,13 +519,13 @@ fn hurricane_run(p: &Params, system: &str, layout: &str, fill: Option<f64>) -> R
         }
         // Free space after formatting somewhat over what the fill needs
         // (the filler makes up the rest), and at least 48 MiB so the log
-        // has segments enough to clean.
-        Some(f) => ((db_bytes as f64 / f) as u64).max(48 << 20) + journal + (16 << 20),
+        // has segments enough to clean. The journal (or its mirror) takes
+        // its room on the data device, and with the meta-data there half a
+        // journal more is kept free for the meta-file.
+        Some(f) => ((db_bytes as f64 / f) as u64).max(48 << 20) + journal + journal / 2 + (16 << 20),
     };
-    let fo = FormatOptions { journal_size: Some(journal), ..FormatOptions::default() };
-    Fs::mkfs_dir(&pool, 1, size, &fo).map_err(crate::err)?;
-    let fs = Fs::open_dir(&pool, Options::default()).map_err(crate::err)?;
-    let usable = fs.statfs().bfree * BS;
+    let fs = make_pool(&pool, p, size, journal)?;
+    let usable = data_free(&fs, dev);
     let db = make_db(&fs, p, layout)?;
     let mut note = String::new();
     let mut fill_got = None;
@@ -491,7 +543,7 @@ fn hurricane_run(p: &Params, system: &str, layout: &str, fill: Option<f64>) -> R
             file.write_all_at(&chunk[..n], off).map_err(|e| format!("filler at {off}: {e}"))?;
             off += n as u64;
         }
-        fs.sync().map_err(crate::err)?;
+        fs.sync().map_err(|e| format!("syncing the filler: {e}"))?;
         let now_live = log_live(&fs);
         fill_got = Some(now_live as f64 / usable as f64);
         eprintln!(
@@ -535,7 +587,7 @@ fn hurricane_run(p: &Params, system: &str, layout: &str, fill: Option<f64>) -> R
     let d = drive(p, client, || log_totals(&fs))?;
     let (n, r, secs) = (d.transactions, d.retries, d.seconds);
     note.push_str(&d.note);
-    fs.sync().map_err(crate::err)?;
+    fs.sync().map_err(|e| format!("{system}: syncing after the run: {e}"))?;
     check_hurricane(&fs, &db, p, d.committed).map_err(|e| format!("{system}: {e}"))?;
     let log = layout.starts_with("log").then(|| {
         let (s0, s1) = (d.start, d.end);
@@ -546,7 +598,7 @@ fn hurricane_run(p: &Params, system: &str, layout: &str, fill: Option<f64>) -> R
         note = format!("{note} the cleaner ran (the device was not big enough to avoid it)").trim().to_string();
     }
     drop(db);
-    fs.close().map_err(crate::err)?;
+    fs.close().map_err(|e| format!("closing the pool: {e}"))?;
     Ok(Row {
         system: system.into(),
         tps: n as f64 / secs.max(1e-9),
@@ -719,6 +771,7 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         warmup: Duration::from_secs_f64(env_f64("TPCB_WARMUP")?.unwrap_or(if quick { 0.3 } else { 3.0 })),
         seconds: Duration::from_secs_f64(env_f64("TPCB_SECONDS")?.unwrap_or(if quick { 2.0 } else { 20.0 }).max(0.1)),
         quick,
+        one_device: std::env::var("TPCB_ONE_DEVICE").is_ok_and(|v| v == "1"),
     };
     let systems: Vec<String> = match std::env::var("TPCB_SYSTEMS") {
         Ok(v) => {
@@ -740,12 +793,13 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
             p.warmup.as_secs_f64()
         );
         let row = match s.as_str() {
-            "extent" => hurricane_run(&p, s, "extent@0", None)?,
-            "log" => hurricane_run(&p, s, "log@0", None)?,
-            "log+cleaner-70" => hurricane_run(&p, s, "log@0", Some(0.70))?,
-            "log+cleaner-85" => hurricane_run(&p, s, "log@0", Some(0.85))?,
-            _ => sqlite_run(&p)?,
-        };
+            "extent" => hurricane_run(&p, s, "extent", None),
+            "log" => hurricane_run(&p, s, "log", None),
+            "log+cleaner-70" => hurricane_run(&p, s, "log", Some(0.70)),
+            "log+cleaner-85" => hurricane_run(&p, s, "log", Some(0.85)),
+            _ => sqlite_run(&p),
+        }
+        .map_err(|e| if e.starts_with(s.as_str()) { e } else { format!("{s}: {e}") })?;
         eprintln!("tpcb: {s}: {:.1} TPS ({} transactions, {} retries)", row.tps, row.transactions, row.retries);
         rows.push(row);
     }
@@ -827,7 +881,12 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
     let data = json!({
         "params": {"accounts": p.accounts, "tellers": TELLERS, "branches": BRANCHES, "record_bytes": RECORD,
                    "history_record_bytes": HISTORY_RECORD, "clients": p.clients,
-                   "warmup_s": p.warmup.as_secs_f64(), "seconds": p.seconds.as_secs_f64(), "systems": systems},
+                   "warmup_s": p.warmup.as_secs_f64(), "seconds": p.seconds.as_secs_f64(), "systems": systems,
+                   "hurricane_devices": if p.one_device {
+                       "one image file: journal, meta-file and data (layouts @0)"
+                   } else {
+                       "meta-data image (journal, meta-file) and data image (journal mirror, files @1), same disk"
+                   }},
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         "ratios": ratios,
         "seltzer": {"ffs_tps": SELTZER_FFS, "efs_tps": SELTZER_EFS, "lfs_tps": SELTZER_LFS,
