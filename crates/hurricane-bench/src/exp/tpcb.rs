@@ -12,22 +12,33 @@
 //! 2 s after 0.3 s). A transaction aborted by a deadlock (or, in SQLite,
 //! by a busy database) is run again and counted as a retry.
 //!
-//! Hurricane runs through the native API on a pool of one image file in a
-//! scratch directory on the host disk (`HURRICANE_BENCH_DIR`, default
-//! `/var/tmp`), the pool opened with its background committer as in
-//! production; every database file is protected (`user.hurricane.txn`)
-//! and has the system's layout. A record is locked for update: the
-//! transaction first writes the record's unchanged id, which takes the
-//! block exclusively, then reads and rewrites the balance, so the clients
-//! lock account, teller, branch and history in one order.
+//! Hurricane runs through the native API on a pool of two image files in
+//! a scratch directory on the host disk (`HURRICANE_BENCH_DIR`, default
+//! `/var/tmp`): a meta-data device (the journal and the meta-file) and the
+//! data device every database file is laid out on (device 1, which also
+//! holds the journal's mirror). The pool is opened with its background
+//! committer as in production; every database file is protected
+//! (`user.hurricane.txn`). `TPCB_ONE_DEVICE=1` puts everything on one
+//! device (layouts `@0`); on a log device filled to 85% the meta-file's
+//! copies then scatter among the log's segments until its map no longer
+//! fits the superblock, and the final checkpoint fails. A record is locked
+//! for update: the transaction first writes the record's unchanged id,
+//! which takes the block exclusively, then reads and rewrites the balance,
+//! so the clients lock account, teller, branch and history in one order.
+//! Locks cover 4 KiB file blocks: the ten branches share one block, so
+//! transactions hold it in turn from their branch update to their commit
+//! (as page locks did in Seltzer's LIBTP).
 //!
-//! * `extent`: every file `extent@0`, on a device with room to spare.
-//! * `log`: every file `log@0`, on a device big enough that the cleaner
+//! * `extent`: every file `extent@1`, on a data device with room to spare
+//!   (32 GiB, sparse; `--quick` 2 GiB).
+//! * `log`: every file `log@1` on the same, big enough that the cleaner
 //!   never runs (the row's `cleaned_segments` says so).
-//! * `log+cleaner-70`, `log+cleaner-85`: `log@0` on a device whose free
-//!   space after formatting is filled to 70% and 85% by the database and a
-//!   filler file (also `log@0`); the log wraps and the cleaner runs on its
-//!   own (the committer's tick, and writers when clean segments run out).
+//! * `log+cleaner-70`, `log+cleaner-85`: `log@1` on a data device whose
+//!   space free to data after formatting (at least 48 MiB) is filled to 70%
+//!   and 85% by the database and a filler file (also `log@1`), counted as
+//!   the blocks the log's usage table holds live; the log wraps and the
+//!   cleaner runs on its own (the committer's tick, and writers when clean
+//!   segments run out).
 //!   Should the device fill up regardless, the run ends there and the row's
 //!   `note` says after how long.
 //! * `sqlite`: SQLite (the system library) with `journal_mode=WAL` and
@@ -45,8 +56,8 @@
 //!
 //! Environment: `TPCB_SECONDS` (the time box, seconds), `TPCB_WARMUP`
 //! (seconds), `TPCB_ACCOUNTS`, `TPCB_CLIENTS` and `TPCB_SYSTEMS` (a
-//! comma-separated subset of the systems) change a run; the JSON records
-//! the values used.
+//! comma-separated subset of the systems) change a run, and
+//! `TPCB_ONE_DEVICE=1` (above); the JSON records the values used.
 
 use super::{f2, Rng};
 use crate::{plot, table, Outcome};
