@@ -204,6 +204,14 @@ impl Map {
         }
     }
 
+    /// The first mapped file block at or after `fblk` (SEEK_DATA).
+    pub(super) fn next_data(&self, fblk: u64) -> Option<u64> {
+        match self.runs.range(..=fblk).next_back() {
+            Some((&rf, &(_, rl))) if rf + rl > fblk => Some(fblk),
+            _ => self.runs.range(fblk..).next().map(|(&k, _)| k),
+        }
+    }
+
     /// Mapped pieces of [f, end) in file order, adjacent ones joined when
     /// they are contiguous on the device too (one request each).
     pub(super) fn segments(&self, f: u64, end: u64) -> Vec<Seg> {
@@ -479,16 +487,7 @@ impl Block for Extent {
         let n = span(fblk, buf.len())?;
         let dev = self.handle(io)?;
         let segs = self.map.read().readable(fblk, fblk + n);
-        let mut pos = 0; // bytes of buf done
-        for (f, p, l) in segs {
-            let start = (f - fblk) as usize * BLOCK_SIZE;
-            let len = l as usize * BLOCK_SIZE;
-            buf[pos..start].fill(0);
-            dev.read_blocks(p, &mut buf[start..start + len])?;
-            pos = start + len;
-        }
-        buf[pos..].fill(0);
-        Ok(())
+        read_segs(dev, &segs, fblk, buf)
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
@@ -557,12 +556,23 @@ impl Block for Extent {
     }
 
     fn next_data(&self, fblk: u64) -> Option<u64> {
-        let m = self.map.read();
-        match m.runs.range(..=fblk).next_back() {
-            Some((&rf, &(_, rl))) if rf + rl > fblk => Some(fblk),
-            _ => m.runs.range(fblk..).next().map(|(&k, _)| k),
-        }
+        self.map.read().next_data(fblk)
     }
+}
+
+/// Reads the mapped pieces `segs` of file blocks from `fblk` into `buf`
+/// (one request each), zeroing what lies between them.
+pub(super) fn read_segs(dev: &DeviceHandle, segs: &[Seg], fblk: u64, buf: &mut [u8]) -> Result<()> {
+    let mut pos = 0; // bytes of buf done
+    for &(f, p, l) in segs {
+        let start = (f - fblk) as usize * BLOCK_SIZE;
+        let len = l as usize * BLOCK_SIZE;
+        buf[pos..start].fill(0);
+        dev.read_blocks(p, &mut buf[start..start + len])?;
+        pos = start + len;
+    }
+    buf[pos..].fill(0);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 //! trimmed instead of publishing it.
 
 use super::common::span;
-use super::extent::{decode_runs, Change, Map, Seg};
+use super::extent::{decode_runs, read_segs, Change, Map, Seg};
 use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
 use crate::codec::Encoder;
 use crate::device::DeviceHandle;
@@ -249,20 +249,12 @@ impl LogSpace {
         s.heads.get(&seg).is_some_and(|h| h.next < h.end && start < h.end && start + seg > h.next)
     }
 
-    /// Takes `n` blocks at the head for file blocks [fblk, fblk+n) of node
-    /// `node` of inode `ino`: (file block, device block, len) pieces. The
-    /// cleaner's moves (`cleaning`) may use the clean segments writers
-    /// leave it. Fails (placing nothing) when the device is full.
-    fn place(
-        &self,
-        alloc: &Allocator,
-        ino: u64,
-        node: u32,
-        seg: u64,
-        fblk: u64,
-        n: u64,
-        cleaning: bool,
-    ) -> Result<Vec<Seg>> {
+    /// Takes blocks at the head for file blocks [o.fblk, o.fblk+o.len) of
+    /// node `o.node` of inode `o.ino`: (file block, device block, len)
+    /// pieces. The cleaner's moves (`cleaning`) may use the clean segments
+    /// writers leave it. Fails (placing nothing) when the device is full.
+    fn place(&self, alloc: &Allocator, o: Owner, cleaning: bool) -> Result<Vec<Seg>> {
+        let Owner { ino, node, fblk, len: n, seg } = o;
         let mut s = self.inner.lock();
         let t = now();
         let mut out: Vec<Seg> = Vec::new();
@@ -460,7 +452,8 @@ impl Log {
         dev.check_writable()?;
         let alloc = self.alloc(io)?;
         let space = LogSpace::of(dev);
-        let pieces = space.place(alloc, io.owner, self.id, self.seg, fblk, n, cleaning)?;
+        let who = Owner { ino: io.owner, node: self.id, fblk, len: n, seg: self.seg };
+        let pieces = space.place(alloc, who, cleaning)?;
         let token = {
             let mut fl = self.inflight.lock();
             fl.next += 1;
@@ -550,16 +543,7 @@ impl Block for Log {
         let n = span(fblk, buf.len())?;
         let dev = self.handle(io)?;
         let segs = self.map.read().segments(fblk, fblk + n);
-        let mut pos = 0;
-        for (f, p, l) in segs {
-            let start = (f - fblk) as usize * BLOCK_SIZE;
-            let len = l as usize * BLOCK_SIZE;
-            buf[pos..start].fill(0);
-            dev.read_blocks(p, &mut buf[start..start + len])?;
-            pos = start + len;
-        }
-        buf[pos..].fill(0);
-        Ok(())
+        read_segs(dev, &segs, fblk, buf)
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
@@ -610,11 +594,7 @@ impl Block for Log {
     }
 
     fn next_data(&self, fblk: u64) -> Option<u64> {
-        let m = self.map.read();
-        match m.runs.range(..=fblk).next_back() {
-            Some((&rf, &(_, rl))) if rf + rl > fblk => Some(fblk),
-            _ => m.runs.range(fblk..).next().map(|(&k, _)| k),
-        }
+        self.map.read().next_data(fblk)
     }
 
     fn register(&self, io: &IoCtx) {

@@ -291,6 +291,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
     let concurrent = name == "concurrent";
     // Transactions: threads sharing a few protected files.
     let txn = name == "txn";
+    let log = name == "log" || name == "cleaner";
     let threads = if concurrent { 4 } else { 1 };
     let size = Size { ops: if opts.long { 2000 } else { 400 } };
     if !workloads().iter().any(|(n, _)| *n == name) {
@@ -383,6 +384,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
         let rng = StdRng::seed_from_u64(opts.seed);
         let mut d = Driver::new(&fs, &rec, &syncs, rng, 0, String::new(), Default::default());
         d.compressible = name == "compress";
+        d.atomic_only = log;
         match name {
             "posix" => workloads::posix(&mut d, size)?,
             "renames" => workloads::renames(&mut d, size)?,
@@ -419,7 +421,10 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             events,
             threads: hists,
             syncs,
-            background: concurrent || txn,
+            // The log cleans and commits on its own when a write finds its
+            // clean segments gone: a commit of the engine's own, as the
+            // committer's.
+            background: concurrent || txn || log,
             txn: txn.then(|| txn_hist.into_inner()),
         },
         ckpts,

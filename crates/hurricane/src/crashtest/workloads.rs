@@ -32,7 +32,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
     ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
     ("migrate", "files of every layout moved online to other layouts (extent, stripe, replicate, parity, compress, regions) in chunks of 8K to 64K, some migrations stopped part way, between writes, truncations, punched holes, collapsed and inserted ranges, creates and removals"),
-    ("log", "the same on log files (alone, two segment sizes, striped over logs, replicated with an extent): every write goes to the device's log head"),
+    ("log", "the same on log files (alone, two segment sizes, striped over logs, replicated with an extent): every write goes to the device's log head; the engine may clean and commit before any write, so every operation is one journal group"),
     ("cleaner", "small overwrites, truncations and punched holes on log files with 64K segments, with cleaning passes (cost-benefit and greedy) between them moving live blocks to the head"),
     ("directory", "many entries in few directories, created, removed, renamed, chmodded and given xattrs, with checkpoints between: entries and inodes read back from the meta-data store past a small inode cache, changes since the checkpoint from memory"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
@@ -87,6 +87,11 @@ pub(crate) struct Driver<'a> {
     /// Write data that compresses (most writes), beside random data and
     /// zeros, rather than random data alone.
     pub compressible: bool,
+    /// The engine may commit on its own between any two journal groups
+    /// (the log cleans, and commits, when a write finds its clean segments
+    /// gone): every operation is one group, a file made with contents is
+    /// a create and then a write.
+    pub atomic_only: bool,
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -137,6 +142,7 @@ impl<'a> Driver<'a> {
             held: Vec::new(),
             trace: std::env::var_os("HURRICANE_CRASHTEST_TRACE").is_some(),
             compressible: false,
+            atomic_only: false,
         }
     }
 
@@ -300,6 +306,13 @@ impl<'a> Driver<'a> {
     /// Creates (or replaces) a file with contents, in one call to the native
     /// API (several journal groups: create, then write).
     pub fn create_file(&mut self, layout: Option<&str>, len: usize) -> Result<String> {
+        if self.atomic_only {
+            let path = self.create_tagged(layout, "f")?;
+            if len > 0 {
+                self.write_at(&path, 0, len)?;
+            }
+            return Ok(path);
+        }
         let dir = self.dir();
         let path = format!("{dir}/{}", self.name("f"));
         let data = self.data(len);
@@ -315,8 +328,12 @@ impl<'a> Driver<'a> {
 
     /// Creates an empty file: one journal group.
     pub fn create_empty(&mut self, layout: Option<&str>) -> Result<String> {
+        self.create_tagged(layout, "e")
+    }
+
+    fn create_tagged(&mut self, layout: Option<&str>, tag: &str) -> Result<String> {
         let dir = self.dir();
-        let path = format!("{dir}/{}", self.name("e"));
+        let path = format!("{dir}/{}", self.name(tag));
         self.op(format!("create {path} {layout:?}"), |d| {
             drop(d.fs.create(&path, layout)?);
             let id = d.id_base + d.fresh();
@@ -965,7 +982,12 @@ pub(crate) fn layouts(d: &mut Driver, size: Size, specs: &[&str], max_len: usize
             }
             _ => {
                 if let Some(p) = d.pick_file() {
-                    d.create_over(&p)?;
+                    if d.atomic_only {
+                        let len = d.rng.gen_range(1..max_len / 2 + 2);
+                        d.write_at(&p, 0, len)?;
+                    } else {
+                        d.create_over(&p)?;
+                    }
                 }
             }
         }

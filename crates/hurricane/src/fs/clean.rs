@@ -9,11 +9,9 @@
 //! For each it moves every live block through its owner's node
 //! ([`crate::blocks::Block::relocate`]), under the owner's I/O lock and in
 //! a journal group of its own, exactly as a write would move it; the
-//! blocks it leaves are freed when that group commits. A pass asked for
-//! (`hurricane clean`) ends with a commit so the segments it emptied are
-//! clean at once; the passes the engine runs on its own leave that to the
-//! next commit (the committer's tick), as they must not make durable what
-//! the writers have not synced.
+//! blocks it leaves are freed when that group commits, and the pass ends
+//! with a commit so the segments it emptied are clean at once (the pass on
+//! the committer's tick leaves that to the next tick).
 //!
 //! Runs on demand (`hurricane clean`), from the committer's tick when a
 //! device's clean segments fall under the log's reserve, and in the
@@ -61,8 +59,7 @@ pub struct CleanOptions {
     pub max_utilization: Option<f64>,
     pub stop: Option<Arc<AtomicBool>>,
     /// Leave the moves to the next commit instead of committing at the end
-    /// (the passes the engine runs on its own: a commit there would make
-    /// durable what the caller has not asked to be).
+    /// (the committer's own pass: its next tick commits).
     pub no_commit: bool,
 }
 
@@ -237,12 +234,13 @@ impl Fs {
             drop(self.inner.cleaning.lock());
             return;
         }
-        let opts = CleanOptions { max_segments: Some(2 * RESERVE_SEGMENTS), no_commit: true, ..Default::default() };
+        // The pass commits, so what it emptied is free for this write.
+        let opts = CleanOptions { max_segments: Some(2 * RESERVE_SEGMENTS), ..Default::default() };
         if let Err(e) = self.clean(&opts, &mut |_| {}) {
             tracing::warn!("cleaning before a write: {e}");
         }
-        // What it emptied is clean once the next commit frees it; until
-        // a head looks again, writers go on (with what free runs there are).
+        // Until a head looks again, writers go on (with what free runs
+        // there are, if the pass could not empty any).
         for (_, s) in low {
             s.clear_low();
         }
