@@ -913,3 +913,48 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         plot: Box::new(move |path| plot::bars(path, "TPC-B transactions per second", "TPS", &items)),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_consistency_condition_catches_a_lost_update() {
+        assert!(consistent(5, 5, 5, 5, 3, 3).is_ok());
+        assert!(consistent(5, 4, 5, 5, 3, 3).unwrap_err().contains("inconsistent"));
+        assert!(consistent(5, 5, 5, 6, 3, 3).unwrap_err().contains("inconsistent"));
+        assert!(consistent(5, 5, 5, 5, 2, 3).unwrap_err().contains("2 records for 3"));
+    }
+
+    #[test]
+    fn picks_are_in_range_and_branches_follow_tellers() {
+        let mut rng = Rng(1);
+        for _ in 0..10_000 {
+            let k = pick(&mut rng, 1000);
+            assert!(k.account < 1000 && k.teller < TELLERS && k.branch < BRANCHES);
+            assert_eq!(k.branch, k.teller / 10);
+            assert!(k.delta.unsigned_abs() <= MAX_DELTA);
+        }
+    }
+
+    #[test]
+    fn records_have_their_sizes_and_fields() {
+        let r = record(7);
+        assert_eq!(r.len() as u64, RECORD);
+        assert_eq!(u64::from_le_bytes(r[..8].try_into().unwrap()), 7);
+        assert_eq!(i64::from_le_bytes(r[8..16].try_into().unwrap()), 0);
+        let h = history_record(1, 2, 0, -42);
+        assert_eq!(h.len() as u64, HISTORY_RECORD);
+        assert_eq!(h[0], HISTORY_MARK);
+        assert_eq!(i64::from_le_bytes(h[17..25].try_into().unwrap()), -42);
+    }
+
+    #[test]
+    fn bad_settings_are_refused_with_their_name() {
+        // Names no run sets, so the test does not race other tests.
+        std::env::set_var("TPCB_TEST_BAD_NUMBER", "soon");
+        assert!(env_f64("TPCB_TEST_BAD_NUMBER").unwrap_err().contains("TPCB_TEST_BAD_NUMBER"));
+        assert!(env_u64("TPCB_TEST_BAD_NUMBER", 1).unwrap_err().contains("not a whole number"));
+        assert_eq!(env_u64("TPCB_TEST_UNSET", 1).unwrap(), None);
+    }
+}
