@@ -113,6 +113,8 @@ struct Row {
     fill: Option<f64>,
     /// Live share of the usable space measured after the filler.
     fill_measured: Option<f64>,
+    /// The same at the end of the run (the history has grown).
+    fill_end: Option<f64>,
     device_mib: Option<f64>,
     /// Free space after formatting (what the fill is a share of).
     usable_mib: Option<f64>,
@@ -135,6 +137,9 @@ impl Row {
         }
         if let Some(f) = self.fill_measured {
             v["fill_measured"] = json!(f);
+        }
+        if let Some(f) = self.fill_end {
+            v["fill_end"] = json!(f);
         }
         if let Some(d) = self.device_mib {
             v["device_mib"] = json!(d);
@@ -599,6 +604,7 @@ fn hurricane_run(p: &Params, system: &str, kind: &str, fill: Option<f64>) -> Res
     let (n, r, secs) = (d.transactions, d.retries, d.seconds);
     note.push_str(&d.note);
     fs.sync().map_err(|e| format!("{system}: syncing after the run: {e}"))?;
+    let fill_end = fill.map(|_| log_live(&fs) as f64 / usable as f64);
     check_hurricane(&fs, &db, p, d.committed).map_err(|e| format!("{system}: {e}"))?;
     let log = layout.starts_with("log").then(|| {
         let (s0, s1) = (d.start, d.end);
@@ -619,6 +625,7 @@ fn hurricane_run(p: &Params, system: &str, kind: &str, fill: Option<f64>) -> Res
         log,
         fill,
         fill_measured: fill_got,
+        fill_end,
         device_mib: Some(size as f64 / MIB),
         usable_mib: Some(usable as f64 / MIB),
         note,
