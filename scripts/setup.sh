@@ -6,6 +6,8 @@ need=()
 command -v fusermount3 >/dev/null || need+=(fuse3)
 command -v fio >/dev/null || need+=(fio)
 command -v sqlite3 >/dev/null || need+=(sqlite3)
+# The TPC-B experiment links SQLite, its peer, from the system library.
+[ -e /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 command -v rsync >/dev/null || need+=(rsync)
 command -v git >/dev/null || need+=(git)
 command -v setfattr >/dev/null || need+=(attr)

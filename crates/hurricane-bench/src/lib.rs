@@ -43,6 +43,7 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
     ("tam", "Tam's microbenchmarks (ch. 5, 6): extent and regular read, create, lookup, stat, writes; 1..N threads, per-thread time, cold and warm caches"),
     ("web-replay", "Tam ch. 7: a web server's log replayed (Zipf popularity, listings, errors), 1..N threads, native, mount and ext4"),
     ("meta-scale", "10 million empty files (--files N) in one directory and 1,000 per directory: create, stat, lookup, unlink rates, memory, bytes written, open times; native, mount, ext4, XFS"),
+    ("tpcb", "Seltzer Table 7-9: TPC-B on embedded transactions, files laid out as extent and log (cleaner off, at 70% and 85% full), SQLite (WAL) on ext4 as the peer"),
 ];
 
 /// Not an experiment: summarises `OUT/mount.jsonl` from `bench/mount.sh`
@@ -115,6 +116,7 @@ pub fn run_with(name: &str, quick: bool, files: Option<u64>, out_dir: &Path) -> 
         "meta-scale" => exp::meta_scale::run(quick, files)?,
         "tam" => exp::tam::run(quick)?,
         "web-replay" => exp::web_replay::run(quick)?,
+        "tpcb" => exp::tpcb::run(quick)?,
         _ => {
             let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.0).collect();
             return Err(format!("unknown experiment {name:?} (known: {})", names.join(", ")));

@@ -148,8 +148,38 @@ fn web_replay() {
 }
 
 #[test]
+fn tpcb() {
+    let v = check("tpcb");
+    let rows = v["rows"].as_array().unwrap();
+    let systems: Vec<&str> = rows.iter().map(|r| r["system"].as_str().unwrap()).collect();
+    assert_eq!(systems, ["extent", "log", "log+cleaner-70", "log+cleaner-85", "sqlite"], "{v}");
+    for r in rows {
+        assert!(r["tps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["transactions"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["retries"].is_u64(), "{r}");
+    }
+    for r in &rows[1..4] {
+        assert!(r["write_amplification"].as_f64().unwrap() >= 1.0, "{r}");
+        assert!(r["cleaned_segments"].is_u64() && r["moved_mib"].is_number(), "{r}");
+    }
+    // The log with room to spare never cleans.
+    assert_eq!(rows[1]["cleaned_segments"], 0, "{}", rows[1]);
+    for (r, fill) in [(&rows[2], 0.70), (&rows[3], 0.85)] {
+        assert_eq!(r["fill"].as_f64().unwrap(), fill, "{r}");
+        assert!((r["fill_measured"].as_f64().unwrap() - fill).abs() < 0.02, "{r}");
+        // The history grew during the run.
+        assert!(r["fill_end"].as_f64().unwrap() > r["fill_measured"].as_f64().unwrap(), "{r}");
+    }
+    for k in ["log_over_extent", "extent_over_sqlite", "log_over_sqlite", "cleaner_loss_70", "cleaner_loss_85"] {
+        assert!(v["ratios"][k].is_number(), "{k}: {v}");
+    }
+    assert_eq!(v["seltzer"]["lfs_tps"], 19.3);
+}
+
+#[test]
 fn unknown_names_are_refused() {
-    assert_eq!(EXPERIMENTS.len(), 11);
+    assert_eq!(EXPERIMENTS.len(), 12);
     let out = tempfile::tempdir().unwrap();
     assert!(run("hfs-nope", true, out.path()).unwrap_err().contains("unknown experiment"));
     assert_eq!(hurricane_bench::main_with_args(&["--bogus".into()]), 2);

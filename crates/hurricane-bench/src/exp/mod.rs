@@ -9,6 +9,7 @@ pub mod speedup;
 pub mod sweep;
 pub mod table1;
 pub mod tam;
+pub mod tpcb;
 pub mod web_replay;
 pub mod write_mostly;
 

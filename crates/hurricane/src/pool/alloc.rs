@@ -58,6 +58,12 @@ impl Allocator {
         self.total
     }
 
+    /// Free blocks data allocations leave alone (the meta-file's room to
+    /// grow; see `set_reserve`).
+    pub fn reserved_blocks(&self) -> u64 {
+        self.reserve.load(Ordering::Relaxed)
+    }
+
     pub fn free_blocks(&self) -> u64 {
         self.inner.lock().free_blocks
     }
