@@ -54,10 +54,11 @@ one_hfs() { # layout run
     read -r w _ < <(fio_json "$mnt/f" write 1M --end_fsync=1)
     remount
     read -r _ iops < <(fio_json "$mnt/f" randwrite 4k --fsync=32 --runtime="$secs" --time_based)
-    remount
-    read -r scan _ < <(fio_json "$mnt/f" read 1M)
+    # The log's counters of this mount: the random writes alone.
     local wa
     wa=$("$hc" stats "$mnt" --json | python3 -c 'import json,sys; l=json.load(sys.stdin).get("log",[]); print(l[0]["write_amplification"] if l else "-")')
+    remount
+    read -r scan _ < <(fio_json "$mnt/f" read 1M)
     record "hurricane-${layout%@*}" "$run" "$w" "$iops" "$scan" "$wa"
     rm -f "$mnt/f"
 }

@@ -12,20 +12,17 @@
 //! 2 s after 0.3 s). A transaction aborted by a deadlock (or, in SQLite,
 //! by a busy database) is run again and counted as a retry.
 //!
-//! Hurricane runs through the native API on a pool of two image files in
-//! a scratch directory on the host disk (`HURRICANE_BENCH_DIR`, default
-//! `/var/tmp`): a meta-data device (the journal and the meta-file) and the
-//! data device every database file is laid out on (device 1, which also
-//! holds the journal's mirror). The pool is opened with its background
-//! committer as in production; every database file is protected
-//! (`user.hurricane.txn`). `TPCB_ONE_DEVICE=1` puts everything on one
-//! device (layouts `@0`): commits are then cheaper (no journal mirror, one
-//! file to sync), but on a log device filled to 85% the meta-file's copies
-//! scatter among the log's segments until its map no longer fits the
-//! superblock ("meta-file layout too fragmented to record"): a checkpoint
-//! fails, during the run (the meta-data store then refuses the commits
-//! that follow and the experiment fails) or at the close after it (the
-//! row's `note` says so; the measurement and the check before it stand).
+//! Hurricane runs through the native API on a pool of one image file in a
+//! scratch directory on the host disk (`HURRICANE_BENCH_DIR`, default
+//! `/var/tmp`), written whole before it is formatted, as a device is (a
+//! log writes where an overwrite in place would not, and a sparse image
+//! would charge it the host file system's allocation): the journal, the
+//! meta-file and every database file on the one device, as Seltzer's
+//! systems had one disk. `TPCB_META_DEVICE=1` puts the journal and the
+//! meta-file on a device of their own instead (every commit then also
+//! writes the journal's mirror on the data device and syncs two files).
+//! The pool is opened with its background committer as in production;
+//! every database file is protected (`user.hurricane.txn`).
 //! A record is locked
 //! for update: the transaction first writes the record's unchanged id,
 //! which takes the block exclusively, then reads and rewrites the balance,
@@ -34,13 +31,13 @@
 //! transactions hold it in turn from their branch update to their commit
 //! (as page locks did in Seltzer's LIBTP).
 //!
-//! * `extent`: every file `extent@1`, on a data device with room to spare
-//!   (32 GiB, sparse; `--quick` 2 GiB).
-//! * `log`: every file `log@1` on the same, big enough that the cleaner
+//! * `extent`: every file `extent@0`, on a device with room to spare
+//!   (three times the database and 4 GiB; `--quick` 256 MiB).
+//! * `log`: every file `log@0` on the same, big enough that the cleaner
 //!   never runs (the row's `cleaned_segments` says so).
-//! * `log+cleaner-70`, `log+cleaner-85`: `log@1` on a data device whose
+//! * `log+cleaner-70`, `log+cleaner-85`: `log@0` on a device whose
 //!   space free to data after formatting (at least 48 MiB) is filled to 70%
-//!   and 85% by the database and a filler file (also `log@1`), counted as
+//!   and 85% by the database and a filler file (also `log@0`), counted as
 //!   the blocks the log's usage table holds live; the log wraps and the
 //!   cleaner runs on its own (the committer's tick, and writers when clean
 //!   segments run out).
@@ -62,7 +59,7 @@
 //! Environment: `TPCB_SECONDS` (the time box, seconds), `TPCB_WARMUP`
 //! (seconds), `TPCB_ACCOUNTS`, `TPCB_CLIENTS` and `TPCB_SYSTEMS` (a
 //! comma-separated subset of the systems) change a run, and
-//! `TPCB_ONE_DEVICE=1` (above); the JSON records the values used.
+//! `TPCB_META_DEVICE=1` (above); the JSON records the values used.
 
 use super::{f2, Rng};
 use crate::{plot, table, Outcome};
@@ -100,7 +97,7 @@ struct Params {
     warmup: Duration,
     seconds: Duration,
     quick: bool,
-    /// Meta-data and data on one device (`TPCB_ONE_DEVICE=1`).
+    /// Meta-data and data on one device (unless `TPCB_META_DEVICE=1`).
     one_device: bool,
 }
 
@@ -496,24 +493,37 @@ fn data_device(p: &Params) -> u32 {
 }
 
 /// Makes the pool in `dir`: the data device of `size` bytes, after a small
-/// meta-data device (the journal and the meta-file) unless `one_device`.
+/// meta-data device (the journal and the meta-file) when `meta_device`.
+/// The image files are written whole first, as a device is: a log writes
+/// where an overwrite in place would not, and a sparse image would charge
+/// it the host file system's allocation.
 fn make_pool(dir: &Path, p: &Params, size: u64, journal: u64) -> Result<Fs, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write_whole = |path: &Path, len: u64| -> Result<(), String> {
+        use std::io::Write;
+        let err = |e: std::io::Error| format!("{}: {e}", path.display());
+        let mut f = std::fs::File::create(path).map_err(err)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            f.write_all(&zeros[..n]).map_err(err)?;
+            left -= n as u64;
+        }
+        f.sync_all().map_err(err)
+    };
+    let fo = FormatOptions { journal_size: Some(journal), ..FormatOptions::default() };
     if p.one_device {
-        let fo = FormatOptions { journal_size: Some(journal), ..FormatOptions::default() };
-        Fs::mkfs_dir(dir, 1, size, &fo).map_err(crate::err)?;
+        let path = dir.join("dev0.img");
+        write_whole(&path, size)?;
+        Fs::mkfs_devices(dir, &[path], None, &fo).map_err(crate::err)?;
     } else {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        // Sparse image files: only what is written takes room on the host.
         let meta_size = journal + (256 << 20);
         let paths = [dir.join("meta.img"), dir.join("data.img")];
         for (path, len) in paths.iter().zip([meta_size, size]) {
-            std::fs::File::create(path).and_then(|f| f.set_len(len)).map_err(|e| format!("{}: {e}", path.display()))?;
+            write_whole(path, len)?;
         }
-        let fo = FormatOptions {
-            journal_size: Some(journal),
-            meta_layout: Some("extent(max=1T)@0".into()),
-            ..FormatOptions::default()
-        };
+        let fo = FormatOptions { meta_layout: Some("extent(max=1T)@0".into()), ..fo };
         Fs::mkfs_devices(dir, &paths, None, &fo).map_err(crate::err)?;
     }
     Fs::open_dir(dir, Options::default()).map_err(crate::err)
@@ -531,13 +541,10 @@ fn hurricane_run(p: &Params, system: &str, kind: &str, fill: Option<f64>) -> Res
     let journal: u64 = if p.quick { 8 << 20 } else { 16 << 20 };
     let size = match fill {
         // Sparse: only what is written takes room on the host.
-        None => {
-            if p.quick {
-                2 << 30
-            } else {
-                32 << 30
-            }
-        }
+        // Room to spare: three times the database and room for every block
+        // the run writes, so that a log never wraps (4 GiB; `--quick`:
+        // 256 MiB).
+        None => 3 * db_bytes + if p.quick { 256 << 20 } else { 4 << 30 },
         // Free space after formatting somewhat over what the fill needs
         // (the filler makes up the rest), and at least 48 MiB so the log
         // has segments enough to clean. The journal (or its mirror) takes
@@ -799,7 +806,7 @@ pub fn run(quick: bool) -> Result<Outcome, String> {
         warmup: Duration::from_secs_f64(env_f64("TPCB_WARMUP")?.unwrap_or(if quick { 0.3 } else { 3.0 })),
         seconds: Duration::from_secs_f64(env_f64("TPCB_SECONDS")?.unwrap_or(if quick { 2.0 } else { 20.0 }).max(0.1)),
         quick,
-        one_device: std::env::var("TPCB_ONE_DEVICE").is_ok_and(|v| v == "1"),
+        one_device: !std::env::var("TPCB_META_DEVICE").is_ok_and(|v| v == "1"),
     };
     let systems: Vec<String> = match std::env::var("TPCB_SYSTEMS") {
         Ok(v) => {

@@ -62,8 +62,10 @@ pub static TYPE: BlockType = BlockType {
 const MAX_RUN: u64 = (128 << 20) / BLOCK_SIZE as u64;
 
 /// Whole clean segments user writes leave to the cleaner: below this many
-/// the head takes what free runs there are and the space reports itself
-/// low, so writers clean first.
+/// the head takes what free runs there are (from the device's end, as it
+/// takes segments, so the log leaves the space at the start whole for the
+/// meta-file and contiguous files) and the space reports itself low, so
+/// writers clean first.
 pub const RESERVE_SEGMENTS: usize = 4;
 
 struct Log {
@@ -270,8 +272,8 @@ impl LogSpace {
                     } else {
                         None
                     };
-                    // No whole segment to spare: the largest free run there is.
-                    let Some((a, len)) = run.or_else(|| alloc.alloc(None, seg)) else {
+                    // No whole segment to spare: the highest free run there is.
+                    let Some((a, len)) = run.or_else(|| alloc.alloc_top(seg)) else {
                         drop(s);
                         self.unplace(alloc, &out, seg);
                         return Err(Error::NoSpace(format!("log: device full ({n} blocks to place)")));

@@ -106,23 +106,43 @@ impl Allocator {
     }
 
     /// Allocates `len` contiguous blocks starting at a multiple of `len`
-    /// (a whole segment of the `log`), keeping the reserve (unless
-    /// `reserved`). None when no such run is free.
+    /// (a whole segment of the `log`), the highest such run first, so that
+    /// the log fills the device from its end and leaves the space at its
+    /// start (the journal, the meta-file and contiguous files) whole.
+    /// Keeps the reserve (unless `reserved`). None when no such run is free.
     pub fn alloc_aligned(&self, len: u64, reserved: bool) -> Option<u64> {
         let mut m = self.inner.lock();
         let keep = if reserved { 0 } else { self.reserve.load(Ordering::Relaxed) };
         if len == 0 || m.free_blocks < len.saturating_add(keep) {
             return None;
         }
-        let cur = m.cursor;
-        let fits = |(&s, &l): (&u64, &u64)| {
-            let a = s.div_ceil(len).checked_mul(len)?;
-            (a.checked_add(len)? <= s + l).then_some((s, l, a))
-        };
-        let (s, l, a) = m.free.range(cur..).find_map(fits).or_else(|| m.free.range(..cur).find_map(fits))?;
+        let (s, l, a) = m.free.iter().rev().find_map(|(&s, &l)| {
+            // The highest aligned start inside [s, s+l) with room for len.
+            let a = (s + l).checked_sub(len)? / len * len;
+            (a >= s).then_some((s, l, a))
+        })?;
         take(&mut m, s, l, a, len);
-        m.cursor = a + len;
         Some(a)
+    }
+
+    /// Allocates up to `want` contiguous blocks from the end of the highest
+    /// free run of at least an eighth of `want` (or the highest there is),
+    /// keeping the reserve: where the log goes when no whole segment is free.
+    pub fn alloc_top(&self, want: u64) -> Option<(u64, u64)> {
+        let mut m = self.inner.lock();
+        let keep = self.reserve.load(Ordering::Relaxed);
+        let avail = m.free_blocks.checked_sub(keep).filter(|&a| a > 0)?;
+        let (s, l) = m
+            .free
+            .iter()
+            .rev()
+            .find(|(_, &l)| l >= (want / 8).max(1))
+            .or_else(|| m.free.iter().next_back())
+            .map(|(&s, &l)| (s, l))?;
+        let n = want.clamp(1, avail).min(l);
+        let at = s + l - n;
+        take(&mut m, s, l, at, n);
+        Some((at, n))
     }
 
     /// How many whole aligned runs of `len` blocks are free, counting up
@@ -303,13 +323,17 @@ mod tests {
     fn aligned_runs_start_at_multiples_of_their_length() {
         let a = Allocator::new(3, 64);
         assert_eq!(a.aligned_free(16, 10), 3);
-        assert_eq!(a.alloc_aligned(16, false), Some(16));
-        assert!(a.mark_used(40, 1));
-        // [32, 48) is no longer whole; [48, 64) is.
-        assert_eq!(a.aligned_free(16, 10), 1);
+        // The highest first.
         assert_eq!(a.alloc_aligned(16, false), Some(48));
+        assert!(a.mark_used(40, 1));
+        // [32, 48) is no longer whole; [16, 32) is.
+        assert_eq!(a.aligned_free(16, 10), 1);
+        assert_eq!(a.alloc_aligned(16, false), Some(16));
         assert_eq!(a.alloc_aligned(16, false), None);
         assert_eq!(a.free_blocks(), 61 - 33);
+        // The highest free run's end: [41, 48).
+        assert_eq!(a.alloc_top(4), Some((44, 4)));
+        assert_eq!(a.alloc_top(10), Some((41, 3)));
     }
 
     #[test]
