@@ -102,7 +102,7 @@ fn layout_seeds_decode() {
             kinds.insert(n.kind().name);
         }
     }
-    for k in ["compress", "extent", "checksum", "write-mostly"] {
+    for k in ["compress", "extent", "checksum", "write-mostly", "log"] {
         assert!(kinds.contains(k), "no seed has a {k} node: {kinds:?}");
     }
 }
@@ -1313,8 +1313,8 @@ fn meta_image(p: &MemPool) -> Vec<u8> {
 /// Writes the seeds of the `store` fuzz corpus: the meta-file images of a
 /// new pool, a used one, and one with a large directory. Run with
 /// Seeds of the layout decoder for the types whose state came after the
-/// corpus was generated: a `write-mostly` placement map, and extent and
-/// checksum state after a collapsed range.
+/// corpus was generated: a `write-mostly` placement map, extent and
+/// checksum state after a collapsed range, and log maps after overwrites.
 /// `cargo test -p hurricane --test hostile -- --ignored write_layout_seeds`.
 #[test]
 #[ignore]
@@ -1333,9 +1333,16 @@ fn write_layout_seeds() {
     for (spec, name, shift) in [
         ("write-mostly(unit=16K)[extent@0,checksum[extent@1],extent@2]", "seed-write-mostly", None),
         ("checksum[extent@1]", "seed-extent-collapsed", Some((12u64, -8i64))),
+        ("stripe(unit=8K)[log(segment=64K)@0,checksum[log@1]]", "seed-log", None),
     ] {
         let l = Layout::build(&hurricane::layout::parse(spec).unwrap()).unwrap();
         l.root().write(&io, 0, &pattern(1, 300_000 / 4096 * 4096)).unwrap();
+        if name == "seed-log" {
+            // Overwrites scatter a log's map.
+            for b in [3u64, 17, 9, 40, 4] {
+                l.root().write(&io, b, &pattern(b, 4096)).unwrap();
+            }
+        }
         if let Some((from, delta)) = shift {
             l.root().shift(&io, from, delta).unwrap();
         }
