@@ -40,6 +40,13 @@ os.pwrite(a, b"Y" * 9000, 4000)
 fcntl.ioctl(a, ABORT)
 assert os.pread(b, 10, 0) == b"\0" * 10
 assert os.fstat(a).st_size == 5000
+# Appends inside a transaction follow one another.
+h = os.open(mnt + "/b", os.O_RDWR | os.O_APPEND)
+fcntl.ioctl(h, BEGIN)
+os.write(h, b"1" * 10)
+os.write(h, b"2" * 10)
+fcntl.ioctl(h, COMMIT)
+assert os.pread(b, 20, 3100) == b"1" * 10 + b"2" * 10, os.pread(b, 20, 3100)
 # An unprotected file takes no part.
 u = os.open(mnt + "/u", os.O_RDWR | os.O_CREAT)
 fcntl.ioctl(u, BEGIN)
@@ -73,6 +80,8 @@ fn a_program_commits_and_aborts_transactions_through_ioctls() {
     assert!(ok && out.trim_end().ends_with("ok"), "{out}");
     let mut want_b = vec![0u8; 100];
     want_b.extend_from_slice(&[b'B'; 3000]);
+    want_b.extend_from_slice(&[b'1'; 10]);
+    want_b.extend_from_slice(&[b'2'; 10]);
     assert_eq!(std::fs::read(m.path("a")).unwrap(), vec![b'A'; 5000]);
     assert_eq!(std::fs::read(m.path("b")).unwrap(), want_b);
     m.unmount();

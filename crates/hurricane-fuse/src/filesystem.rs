@@ -807,7 +807,8 @@ impl Filesystem for HurricaneFuse {
         let append = flags.0 & libc::O_APPEND != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let txn = self.txns.of(req.pid());
         let r = if let Some(t) = &txn {
-            let at = if append { self.fs.getattr(ino).map(|a| a.size) } else { Ok(offset) };
+            // An append goes after what the transaction wrote already.
+            let at = if append { t.size(ino) } else { Ok(offset) };
             at.and_then(|off| t.write(ino, off, data))
         } else if append {
             let _g = self.append[(ino as usize) % self.append.len()].lock();

@@ -38,6 +38,13 @@ impl Handle {
             None => Err(Error::Invalid("the transaction has ended".into())),
         }
     }
+    /// The file's size as the transaction sees it (where an append goes).
+    pub fn size(&self, ino: u64) -> Result<u64> {
+        match &*self.0.lock() {
+            Some(t) => t.size_ino(ino),
+            None => Err(Error::Invalid("the transaction has ended".into())),
+        }
+    }
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         match &*self.0.lock() {
             Some(t) => t.read_ino(ino, off, buf),

@@ -269,6 +269,14 @@ impl Transaction {
         self.read_ino(file.ino(), off, buf)
     }
 
+    /// The size of file `ino` as this transaction sees it: the committed
+    /// size, or the end of what it wrote past it (where an append goes).
+    pub fn size_ino(&self, ino: Ino) -> Result<u64> {
+        let st = self.live()?;
+        let (_, _, size) = self.fs.file_layout(ino)?;
+        Ok(size.max(st.files.get(&ino).map_or(0, |f| f.end)))
+    }
+
     /// [`Transaction::read`] by inode number.
     pub fn read_ino(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
         let mut st = self.live()?;
