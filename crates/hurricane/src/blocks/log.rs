@@ -190,8 +190,6 @@ struct Space {
 pub struct LogSpace {
     inner: Mutex<Space>,
     pub stats: LogStats,
-    /// The owner index covers every log node (the walk after open is done).
-    complete: AtomicBool,
     /// Whole clean segments fell under [`RESERVE_SEGMENTS`] when a head
     /// last took one: writers should clean first.
     low: AtomicBool,
@@ -205,14 +203,6 @@ impl LogSpace {
     /// The space of device `h`, made on first use.
     pub fn of(h: &DeviceHandle) -> Arc<LogSpace> {
         h.shared(LogSpace::default)
-    }
-
-    pub fn is_complete(&self) -> bool {
-        self.complete.load(Ordering::Acquire)
-    }
-
-    pub fn set_complete(&self) {
-        self.complete.store(true, Ordering::Release);
     }
 
     pub fn is_low(&self) -> bool {

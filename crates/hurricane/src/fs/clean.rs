@@ -118,10 +118,13 @@ impl Fs {
     /// Enters every log node's blocks in its device's owner index, once
     /// after open (writes since open are in it already).
     fn index_logs(&self) -> Result<()> {
-        if self.log_spaces().iter().all(|(_, s)| s.is_complete()) && !self.log_spaces().is_empty() {
+        if self.inner.logs_indexed.load(Ordering::Acquire) {
             return Ok(());
         }
         let _one = self.inner.cleaning.lock();
+        if self.inner.logs_indexed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         for node in self.state().each() {
             let _io = node.io.read();
             let lay = match node.data.read().layout() {
@@ -136,9 +139,7 @@ impl Fs {
                 n.register(&io);
             }
         }
-        for h in self.storage().devs.iter() {
-            LogSpace::of(h).set_complete();
-        }
+        self.inner.logs_indexed.store(true, Ordering::Release);
         Ok(())
     }
 

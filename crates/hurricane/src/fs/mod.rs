@@ -174,6 +174,9 @@ pub(crate) struct Inner {
     pub(crate) migrations: parking_lot::RwLock<std::collections::HashMap<Ino, Arc<migrate::Migration>>>,
     /// Held by the log cleaner's pass (one at a time).
     pub(crate) cleaning: Mutex<()>,
+    /// The log's owner index holds every log block (the walk of the files
+    /// after open is done; blocks written since are in it as they go).
+    pub(crate) logs_indexed: AtomicBool,
     /// Range locks of transactions and of writes to protected files (`txn`).
     pub(crate) txn_locks: txn::LockTable,
 }
@@ -567,6 +570,7 @@ impl Fs {
             }),
             migrations: Default::default(),
             cleaning: Mutex::new(()),
+            logs_indexed: AtomicBool::new(false),
             txn_locks: Default::default(),
         });
         let fs = Fs { inner };
