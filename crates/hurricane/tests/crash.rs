@@ -192,13 +192,6 @@ impl Workload {
     }
 }
 
-fn check_clean(fs: &Fs, what: &str) {
-    let r = fs.report();
-    assert!(r.double_claims.is_empty(), "{what}: blocks claimed twice: {:?}", r.double_claims);
-    let report = hurricane::fsck::check(fs, false, &mut |_, _, _| {}).expect("fsck runs");
-    assert!(report.is_clean(), "{what}: fsck: {:?}", report.problems);
-}
-
 #[test]
 fn reopen_after_clean_close() {
     let p = MemPool::new(3, 16 * MB);

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-use common::{pattern, MemPool, MB};
+use common::{check_clean, pattern, MemPool, MB};
 use hurricane::device::CrashMode;
 use hurricane::fs::MigrateOptions;
 use hurricane::Fs;
@@ -16,13 +16,6 @@ use std::sync::Arc;
 
 const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
 const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
-
-fn check_clean(fs: &Fs, what: &str) {
-    let r = fs.report();
-    assert!(r.double_claims.is_empty(), "{what}: blocks claimed twice: {:?}", r.double_claims);
-    let report = hurricane::fsck::check(fs, false, &mut |_, _, _| {}).expect("fsck runs");
-    assert!(report.is_clean(), "{what}: fsck: {:?}", report.problems);
-}
 
 /// One random change to `ino`, made to the file and to `model`.
 fn change(fs: &Fs, ino: u64, rng: &mut StdRng, model: &mut Vec<u8>, seed: u64) {

@@ -12,7 +12,7 @@
 //! applied in commit order.
 
 use super::record::{Mark, Recorder};
-use super::workloads::SyncRec;
+use super::workloads::{pattern, SyncRec};
 use crate::error::{Error, Result};
 use crate::namespace::Creds;
 use crate::{File, Fs};
@@ -52,18 +52,6 @@ pub(crate) struct TxnHist {
     pub attempts: usize,
     pub aborted: usize,
     pub deadlocks: usize,
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
 }
 
 /// Creates the protected files with their first contents (before the

@@ -94,7 +94,8 @@ pub(crate) struct Driver<'a> {
     pub atomic_only: bool,
 }
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
+/// Deterministic pseudo-random bytes, the same for the same seed.
+pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) | 1;
     (0..len)
         .map(|_| {

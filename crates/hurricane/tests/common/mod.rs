@@ -65,3 +65,11 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The open pool claims no block twice and fsck finds it consistent.
+pub fn check_clean(fs: &Fs, what: &str) {
+    let r = fs.report();
+    assert!(r.double_claims.is_empty(), "{what}: blocks claimed twice: {:?}", r.double_claims);
+    let report = hurricane::fsck::check(fs, false, &mut |_, _, _| {}).expect("fsck runs");
+    assert!(report.is_clean(), "{what}: fsck: {:?}", report.problems);
+}
