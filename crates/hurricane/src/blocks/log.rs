@@ -265,7 +265,9 @@ impl LogSpace {
                     // No whole segment to spare: the highest free run there is.
                     let Some((a, len)) = run.or_else(|| alloc.alloc_top(seg)) else {
                         drop(s);
-                        self.unplace(alloc, &out, seg);
+                        for &(_, p, l) in &out {
+                            self.unplace(alloc, p, l, seg);
+                        }
                         return Err(Error::NoSpace(format!("log: device full ({n} blocks to place)")));
                     };
                     self.stats.taken.fetch_add(1, Ordering::Relaxed);
@@ -297,12 +299,10 @@ impl LogSpace {
         Ok(out)
     }
 
-    /// Gives back pieces placed and never published (nothing recorded them).
-    fn unplace(&self, alloc: &Allocator, pieces: &[Seg], seg: u64) {
-        for &(_, p, l) in pieces {
-            self.dead(p, l, seg);
-            alloc.free_now(p, l);
-        }
+    /// Gives back blocks placed and never published (nothing recorded them).
+    fn unplace(&self, alloc: &Allocator, p: u64, l: u64, seg: u64) {
+        self.dead(p, l, seg);
+        alloc.free_now(p, l);
     }
 
     /// Device blocks [p, p+n) of a node with `seg`-block segments no longer
@@ -411,6 +411,23 @@ impl LogSpace {
     }
 }
 
+/// The parts of device range [p, p+l) that no range of `covered` (sorted)
+/// overlaps.
+fn uncovered(p: u64, l: u64, covered: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut pos = p;
+    for &(cp, cl) in covered.iter().filter(|&&(cp, cl)| cp < p + l && cp + cl > p) {
+        if cp > pos {
+            out.push((pos, cp - pos));
+        }
+        pos = pos.max(cp + cl);
+    }
+    if pos < p + l {
+        out.push((pos, p + l - pos));
+    }
+    out
+}
+
 impl Log {
     fn handle<'a>(&self, io: &'a IoCtx) -> Result<&'a DeviceHandle> {
         io.storage
@@ -471,24 +488,20 @@ impl Log {
             fl.pieces = rest;
             mine.into_iter().map(|(_, f, p, l)| (f, p, l)).collect()
         };
-        // Pieces a truncate or punch trimmed meanwhile, and all of them on
-        // failure, go straight back (nothing recorded them).
         let mut kept: Vec<(u64, u64)> = Vec::new();
-        for &(f, p, l) in &mine {
-            if res.is_ok() {
+        if res.is_ok() {
+            for &(f, p, l) in &mine {
                 self.publish(io, &mut m, &space, (f, p, l));
                 kept.push((p, l));
             }
         }
+        // What was placed and not published (trimmed by a truncate or punch
+        // meanwhile, or all of it on failure) goes straight back: nothing
+        // recorded it.
         kept.sort_unstable();
         for &(_, p, l) in &pieces {
-            let mut pos = p;
-            for &(kp, kl) in kept.iter().filter(|&&(kp, kl)| kp < p + l && kp + kl > p) {
-                space.unplace(alloc, &[(0, pos, kp.saturating_sub(pos))], self.seg);
-                pos = kp + kl;
-            }
-            if pos < p + l {
-                space.unplace(alloc, &[(0, pos, p + l - pos)], self.seg);
+            for (gp, gl) in uncovered(p, l, &kept) {
+                space.unplace(alloc, gp, gl, self.seg);
             }
         }
         res
@@ -696,6 +709,14 @@ mod tests {
         let mut e = Encoder::new();
         e.u32(2).u64(0).u64(100).u64(4).u64(10).u64(102).u64(4);
         assert!(decode_runs(&e.into_inner(), MAX_RUN).is_err());
+    }
+
+    #[test]
+    fn uncovered_is_what_no_kept_piece_overlaps() {
+        assert_eq!(uncovered(10, 10, &[]), vec![(10, 10)]);
+        assert_eq!(uncovered(10, 10, &[(10, 10)]), vec![]);
+        assert_eq!(uncovered(10, 10, &[(5, 7), (14, 2), (30, 4)]), vec![(12, 2), (16, 4)]);
+        assert_eq!(uncovered(10, 10, &[(11, 2), (12, 3)]), vec![(10, 1), (15, 5)]);
     }
 
     #[test]
