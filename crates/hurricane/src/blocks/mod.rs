@@ -35,6 +35,8 @@ mod testenv;
 mod tests;
 mod write_mostly;
 
+pub use checksum::probing as probing_checksums;
+
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
 use crate::pool::Storage;

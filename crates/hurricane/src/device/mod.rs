@@ -205,6 +205,30 @@ pub struct DeviceHandle {
     /// nodes of every file on it (the `log`'s head and segment table): one
     /// value per type, made on first use.
     shared: parking_lot::Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
+    /// Completed writes since the last flush that the journal must order
+    /// before its next record (every write but those made inside
+    /// [`verified_by_recovery`]).
+    unflushed: std::sync::atomic::AtomicBool,
+}
+
+thread_local! {
+    static VERIFIED_BY_RECOVERY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the calling thread's device writes exempt from ordered
+/// mode: the journal does not flush them before its next record, because
+/// that record names them for recovery to verify (a record whose data did
+/// not reach the disk is dropped at replay; see `Fs::open`). Writes made by
+/// other threads on the caller's behalf are not exempt.
+pub fn verified_by_recovery<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            VERIFIED_BY_RECOVERY.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(VERIFIED_BY_RECOVERY.with(|c| c.replace(true)));
+    f()
 }
 
 impl DeviceHandle {
@@ -224,6 +248,7 @@ impl DeviceHandle {
             numa_node: std::sync::atomic::AtomicU32::new(u32::MAX),
             repaired: Default::default(),
             shared: Default::default(),
+            unflushed: Default::default(),
         }
     }
 
@@ -370,6 +395,7 @@ impl DeviceHandle {
             return Err(e);
         }
         self.stats.write(buf.len());
+        self.note_written();
         Ok(())
     }
 
@@ -385,7 +411,10 @@ impl DeviceHandle {
             let dev = self.dev.read();
             self.check(&**dev, blk, len as usize)?;
             match dev.zero_range(blk << BLOCK_SHIFT, len) {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    self.note_written();
+                    return Ok(());
+                }
                 Ok(false) => {}
                 Err(e) => {
                     self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -404,9 +433,20 @@ impl DeviceHandle {
         Ok(())
     }
 
-    /// Makes the device's completed writes durable. Fails at once on a
-    /// device that takes no writes; a failed flush makes it Faulted (or
-    /// Missing, if it is gone).
+    /// A write completed: unless recovery verifies it, the journal's next
+    /// record waits for a flush of this device.
+    fn note_written(&self) {
+        if !VERIFIED_BY_RECOVERY.with(|c| c.get()) {
+            self.unflushed.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Whether writes that ordered mode must flush before the journal's
+    /// next record completed since the last flush.
+    pub fn has_unflushed(&self) -> bool {
+        self.unflushed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The device-wide state of type `T` block types keep here, made by
     /// `make` on first use.
     pub fn shared<T: std::any::Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> Arc<T> {
@@ -424,11 +464,18 @@ impl DeviceHandle {
         self.shared.lock().iter().find_map(|x| x.clone().downcast::<T>().ok())
     }
 
+    /// Makes the device's completed writes durable. Fails at once on a
+    /// device that takes no writes; a failed flush makes it Faulted (or
+    /// Missing, if it is gone).
     pub fn flush(&self) -> Result<()> {
         self.check_writable()?;
         self.stats.flush();
         let dev = self.dev();
+        // Cleared before the flush: a write that completes from here on is
+        // either covered by it or marks the device again.
+        let was = self.unflushed.swap(false, std::sync::atomic::Ordering::AcqRel);
         if let Err(e) = dev.flush() {
+            self.unflushed.fetch_or(was, std::sync::atomic::Ordering::AcqRel);
             self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.failed(&*dev, true);
             return Err(e);

@@ -105,6 +105,25 @@ pub(crate) fn check_flag(value: &[u8]) -> Result<&'static [u8]> {
     }
 }
 
+/// Block types through which a read finds each block in one place only (no
+/// copies a read could fall back on, which recovery would not all see).
+const SINGLE_COPY: &[&str] = &["checksum", "extent", "log", "stripe", "regions"];
+
+/// Whether recovery can tell by reading whether a commit's data reached the
+/// disk: every node keeps one copy of each block, and every per-device leaf
+/// lies under a `checksum` node, so data that did not arrive fails its
+/// checksum (`fs/recover.rs`).
+fn verifiable(lay: &Layout) -> bool {
+    fn walk(b: &Arc<dyn crate::blocks::Block>, checked: bool) -> bool {
+        let name = b.kind().name;
+        let checked = checked || name == "checksum";
+        SINGLE_COPY.contains(&name)
+            && (b.device().is_none() || checked)
+            && b.children().iter().all(|c| walk(c, checked))
+    }
+    walk(lay.root(), false)
+}
+
 /// Refuses a layout a commit could not write out of place.
 fn check_layout(ino: Ino, lay: &Layout) -> Result<()> {
     if let Some(n) = lay.nodes().iter().find(|n| !OUT_OF_PLACE.contains(&n.kind().name)) {
@@ -367,7 +386,14 @@ impl Transaction {
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
             let io = IoCtx { owner: ino, storage: fs.storage(), epoch: g.epoch(), sink: &sink, repair: true };
-            let r = write_runs(lay, &io, f);
+            // Writes recovery can check need no flush ahead of the journal
+            // record (verified mode, journal/mod.rs): the record names them.
+            let r = if verifiable(lay) {
+                ops.extend(runs(f).into_iter().map(|(start, blocks)| Op::Verify { ino, start, blocks }));
+                crate::device::verified_by_recovery(|| write_runs(lay, &io, f))
+            } else {
+                write_runs(lay, &io, f)
+            };
             for (b, n) in runs(f) {
                 fs.inner.cache.invalidate(ino, b, n);
             }

@@ -13,6 +13,16 @@
 //! Ordered mode: the committer flushes every data device before it writes
 //! the record, so data in newly allocated blocks is durable before the
 //! meta-data that points at it.
+//!
+//! Verified mode: when every data write of a batch was made inside
+//! [`crate::device::verified_by_recovery`] (a transaction's commit to
+//! checksummed files), the record goes out with the data and one flush of
+//! every device makes both durable. Such a record has its own magic; its
+//! groups name the ranges they wrote (`Op::Verify`), and replay checks
+//! them when it is the journal's last record: one whose data did not all
+//! reach the disk was never acknowledged, and is dropped (`Fs::open`).
+//! Only the last record can be in that state: the committer writes a record
+//! only after the previous one's flush has returned.
 
 pub mod op;
 
@@ -191,6 +201,8 @@ impl Gate {
 }
 
 const REC_MAGIC: u64 = u64::from_le_bytes(*b"HCJRNL01");
+/// A record written before its data was flushed (verified mode).
+const REC_MAGIC_VERIFIED: u64 = u64::from_le_bytes(*b"HCJRNLV1");
 const WRAP_MAGIC: u64 = u64::from_le_bytes(*b"HCJWRAP1");
 const HDR: usize = 40;
 
@@ -240,6 +252,10 @@ pub fn fits(r: &Region, c: &Cursor, payload_len: usize) -> bool {
 
 /// Appends one record. The caller has checked `fits` and flushes afterwards.
 pub fn append(storage: &Storage, r: &Region, salt: u64, c: &mut Cursor, payload: &[u8]) -> Result<()> {
+    append_as(storage, r, salt, c, payload, REC_MAGIC)
+}
+
+fn append_as(storage: &Storage, r: &Region, salt: u64, c: &mut Cursor, payload: &[u8], magic: u64) -> Result<()> {
     let n = record_blocks(payload.len());
     let dev =
         storage.devs.get(r.dev as usize).ok_or_else(|| Error::Device(format!("journal device {} missing", r.dev)))?;
@@ -250,7 +266,7 @@ pub fn append(storage: &Storage, r: &Region, salt: u64, c: &mut Cursor, payload:
         c.head = 0;
     }
     let mut buf = vec![0u8; n as usize * BLOCK_SIZE];
-    buf[..HDR].copy_from_slice(&header(REC_MAGIC, salt, c.seq, n as u32, payload));
+    buf[..HDR].copy_from_slice(&header(magic, salt, c.seq, n as u32, payload));
     buf[HDR..HDR + payload.len()].copy_from_slice(payload);
     dev.write_blocks(r.start + c.head, &buf)?;
     c.head = (c.head + n) % r.blocks;
@@ -258,10 +274,21 @@ pub fn append(storage: &Storage, r: &Region, salt: u64, c: &mut Cursor, payload:
     Ok(())
 }
 
+/// How a record is made durable with the data its ops point at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// The data was flushed first; the record's copies are flushed after.
+    Ordered,
+    /// The data is not flushed yet: the record is written with the verified
+    /// magic and one flush of every device makes record and data durable.
+    Verified,
+}
+
 /// Appends one record to the journal and its mirror (in parallel) and
-/// flushes each copy. A copy whose device takes no writes is skipped; one
-/// that fails marks its device Faulted (the handle does) and is skipped from
-/// then on. Succeeds when at least one copy is durable.
+/// flushes each copy (with [`Order::Verified`], every device of the pool).
+/// A copy whose device takes no writes is skipped; one that fails marks its
+/// device Faulted (the handle does) and is skipped from then on. Succeeds
+/// when at least one copy is durable.
 pub fn append_mirrored(
     storage: &Storage,
     r: &Region,
@@ -269,12 +296,13 @@ pub fn append_mirrored(
     salt: u64,
     c: &mut Cursor,
     payload: &[u8],
+    order: Order,
 ) -> Result<()> {
-    let Some(m) = mirror else {
-        append(storage, r, salt, c, payload)?;
-        let dev = storage.devs.get(r.dev as usize);
-        return dev.ok_or_else(|| Error::Device(format!("journal device {} missing", r.dev)))?.flush();
+    let (magic, verified) = match order {
+        Order::Ordered => (REC_MAGIC, false),
+        Order::Verified => (REC_MAGIC_VERIFIED, true),
     };
+    // The journal's own writes never wait for ordered mode's flush.
     let copy = |reg: &Region| -> Result<Cursor> {
         let dev = storage
             .devs
@@ -282,16 +310,38 @@ pub fn append_mirrored(
             .ok_or_else(|| Error::Device(format!("journal device {} missing", reg.dev)))?;
         dev.check_writable()?;
         let mut cc = *c;
-        append(storage, reg, salt, &mut cc, payload)?;
-        dev.flush()?;
+        crate::device::verified_by_recovery(|| append_as(storage, reg, salt, &mut cc, payload, magic))?;
+        if !verified {
+            dev.flush()?;
+        }
         Ok(cc)
     };
-    let (a, b) = std::thread::scope(|s| {
-        let h = crate::affinity::spawn(s, || copy(m));
-        let a = copy(r);
-        let b = h.join().unwrap_or_else(|_| Err(Error::Device("journal mirror thread failed".into())));
-        (a, b)
-    });
+    let (a, b) = match mirror {
+        None => (copy(r), None),
+        Some(m) => std::thread::scope(|s| {
+            let h = crate::affinity::spawn(s, || copy(m));
+            let a = copy(r);
+            let b = h.join().unwrap_or_else(|_| Err(Error::Device("journal mirror thread failed".into())));
+            (a, Some(b))
+        }),
+    };
+    let durable = |x: Result<Cursor>, reg: &Region| -> Result<Cursor> {
+        let cc = x?;
+        // After the pool-wide flush, a copy counts if its device took it.
+        if verified && !storage.devs.get(reg.dev as usize).is_some_and(|d| d.state().writable()) {
+            return Err(Error::Device(format!("journal device {} failed its flush", reg.dev)));
+        }
+        Ok(cc)
+    };
+    if verified && (a.is_ok() || b.as_ref().is_some_and(|b| b.is_ok())) {
+        storage.flush_all()?;
+    }
+    let a = durable(a, r);
+    let Some((b, m)) = b.zip(mirror) else {
+        *c = a?;
+        return Ok(());
+    };
+    let b = durable(b, m);
     match (a, b) {
         (Ok(ca), _) => {
             *c = ca;
@@ -319,6 +369,21 @@ pub enum JournalCopy {
     Mirror,
 }
 
+/// What replay found in the journal.
+#[derive(Debug)]
+pub struct Replayed {
+    /// Payloads of the valid records, in order.
+    pub records: Vec<Vec<u8>>,
+    /// The cursor after the last of them.
+    pub end: Cursor,
+    /// Which copy they came from.
+    pub copy: JournalCopy,
+    /// When the last record was written in verified mode ([`Order`]): the
+    /// cursor before it, where the journal goes on should recovery find its
+    /// data incomplete and drop it.
+    pub verify_last: Option<Cursor>,
+}
+
 /// Replays a mirrored journal: reads both copies from the same cursor and
 /// takes the one whose valid record sequence reaches further (each record is
 /// checksummed; a torn or damaged record ends a copy). A copy on an
@@ -330,44 +395,43 @@ pub fn replay_mirrored(
     mirror: Option<&Region>,
     salt: u64,
     start: Cursor,
-) -> Result<(Vec<Vec<u8>>, Cursor, JournalCopy)> {
+) -> Result<Replayed> {
     let Some(m) = mirror else {
-        let (recs, c) = replay(storage, r, salt, start)?;
-        return Ok((recs, c, JournalCopy::Primary));
+        return replay_records(storage, r, salt, start);
     };
-    let a = replay(storage, r, salt, start);
-    let b = replay(storage, m, salt, start);
+    let a = replay_records(storage, r, salt, start);
+    let b = replay_records(storage, m, salt, start);
     match (a, b) {
         (Ok(a), Ok(b)) => {
-            if b.1.seq > a.1.seq {
+            if b.end.seq > a.end.seq {
                 tracing::warn!(
                     "journal copy on device {} ends at record {}, its mirror on device {} at {}: replaying the mirror",
                     r.dev,
-                    a.1.seq,
+                    a.end.seq,
                     m.dev,
-                    b.1.seq
+                    b.end.seq
                 );
-                Ok((b.0, b.1, JournalCopy::Mirror))
+                Ok(Replayed { copy: JournalCopy::Mirror, ..b })
             } else {
-                if a.1.seq > b.1.seq {
+                if a.end.seq > b.end.seq {
                     tracing::warn!(
                         "journal mirror on device {} ends at record {}, the journal on device {} at {}",
                         m.dev,
-                        b.1.seq,
+                        b.end.seq,
                         r.dev,
-                        a.1.seq
+                        a.end.seq
                     );
                 }
-                Ok((a.0, a.1, JournalCopy::Primary))
+                Ok(a)
             }
         }
         (Ok(a), Err(e)) => {
             tracing::warn!("journal mirror on device {} unreadable, replaying the journal: {e}", m.dev);
-            Ok((a.0, a.1, JournalCopy::Primary))
+            Ok(a)
         }
         (Err(e), Ok(b)) => {
             tracing::warn!("journal on device {} unreadable, replaying its mirror: {e}", r.dev);
-            Ok((b.0, b.1, JournalCopy::Mirror))
+            Ok(Replayed { copy: JournalCopy::Mirror, ..b })
         }
         (Err(ea), Err(eb)) => Err(Error::Device(format!(
             "journal: no copy is readable (device {}: {ea}; mirror on device {}: {eb})",
@@ -412,10 +476,18 @@ pub fn resync(storage: &Storage, from: &Region, to: &Region, c: &Cursor) -> Resu
 /// block that is not the next record in sequence (a torn or stale record):
 /// time is proportional to the journal, not the pool.
 pub fn replay(storage: &Storage, r: &Region, salt: u64, start: Cursor) -> Result<(Vec<Vec<u8>>, Cursor)> {
+    let rp = replay_records(storage, r, salt, start)?;
+    Ok((rp.records, rp.end))
+}
+
+/// [`replay`], noting whether the last record was written in verified mode.
+fn replay_records(storage: &Storage, r: &Region, salt: u64, start: Cursor) -> Result<Replayed> {
     let dev =
         storage.devs.get(r.dev as usize).ok_or_else(|| Error::Device(format!("journal device {} missing", r.dev)))?;
     let mut c = Cursor { tail: start.tail, head: start.tail, seq: start.seq };
+    let mut at_wrap: Option<Cursor> = None;
     let mut out = Vec::new();
+    let mut verify_last = None;
     let mut scanned = 0u64;
     let mut blk = vec![0u8; BLOCK_SIZE];
     while scanned < r.blocks {
@@ -427,12 +499,15 @@ pub fn replay(storage: &Storage, r: &Region, salt: u64, start: Cursor) -> Result
         if h.seq != c.seq {
             break;
         }
+        // The cursor before this record (and a wrap marker ahead of it).
+        let before = at_wrap.take().unwrap_or(c);
         if h.magic == WRAP_MAGIC {
+            at_wrap = Some(c);
             scanned += r.blocks - c.head;
             c.head = 0;
             continue;
         }
-        if h.magic != REC_MAGIC
+        if !(h.magic == REC_MAGIC || h.magic == REC_MAGIC_VERIFIED)
             || h.nblocks == 0
             || c.head + h.nblocks > r.blocks
             || h.len as u64 + HDR as u64 > h.nblocks * BLOCK_SIZE as u64
@@ -446,9 +521,10 @@ pub fn replay(storage: &Storage, r: &Region, salt: u64, start: Cursor) -> Result
             break;
         }
         out.push(payload.to_vec());
+        verify_last = (h.magic == REC_MAGIC_VERIFIED).then_some(before);
         c.head = (c.head + h.nblocks) % r.blocks;
         c.seq += 1;
         scanned += h.nblocks;
     }
-    Ok((out, c))
+    Ok(Replayed { records: out, end: c, copy: JournalCopy::Primary, verify_last })
 }

@@ -114,6 +114,16 @@ pub enum Op {
         mtime: i64,
         ctime: i64,
     },
+    /// File blocks `[start, start + blocks)` of `ino` that the group wrote
+    /// without ordered mode's flush: when the record is the journal's last
+    /// (written in verified mode), recovery reads them back through the
+    /// file's checksums and drops the record if they fail. No effect on
+    /// the state.
+    Verify {
+        ino: Ino,
+        start: u64,
+        blocks: u64,
+    },
 }
 
 fn opt(e: &mut Encoder, v: Option<u64>) {
@@ -142,7 +152,8 @@ impl Op {
             | Op::RemoveXattr { ino, .. }
             | Op::SetLayout { ino, .. }
             | Op::SetDirLayout { ino, .. }
-            | Op::Times { ino, .. } => Some(*ino),
+            | Op::Times { ino, .. }
+            | Op::Verify { ino, .. } => Some(*ino),
             Op::Create(_) | Op::Link { .. } | Op::Unlink { .. } | Op::Rename { .. } => None,
         }
     }
@@ -195,6 +206,9 @@ impl Op {
             Op::Times { ino, atime, mtime, ctime } => {
                 e.u8(13).u64(*ino).i64(*atime).i64(*mtime).i64(*ctime);
             }
+            Op::Verify { ino, start, blocks } => {
+                e.u8(14).u64(*ino).u64(*start).u64(*blocks);
+            }
         }
     }
 
@@ -239,6 +253,7 @@ impl Op {
             11 => Op::SetLayout { ino: d.u64()?, layout: d.bytes()?.to_vec() },
             12 => Op::SetDirLayout { ino: d.u64()?, spec: d.str()?.to_string() },
             13 => Op::Times { ino: d.u64()?, atime: d.i64()?, mtime: d.i64()?, ctime: d.i64()? },
+            14 => Op::Verify { ino: d.u64()?, start: d.u64()?, blocks: d.u64()? },
             t => return Err(d.err(format!("unknown op tag {t}"))),
         })
     }

@@ -66,6 +66,13 @@ impl Storage {
         }
     }
 
+    /// Whether some device holds completed writes, not yet flushed, that
+    /// the journal must order before its next record (see
+    /// [`crate::device::verified_by_recovery`]).
+    pub fn has_unflushed(&self) -> bool {
+        self.devs.iter().any(|d| d.state().writable() && d.has_unflushed())
+    }
+
     fn none_writable(&self) -> Error {
         let states: Vec<String> =
             self.devs.iter().map(|d| format!("{} ({}) is {}", d.index, d.name(), d.state())).collect();

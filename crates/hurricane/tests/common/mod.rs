@@ -30,6 +30,16 @@ impl MemPool {
         Fs::open(Self::dyn_devs(&self.devs), quiet())
     }
 
+    /// A pool of memory devices holding these images.
+    pub fn from_images(images: Vec<Vec<u8>>) -> MemPool {
+        let devs = images
+            .into_iter()
+            .enumerate()
+            .map(|(i, im)| Arc::new(MemDevice::from_image(format!("mem{i}"), im)))
+            .collect();
+        MemPool { devs }
+    }
+
     /// The pool as a power cut now would leave it.
     pub fn crash(&self, mode: CrashMode) -> MemPool {
         let devs = self
