@@ -136,6 +136,47 @@ fn a_nearly_full_log_keeps_taking_overwrites() {
 }
 
 #[test]
+fn the_background_cleaner_runs_before_writers_must_wait() {
+    let p = MemPool::new(1, 40 * MB);
+    let fs = p.open_with(hurricane::Options::default()).unwrap();
+    let size = 20 * MB as usize;
+    let mut model = pattern(1, size);
+    fs.write_file("/db", &model, Some("log@0")).unwrap();
+    let ino = fs.resolve("/db").unwrap();
+    fs.sync().unwrap();
+    let space = hurricane::blocks::log::LogSpace::of(&fs.storage().devs[0]);
+    let mut rng = StdRng::seed_from_u64(3);
+    let blocks = size / 4096;
+    // Overwrite until clean segments fall under the cleaner's start mark.
+    let mut n = 0u64;
+    while !space.wants_cleaning() {
+        assert!(n < 40 * MB / 4096, "the log never asked for cleaning: {:?}", fs.log_stats());
+        let b = rng.gen_range(0..blocks);
+        let data = pattern(n + 100, 4096);
+        fs.write(ino, (b * 4096) as u64, &data).unwrap();
+        model[b * 4096..(b + 1) * 4096].copy_from_slice(&data);
+        n += 1;
+        if n % 256 == 0 {
+            fs.sync().unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    // No writer waits on it (none is writing): the cleaner's own thread
+    // empties segments.
+    let before = fs.log_stats()[0].cleaned_segments;
+    let t0 = std::time::Instant::now();
+    while fs.log_stats()[0].cleaned_segments == before {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "no background pass: {:?}", fs.log_stats());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(fs.read_file("/db").unwrap() == model);
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    assert!(fs.read_file("/db").unwrap() == model);
+    check_clean(&fs, "after background cleaning");
+}
+
+#[test]
 fn a_full_log_says_so_at_the_write_and_loses_nothing() {
     let p = MemPool::new(1, 24 * MB);
     let fs = p.open().unwrap();

@@ -39,7 +39,7 @@
 //!   space free to data after formatting (at least 48 MiB) is filled to 70%
 //!   and 85% by the database and a filler file (also `log@0`), counted as
 //!   the blocks the log's usage table holds live; the log wraps and the
-//!   cleaner runs on its own (the committer's tick, and writers when clean
+//!   cleaner runs on its own (its background thread, and commits when clean
 //!   segments run out).
 //!   Should the device fill up regardless, the run ends there and the row's
 //!   `note` says after how long.

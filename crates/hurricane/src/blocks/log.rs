@@ -68,6 +68,10 @@ const MAX_RUN: u64 = (128 << 20) / BLOCK_SIZE as u64;
 /// writers clean first.
 pub const RESERVE_SEGMENTS: usize = 4;
 
+/// Clean segments under which the background cleaner starts (before the
+/// writers would have to wait for it at [`RESERVE_SEGMENTS`]).
+pub const CLEAN_START: usize = 4 * RESERVE_SEGMENTS;
+
 struct Log {
     id: u32,
     dev: u32,
@@ -193,6 +197,8 @@ pub struct LogSpace {
     /// Whole clean segments fell under [`RESERVE_SEGMENTS`] when a head
     /// last took one: writers should clean first.
     low: AtomicBool,
+    /// They fell under [`CLEAN_START`]: the background cleaner should run.
+    wants: AtomicBool,
 }
 
 fn now() -> i64 {
@@ -210,6 +216,18 @@ impl LogSpace {
     }
 
     pub fn clear_low(&self) {
+        self.low.store(false, Ordering::Release);
+    }
+
+    /// Whether clean segments fell under [`CLEAN_START`] when a head last
+    /// took one (the background cleaner's cue).
+    pub fn wants_cleaning(&self) -> bool {
+        self.wants.load(Ordering::Acquire)
+    }
+
+    /// After a cleaner pass: the heads count clean segments afresh.
+    pub fn cleaned(&self) {
+        self.wants.store(false, Ordering::Release);
         self.low.store(false, Ordering::Release);
     }
 
@@ -255,8 +273,15 @@ impl LogSpace {
             let head = match s.heads.get(&seg) {
                 Some(h) if h.next < h.end => *h,
                 _ => {
-                    let clean = alloc.aligned_free(seg, RESERVE_SEGMENTS + 1);
+                    // Once low, the count is taken again only after a
+                    // cleaner pass (which clears the flag): counting walks
+                    // the free map, and a head that lives on free runs
+                    // comes back for another at every few writes.
+                    let clean = if self.is_low() && !cleaning { 0 } else { alloc.aligned_free(seg, CLEAN_START + 1) };
                     self.low.store(clean <= RESERVE_SEGMENTS, Ordering::Release);
+                    if clean <= CLEAN_START {
+                        self.wants.store(true, Ordering::Release);
+                    }
                     let run = if cleaning || clean > RESERVE_SEGMENTS {
                         alloc.alloc_aligned(seg, false).map(|a| (a, seg))
                     } else {

@@ -10,13 +10,13 @@
 //! ([`crate::blocks::Block::relocate`]), under the owner's I/O lock and in
 //! a journal group of its own, exactly as a write would move it; the
 //! blocks it leaves are freed when that group commits, and the pass ends
-//! with a commit so the segments it emptied are clean at once (the pass on
-//! the committer's tick leaves that to the next tick).
+//! with a commit so the segments it emptied are clean at once.
 //!
-//! Runs on demand (`hurricane clean`), from the committer's tick when a
-//! device's clean segments fall under the log's reserve, and in the
-//! foreground of a write when they have run out (writers wait for it: the
-//! throttle).
+//! Runs on demand (`hurricane clean`); on its own thread while a device's
+//! clean segments are under [`crate::blocks::log::CLEAN_START`] (the
+//! background cleaner, alongside the writers); and in the foreground of a
+//! write or a transaction's commit when they have fallen to the log's
+//! reserve (writers wait for it: the throttle).
 
 use super::Fs;
 use crate::blocks::log::{Candidate, LogSpace, RESERVE_SEGMENTS};
@@ -26,6 +26,9 @@ use crate::journal::{NodeRecord, Op};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+/// How often the background cleaner looks at the logs.
+const CLEAN_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Which segments a pass cleans first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,8 +61,7 @@ pub struct CleanOptions {
     /// that is not full).
     pub max_utilization: Option<f64>,
     pub stop: Option<Arc<AtomicBool>>,
-    /// Leave the moves to the next commit instead of committing at the end
-    /// (the committer's own pass: its next tick commits).
+    /// Leave the moves to the next commit instead of committing at the end.
     pub no_commit: bool,
 }
 
@@ -243,18 +245,45 @@ impl Fs {
         // Until a head looks again, writers go on (with what free runs
         // there are, if the pass could not empty any).
         for (_, s) in low {
-            s.clear_low();
+            s.cleaned();
         }
     }
 
-    /// The committer's tick: a short pass when a device's log is low.
-    pub(crate) fn clean_in_background(&self) {
-        if self.log_spaces().iter().any(|(_, s)| s.is_low()) {
-            // The committer's next tick commits what it moved.
-            let opts = CleanOptions { max_segments: Some(RESERVE_SEGMENTS), no_commit: true, ..Default::default() };
-            if let Err(e) = self.clean(&opts, &mut |_| {}) {
+    /// Starts the background cleaner: a thread that, while some device's
+    /// log has fewer than [`crate::blocks::log::CLEAN_START`] clean segments, cleans
+    /// [`RESERVE_SEGMENTS`] at a time and commits them, alongside the
+    /// writers (which wait for a pass only when the reserve is reached).
+    /// It looks every [`CLEAN_POLL`] and stops when the pool closes.
+    pub(super) fn start_cleaner(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        let h = std::thread::Builder::new().name("hurricane-clean".into()).spawn(move || loop {
+            let Some(inner) = weak.upgrade() else { return };
+            {
+                let mut stop = inner.shutdown.lock();
+                if *stop {
+                    return;
+                }
+                inner.shutdown_cv.wait_for(&mut stop, CLEAN_POLL);
+                if *stop {
+                    return;
+                }
+            }
+            let fs = Fs { inner };
+            let spaces = fs.log_spaces();
+            if !spaces.iter().any(|(_, s)| s.wants_cleaning()) || fs.check_writable().is_err() {
+                continue;
+            }
+            let opts = CleanOptions { max_segments: Some(RESERVE_SEGMENTS), ..Default::default() };
+            if let Err(e) = fs.clean(&opts, &mut |_| {}) {
                 tracing::warn!("background cleaning: {e}");
             }
+            for (_, s) in spaces {
+                s.cleaned();
+            }
+        });
+        match h {
+            Ok(h) => *self.inner.cleaner.lock() = Some(h),
+            Err(e) => tracing::error!("cannot start the cleaner thread: {e}; writers clean when space runs low"),
         }
     }
 

@@ -165,6 +165,8 @@ pub(crate) struct Inner {
     kicked: AtomicBool,
     closed: AtomicBool,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The background cleaner of `log` blocks (`clean.rs`).
+    cleaner: Mutex<Option<std::thread::JoinHandle<()>>>,
     report: Mutex<OpenReport>,
     commits: AtomicU64,
     checkpoints: AtomicU64,
@@ -586,6 +588,7 @@ impl Fs {
             kicked: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             committer: Mutex::new(None),
+            cleaner: Mutex::new(None),
             report: Mutex::new(report),
             commits: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
@@ -623,6 +626,7 @@ impl Fs {
             drop(m);
             if opts.background_commit {
                 fs.start_committer(opts.commit_interval);
+                fs.start_cleaner();
             }
             fs.set_orphans_freed(orphans.len());
         }
@@ -1087,9 +1091,6 @@ impl Fs {
             if let Err(e) = r {
                 tracing::error!("background commit failed: {e}");
             }
-            if timed {
-                fs.clean_in_background();
-            }
             due = Instant::now() + every;
         });
         match h {
@@ -1107,6 +1108,9 @@ impl Fs {
         *self.inner.shutdown.lock() = true;
         self.inner.shutdown_cv.notify_all();
         if let Some(h) = self.inner.committer.lock().take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.inner.cleaner.lock().take() {
             let _ = h.join();
         }
         if self.inner.read_only {

@@ -330,6 +330,9 @@ impl Transaction {
     /// logged the transaction is aborted and nothing changed.
     pub fn commit(mut self) -> Result<()> {
         self.done = true;
+        // Writers wait for the cleaner when a log has run out of clean
+        // segments (before any I/O lock is taken), as plain writes do.
+        self.fs.clean_if_low();
         let st = std::mem::take(&mut *self.live()?);
         let r = self.apply(&st);
         let r = r.and_then(|logged| if logged { self.fs.sync() } else { Ok(()) });
@@ -464,7 +467,9 @@ impl Transaction {
         }
         let storage = self.fs.storage();
         for (dev, blocks) in need {
-            let free = storage.allocs.get(dev as usize).map_or(0, |a| a.free_blocks());
+            // Data never takes the allocator's reserve (the meta-file's).
+            let free =
+                storage.allocs.get(dev as usize).map_or(0, |a| a.free_blocks().saturating_sub(a.reserved_blocks()));
             if free < blocks {
                 return Err(Error::NoSpace(format!(
                     "device {dev}: transaction {} needs up to {blocks} free blocks to commit, {free} are free",

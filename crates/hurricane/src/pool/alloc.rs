@@ -13,6 +13,9 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Free runs `alloc_top` looks at, from the device's end.
+pub const TOP_RUNS: usize = 64;
+
 #[derive(Default)]
 struct FreeMap {
     /// start -> length
@@ -126,18 +129,18 @@ impl Allocator {
     }
 
     /// Allocates up to `want` contiguous blocks from the end of the highest
-    /// free run of at least an eighth of `want` (or the highest there is),
-    /// keeping the reserve: where the log goes when no whole segment is free.
+    /// free run of at least an eighth of `want` among the highest
+    /// [`TOP_RUNS`] (or the longest of those), keeping the reserve: where
+    /// the log goes when no whole segment is free. The bound keeps a call
+    /// short on a free map of many small runs.
     pub fn alloc_top(&self, want: u64) -> Option<(u64, u64)> {
         let mut m = self.inner.lock();
         let keep = self.reserve.load(Ordering::Relaxed);
         let avail = m.free_blocks.checked_sub(keep).filter(|&a| a > 0)?;
-        let (s, l) = m
-            .free
-            .iter()
-            .rev()
+        let top = || m.free.iter().rev().take(TOP_RUNS);
+        let (s, l) = top()
             .find(|(_, &l)| l >= (want / 8).max(1))
-            .or_else(|| m.free.iter().next_back())
+            .or_else(|| top().max_by_key(|(_, &l)| l))
             .map(|(&s, &l)| (s, l))?;
         let n = want.clamp(1, avail).min(l);
         let at = s + l - n;
@@ -146,14 +149,14 @@ impl Allocator {
     }
 
     /// How many whole aligned runs of `len` blocks are free, counting up
-    /// to `limit`.
+    /// to `limit` (from the device's end, where `alloc_aligned` takes them).
     pub fn aligned_free(&self, len: u64, limit: usize) -> usize {
         if len == 0 {
             return 0;
         }
         let m = self.inner.lock();
         let mut n = 0usize;
-        for (&s, &l) in &m.free {
+        for (&s, &l) in m.free.iter().rev() {
             let a = s.div_ceil(len).saturating_mul(len);
             if a < s + l {
                 n += ((s + l - a) / len) as usize;

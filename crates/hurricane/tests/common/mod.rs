@@ -30,6 +30,10 @@ impl MemPool {
         Fs::open(Self::dyn_devs(&self.devs), quiet())
     }
 
+    pub fn open_with(&self, opts: Options) -> hurricane::Result<Fs> {
+        Fs::open(Self::dyn_devs(&self.devs), opts)
+    }
+
     /// A pool of memory devices holding these images.
     pub fn from_images(images: Vec<Vec<u8>>) -> MemPool {
         let devs = images
