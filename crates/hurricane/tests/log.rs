@@ -156,7 +156,7 @@ fn the_background_cleaner_runs_before_writers_must_wait() {
         fs.write(ino, (b * 4096) as u64, &data).unwrap();
         model[b * 4096..(b + 1) * 4096].copy_from_slice(&data);
         n += 1;
-        if n % 256 == 0 {
+        if n.is_multiple_of(256) {
             fs.sync().unwrap();
         }
     }
