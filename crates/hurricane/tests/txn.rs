@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{pattern, MemPool, MB};
+use common::{check_clean, pattern, MemPool, MB};
 use hurricane::device::CrashMode;
 use hurricane::{Creds, Error, File, Fs};
 use std::sync::{mpsc, Arc, Barrier};
@@ -274,21 +274,25 @@ fn a_plain_write_to_a_protected_file_waits_for_the_transaction() {
     let h = {
         let a = a.clone();
         std::thread::spawn(move || {
-            a.write_at(b"plain", 4000).unwrap();
+            a.write_at(b"plain", 12).unwrap();
             tx.send(()).unwrap();
         })
     };
-    // The write's block (0) is locked by the transaction: it waits.
+    // The write's first byte (12) is locked by the transaction: it waits.
     assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
-    // A plain write elsewhere in the file goes through.
-    a.write_at(b"free", 5000).unwrap();
+    // Plain writes to other bytes go through, in the same block too.
+    a.write_at(b"free", 4000).unwrap();
+    a.write_at(b"far", 5000).unwrap();
     t.commit().unwrap();
     rx.recv().unwrap();
     h.join().unwrap();
     let got = contents(&fs, "/a");
-    assert_eq!(&got[10..13], b"txn");
-    assert_eq!(&got[4000..4005], b"plain");
-    assert_eq!(&got[5000..5004], b"free");
+    // The commit merged onto the plain write of its block, which came
+    // after it where they overlap.
+    assert_eq!(&got[10..17], b"txplain");
+    assert_eq!(&got[4000..4004], b"free");
+    assert_eq!(&got[5000..5003], b"far");
+    assert_eq!(&got[17..4000], &pattern(1, 8192)[17..4000]);
     assert_eq!(fs.txn_locks_held(), 0);
 }
 
@@ -465,4 +469,315 @@ fn a_commit_whose_data_never_reached_the_disk_is_dropped_whole() {
     assert_eq!(&contents(&fs, "/a")[..5], b"after");
     common::check_clean(&fs, "after a commit following the drop");
     fs.close().unwrap();
+}
+
+/// Ten 100-byte records (id, counter, filler), all in file block 0.
+fn records(fs: &Fs, path: &str, layout: &str) -> File {
+    let mut data = Vec::new();
+    for id in 0..10u64 {
+        let mut r = vec![b'.'; 100];
+        r[..8].copy_from_slice(&id.to_le_bytes());
+        r[8..16].copy_from_slice(&0u64.to_le_bytes());
+        data.extend_from_slice(&r);
+    }
+    pfile(fs, path, Some(layout), &data)
+}
+
+fn counter(data: &[u8], id: u64) -> u64 {
+    let at = (id * 100 + 8) as usize;
+    u64::from_le_bytes(data[at..at + 8].try_into().unwrap())
+}
+
+#[test]
+fn transactions_on_different_records_of_one_block_do_not_wait_and_both_commit() {
+    for layout in ["extent", "checksum[extent]", "stripe(unit=16K,width=3)", "log(segment=64K)@1"] {
+        let pool = MemPool::new(3, 64 * MB);
+        let fs = pool.open().unwrap();
+        let a = Arc::new(records(&fs, "/r", layout));
+        fs.sync().unwrap();
+        // t1 updates record 2 and holds its lock, uncommitted.
+        let t1 = fs.begin().unwrap();
+        let mut buf = [0u8; 8];
+        t1.read(&a, 208, &mut buf).unwrap();
+        t1.write(&a, 208, &7u64.to_le_bytes()).unwrap();
+        // t2 updates record 3 of the same block, reads, and commits meanwhile.
+        let (tx, rx) = mpsc::channel();
+        let h = {
+            let (fs, a) = (fs.clone(), a.clone());
+            std::thread::spawn(move || {
+                let t2 = fs.begin().unwrap();
+                let r = (|| {
+                    let mut b = [0u8; 8];
+                    t2.read(&a, 308, &mut b)?;
+                    t2.write(&a, 308, &(u64::from_le_bytes(b) + 5).to_le_bytes())?;
+                    let mut rec = [0u8; 100];
+                    t2.read(&a, 300, &mut rec)?;
+                    t2.commit()?;
+                    Ok::<_, Error>(rec)
+                })();
+                tx.send(r).unwrap();
+            })
+        };
+        let rec = rx.recv_timeout(Duration::from_secs(20)).expect("t2 waited for t1").unwrap();
+        h.join().unwrap();
+        assert_eq!(counter(&rec, 0), 5);
+        // t2's update is committed; t1's is not, and t1 still sees its own.
+        let now = contents(&fs, "/r");
+        assert_eq!((counter(&now, 2), counter(&now, 3)), (0, 5), "{layout}");
+        t1.read(&a, 200, &mut buf).unwrap();
+        let mut mine = [0u8; 200];
+        t1.read(&a, 200, &mut mine).unwrap();
+        assert_eq!((counter(&mine, 0), counter(&mine, 1)), (7, 5), "{layout}");
+        t1.commit().unwrap();
+        // Neither update is lost: t1's commit merged onto t2's.
+        let got = contents(&fs, "/r");
+        assert_eq!((counter(&got, 2), counter(&got, 3)), (7, 5), "{layout}");
+        assert_eq!(got.len(), 1000);
+        assert_eq!(fs.txn_locks_held(), 0);
+        drop(a);
+        fs.close().unwrap();
+        let fs = pool.open().unwrap();
+        let got = contents(&fs, "/r");
+        assert_eq!((counter(&got, 2), counter(&got, 3)), (7, 5), "{layout}");
+        for id in 0..10 {
+            assert_eq!(&got[id * 100..id * 100 + 8], &(id as u64).to_le_bytes(), "{layout}");
+        }
+        check_clean(&fs, layout);
+    }
+}
+
+#[test]
+fn many_clients_updating_records_of_one_block_lose_no_update() {
+    let pool = MemPool::new(2, 64 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(records(&fs, "/r", "extent"));
+    let (threads, rounds) = (8u64, 25u64);
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let (fs, a) = (fs.clone(), a.clone());
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    let tx = fs.begin().unwrap();
+                    // Its own record (1 to 8), then the shared one (9): each
+                    // locked for update by rewriting its id (so updaters of
+                    // one record queue, and no two readers turn writers),
+                    // then its counter read and written back incremented.
+                    for id in [1 + t, 9] {
+                        tx.write(&a, id * 100, &id.to_le_bytes()).unwrap();
+                        let mut b = [0u8; 8];
+                        tx.read(&a, id * 100 + 8, &mut b).unwrap();
+                        tx.write(&a, id * 100 + 8, &(u64::from_le_bytes(b) + 1).to_le_bytes()).unwrap();
+                    }
+                    tx.commit().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let check = |fs: &Fs| {
+        let got = contents(fs, "/r");
+        for t in 0..threads {
+            assert_eq!(counter(&got, 1 + t), rounds, "record {}", 1 + t);
+        }
+        assert_eq!(counter(&got, 9), threads * rounds);
+        assert_eq!(counter(&got, 0), 0);
+    };
+    check(&fs);
+    assert_eq!(fs.txn_locks_held(), 0);
+    drop(a);
+    let after = pool.crash(CrashMode::DropAll);
+    drop(fs);
+    check(&after.open().unwrap());
+}
+
+#[test]
+fn overlapping_bytes_still_conflict_and_a_cycle_in_one_block_deadlocks() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(records(&fs, "/r", "extent"));
+    // Ranges that share one byte: the second writer waits for the commit.
+    let t1 = fs.begin().unwrap();
+    t1.write(&a, 150, &[b'x'; 50]).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = {
+        let (fs, a) = (fs.clone(), a.clone());
+        std::thread::spawn(move || {
+            let t2 = fs.begin().unwrap();
+            t2.write(&a, 199, b"yz").unwrap();
+            tx.send(()).unwrap();
+            t2.commit().unwrap();
+        })
+    };
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    t1.commit().unwrap();
+    rx.recv().unwrap();
+    h.join().unwrap();
+    let got = contents(&fs, "/r");
+    assert_eq!(&got[150..199], &[b'x'; 49]);
+    assert_eq!(&got[199..201], b"yz");
+    // Records 0 and 1 of one block taken in opposite orders: one of the
+    // two transactions is the deadlock victim, the other commits.
+    let barrier = Arc::new(Barrier::new(2));
+    let run = |first: u64, second: u64, tag: &'static [u8; 4]| {
+        let (fs, a, barrier) = (fs.clone(), a.clone(), barrier.clone());
+        std::thread::spawn(move || {
+            let t = fs.begin().unwrap();
+            t.write(&a, first * 100 + 20, tag).unwrap();
+            barrier.wait();
+            match t.write(&a, second * 100 + 20, tag) {
+                Ok(_) => t.commit().map(|_| true),
+                Err(Error::Deadlock(_)) => Ok(false),
+                Err(e) => Err(e),
+            }
+        })
+    };
+    let h1 = run(0, 1, b"one!");
+    let h2 = run(1, 0, b"two!");
+    let (r1, r2) = (h1.join().unwrap().unwrap(), h2.join().unwrap().unwrap());
+    assert!(r1 != r2, "exactly one transaction commits ({r1}, {r2})");
+    let tag: &[u8] = if r1 { b"one!" } else { b"two!" };
+    let got = contents(&fs, "/r");
+    assert_eq!(&got[20..24], tag);
+    assert_eq!(&got[120..124], tag);
+    assert_eq!(fs.txn_locks_held(), 0);
+}
+
+#[test]
+fn a_read_of_uncommitted_bytes_waits_and_then_sees_them_committed() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(records(&fs, "/r", "extent"));
+    let t1 = fs.begin().unwrap();
+    t1.write(&a, 208, &42u64.to_le_bytes()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = {
+        let (fs, a) = (fs.clone(), a.clone());
+        std::thread::spawn(move || {
+            let t2 = fs.begin().unwrap();
+            // The next record of the block is free to read at once ...
+            let mut next = [0u8; 100];
+            t2.read(&a, 300, &mut next).unwrap();
+            tx.send(("next", next.to_vec())).unwrap();
+            // ... the bytes t1 wrote are not: no dirty read.
+            let mut rec = [0u8; 100];
+            t2.read(&a, 200, &mut rec).unwrap();
+            tx.send(("record", rec.to_vec())).unwrap();
+            t2.commit().unwrap();
+        })
+    };
+    let (what, next) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(what, "next");
+    assert_eq!(&next[..8], &3u64.to_le_bytes());
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "t2 read bytes t1 had not committed");
+    t1.commit().unwrap();
+    let (what, rec) = rx.recv().unwrap();
+    assert_eq!(what, "record");
+    assert_eq!(counter(&rec, 0), 42);
+    h.join().unwrap();
+    assert_eq!(fs.txn_locks_held(), 0);
+}
+
+#[test]
+fn partial_block_patches_land_where_they_were_written() {
+    let pool = MemPool::new(3, 64 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(pfile(&fs, "/a", Some("checksum[extent]"), &pattern(1, 5000)));
+    fs.sync().unwrap();
+    let mut want = pattern(1, 5000);
+    let put = |want: &mut Vec<u8>, off: usize, d: &[u8]| {
+        if want.len() < off + d.len() {
+            want.resize(off + d.len(), 0);
+        }
+        want[off..off + d.len()].copy_from_slice(d);
+    };
+    let t = fs.begin().unwrap();
+    let writes: Vec<(u64, Vec<u8>)> = vec![
+        (10, b"ten".to_vec()),
+        // Across the boundary of blocks 0 and 1.
+        (4090, pattern(2, 20)),
+        // Overlapping the previous one and its neighbour: later bytes win.
+        (4085, b"OVERLAP".to_vec()),
+        (4105, b"__".to_vec()),
+        // Touching the end of the file.
+        (4996, b"edge!".to_vec()),
+        // Past the end: the gap reads as zeros.
+        (12_000, b"beyond".to_vec()),
+        // A whole block and a bit, written in two overlapping pieces.
+        (16_384, pattern(3, 4096)),
+        (20_000, pattern(4, 600)),
+    ];
+    for (off, d) in &writes {
+        t.write(&a, *off, d).unwrap();
+        put(&mut want, *off as usize, d);
+    }
+    // A plain write to other bytes of block 1 meanwhile is kept (before
+    // the transaction's reads, whose shared locks it would wait for).
+    a.write_at(b"plain", 4500).unwrap();
+    put(&mut want, 4500, b"plain");
+    let mut committed = pattern(1, 5000);
+    committed[4500..4505].copy_from_slice(b"plain");
+    // The transaction sees the patches over the committed file ...
+    let mut buf = vec![0u8; 30_000];
+    assert_eq!(t.read(&a, 0, &mut buf).unwrap(), want.len());
+    assert_eq!(&buf[..want.len()], &want[..]);
+    let mut mid = vec![0u8; 30];
+    t.read(&a, 4080, &mut mid).unwrap();
+    assert_eq!(&mid[..], &want[4080..4110]);
+    // ... and nobody else does before the commit.
+    assert_eq!(contents(&fs, "/a"), committed);
+    t.commit().unwrap();
+    assert_eq!(contents(&fs, "/a"), want);
+    assert!(contents(&fs, "/a")[5001..12_000].iter().all(|&b| b == 0));
+    drop(a);
+    let after = pool.crash(CrashMode::DropAll);
+    drop(fs);
+    let fs = after.open().unwrap();
+    assert_eq!(contents(&fs, "/a"), want);
+    check_clean(&fs, "after the commit");
+}
+
+#[test]
+fn a_truncate_locks_from_the_smaller_size_on_only() {
+    let pool = MemPool::new(2, 32 * MB);
+    let fs = pool.open().unwrap();
+    let a = Arc::new(pfile(&fs, "/a", Some("extent"), &pattern(1, 20_000)));
+    let t = fs.begin().unwrap();
+    t.write(&a, 100, b"kept").unwrap();
+    // Below the transaction's bytes: waits; above them: goes through.
+    a.set_len(15_000).unwrap();
+    a.set_len(18_000).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let h = {
+        let (a, tx) = (a.clone(), tx.clone());
+        std::thread::spawn(move || {
+            a.set_len(50).unwrap();
+            tx.send(()).unwrap();
+        })
+    };
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    t.commit().unwrap();
+    rx.recv().unwrap();
+    h.join().unwrap();
+    assert_eq!(contents(&fs, "/a"), pattern(1, 50));
+    // A transaction's write past the end holds a truncate that would grow
+    // the file over it.
+    let t = fs.begin().unwrap();
+    t.write(&a, 1000, b"far").unwrap();
+    let h = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            a.set_len(2000).unwrap();
+            tx.send(()).unwrap();
+        })
+    };
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    t.commit().unwrap();
+    rx.recv().unwrap();
+    h.join().unwrap();
+    let got = contents(&fs, "/a");
+    assert_eq!(got.len(), 2000);
+    assert_eq!(&got[1000..1003], b"far");
+    assert_eq!(fs.txn_locks_held(), 0);
 }

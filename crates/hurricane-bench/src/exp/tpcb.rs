@@ -25,11 +25,16 @@
 //! every database file is protected (`user.hurricane.txn`).
 //! A record is locked
 //! for update: the transaction first writes the record's unchanged id,
-//! which takes the block exclusively, then reads and rewrites the balance,
-//! so the clients lock account, teller, branch and history in one order.
-//! Locks cover 4 KiB file blocks: the ten branches share one block, so
-//! transactions hold it in turn from their branch update to their commit
-//! (as page locks did in Seltzer's LIBTP).
+//! which locks those bytes exclusively (every updater of the record waits
+//! there), then reads and rewrites the balance, so the clients lock
+//! account, teller, branch and history in one order. Locks cover the bytes
+//! read or written (record locks), not Seltzer's pages: the ten branch
+//! records share one 4 KiB block, yet transactions on different branches
+//! hold their locks side by side, and only two on the same branch (one
+//! chance in ten) wait for each other from the branch update to the
+//! commit. Their commits still write the shared blocks one after the other
+//! (each merges its records onto the block as the last one left it), but
+//! the journal forces of concurrent commits are shared (group commit).
 //!
 //! * `extent`: every file `extent@0`, on a device with room to spare
 //!   (three times the database and 4 GiB; `--quick` 256 MiB).

@@ -26,7 +26,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("parity", "the same on parity(data=2,parity=1) and parity(data=1,parity=2,unit=8K): copy-on-write stripes, partial-stripe overwrites"),
     ("compress", "the same on compress (zstd and lz4, 4K to 64K chunks, over extent, stripe and replicate) with compressible, random and zero data: chunks rewritten copy-on-write"),
     ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes, a table over an extent and a stripe, write-mostly over extents and a stripe)"),
-    ("txn", "4 threads running overlapping transactions over 5 protected files (extent, stripe, checksum, replicate, log): reads and writes in random order, partial blocks and appends, some aborted, some deadlock victims; each committed transaction wholly present or absent"),
+    ("txn", "4 threads running overlapping transactions over 5 protected files (extent, stripe, checksum, replicate, log): reads and writes in random order, partial blocks, records of one block updated side by side, and appends, some aborted, some deadlock victims; each committed transaction wholly present or absent"),
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
     ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),

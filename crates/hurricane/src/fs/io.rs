@@ -115,8 +115,8 @@ impl Fs {
     /// Reads bytes through the block cache: cached blocks are copied, blocks
     /// being loaded (by a prefetch or another reader) are waited for, and
     /// each run of missing blocks is read from the layout in one request and
-    /// kept.
-    fn read_cached(&self, ino: Ino, lay: &Layout, io: &IoCtx, off: u64, buf: &mut [u8]) -> Result<()> {
+    /// kept. The caller holds the file's I/O lock (either way).
+    pub(super) fn read_cached(&self, ino: Ino, lay: &Layout, io: &IoCtx, off: u64, buf: &mut [u8]) -> Result<()> {
         let cache = &self.inner.cache;
         if !cache.enabled() {
             return read_range(lay, io, off, buf);
@@ -277,9 +277,9 @@ impl Fs {
         self.clean_if_low();
         for attempt in 0..2 {
             let (node, _, _) = self.file_layout(ino)?;
-            // A file protected for transactions: the range is locked
-            // against them while it is written.
-            let _txn = self.protect_write(&node, ino, off / BS, end.div_ceil(BS))?;
+            // A file protected for transactions: the bytes are locked
+            // against them while they are written.
+            let _txn = self.protect_write(&node, ino, off, end)?;
             let aligned = off.is_multiple_of(BS) && (data.len() as u64).is_multiple_of(BS);
             // Whole-block writes run in parallel; partial blocks are
             // read-modify-write and must not interleave, nor may writes to
@@ -436,8 +436,21 @@ impl Fs {
             return Err(Error::TooBig(format!("inode {ino}: size {size}")));
         }
         self.ensure_capacity(ino, size)?;
-        let (node, _, _) = self.file_layout(ino)?;
-        let _txn = self.protect_write(&node, ino, 0, u64::MAX)?;
+        let (node, _, mut from) = self.file_layout(ino)?;
+        // A file protected for transactions: the bytes from the smaller of
+        // the old and new sizes on change (cut off, or come to read as
+        // zeros), and are locked against them. Once the lock is held, the
+        // size cannot drop below its start (whatever shrinks or grows the
+        // file locks bytes there too); it may have meanwhile.
+        let _txn = loop {
+            from = from.min(size);
+            let g = self.protect_write(&node, ino, from, u64::MAX)?;
+            let now = node.data.read().size;
+            if g.is_none() || now >= from {
+                break g;
+            }
+            from = now;
+        };
         let _io = node.io.write();
         let (lay, old) = {
             let d = node.data.read();

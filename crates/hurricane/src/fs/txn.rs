@@ -19,25 +19,49 @@
 //!
 //! * **Protection.** Only files whose `user.hurricane.txn` is "1" may be
 //!   written in a transaction. Every other write to such a file takes the
-//!   same range locks for its duration, so it never interleaves with a
+//!   same range locks for its duration (a plain write its bytes, a
+//!   truncate everything from the smaller of the old and new sizes on, a
+//!   fallocate the whole file), so it never interleaves with a
 //!   transaction's locked ranges; other files pay nothing.
-//! * **Locking** (strict two-phase): a transactional read locks its file
-//!   block range shared, a write exclusive (`locks.rs`); locks are released
-//!   only at commit or abort. A request that would close a cycle of waiting
+//! * **Locking** (strict two-phase, record level): a transactional read
+//!   locks the bytes it asks for shared, a write the bytes it writes
+//!   exclusive (`locks.rs`); locks are released only at commit or abort.
+//!   Transactions that touch different bytes of one file block do not wait
+//!   for each other. A request that would close a cycle of waiting
 //!   transactions fails with [`Error::Deadlock`] and aborts its transaction.
-//! * **No steal.** Writes are buffered in memory, whole file blocks per
-//!   file (partial blocks read and merged at the first write); reads see the
-//!   transaction's own writes. Nothing reaches a device before commit.
+//! * **No steal.** Writes are buffered in memory as byte patches per file
+//!   (ranges that overlap or touch merged, later bytes winning); nothing is
+//!   read to buffer them. Reads see the committed file with the
+//!   transaction's own patches laid over it. Nothing reaches a device before
+//!   commit.
 //! * **Commit.** Under the files' I/O locks and inside one entry of the
-//!   journal gate, each run of written blocks is punched (the old mapping
-//!   dropped; its space is freed only once the batch commits, so the old
-//!   data stays on disk untouched) and written again into fresh space; the
-//!   node records of every file and every size change are logged as one
-//!   journal group, and the journal is forced (group commit). A crash
-//!   before that record is durable leaves the new blocks unreferenced and
-//!   the old mappings in force; after it, the new ones. Only layouts made
-//!   of nodes that write punched ranges out of place (`extent`, `stripe`,
-//!   `regions`, `checksum`, `replicate`) can be written in a transaction.
+//!   journal gate, each run of file blocks the patches touch is read as
+//!   committed now (zeros past the end of the file; blocks the patches
+//!   cover whole are not read), the patches are laid over it, and the run
+//!   is punched (the old mapping dropped; its space is freed only once the
+//!   batch commits, so the old data stays on disk untouched) and written
+//!   again into fresh space; the node records of every file and every size
+//!   change are logged as one journal group, and the journal is forced
+//!   (group commit). Reading at commit is what makes record locks safe:
+//!   two transactions that changed different bytes of one block commit one
+//!   after the other under the file's I/O lock, each merging its bytes onto
+//!   what the other committed, so neither update is lost. A crash before
+//!   the record is durable leaves the new blocks unreferenced and the old
+//!   mappings in force; after it, the new ones (and every group logged
+//!   before it, among them those of the commits it merged onto). Only
+//!   layouts made of nodes that write punched ranges out of place
+//!   (`extent`, `log`, `stripe`, `regions`, `checksum`, `replicate`) can be
+//!   written in a transaction.
+//! * **One flush.** When every file of the commit is checksummed and keeps
+//!   one copy of each block ([`verifiable`]), its data is written for
+//!   recovery to verify: the group names the runs (`Op::Verify`), the
+//!   record goes out in the journal's verified mode together with the data,
+//!   and one flush of every device makes both durable; a crash that kept
+//!   part of the data from the disk is found at recovery, which drops the
+//!   record whole (`fs/recover.rs`). Other commits flush the data first
+//!   (ordered mode).
+//! * **Cleaning.** A commit first waits for the log cleaner when a device's
+//!   log is down to its reserve of clean segments, as a plain write does.
 
 mod locks;
 
@@ -54,20 +78,77 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const BS: u64 = BLOCK_SIZE as u64;
-/// Bytes a transaction may buffer (its written blocks).
+/// Bytes a transaction may buffer (its patches, overlaps counted once).
 pub const MAX_TXN_BYTES: u64 = 256 << 20;
 /// Block types whose punch drops a mapping (space freed when the batch
 /// commits) and whose write of a hole goes to fresh space: a commit that
 /// punches and rewrites a range through them never overwrites data in place.
 const OUT_OF_PLACE: &[&str] = &["extent", "log", "stripe", "regions", "checksum", "replicate"];
 
-/// The written blocks of one file in a transaction.
+/// The writes of one file in a transaction.
 #[derive(Default)]
 struct TxnFile {
-    /// Whole file blocks as they will be after the commit.
-    blocks: BTreeMap<u64, Box<[u8]>>,
+    /// Byte patches by offset: the bytes written, as they will be after the
+    /// commit. Patches neither overlap nor touch (such writes merge).
+    patches: BTreeMap<u64, Vec<u8>>,
     /// One past the last byte written (the file grows to it at commit).
     end: u64,
+}
+
+impl TxnFile {
+    /// The patches that hold bytes of [off, end), in order: (offset, bytes).
+    fn overlapping(&self, off: u64, end: u64) -> impl Iterator<Item = (u64, &[u8])> {
+        let before = self.patches.range(..off).next_back().filter(|(&s, v)| s + v.len() as u64 > off);
+        before.into_iter().chain(self.patches.range(off..end)).map(|(&s, v)| (s, v.as_slice()))
+    }
+
+    /// Bytes of [off, end) that no patch holds yet (what writing them adds).
+    fn uncovered(&self, off: u64, end: u64) -> u64 {
+        let covered: u64 = self.overlapping(off, end).map(|(s, v)| (s + v.len() as u64).min(end) - s.max(off)).sum();
+        end - off - covered
+    }
+
+    /// Lays `data` at `off` over the patches: the patches it overlaps or
+    /// touches become one, its bytes winning. A patch it extends keeps its
+    /// buffer, so a run of appending writes copies each byte about once.
+    fn put(&mut self, off: u64, data: &[u8]) {
+        let end = off + data.len() as u64;
+        let (start, mut buf) = match self.patches.range(..=off).next_back() {
+            Some((&s, v)) if s + v.len() as u64 >= off => (s, self.patches.remove(&s).unwrap_or_default()),
+            _ => (off, Vec::with_capacity(data.len())),
+        };
+        if (buf.len() as u64) < end - start {
+            buf.resize((end - start) as usize, 0);
+        }
+        // Later patches that start inside the write or right after it: only
+        // what reaches past the write survives.
+        let later: Vec<u64> = self.patches.range(off..=end).map(|(&s, _)| s).collect();
+        for s in later {
+            let Some(v) = self.patches.remove(&s) else { continue };
+            let ve = s + v.len() as u64;
+            if ve > end {
+                buf.resize((ve - start) as usize, 0);
+                buf[(end - start) as usize..].copy_from_slice(&v[(end - s) as usize..]);
+            }
+        }
+        buf[(off - start) as usize..(end - start) as usize].copy_from_slice(data);
+        self.patches.insert(start, buf);
+        self.end = self.end.max(end);
+    }
+
+    /// Copies the patched bytes of [off, off + buf.len()) into `buf`.
+    fn overlay(&self, off: u64, buf: &mut [u8]) {
+        let end = off + buf.len() as u64;
+        for (s, v) in self.overlapping(off, end) {
+            let (bs, be) = (s.max(off), (s + v.len() as u64).min(end));
+            buf[(bs - off) as usize..(be - off) as usize].copy_from_slice(&v[(bs - s) as usize..(be - s) as usize]);
+        }
+    }
+
+    /// Whether one patch covers file block `b` whole.
+    fn covers_block(&self, b: u64) -> bool {
+        self.patches.range(..=b * BS).next_back().is_some_and(|(&s, v)| s + v.len() as u64 >= (b + 1) * BS)
+    }
 }
 
 #[derive(Default)]
@@ -150,8 +231,8 @@ impl Fs {
         })
     }
 
-    /// The lock a non-transactional write of file blocks [start, end) of a
-    /// protected file holds while it writes (None for other files).
+    /// The lock a non-transactional change of bytes [start, end) of a
+    /// protected file holds while it runs (None for other files).
     pub(crate) fn protect_write(
         &self,
         node: &crate::namespace::Inode,
@@ -210,7 +291,7 @@ impl Transaction {
     }
 
     /// Writes `data` at `off` of `file` (open for writing, protected) in the
-    /// transaction: locks the blocks exclusively and buffers them.
+    /// transaction: locks those bytes exclusively and buffers them.
     pub fn write(&self, file: &File, off: u64, data: &[u8]) -> Result<usize> {
         file.check_can_write()?;
         self.write_ino(file.ino(), off, data)
@@ -236,53 +317,22 @@ impl Transaction {
             }
             check_layout(ino, &lay)?;
         }
-        let (first, last) = (off / BS, end.div_ceil(BS));
-        let new_blocks = (first..last).filter(|b| st.files.get(&ino).is_none_or(|f| !f.blocks.contains_key(b))).count();
-        if st.bytes + new_blocks as u64 * BS > MAX_TXN_BYTES {
+        let adds = st.files.get(&ino).map_or(end - off, |f| f.uncovered(off, end));
+        if st.bytes + adds > MAX_TXN_BYTES {
             return Err(Error::TooBig(format!(
                 "transaction {}: more than {MAX_TXN_BYTES} bytes written (commit it and start another)",
                 self.owner
             )));
         }
-        self.lock(&mut st, ino, first, last, Mode::Exclusive)?;
-        let st = &mut *st;
-        // Blocks written in part and not yet buffered are read first (zeros
-        // past the end of the file), before anything changes, so a failed
-        // read leaves the transaction as it was.
-        let mut edges: Vec<(u64, Box<[u8]>)> = Vec::new();
-        for b in [first, last - 1] {
-            let partial = off > b * BS || end < (b + 1) * BS;
-            let held = st.files.get(&ino).is_some_and(|f| f.blocks.contains_key(&b));
-            if partial && !held && edges.iter().all(|(e, _)| *e != b) {
-                let mut blk = vec![0u8; BLOCK_SIZE];
-                self.fs.read(ino, b * BS, &mut blk)?;
-                edges.push((b, blk.into_boxed_slice()));
-            }
-        }
-        let f = st.files.entry(ino).or_default();
-        let mut pos = off;
-        while pos < end {
-            let b = pos / BS;
-            let at = (pos % BS) as usize;
-            let n = (BLOCK_SIZE - at).min((end - pos) as usize);
-            let buf = f.blocks.entry(b).or_insert_with(|| {
-                st.bytes += BS;
-                match edges.iter().position(|(e, _)| *e == b) {
-                    Some(i) => std::mem::take(&mut edges[i].1),
-                    None => vec![0u8; BLOCK_SIZE].into_boxed_slice(),
-                }
-            });
-            let d = (pos - off) as usize;
-            buf[at..at + n].copy_from_slice(&data[d..d + n]);
-            pos += n as u64;
-        }
-        f.end = f.end.max(end);
+        self.lock(&mut st, ino, off, end, Mode::Exclusive)?;
+        st.bytes += adds;
+        st.files.entry(ino).or_default().put(off, data);
         Ok(data.len())
     }
 
     /// Reads up to `buf.len()` bytes at `off` of `file` as the transaction
-    /// sees it (its own writes included): locks the blocks shared. Returns
-    /// the count (0 at the end of the file).
+    /// sees it (its own writes included): locks the bytes asked for shared.
+    /// Returns the count (0 at the end of the file).
     pub fn read(&self, file: &File, off: u64, buf: &mut [u8]) -> Result<usize> {
         file.check_can_read()?;
         self.read_ino(file.ino(), off, buf)
@@ -303,7 +353,7 @@ impl Transaction {
             return Ok(0);
         }
         let end = off.saturating_add(buf.len() as u64);
-        self.lock(&mut st, ino, off / BS, end.div_ceil(BS), Mode::Shared)?;
+        self.lock(&mut st, ino, off, end, Mode::Shared)?;
         let (_, _, size) = self.fs.file_layout(ino)?;
         let mine = st.files.get(&ino);
         let size = size.max(mine.map_or(0, |f| f.end));
@@ -315,12 +365,7 @@ impl Transaction {
         let got = self.fs.read(ino, off, buf)?;
         buf[got..].fill(0);
         if let Some(f) = mine {
-            let end = off + n as u64;
-            for (&b, data) in f.blocks.range(off / BS..end.div_ceil(BS)) {
-                let (bs, be) = ((b * BS).max(off), (b * BS + BS).min(end));
-                buf[(bs - off) as usize..(be - off) as usize]
-                    .copy_from_slice(&data[(bs - b * BS) as usize..(be - b * BS) as usize]);
-            }
+            f.overlay(off, buf);
         }
         Ok(n)
     }
@@ -346,8 +391,9 @@ impl Transaction {
         self.fs.inner.txn_locks.release(self.owner);
     }
 
-    /// Writes the buffered blocks out of place and logs them as one group.
-    /// Returns whether anything was logged.
+    /// Merges the patches onto the committed blocks, writes those out of
+    /// place and logs them as one group. Returns whether anything was
+    /// logged.
     fn apply(&self, st: &TxnState) -> Result<bool> {
         let fs = &self.fs;
         if st.files.is_empty() {
@@ -358,10 +404,13 @@ impl Transaction {
         let nodes = st.files.keys().map(|&ino| fs.state().inode(ino)).collect::<Result<Vec<_>>>()?;
         let _io: Vec<_> = nodes.iter().map(|n| n.io.write()).collect();
         let mut lays = Vec::with_capacity(nodes.len());
+        // Committed sizes, under the I/O locks: bytes at or past one read as
+        // zeros when a block is merged.
+        let mut sizes = Vec::with_capacity(nodes.len());
         for (node, (&ino, f)) in nodes.iter().zip(&st.files) {
-            let (lay, still) = {
+            let (lay, still, size) = {
                 let d = node.data.read();
-                (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, protected(&d))
+                (d.layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?, protected(&d), d.size)
             };
             // Unprotected meanwhile: plain writes may have gone around the locks.
             if !still {
@@ -380,12 +429,16 @@ impl Transaction {
                 );
             }
             lays.push(lay);
+            sizes.push(size);
         }
         self.check_space(st, &lays)?;
         let g = fs.inner.gate.enter();
         let mut ops: Vec<Op> = Vec::new();
         let mut failed = None;
-        for (lay, (&ino, f)) in lays.iter().zip(&st.files) {
+        // Whether any block was punched or written (a failure before that
+        // changed no file).
+        let mut touched = false;
+        for ((lay, &size), (&ino, f)) in lays.iter().zip(&sizes).zip(&st.files) {
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
             let io = IoCtx { owner: ino, storage: fs.storage(), epoch: g.epoch(), sink: &sink, repair: true };
@@ -393,9 +446,9 @@ impl Transaction {
             // record (verified mode, journal/mod.rs): the record names them.
             let r = if verifiable(lay) {
                 ops.extend(runs(f).into_iter().map(|(start, blocks)| Op::Verify { ino, start, blocks }));
-                crate::device::verified_by_recovery(|| write_runs(lay, &io, f))
+                crate::device::verified_by_recovery(|| self.write_runs(ino, lay, &io, f, size, &mut touched))
             } else {
-                write_runs(lay, &io, f)
+                self.write_runs(ino, lay, &io, f, size, &mut touched)
             };
             for (b, n) in runs(f) {
                 fs.inner.cache.invalidate(ino, b, n);
@@ -411,7 +464,8 @@ impl Transaction {
         {
             let inos: Vec<Ino> = st.files.keys().copied().collect();
             let mut l = fs.state().lock(&inos);
-            for (&ino, f) in &st.files {
+            // (A commit that wrote no block changed no file.)
+            for (&ino, f) in st.files.iter().filter(|_| touched) {
                 // (Errors are kept, not returned: what was written is logged.)
                 let (size, atime) = match l.get(ino) {
                     Ok(d) => (d.size, d.atime),
@@ -443,6 +497,10 @@ impl Transaction {
             fs.mark_dirty(ino);
         }
         match failed {
+            // (A merge read failed before anything was written: what was
+            // logged is at most the repairs of reads; the files are as they
+            // were.)
+            Some(e) if !touched => Err(e),
             Some(e) => Err(Error::Device(format!(
                 "transaction {}: commit failed part way, its files may hold part of it: {e}",
                 self.owner
@@ -458,7 +516,7 @@ impl Transaction {
     fn check_space(&self, st: &TxnState, lays: &[Arc<Layout>]) -> Result<()> {
         let mut need: BTreeMap<u32, u64> = BTreeMap::new();
         for (lay, f) in lays.iter().zip(st.files.values()) {
-            let blocks = f.blocks.len() as u64;
+            let blocks: u64 = runs(f).iter().map(|&(_, n)| n).sum();
             for n in lay.nodes() {
                 if let Some(dev) = n.device() {
                     *need.entry(dev).or_default() += blocks;
@@ -481,36 +539,63 @@ impl Transaction {
     }
 }
 
-/// Runs of consecutive written blocks: (first, count).
+/// Runs of consecutive file blocks the patches touch: (first, count).
 fn runs(f: &TxnFile) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = Vec::new();
-    for &b in f.blocks.keys() {
+    for (&off, v) in &f.patches {
+        let (first, last) = (off / BS, (off + v.len() as u64).div_ceil(BS));
         match out.last_mut() {
-            Some((s, n)) if *s + *n == b => *n += 1,
-            _ => out.push((b, 1)),
+            // (Two patches may share a block; they never overlap.)
+            Some((s, n)) if *s + *n >= first => *n = (*n).max(last - *s),
+            _ => out.push((first, last - first)),
         }
     }
     out
 }
 
-/// Punches and rewrites each run of a file's written blocks.
-fn write_runs(lay: &Layout, io: &IoCtx, f: &TxnFile) -> Result<()> {
-    const STEP: u64 = 256;
-    let mut buf = Vec::new();
-    for (first, n) in runs(f) {
-        let mut b = first;
-        while b < first + n {
-            let k = (first + n - b).min(STEP);
-            buf.clear();
-            for (_, data) in f.blocks.range(b..b + k) {
-                buf.extend_from_slice(data);
+impl Transaction {
+    /// For each run of blocks the patches of file `ino` touch, in steps:
+    /// reads the committed blocks the patches do not cover whole (zeros
+    /// from the committed `size` on), lays the patches over them, punches
+    /// the blocks and writes them again. The caller holds the file's I/O
+    /// lock exclusively. `touched` is set once a block was punched.
+    fn write_runs(&self, ino: Ino, lay: &Layout, io: &IoCtx, f: &TxnFile, size: u64, touched: &mut bool) -> Result<()> {
+        const STEP: u64 = 256;
+        let mut buf = Vec::new();
+        for (first, n) in runs(f) {
+            let mut b = first;
+            while b < first + n {
+                let k = (first + n - b).min(STEP);
+                buf.clear();
+                buf.resize((k * BS) as usize, 0);
+                // Read-modify-write: the committed bytes of every block not
+                // covered whole, a run of them per read.
+                let mut i = 0;
+                while i < k {
+                    if f.covers_block(b + i) {
+                        i += 1;
+                        continue;
+                    }
+                    let mut j = i + 1;
+                    while j < k && !f.covers_block(b + j) {
+                        j += 1;
+                    }
+                    let (from, to) = ((b + i) * BS, ((b + j) * BS).min(size));
+                    if from < to {
+                        let at = (i * BS) as usize;
+                        self.fs.read_cached(ino, lay, io, from, &mut buf[at..at + (to - from) as usize])?;
+                    }
+                    i = j;
+                }
+                f.overlay(b * BS, &mut buf);
+                *touched = true;
+                lay.root().punch(io, b, k)?;
+                lay.root().write(io, b, &buf)?;
+                b += k;
             }
-            lay.root().punch(io, b, k)?;
-            lay.root().write(io, b, &buf)?;
-            b += k;
         }
+        Ok(())
     }
-    Ok(())
 }
 
 impl Drop for Transaction {
@@ -526,13 +611,81 @@ mod tests {
     use super::*;
 
     #[test]
-    fn written_blocks_group_into_runs() {
+    fn touched_blocks_group_into_runs() {
         let mut f = TxnFile::default();
-        for b in [0u64, 1, 2, 5, 7, 8] {
-            f.blocks.insert(b, vec![0u8; BLOCK_SIZE].into_boxed_slice());
-        }
+        // Blocks 0-2 (one patch), 5 (two patches sharing it), 7-8 (one
+        // patch crossing the boundary).
+        f.put(0, &[1; 3 * BLOCK_SIZE]);
+        f.put(5 * BS + 10, b"a");
+        f.put(5 * BS + 100, b"b");
+        f.put(8 * BS - 2, b"cdef");
         assert_eq!(runs(&f), vec![(0, 3), (5, 1), (7, 2)]);
         assert!(runs(&TxnFile::default()).is_empty());
+        assert!(f.covers_block(1) && !f.covers_block(3) && !f.covers_block(5) && !f.covers_block(7));
+    }
+
+    /// The file a sequence of writes makes, byte by byte.
+    fn model(writes: &[(u64, Vec<u8>)]) -> Vec<Option<u8>> {
+        let mut m = Vec::new();
+        for (off, d) in writes {
+            let end = *off as usize + d.len();
+            if m.len() < end {
+                m.resize(end, None);
+            }
+            for (i, &c) in d.iter().enumerate() {
+                m[*off as usize + i] = Some(c);
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn patches_merge_with_the_later_bytes_winning() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        for round in 0..200u64 {
+            let mut f = TxnFile::default();
+            let mut writes = Vec::new();
+            let mut bytes = 0;
+            for k in 0..next(12) + 1 {
+                let off = next(300);
+                let d: Vec<u8> = (0..next(60) + 1).map(|i| (round + k * 7 + i) as u8 | 1).collect();
+                bytes += f.uncovered(off, off + d.len() as u64);
+                f.put(off, &d);
+                writes.push((off, d));
+            }
+            let m = model(&writes);
+            // Patches are disjoint, do not touch, and hold exactly the bytes written.
+            let mut last_end = None;
+            for (&s, v) in &f.patches {
+                assert!(!v.is_empty() && last_end.is_none_or(|e| e < s), "round {round}: {:?}", f.patches.keys());
+                last_end = Some(s + v.len() as u64);
+            }
+            assert_eq!(bytes, m.iter().filter(|c| c.is_some()).count() as u64, "round {round}");
+            assert_eq!(f.end, m.len() as u64);
+            let mut got = vec![0u8; m.len() + 10];
+            f.overlay(0, &mut got);
+            for (i, c) in m.iter().enumerate() {
+                if let Some(c) = c {
+                    assert_eq!(got[i], *c, "round {round} byte {i}");
+                }
+            }
+            // A window of it overlays the same bytes.
+            let (a, b) = (next(150), 150 + next(160));
+            let mut w = vec![0u8; (b - a) as usize];
+            f.overlay(a, &mut w);
+            for (i, &c) in w.iter().enumerate() {
+                let at = a as usize + i;
+                if let Some(Some(want)) = m.get(at) {
+                    assert_eq!(c, *want, "round {round} window byte {at}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,11 @@
-//! The lock manager of embedded transactions: range locks on (inode, file
-//! block range), shared for reads and exclusive for writes, held by an
-//! owner (a transaction, or one non-transactional write to a protected
-//! file) until it releases all of them at once.
+//! The lock manager of embedded transactions: byte-range locks on
+//! (inode, `[start, end)` bytes of the file), shared for reads and exclusive
+//! for writes, held by an owner (a transaction, or one non-transactional
+//! write, truncate or fallocate of a protected file) until it releases all
+//! of them at once. Two ranges conflict when they share a byte and one of
+//! them is exclusive: transactions that change different records of one
+//! file block hold their locks side by side (their commits merge onto the
+//! block one after the other, `txn.rs`).
 //!
 //! A request that conflicts with locks of other owners waits on a condition
 //! variable. Before it waits it records which owners it waits for (the
@@ -12,7 +16,8 @@
 //!
 //! One mutex covers the whole table. Lock requests come once per
 //! transactional read or write (or write to a protected file), never per
-//! block, so the table is not a point of contention next to the I/O.
+//! byte or block, and an owner's ranges of one mode that touch are kept as
+//! one, so the table is not a point of contention next to the I/O.
 
 use crate::error::{Error, Result};
 use crate::journal::Ino;
@@ -99,11 +104,12 @@ impl LockTable {
         self.next.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Locks file blocks [start, end) of `ino` for `owner` in `mode`,
-    /// waiting while other owners hold conflicting locks. Fails with
+    /// Locks bytes [start, end) of `ino` for `owner` in `mode`, waiting
+    /// while other owners hold conflicting locks. Fails with
     /// [`Error::Deadlock`] (holding nothing new) when waiting would close a
-    /// cycle of waiting owners. A lock the owner holds already (any mode
-    /// for shared, exclusive for exclusive) is not asked for again.
+    /// cycle of waiting owners. A range the owner holds already (in any
+    /// mode for shared, exclusive for exclusive) is not asked for again; one
+    /// that touches a range the owner holds in the same mode extends it.
     pub fn lock(&self, owner: Owner, ino: Ino, start: u64, end: u64, mode: Mode) -> Result<()> {
         if start >= end {
             return Ok(());
@@ -120,7 +126,17 @@ impl LockTable {
                         && (mode == Mode::Shared || h.mode == Mode::Exclusive)
                 });
                 if !covered {
-                    t.held.entry(ino).or_default().push(Held { owner, start, end, mode });
+                    let v = t.held.entry(ino).or_default();
+                    // (Merging keeps the owner's set of bytes as it was:
+                    // conflicts are the same, the list shorter.)
+                    match v.iter_mut().find(|h| h.owner == owner && h.mode == mode && h.start <= end && start <= h.end)
+                    {
+                        Some(h) => {
+                            h.start = h.start.min(start);
+                            h.end = h.end.max(end);
+                        }
+                        None => v.push(Held { owner, start, end, mode }),
+                    }
                     t.by_owner.entry(owner).or_default().insert(ino);
                 }
                 return Ok(());
@@ -130,7 +146,7 @@ impl LockTable {
                 // Others may have waited on a graph that had this edge.
                 self.cv.notify_all();
                 return Err(Error::Deadlock(format!(
-                    "transaction {owner}, inode {ino} blocks {start}..{end}: waiting for transaction {} would close a \
+                    "transaction {owner}, inode {ino} bytes {start}..{end}: waiting for transaction {} would close a \
                      cycle of waiting transactions",
                     c[0]
                 )));
@@ -171,8 +187,8 @@ pub struct Guard<'a> {
 }
 
 impl<'a> Guard<'a> {
-    /// Exclusive lock on one range for a fresh owner (a non-transactional
-    /// write to a protected file).
+    /// Exclusive lock on bytes [start, end) for a fresh owner (a
+    /// non-transactional write to a protected file).
     pub fn exclusive(table: &'a LockTable, ino: Ino, start: u64, end: u64) -> Result<Self> {
         let owner = table.owner();
         let g = Guard { table, owner };
@@ -206,6 +222,29 @@ mod tests {
         t.release(b);
         t.lock(a, 1, 0, 20, Mode::Exclusive).unwrap();
         t.release(a);
+        assert_eq!(t.held(), 0);
+    }
+
+    #[test]
+    fn byte_ranges_that_only_touch_do_not_conflict_and_an_owners_touching_ranges_merge() {
+        let t = LockTable::default();
+        let (a, b) = (t.owner(), t.owner());
+        // Two records of one 4 KiB block: [0, 100) and [100, 200).
+        t.lock(a, 1, 0, 8, Mode::Exclusive).unwrap();
+        t.lock(a, 1, 8, 16, Mode::Shared).unwrap();
+        t.lock(a, 1, 8, 16, Mode::Exclusive).unwrap();
+        t.lock(b, 1, 100, 108, Mode::Exclusive).unwrap();
+        t.lock(b, 1, 16, 100, Mode::Shared).unwrap();
+        // a's exclusive [0, 8) and [8, 16) are one range now.
+        let mine: Vec<(u64, u64, Mode)> =
+            t.table.lock().held[&1].iter().filter(|h| h.owner == a).map(|h| (h.start, h.end, h.mode)).collect();
+        assert_eq!(mine, vec![(0, 16, Mode::Exclusive), (8, 16, Mode::Shared)]);
+        assert!(t.table.lock().conflicts(a, 1, 15, 17, Mode::Shared).is_empty());
+        assert_eq!(t.table.lock().conflicts(a, 1, 15, 17, Mode::Exclusive), vec![b]);
+        assert_eq!(t.table.lock().conflicts(b, 1, 15, 16, Mode::Shared), vec![a]);
+        assert!(t.table.lock().conflicts(a, 1, 108, 4096, Mode::Exclusive).is_empty());
+        t.release(a);
+        t.release(b);
         assert_eq!(t.held(), 0);
     }
 
