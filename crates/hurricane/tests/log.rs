@@ -147,11 +147,13 @@ fn the_background_cleaner_runs_before_writers_must_wait() {
     let space = hurricane::blocks::log::LogSpace::of(&fs.storage().devs[0]);
     let mut rng = StdRng::seed_from_u64(3);
     let blocks = size / 4096;
-    // Overwrite until clean segments fall under the cleaner's start mark.
+    // Overwrite a hot 4 MiB until clean segments fall under the cleaner's
+    // start mark: the segments the overwrites fill then die in part, and
+    // become worth cleaning.
     let mut n = 0u64;
-    while !space.wants_cleaning() {
+    while !space.wants_cleaning() || n < 3000 {
         assert!(n < 40 * MB / 4096, "the log never asked for cleaning: {:?}", fs.log_stats());
-        let b = rng.gen_range(0..blocks);
+        let b = rng.gen_range(0..blocks.min(1024));
         let data = pattern(n + 100, 4096);
         fs.write(ino, (b * 4096) as u64, &data).unwrap();
         model[b * 4096..(b + 1) * 4096].copy_from_slice(&data);

@@ -215,6 +215,20 @@ impl LogSpace {
         self.low.load(Ordering::Acquire)
     }
 
+    /// Blocks the log's writers leave free for the cleaner to move live
+    /// blocks into: [`RESERVE_SEGMENTS`] of its largest segments (0 before
+    /// any write).
+    pub fn cleaner_reserve(&self) -> u64 {
+        RESERVE_SEGMENTS as u64 * self.inner.lock().heads.keys().copied().max().unwrap_or(0)
+    }
+
+    /// Whether the free space of the device (`alloc`) is down to twice the
+    /// cleaner's reserve: writers clean before they write (the throttle).
+    pub fn short_of_space(&self, alloc: &Allocator) -> bool {
+        let r = self.cleaner_reserve();
+        r > 0 && alloc.free_blocks().saturating_sub(alloc.reserved_blocks()) < 2 * r
+    }
+
     pub fn clear_low(&self) {
         self.low.store(false, Ordering::Release);
     }
@@ -287,8 +301,11 @@ impl LogSpace {
                     } else {
                         None
                     };
-                    // No whole segment to spare: the highest free run there is.
-                    let Some((a, len)) = run.or_else(|| alloc.alloc_top(seg)) else {
+                    // No whole segment to spare: the highest free run there
+                    // is, leaving the cleaner room for a pass (it may use it).
+                    let keep = if cleaning { 0 } else { RESERVE_SEGMENTS as u64 * seg };
+                    let Some((a, len)) = run.or_else(|| alloc.alloc_top_keeping(seg, keep)) else {
+                        self.low.store(true, Ordering::Release);
                         drop(s);
                         for &(_, p, l) in &out {
                             self.unplace(alloc, p, l, seg);

@@ -27,6 +27,13 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// The fullest segment the cleaner's own passes (background, and writers
+/// waiting for space) take: one more live than this gains too little space
+/// for the blocks it moves (a twentieth of a segment at best), and passes
+/// over nearly full segments would go round moving the same blocks.
+/// `hurricane clean` takes any segment that is not full.
+const AUTO_MAX_UTILIZATION: f64 = 0.95;
+
 /// How often the background cleaner looks at the logs.
 const CLEAN_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -169,11 +176,23 @@ impl Fs {
         }
         let mut p = CleanProgress { total: picked.len() as u64, ..Default::default() };
         progress(&p);
+        let mut failed = None;
         for (dev, c, _) in picked {
             if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
                 break;
             }
-            let moved = self.clean_segment(dev, c.seg, c.start)?;
+            // Room to move the segment's live blocks, or the pass stops
+            // here: the commit below frees what it emptied so far.
+            if self.cleaning_room(dev) < c.usage.live {
+                break;
+            }
+            let moved = match self.clean_segment(dev, c.seg, c.start) {
+                Ok(m) => m,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
             report.moved_blocks += moved;
             let space = LogSpace::of(&self.storage().devs[dev as usize]);
             if space.usage(c.seg, c.start).is_none_or(|u| u.live == 0) {
@@ -184,11 +203,27 @@ impl Fs {
             p.moved_blocks = report.moved_blocks;
             progress(&p);
         }
-        // The blocks left behind are free once this commits.
+        // The blocks left behind are free once this commits (also after a
+        // failed move: what the pass did before it stands).
         if !opts.no_commit && (report.moved_blocks > 0 || report.segments > 0) {
             self.sync()?;
         }
-        Ok(report)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
+    }
+
+    /// Blocks the cleaner can move into on device `dev`: free space past
+    /// the allocator's reserve, and what the log's heads hold unused.
+    fn cleaning_room(&self, dev: u32) -> u64 {
+        let storage = self.storage();
+        let free = storage.allocs.get(dev as usize).map_or(0, |a| a.free_blocks().saturating_sub(a.reserved_blocks()));
+        let mut head = 0;
+        if let Some(s) = storage.devs.get(dev as usize).and_then(|h| h.shared_if::<LogSpace>()) {
+            s.unused(&mut |_, l| head += l);
+        }
+        free + head
     }
 
     /// Moves every live block of segment (`seg`, `start`) on `dev` to the head.
@@ -228,7 +263,12 @@ impl Fs {
         if self.inner.read_only {
             return;
         }
-        let low = self.log_spaces().into_iter().filter(|(_, s)| s.is_low()).collect::<Vec<_>>();
+        let storage = self.storage();
+        let low = self
+            .log_spaces()
+            .into_iter()
+            .filter(|(d, s)| s.is_low() || storage.allocs.get(*d as usize).is_some_and(|a| s.short_of_space(a)))
+            .collect::<Vec<_>>();
         if low.is_empty() {
             return;
         }
@@ -238,7 +278,11 @@ impl Fs {
             return;
         }
         // The pass commits, so what it emptied is free for this write.
-        let opts = CleanOptions { max_segments: Some(2 * RESERVE_SEGMENTS), ..Default::default() };
+        let opts = CleanOptions {
+            max_segments: Some(2 * RESERVE_SEGMENTS),
+            max_utilization: Some(AUTO_MAX_UTILIZATION),
+            ..Default::default()
+        };
         if let Err(e) = self.clean(&opts, &mut |_| {}) {
             tracing::warn!("cleaning before a write: {e}");
         }
@@ -246,6 +290,26 @@ impl Fs {
         // there are, if the pass could not empty any).
         for (_, s) in low {
             s.cleaned();
+        }
+    }
+
+    /// A foreground pass for a writer refused for space: whether it
+    /// emptied or moved anything (what it emptied is free on return).
+    pub(crate) fn clean_for_space(&self) -> bool {
+        if self.inner.read_only || self.log_spaces().is_empty() {
+            return false;
+        }
+        let opts = CleanOptions {
+            max_segments: Some(2 * RESERVE_SEGMENTS),
+            max_utilization: Some(AUTO_MAX_UTILIZATION),
+            ..Default::default()
+        };
+        match self.clean(&opts, &mut |_| {}) {
+            Ok(r) => r.segments > 0 || r.moved_blocks > 0,
+            Err(e) => {
+                tracing::warn!("cleaning for space: {e}");
+                false
+            }
         }
     }
 
@@ -273,7 +337,11 @@ impl Fs {
             if !spaces.iter().any(|(_, s)| s.wants_cleaning()) || fs.check_writable().is_err() {
                 continue;
             }
-            let opts = CleanOptions { max_segments: Some(RESERVE_SEGMENTS), ..Default::default() };
+            let opts = CleanOptions {
+                max_segments: Some(RESERVE_SEGMENTS),
+                max_utilization: Some(AUTO_MAX_UTILIZATION),
+                ..Default::default()
+            };
             if let Err(e) = fs.clean(&opts, &mut |_| {}) {
                 tracing::warn!("background cleaning: {e}");
             }

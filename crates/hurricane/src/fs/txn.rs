@@ -78,6 +78,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const BS: u64 = BLOCK_SIZE as u64;
+/// Cleaning passes a commit refused for space runs before it gives up.
+const MAX_CLEAN_RETRIES: usize = 8;
 /// Bytes a transaction may buffer (its patches, overlaps counted once).
 pub const MAX_TXN_BYTES: u64 = 256 << 20;
 /// Block types whose punch drops a mapping (space freed when the batch
@@ -379,7 +381,16 @@ impl Transaction {
         // segments (before any I/O lock is taken), as plain writes do.
         self.fs.clean_if_low();
         let st = std::mem::take(&mut *self.live()?);
-        let r = self.apply(&st);
+        let mut r = self.apply(&st);
+        // Refused for space before anything changed (`check_space`): other
+        // writers may have taken what the cleaner freed. Clean (holding no
+        // I/O lock) and try again while passes free something.
+        for _ in 0..MAX_CLEAN_RETRIES {
+            if !matches!(r, Err(Error::NoSpace(_))) || !self.fs.clean_for_space() {
+                break;
+            }
+            r = self.apply(&st);
+        }
         let r = r.and_then(|logged| if logged { self.fs.sync() } else { Ok(()) });
         self.fs.inner.txn_locks.release(self.owner);
         r
@@ -525,12 +536,23 @@ impl Transaction {
         }
         let storage = self.fs.storage();
         for (dev, blocks) in need {
-            // Data never takes the allocator's reserve (the meta-file's).
-            let free =
-                storage.allocs.get(dev as usize).map_or(0, |a| a.free_blocks().saturating_sub(a.reserved_blocks()));
-            if free < blocks {
+            // Data never takes the allocator's reserve (the meta-file's),
+            // nor a log's writers the room its cleaner keeps; a log's head
+            // has room of its own.
+            let log = storage.devs.get(dev as usize).and_then(|h| h.shared_if::<crate::blocks::log::LogSpace>());
+            let (keep, head) = log.map_or((0, 0), |s| {
+                let mut head = 0;
+                s.unused(&mut |_, l| head += l);
+                (s.cleaner_reserve(), head)
+            });
+            let (free, reserved) =
+                storage.allocs.get(dev as usize).map_or((0, 0), |a| (a.free_blocks(), a.reserved_blocks()));
+            let usable = free.saturating_sub(reserved).saturating_sub(keep) + head;
+            if usable < blocks {
                 return Err(Error::NoSpace(format!(
-                    "device {dev}: transaction {} needs up to {blocks} free blocks to commit, {free} are free",
+                    "device {dev}: transaction {} needs up to {blocks} free blocks to commit, {usable} are free to \
+                     it ({free} free, {reserved} kept for the meta-file, {keep} for the log's cleaner, {head} at the \
+                     log's heads)",
                     self.owner
                 )));
             }

@@ -134,8 +134,14 @@ impl Allocator {
     /// the log goes when no whole segment is free. The bound keeps a call
     /// short on a free map of many small runs.
     pub fn alloc_top(&self, want: u64) -> Option<(u64, u64)> {
+        self.alloc_top_keeping(want, 0)
+    }
+
+    /// [`Allocator::alloc_top`] leaving `extra` blocks free on top of the
+    /// reserve (the log's writers leave its cleaner room to move blocks).
+    pub fn alloc_top_keeping(&self, want: u64, extra: u64) -> Option<(u64, u64)> {
         let mut m = self.inner.lock();
-        let keep = self.reserve.load(Ordering::Relaxed);
+        let keep = self.reserve.load(Ordering::Relaxed).saturating_add(extra);
         let avail = m.free_blocks.checked_sub(keep).filter(|&a| a > 0)?;
         let top = || m.free.iter().rev().take(TOP_RUNS);
         let (s, l) = top()
