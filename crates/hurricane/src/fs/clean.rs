@@ -226,33 +226,49 @@ impl Fs {
         free + head
     }
 
-    /// Moves every live block of segment (`seg`, `start`) on `dev` to the head.
+    /// Moves every live block of segment (`seg`, `start`) on `dev` to the
+    /// head: the runs of each owning file together, under one hold of its
+    /// I/O lock and in one journal group (writers of that file wait for one
+    /// file's share of a segment, not for each run).
     fn clean_segment(&self, dev: u32, seg: u64, start: u64) -> Result<u64> {
         let Some(h) = self.storage().devs.get(dev as usize) else { return Ok(0) };
         let space = LogSpace::of(h);
-        let mut moved = 0;
+        let mut by_ino: std::collections::BTreeMap<u64, Vec<(u64, crate::blocks::log::Owner)>> = Default::default();
         for (pblk, o) in space.owners_in(seg, start) {
-            let Some(node) = self.state().get(o.ino) else { continue };
+            by_ino.entry(o.ino).or_default().push((pblk, o));
+        }
+        let mut moved = 0;
+        for (ino, runs) in by_ino {
+            let Some(node) = self.state().get(ino) else { continue };
             let _io = node.io.write();
             let lay = match node.data.read().layout() {
                 Ok(Some(l)) => l.clone(),
                 _ => continue,
             };
-            let Some(n) = lay.nodes().get(o.node as usize).cloned() else { continue };
-            if n.device() != Some(dev) {
-                continue;
-            }
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
             let g = self.inner.gate.enter();
-            let io = IoCtx { owner: o.ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: false };
-            let r = n.relocate(&io, o.fblk, pblk, o.len);
+            let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: false };
+            let mut r = Ok(());
+            for (pblk, o) in runs {
+                let Some(n) = lay.nodes().get(o.node as usize) else { continue };
+                if n.device() != Some(dev) {
+                    continue;
+                }
+                match n.relocate(&io, o.fblk, pblk, o.len) {
+                    Ok(m) => moved += m,
+                    Err(e) => {
+                        r = Err(e);
+                        break;
+                    }
+                }
+            }
             let ops: Vec<Op> =
-                std::mem::take(&mut *changes.lock()).into_iter().map(|change| Op::Map { ino: o.ino, change }).collect();
+                std::mem::take(&mut *changes.lock()).into_iter().map(|change| Op::Map { ino, change }).collect();
             if !ops.is_empty() {
                 self.log(&g, &ops);
             }
-            moved += r?;
+            r?;
         }
         Ok(moved)
     }
