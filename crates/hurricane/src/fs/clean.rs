@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The fullest segment the cleaner's own passes (background, and writers
-/// waiting for space) take: one more live than this gains too little space
+/// at the reserve) take: one more live than this gains too little space
 /// for the blocks it moves (a twentieth of a segment at best), and passes
 /// over nearly full segments would go round moving the same blocks.
 /// `hurricane clean` takes any segment that is not full.
@@ -309,17 +309,15 @@ impl Fs {
         }
     }
 
-    /// A foreground pass for a writer refused for space: whether it
-    /// emptied or moved anything (what it emptied is free on return).
+    /// A foreground pass for a writer refused for space, the last resort
+    /// before ENOSPC: any segment that is not full, however little it
+    /// gains. Returns whether it emptied or moved anything (what it emptied
+    /// is free on return).
     pub(crate) fn clean_for_space(&self) -> bool {
         if self.inner.read_only || self.log_spaces().is_empty() {
             return false;
         }
-        let opts = CleanOptions {
-            max_segments: Some(2 * RESERVE_SEGMENTS),
-            max_utilization: Some(AUTO_MAX_UTILIZATION),
-            ..Default::default()
-        };
+        let opts = CleanOptions { max_segments: Some(2 * RESERVE_SEGMENTS), ..Default::default() };
         match self.clean(&opts, &mut |_| {}) {
             Ok(r) => r.segments > 0 || r.moved_blocks > 0,
             Err(e) => {
