@@ -177,6 +177,14 @@ fn generate_fuzz_corpus() {
     fs.sync().unwrap();
     fs.rename_path("/reg", "/a/reg2").unwrap();
     fs.open_with("/a/b/str", hurricane::OpenOptions::new().write(true)).unwrap().set_len(10_000).unwrap();
+    // A transaction on a checksummed file: a verified record, with its
+    // `Verify` ops.
+    let ext = fs.open_with("/a/ext", hurricane::OpenOptions::new().read(true).write(true)).unwrap();
+    fs.setxattr(&Creds::root(), ext.ino(), hurricane::xattr::TXN.as_bytes(), b"1", 0).unwrap();
+    let t = fs.begin().unwrap();
+    t.write(&ext, 100, b"committed together").unwrap();
+    t.commit().unwrap();
+    drop(ext);
     fs.remove("/nest").unwrap();
     fs.dir_layout_set(&Creds::root(), fs.resolve("/a").unwrap(), "stripe(unit=64K,width=2)").unwrap();
     fs.sync().unwrap();

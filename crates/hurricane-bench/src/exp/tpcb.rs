@@ -479,7 +479,7 @@ fn log_totals(fs: &Fs) -> (u64, u64, u64) {
 /// Bytes free to data on device `dev`: its free blocks less those kept
 /// for the meta-file.
 fn data_free(fs: &Fs, dev: u32) -> u64 {
-    fs.storage().allocs.get(dev as usize).map_or(0, |a| a.free_blocks().saturating_sub(a.reserved_blocks())) * BS
+    fs.storage().allocs.get(dev as usize).map_or(0, |a| a.free_for_data()) * BS
 }
 
 /// Bytes the log's usage tables count live.

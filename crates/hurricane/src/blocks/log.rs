@@ -222,11 +222,18 @@ impl LogSpace {
         RESERVE_SEGMENTS as u64 * self.inner.lock().heads.keys().copied().max().unwrap_or(0)
     }
 
+    /// Blocks the heads hold and have not handed out yet.
+    pub fn head_room(&self) -> u64 {
+        let mut n = 0;
+        self.unused(&mut |_, l| n += l);
+        n
+    }
+
     /// Whether the free space of the device (`alloc`) is down to twice the
     /// cleaner's reserve: writers clean before they write (the throttle).
     pub fn short_of_space(&self, alloc: &Allocator) -> bool {
         let r = self.cleaner_reserve();
-        r > 0 && alloc.free_blocks().saturating_sub(alloc.reserved_blocks()) < 2 * r
+        r > 0 && alloc.free_for_data() < 2 * r
     }
 
     pub fn clear_low(&self) {

@@ -218,12 +218,8 @@ impl Fs {
     /// the allocator's reserve, and what the log's heads hold unused.
     fn cleaning_room(&self, dev: u32) -> u64 {
         let storage = self.storage();
-        let free = storage.allocs.get(dev as usize).map_or(0, |a| a.free_blocks().saturating_sub(a.reserved_blocks()));
-        let mut head = 0;
-        if let Some(s) = storage.devs.get(dev as usize).and_then(|h| h.shared_if::<LogSpace>()) {
-            s.unused(&mut |_, l| head += l);
-        }
-        free + head
+        let free = storage.allocs.get(dev as usize).map_or(0, |a| a.free_for_data());
+        free + storage.devs.get(dev as usize).and_then(|h| h.shared_if::<LogSpace>()).map_or(0, |s| s.head_room())
     }
 
     /// Moves every live block of segment (`seg`, `start`) on `dev` to the

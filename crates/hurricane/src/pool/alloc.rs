@@ -71,6 +71,11 @@ impl Allocator {
         self.inner.lock().free_blocks
     }
 
+    /// Free blocks data may take: all but the reserve.
+    pub fn free_for_data(&self) -> u64 {
+        self.free_blocks().saturating_sub(self.reserved_blocks())
+    }
+
     /// Allocates up to `want` contiguous blocks (at least one), preferring to
     /// start exactly at `goal` so a growing extent stays contiguous.
     /// Returns (start, len), or None when the device is full.
