@@ -143,12 +143,13 @@ fn device0_missing_opens_through_the_journal_mirror() {
     assert_eq!(fs.read_file("/d/b").unwrap(), pattern(6, 40_000));
 }
 
-/// Offsets of the journal records in a device image: (block, seq).
+/// Offsets of the journal records in a device image (ordered or verified,
+/// docs/FORMAT.md): (block, seq).
 fn records(img: &[u8]) -> Vec<(usize, u64)> {
     let mut out = Vec::new();
     for b in 2..img.len() / BLOCK_SIZE {
         let blk = &img[b * BLOCK_SIZE..(b + 1) * BLOCK_SIZE];
-        if &blk[..8] == b"HCJRNL01" {
+        if &blk[..8] == b"HCJRNL01" || &blk[..8] == b"HCJRNLV1" {
             out.push((b, u64::from_le_bytes(blk[8..16].try_into().unwrap())));
         }
     }
