@@ -592,7 +592,9 @@ impl Fs {
 
     /// Runs `f` on the layout `lay` of `ino` as one journal group: the
     /// records it makes are logged together, whether it succeeds or not.
-    /// A migrating file gets the same change in its new tree.
+    /// A migrating file gets the same change in its new tree. The caller
+    /// holds the file's I/O lock (exclusively while it migrates) and read
+    /// `lay` under it.
     fn layout_step(&self, ino: Ino, lay: &Layout, f: &dyn Fn(&Layout, &IoCtx) -> Result<()>) -> Result<()> {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
@@ -611,26 +613,44 @@ impl Fs {
     /// stays), and unless `keep_size` grows the file to `end`.
     fn preallocate(&self, ino: Ino, off: u64, end: u64, keep_size: bool) -> Result<()> {
         self.ensure_capacity(ino, end)?;
-        let (node, lay, size) = self.file_layout(ino)?;
+        let (node, _, size) = self.file_layout(ino)?;
         let first = off / BS;
         let last = end.div_ceil(BS);
         let mut b = first;
         while b < last {
-            let data_at = lay.root().next_data(b);
-            if data_at == Some(b) {
-                b += 1;
-                continue;
-            }
-            let hole_end = data_at.unwrap_or(u64::MAX).min(last);
+            // Steps run in parallel with whole-block writes, but not while
+            // the file migrates (both trees must see them in one order).
+            let shared = node.io.read();
+            let _io = if self.migration(ino).is_some() {
+                drop(shared);
+                IoGuard::Excl(node.io.write())
+            } else {
+                IoGuard::Shared(shared)
+            };
+            // The tree as it is under the lock: a migration may have
+            // switched the file to its new tree since the last step, and
+            // space put in the old one, dropped at the switch, would be
+            // owned by nothing.
+            let lay = node.data.read().layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?;
+            // Data already there stays; at most a step's worth is skipped
+            // per hold of the lock.
+            let skip_end = last.min(b + FALLOCATE_STEP);
+            let hole_end = loop {
+                if b == skip_end {
+                    break None;
+                }
+                match lay.root().next_data(b) {
+                    Some(d) if d == b => b += 1,
+                    d => break Some(d.unwrap_or(u64::MAX).min(last)),
+                }
+            };
+            let Some(hole_end) = hole_end else { continue };
             let n = (hole_end - b).min(FALLOCATE_STEP);
-            {
-                let _io = node.io.read();
-                // Zeroed space, not zeros sent: image files keep it as
-                // unwritten extents, checksums record zero blocks.
-                let r = self.layout_step(ino, &lay, &|lay, io| lay.root().write_zeroes(io, b, n));
-                self.inner.cache.invalidate(ino, b, n);
-                r?;
-            }
+            // Zeroed space, not zeros sent: image files keep it as
+            // unwritten extents, checksums record zero blocks.
+            let r = self.layout_step(ino, &lay, &|lay, io| lay.root().write_zeroes(io, b, n));
+            self.inner.cache.invalidate(ino, b, n);
+            r?;
             b += n;
         }
         if !keep_size && end > size {

@@ -29,7 +29,9 @@
 //!    device is evacuated). The migration is unregistered inside the same
 //!    journal batch, so a checkpoint sees either the old tree in force and
 //!    the new one free, or the new tree in force. The old tree's space is
-//!    freed when that batch commits.
+//!    freed when that batch commits. Every change reads the file's tree
+//!    under the I/O lock, so one that waited for the switch goes to the new
+//!    tree (space it put in the dropped old tree would be owned by nothing).
 //!
 //! A write that cannot be mirrored (the new tree's devices are full, a
 //! device fails) lands in the old tree and ends the migration with that
@@ -519,5 +521,80 @@ impl Fs {
         report.complete = true;
         report.duration = t0.elapsed();
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{Device, MemDevice};
+    use crate::{FormatOptions, Options};
+
+    /// A preallocation that read the file's tree before a migration's
+    /// switch and got the file's I/O lock after it puts its space in the
+    /// new tree, not in the old one the switch dropped (where nothing would
+    /// own it).
+    #[test]
+    fn a_preallocation_waiting_for_the_migrate_switch_lands_in_the_new_tree() {
+        let devs: Vec<Arc<dyn Device>> =
+            (0..2).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 64 << 20)) as Arc<dyn Device>).collect();
+        Fs::format(devs.clone(), &FormatOptions::default()).unwrap();
+        let open = || Fs::open(devs.clone(), Options { background_commit: false, ..Options::default() }).unwrap();
+        let fs = open();
+        let data: Vec<u8> = (0..100 * BLOCK_SIZE).map(|i| (i % 251) as u8 | 1).collect();
+        fs.write_file("/f", &data, Some("extent@0")).unwrap();
+        let ino = fs.resolve("/f").unwrap();
+        // A hole in blocks [40, 60) for the preallocation to fill.
+        fs.fallocate(ino, 40 * BS, 20 * BS, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        fs.sync().unwrap();
+        let node = fs.state().inode(ino).unwrap();
+        let (_, old, _) = fs.file_layout(ino).unwrap();
+        let (copied, held) = (AtomicBool::new(false), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            let mover = s.spawn(|| {
+                let opts = MigrateOptions { chunk_blocks: 64, ..Default::default() };
+                fs.migrate(ino, "extent@1", &opts, &|p| {
+                    if p.done_bytes == p.total_bytes {
+                        // Copied: the switch comes next, once the lock is free.
+                        copied.store(true, Ordering::Release);
+                        while !held.load(Ordering::Acquire) {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            });
+            while !copied.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            let reader = node.io.read();
+            held.store(true, Ordering::Release);
+            // The mover waits for the lock to switch; readers queue behind it.
+            while !node.io.is_locked_exclusive() {
+                std::thread::yield_now();
+            }
+            let prealloc = s.spawn(|| fs.fallocate(ino, 40 * BS, 20 * BS, libc::FALLOC_FL_KEEP_SIZE));
+            // Time for the preallocation to start and queue for the lock.
+            std::thread::sleep(Duration::from_millis(200));
+            drop(reader);
+            let r = mover.join().unwrap().unwrap();
+            assert!(r.complete, "{r:?}");
+            prealloc.join().unwrap().unwrap();
+        });
+        assert!(fs.layout_of("/f").unwrap().contains("extent@1"));
+        let (_, lay, _) = fs.file_layout(ino).unwrap();
+        assert_eq!(lay.root().next_data(40), Some(40), "the preallocated space is not in the new tree");
+        // The dropped old tree holds no space (nothing names it).
+        let mut kept = Vec::new();
+        old.extents(&mut |d, s, l| kept.push((d, s, l)));
+        assert!(kept.is_empty(), "space put in the old tree after the switch: {kept:?}");
+        let mut want = data.clone();
+        want[40 * BLOCK_SIZE..60 * BLOCK_SIZE].fill(0);
+        assert!(fs.read_file("/f").unwrap() == want);
+        assert!(fs.report().double_claims.is_empty());
+        fs.close().unwrap();
+        let fs = open();
+        assert!(fs.layout_of("/f").unwrap().contains("extent@1"));
+        assert!(fs.read_file("/f").unwrap() == want);
+        fs.close().unwrap();
     }
 }
