@@ -33,7 +33,22 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("layout_spec", layout_spec),
     ("superblock_open", superblock_open),
     ("scrub_pos", scrub_pos),
+    ("log_summary", log_summary),
 ];
+
+/// A block read where a `log` summary may stand (roll-forward's walk).
+pub fn log_summary(data: &[u8]) {
+    use hurricane::blocks::log::Summary;
+    if let Some(s) = Summary::decode(data) {
+        // Only a whole block decodes, and it is written back byte for byte.
+        assert_eq!(s.encode(), data, "log summary round trip");
+    }
+    let mut blk = data.to_vec();
+    blk.resize(BLOCK_SIZE, 0);
+    if let Some(s) = Summary::decode(&blk) {
+        assert_eq!(Summary::decode(&s.encode()), Some(s));
+    }
+}
 
 /// A scrub position file (`POOL/scrub.pos`) as read back to resume a scrub.
 pub fn scrub_pos(data: &[u8]) {

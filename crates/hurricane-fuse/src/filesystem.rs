@@ -446,6 +446,7 @@ impl HurricaneFuse {
                     written_blocks: l.written_blocks,
                     moved_blocks: l.moved_blocks,
                     cleaned_segments: l.cleaned_segments,
+                    summary_blocks: l.summary_blocks,
                     write_amplification: l.write_amplification,
                 })
                 .collect(),

@@ -47,7 +47,10 @@ pub struct LogReport {
     pub written_blocks: u64,
     pub moved_blocks: u64,
     pub cleaned_segments: u64,
-    /// (written + moved) / written.
+    /// Summary blocks written in front of plain writes.
+    #[serde(default)]
+    pub summary_blocks: u64,
+    /// (written + moved + summaries) / written.
     pub write_amplification: f64,
 }
 

@@ -107,6 +107,17 @@ fn layout_seeds_decode() {
     }
 }
 
+/// The `log_summary` seeds are summaries the decoder takes (so mutations
+/// of them reach every check), but for the header cut short.
+#[test]
+fn log_summary_seeds_decode() {
+    let dir = corpus_dir().join("log_summary");
+    for (name, whole) in [("seed-then", true), ("seed-last-run", true), ("seed-header", false)] {
+        let b = std::fs::read(dir.join(name)).unwrap();
+        assert_eq!(hurricane::blocks::log::Summary::decode(&b).is_some(), whole, "{name}");
+    }
+}
+
 /// Every corpus file of every target, and mutations of each, through the
 /// same functions the fuzzers run: CI checks the decoders without nightly.
 #[test]

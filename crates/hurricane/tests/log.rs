@@ -225,3 +225,181 @@ fn a_file_migrated_off_the_log_leaves_its_index() {
     assert_eq!(r.moved_blocks, 0, "nothing of the old tree is left to move: {r:?}");
     check_clean(&fs, "after the migrations");
 }
+
+/// A pool with no background commit: only `sync` commits.
+fn quiet(p: &MemPool) -> Fs {
+    p.open_with(hurricane::Options { background_commit: false, ..Default::default() }).unwrap()
+}
+
+#[test]
+fn writes_that_reached_the_disk_after_the_last_commit_are_rolled_forward() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = quiet(&p);
+    let layouts = [
+        "log@0",
+        "checksum[log(segment=256K)@1]",
+        "stripe(unit=16K)[log@0,log@1]",
+        "replicate[log@1,log@0]",
+        "extent@0",
+    ];
+    let mut committed = Vec::new();
+    for (i, l) in layouts.iter().enumerate() {
+        let m = pattern(i as u64, 300_000 + i * 1000);
+        fs.write_file(&format!("/f{i}"), &m, Some(l)).unwrap();
+        committed.push(m);
+    }
+    // A protected file: its plain writes count only through commits.
+    fs.write_file("/t", &pattern(9, 100_000), Some("log@0")).unwrap();
+    let t = fs.resolve("/t").unwrap();
+    fs.setxattr(&hurricane::Creds::root(), t, hurricane::xattr::TXN.as_bytes(), b"1", 0).unwrap();
+    fs.sync().unwrap();
+
+    // After the commit: overwrites inside each file (whole blocks, a
+    // partial one, one across the end), and a new file.
+    let mut want = committed.clone();
+    for (i, w) in want.iter_mut().enumerate() {
+        let ino = fs.resolve(&format!("/f{i}")).unwrap();
+        for (k, (off, len)) in
+            [(8192usize, 4096usize), (40_000, 100), (100_000, 70_000), (w.len() - 1000, 5000)].into_iter().enumerate()
+        {
+            let data = pattern(100 + 10 * i as u64 + k as u64, len);
+            fs.write(ino, off as u64, &data).unwrap();
+            // Only bytes inside the committed size come back.
+            let end = (off + len).min(w.len());
+            w[off..end].copy_from_slice(&data[..end - off]);
+        }
+    }
+    fs.write(t, 0, &[7u8; 8192]).unwrap();
+    fs.write_file("/new", b"made after the commit", Some("log@0")).unwrap();
+    let images: Vec<Vec<u8>> = p.devs.iter().map(|d| d.crash_image(hurricane::device::CrashMode::KeepAll)).collect();
+    let lost: Vec<Vec<u8>> = p.devs.iter().map(|d| d.crash_image(hurricane::device::CrashMode::DropAll)).collect();
+    drop(fs);
+
+    // Every write arrived: the log files get their overwrites back, the
+    // extent file (written copy-on-write under the pool's checksum) and
+    // the protected file do not, and no size or file comes from the data.
+    let q = MemPool::from_images(images);
+    let fs = quiet(&q);
+    let r = fs.report().rolled_forward;
+    assert!(r.found >= 16 && r.applied >= 12 && r.blocks > 0, "{r:?}");
+    for i in 0..4 {
+        assert!(fs.read_file(&format!("/f{i}")).unwrap() == want[i], "/f{i} ({}) not rolled forward", layouts[i]);
+    }
+    assert!(fs.read_file("/f4").unwrap() == committed[4], "the extent file changed");
+    assert!(fs.read_file("/t").unwrap() == pattern(9, 100_000), "the protected file changed");
+    assert!(matches!(fs.resolve("/new"), Err(Error::NotFound(_))));
+    check_clean(&fs, "rolled forward");
+    // What roll-forward wrote was committed: the next crash keeps it.
+    let again = q.crash(hurricane::device::CrashMode::DropAll);
+    drop(fs);
+    let fs = quiet(&again);
+    for (i, w) in want.iter().enumerate().take(4) {
+        assert!(fs.read_file(&format!("/f{i}")).unwrap() == *w, "/f{i} lost after the second open");
+    }
+    check_clean(&fs, "after the second open");
+    drop(fs);
+
+    // Nothing arrived: nothing to roll forward, the committed state stands.
+    let q = MemPool::from_images(lost);
+    let fs = quiet(&q);
+    assert_eq!(fs.report().rolled_forward.applied, 0);
+    for (i, c) in committed.iter().enumerate() {
+        assert!(fs.read_file(&format!("/f{i}")).unwrap() == *c, "/f{i} changed with nothing to roll forward");
+    }
+    check_clean(&fs, "nothing arrived");
+}
+
+#[test]
+fn roll_forward_stops_at_a_torn_piece() {
+    use hurricane::blocks::log::Summary;
+    let p = MemPool::new(1, 32 * MB);
+    let fs = quiet(&p);
+    fs.write_file("/f", &pattern(1, 64 * 4096), Some("log@0")).unwrap();
+    fs.sync().unwrap();
+    let ino = fs.resolve("/f").unwrap();
+    // Ten overwrites of distinct blocks, in this order.
+    let blocks = [3u64, 40, 7, 22, 60, 1, 33, 50, 12, 28];
+    for (k, &b) in blocks.iter().enumerate() {
+        fs.write(ino, b * 4096, &pattern(50 + k as u64, 4096)).unwrap();
+    }
+    let mut image = p.devs[0].crash_image(hurricane::device::CrashMode::KeepAll);
+    drop(fs);
+    // The summaries of the ten: the last ten placed.
+    let mut sums: Vec<(u64, Summary)> =
+        image.chunks(4096).enumerate().filter_map(|(i, b)| Summary::decode(b).map(|s| (i as u64, s))).collect();
+    sums.sort_by_key(|(_, s)| s.order);
+    let ours = &sums[sums.len() - blocks.len()..];
+    assert!(ours.iter().zip(blocks).all(|((_, s), b)| s.fblk == b && s.len == 1), "{ours:?}");
+    // The sixth write's data did not all arrive.
+    let torn = (ours[5].0 + 1) as usize * 4096;
+    image[torn..torn + 4096].fill(0);
+    let q = MemPool::from_images(vec![image]);
+    let fs = quiet(&q);
+    let r = fs.report().rolled_forward;
+    assert_eq!((r.found, r.applied, r.blocks), (5, 5, 5), "{r:?}");
+    let mut want = pattern(1, 64 * 4096);
+    for (k, &b) in blocks.iter().enumerate().take(5) {
+        want[b as usize * 4096..(b as usize + 1) * 4096].copy_from_slice(&pattern(50 + k as u64, 4096));
+    }
+    assert!(fs.read_file("/f").unwrap() == want, "not the first five writes alone");
+    check_clean(&fs, "torn piece");
+}
+
+#[test]
+fn the_usage_table_is_stored_and_segment_ages_survive_a_reopen() {
+    use hurricane::blocks::log::LogSpace;
+    // (live blocks, the segments holding any: size, start, live, time).
+    let table = |fs: &Fs| {
+        let s = fs.storage().devs[0].shared_if::<LogSpace>().expect("a log space");
+        let c: Vec<(u64, u64, u64, i64)> = s
+            .usage_table()
+            .into_iter()
+            .filter(|e| e.2.live > 0)
+            .map(|(seg, st, u)| (seg, st, u.live, u.mtime))
+            .collect();
+        (s.totals().1, c)
+    };
+    let p = MemPool::new(1, 64 * MB);
+    let fs = quiet(&p);
+    fs.write_file("/old", &pattern(1, 3 * MB as usize), Some("log(segment=256K)@0")).unwrap();
+    fs.sync().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs.write_file("/young", &pattern(2, 3 * MB as usize), Some("log(segment=256K)@0")).unwrap();
+    // Overwrites leave segments of both partly live.
+    for (name, seed) in [("/old", 3), ("/young", 4)] {
+        let ino = fs.resolve(name).unwrap();
+        for k in 0..40u64 {
+            fs.write(ino, k * 3 * 4096, &pattern(seed + k, 4096)).unwrap();
+        }
+    }
+    fs.sync().unwrap();
+    let before = table(&fs);
+    assert!(before.1.len() >= 10, "{before:?}");
+    let ages: std::collections::BTreeSet<i64> = before.1.iter().map(|c| c.3).collect();
+    assert!(ages.len() >= 2, "segments written at different times share one age: {before:?}");
+    fs.close().unwrap();
+
+    // A clean reopen finds the table the checkpoint stored: live counts and
+    // ages as they were (the open time would make every segment as young).
+    let fs = quiet(&p);
+    assert_eq!(table(&fs), before, "the usage table after a reopen");
+    // After a crash, the table is the checkpoint's moved on by replay.
+    let ino = fs.resolve("/old").unwrap();
+    for k in 0..30u64 {
+        fs.write(ino, (500 + k * 2) * 4096, &pattern(90 + k, 4096)).unwrap();
+    }
+    fs.truncate(fs.resolve("/young").unwrap(), MB).unwrap();
+    fs.sync().unwrap();
+    let synced = table(&fs);
+    let crashed = p.crash(hurricane::device::CrashMode::DropAll);
+    drop(fs);
+    let fs = quiet(&crashed);
+    let after = table(&fs);
+    assert_eq!(after.0, synced.0, "segments and live blocks after replay");
+    let live: Vec<(u64, u64, u64)> = after.1.iter().map(|c| (c.0, c.1, c.2)).collect();
+    assert_eq!(live, synced.1.iter().map(|c| (c.0, c.1, c.2)).collect::<Vec<_>>());
+    // The walk before a cleaning pass counts the same.
+    fs.clean(&CleanOptions { max_segments: Some(0), ..Default::default() }, &mut |_| {}).unwrap();
+    assert_eq!(table(&fs).0, synced.0, "the walk counts what the stored table said");
+    check_clean(&fs, "after the walk");
+}

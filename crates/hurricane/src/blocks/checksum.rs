@@ -441,6 +441,9 @@ impl Checksum {
 }
 
 impl Block for Checksum {
+    fn parent_block(&self, child: usize, cblk: u64) -> Option<u64> {
+        (child == 0).then_some(cblk)
+    }
     fn id(&self) -> u32 {
         self.id
     }

@@ -24,6 +24,10 @@
 //! trims the in-flight pieces it covers, and the writer frees what was
 //! trimmed instead of publishing it.
 
+mod summary;
+
+pub use summary::{walk, Anchor, Found, Summary};
+
 use super::common::span;
 use super::extent::{decode_runs, read_segs, Change, Map, Seg};
 use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
@@ -32,7 +36,7 @@ use crate::device::DeviceHandle;
 use crate::error::{Error, Result};
 use crate::pool::Allocator;
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -60,6 +64,10 @@ pub static TYPE: BlockType = BlockType {
 
 /// Longest run one map entry holds (as `extent`'s default).
 const MAX_RUN: u64 = (128 << 20) / BLOCK_SIZE as u64;
+
+/// Plain pieces up to this many blocks go down with their summary in one
+/// request (copied behind it); longer ones in two.
+const SMALL_PIECE: u64 = 32;
 
 /// Whole clean segments user writes leave to the cleaner: below this many
 /// the head takes what free runs there are (from the device's end, as it
@@ -169,25 +177,77 @@ pub struct LogStats {
     pub cleaned: AtomicU64,
     /// Segments the heads took.
     pub taken: AtomicU64,
+    /// Summary blocks written in front of plain writes.
+    pub summaries: AtomicU64,
 }
 
-/// A head: the segment being filled, [start, end), and the next block.
-#[derive(Debug, Clone, Copy)]
+/// A head: the run being filled, [next, end), and for a head of plain
+/// writes the run it goes on to (taken ahead, so every summary can name it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Head {
     next: u64,
     end: u64,
+    then: Option<(u64, u64)>,
+}
+
+/// Which head a write goes to: plain writes (each piece behind a summary,
+/// see `summary.rs`), or writes recovery has no use for in the chain (a
+/// transaction's commit, which its journal record names; the cleaner's
+/// moves, which copy what the meta-data holds already).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Class {
+    Plain,
+    Quiet,
+}
+
+/// The chain of one plain head: the nonce its summaries carry now and the
+/// place the journal last recorded.
+#[derive(Debug, Default)]
+struct Chain {
+    nonce: u64,
+    anchored: Option<Head>,
 }
 
 #[derive(Default)]
 struct Space {
     /// (segment size, first block) -> usage.
     segs: BTreeMap<(u64, u64), SegUse>,
-    /// Segment size -> its head.
-    heads: HashMap<u64, Head>,
+    /// (segment size, class) -> its head.
+    heads: HashMap<(u64, Class), Head>,
+    /// Segment size -> the chain of its plain head.
+    chains: HashMap<u64, Chain>,
     /// First device block of a run -> its owner: every live log block
     /// placed since open, and after the walk every one.
     owners: BTreeMap<u64, Owner>,
+    /// Runs roll-forward holds while it writes what they hold again.
+    held: Vec<(u64, u64)>,
+    /// Usage entries changed since the last checkpoint took them.
+    dirty: BTreeSet<(u64, u64)>,
 }
+
+/// Where one piece of a write goes: file blocks [f, f+l) at device blocks
+/// [p, p+l), behind a summary for a plain write.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    f: u64,
+    p: u64,
+    l: u64,
+    sum: Option<SumAt>,
+}
+
+/// A piece's summary block and what it will say besides the data's crc.
+#[derive(Debug, Clone, Copy)]
+struct SumAt {
+    at: u64,
+    nonce: u64,
+    order: u64,
+    run_end: u64,
+    then: Option<(u64, u64)>,
+}
+
+/// Orders the pieces of every log in the process (roll-forward applies
+/// pieces found on several devices in this order).
+static ORDER: AtomicU64 = AtomicU64::new(1);
 
 /// The log's state for one device (see the module's text).
 #[derive(Default)]
@@ -219,7 +279,7 @@ impl LogSpace {
     /// blocks into: [`RESERVE_SEGMENTS`] of its largest segments (0 before
     /// any write).
     pub fn cleaner_reserve(&self) -> u64 {
-        RESERVE_SEGMENTS as u64 * self.inner.lock().heads.keys().copied().max().unwrap_or(0)
+        RESERVE_SEGMENTS as u64 * self.inner.lock().heads.keys().map(|k| k.0).max().unwrap_or(0)
     }
 
     /// Blocks the heads hold and have not handed out yet.
@@ -259,6 +319,7 @@ impl LogSpace {
         while pos < p + n {
             let start = pos - pos % seg;
             let k = (start + seg).min(p + n) - pos;
+            s.dirty.insert((seg, start));
             let u = s.segs.entry((seg, start)).or_default();
             if live {
                 u.live += k;
@@ -277,69 +338,165 @@ impl LogSpace {
 
     /// Whether a head is still filling segment (`seg`, `start`).
     fn filling(s: &Space, seg: u64, start: u64) -> bool {
-        s.heads.get(&seg).is_some_and(|h| h.next < h.end && start < h.end && start + seg > h.next)
+        [Class::Plain, Class::Quiet]
+            .iter()
+            .any(|&c| s.heads.get(&(seg, c)).is_some_and(|h| h.next < h.end && start < h.end && start + seg > h.next))
+    }
+
+    /// The places of the plain heads that moved since the journal last
+    /// recorded them, each with a fresh nonce for the summaries written
+    /// after it (called while a batch is captured: the batch records them).
+    pub fn anchors(&self, dev: u32) -> Vec<Anchor> {
+        let mut s = self.inner.lock();
+        let heads: Vec<(u64, Head)> =
+            s.heads.iter().filter(|(k, _)| k.1 == Class::Plain).map(|(k, &h)| (k.0, h)).collect();
+        let mut out = Vec::new();
+        for (seg, h) in heads {
+            let c = s.chains.entry(seg).or_default();
+            if c.anchored != Some(h) {
+                c.nonce = rand::random();
+                c.anchored = Some(h);
+                out.push(Anchor { dev, seg, next: h.next, end: h.end, then: h.then, nonce: c.nonce });
+            }
+        }
+        out
+    }
+
+    /// Notes runs roll-forward took from the allocator to read: until
+    /// [`LogSpace::release_held`], they count as unused (a checkpoint
+    /// records them free, so a crash before roll-forward commits finds
+    /// them as they were).
+    pub fn hold(&self, runs: &[(u64, u64)]) {
+        self.inner.lock().held.extend_from_slice(runs);
+    }
+
+    /// Gives the held runs back to `alloc`.
+    pub fn release_held(&self, alloc: &Allocator) {
+        for (p, l) in std::mem::take(&mut self.inner.lock().held) {
+            alloc.free_now(p, l);
+        }
+    }
+
+    /// After a checkpoint emptied the journal: the next batch records every
+    /// plain head again.
+    pub fn forget_anchors(&self) {
+        for c in self.inner.lock().chains.values_mut() {
+            c.anchored = None;
+        }
+    }
+
+    /// Takes a run for a head of `seg`-block segments: a whole clean
+    /// segment while more than [`RESERVE_SEGMENTS`] are left (or for the
+    /// cleaner), else the highest free run, leaving the cleaner room for a
+    /// pass. Sets the low and wants-cleaning flags. Runs shorter than
+    /// `min` are skipped.
+    fn take_run(&self, alloc: &Allocator, seg: u64, cleaning: bool, min: u64) -> Option<(u64, u64)> {
+        // Once low, the count is taken again only after a cleaner pass
+        // (which clears the flag): counting walks the free map, and a head
+        // that lives on free runs comes back for another at every few
+        // writes.
+        let clean = if self.is_low() && !cleaning { 0 } else { alloc.aligned_free(seg, CLEAN_START + 1) };
+        self.low.store(clean <= RESERVE_SEGMENTS, Ordering::Release);
+        if clean <= CLEAN_START {
+            self.wants.store(true, Ordering::Release);
+        }
+        let run =
+            if cleaning || clean > RESERVE_SEGMENTS { alloc.alloc_aligned(seg, false).map(|a| (a, seg)) } else { None };
+        let keep = if cleaning { 0 } else { RESERVE_SEGMENTS as u64 * seg };
+        let mut short = Vec::new();
+        let mut got = run;
+        while got.is_none() && short.len() < 16 {
+            match alloc.alloc_top_keeping(seg, keep) {
+                Some((a, l)) if l < min => short.push((a, l)),
+                r => {
+                    got = r;
+                    break;
+                }
+            }
+        }
+        for (a, l) in short {
+            alloc.free_now(a, l);
+        }
+        match got {
+            Some(_) => self.stats.taken.fetch_add(1, Ordering::Relaxed),
+            None => {
+                self.low.store(true, Ordering::Release);
+                0
+            }
+        };
+        got
     }
 
     /// Takes blocks at the head for file blocks [o.fblk, o.fblk+o.len) of
-    /// node `o.node` of inode `o.ino`: (file block, device block, len)
-    /// pieces. The cleaner's moves (`cleaning`) may use the clean segments
-    /// writers leave it. Fails (placing nothing) when the device is full.
-    fn place(&self, alloc: &Allocator, o: Owner, cleaning: bool) -> Result<Vec<Seg>> {
+    /// node `o.node` of inode `o.ino`. A plain write (`summarized`) puts a
+    /// summary block in front of each piece. The cleaner's moves
+    /// (`cleaning`) may use the clean segments writers leave it. Fails
+    /// (placing nothing) when the device is full.
+    fn place(&self, alloc: &Allocator, o: Owner, cleaning: bool, summarized: bool) -> Result<Vec<Piece>> {
         let Owner { ino, node, fblk, len: n, seg } = o;
+        let class = if summarized { Class::Plain } else { Class::Quiet };
+        // A plain piece needs room for its summary and one data block.
+        let need = if summarized { 2 } else { 1 };
         let mut s = self.inner.lock();
         let t = now();
-        let mut out: Vec<Seg> = Vec::new();
+        let mut out: Vec<Piece> = Vec::new();
         let mut done = 0;
         while done < n {
-            let head = match s.heads.get(&seg) {
-                Some(h) if h.next < h.end => *h,
-                _ => {
-                    // Once low, the count is taken again only after a
-                    // cleaner pass (which clears the flag): counting walks
-                    // the free map, and a head that lives on free runs
-                    // comes back for another at every few writes.
-                    let clean = if self.is_low() && !cleaning { 0 } else { alloc.aligned_free(seg, CLEAN_START + 1) };
-                    self.low.store(clean <= RESERVE_SEGMENTS, Ordering::Release);
-                    if clean <= CLEAN_START {
-                        self.wants.store(true, Ordering::Release);
+            let head = match s.heads.get(&(seg, class)).copied() {
+                Some(h) if h.end - h.next >= need => h,
+                old => {
+                    // What is left of the run (one block at most) goes back.
+                    if let Some(h) = old.filter(|h| h.next < h.end) {
+                        alloc.free_now(h.next, h.end - h.next);
                     }
-                    let run = if cleaning || clean > RESERVE_SEGMENTS {
-                        alloc.alloc_aligned(seg, false).map(|a| (a, seg))
-                    } else {
-                        None
+                    let ahead = old.and_then(|h| h.then).filter(|_| summarized);
+                    let run = match ahead {
+                        Some(r) => Some(r),
+                        None => self.take_run(alloc, seg, cleaning, need),
                     };
-                    // No whole segment to spare: the highest free run there
-                    // is, leaving the cleaner room for a pass (it may use it).
-                    let keep = if cleaning { 0 } else { RESERVE_SEGMENTS as u64 * seg };
-                    let Some((a, len)) = run.or_else(|| alloc.alloc_top_keeping(seg, keep)) else {
-                        self.low.store(true, Ordering::Release);
+                    let Some((a, len)) = run else {
+                        s.heads.remove(&(seg, class));
                         drop(s);
-                        for &(_, p, l) in &out {
-                            self.unplace(alloc, p, l, seg);
+                        for x in &out {
+                            self.unplace(alloc, x.p, x.l, seg);
+                            if let Some(sa) = x.sum {
+                                alloc.free_now(sa.at, 1);
+                            }
                         }
                         return Err(Error::NoSpace(format!("log: device full ({n} blocks to place)")));
                     };
-                    self.stats.taken.fetch_add(1, Ordering::Relaxed);
-                    let h = Head { next: a, end: a + len };
-                    s.heads.insert(seg, h);
+                    // A plain head takes the run after this one now, so that
+                    // the summaries in this one can name it.
+                    let then = if summarized { self.take_run(alloc, seg, cleaning, need) } else { None };
+                    let h = Head { next: a, end: a + len, then };
+                    s.heads.insert((seg, class), h);
                     // The head's segments stay in the table while it fills them.
                     let mut pos = a;
                     while pos < a + len {
                         let st = pos - pos % seg;
                         s.segs.entry((seg, st)).or_default().mtime = t;
+                        s.dirty.insert((seg, st));
                         pos = st + seg;
                     }
                     h
                 }
             };
-            let k = (n - done).min(head.end - head.next);
-            let p = head.next;
-            s.heads.insert(seg, Head { next: p + k, end: head.end });
+            let (sum, p, k) = if summarized {
+                let nonce =
+                    s.chains.entry(seg).or_insert_with(|| Chain { nonce: rand::random(), anchored: None }).nonce;
+                let k = (n - done).min(head.end - head.next - 1);
+                let order = ORDER.fetch_add(1, Ordering::Relaxed);
+                let sum = SumAt { at: head.next, nonce, order, run_end: head.end, then: head.then };
+                (Some(sum), head.next + 1, k)
+            } else {
+                (None, head.next, (n - done).min(head.end - head.next))
+            };
+            s.heads.insert((seg, class), Head { next: p + k, ..head });
             s.owners.insert(p, Owner { ino, node, fblk: fblk + done, len: k, seg });
             Self::count(&mut s, seg, p, k, true, Some(t));
             match out.last_mut() {
-                Some(last) if last.0 + last.2 == fblk + done && last.1 + last.2 == p => last.2 += k,
-                _ => out.push((fblk + done, p, k)),
+                Some(last) if sum.is_none() && last.f + last.l == fblk + done && last.p + last.l == p => last.l += k,
+                _ => out.push(Piece { f: fblk + done, p, l: k, sum }),
             }
             done += k;
         }
@@ -403,8 +560,78 @@ impl LogSpace {
             Self::count(&mut s, x.seg, from, to - from, false, None);
         }
         s.owners.insert(p, o);
-        let t = now();
-        Self::count(&mut s, o.seg, p, o.len, true, Some(t));
+        // A segment the stored table knows keeps its age.
+        let known = s.segs.contains_key(&(o.seg, p - p % o.seg));
+        Self::count(&mut s, o.seg, p, o.len, true, (!known).then(now));
+    }
+
+    /// Enters the usage table the last checkpoint stored: (segment size,
+    /// first block, usage). Before the walk of the files the live counts
+    /// are the checkpoint's, moved on by replay ([`LogSpace::replayed`]).
+    pub fn load_usage(&self, entries: impl IntoIterator<Item = (u64, u64, SegUse)>) {
+        let mut s = self.inner.lock();
+        for (seg, start, u) in entries {
+            s.segs.insert((seg, start), u);
+        }
+    }
+
+    /// Journal replay mapped (`live`) or dropped device blocks [p, p+n) of
+    /// a node with `seg`-block segments after the checkpoint.
+    pub fn replayed(&self, seg: u64, p: u64, n: u64, live: bool) {
+        let mut s = self.inner.lock();
+        Self::count(&mut s, seg, p, n, live, live.then(now));
+    }
+
+    /// The usage entries that changed since the last call, as they are
+    /// now (`None`: gone), for a checkpoint to store.
+    pub fn usage_changes(&self) -> Vec<((u64, u64), Option<SegUse>)> {
+        let mut s = self.inner.lock();
+        let keys = std::mem::take(&mut s.dirty);
+        keys.into_iter().map(|k| (k, s.segs.get(&k).copied())).collect()
+    }
+
+    /// A checkpoint that took `keys` did not commit: the next one takes
+    /// them again.
+    pub fn usage_unsaved(&self, keys: impl IntoIterator<Item = (u64, u64)>) {
+        self.inner.lock().dirty.extend(keys);
+    }
+
+    /// Before the walk of the files: every live count is taken again from
+    /// the owner index (what was placed since open), and the walk adds the
+    /// rest; the segments keep their ages. Segments left with nothing live
+    /// after the walk are dropped by [`LogSpace::walked`].
+    pub fn walking(&self) {
+        let mut s = self.inner.lock();
+        let s = &mut *s;
+        for u in s.segs.values_mut() {
+            u.live = 0;
+        }
+        for (&p, o) in &s.owners {
+            let mut pos = p;
+            while pos < p + o.len {
+                let start = pos - pos % o.seg;
+                let k = (start + o.seg).min(p + o.len) - pos;
+                s.segs.entry((o.seg, start)).or_default().live += k;
+                pos += k;
+            }
+        }
+        s.dirty.extend(s.segs.keys().copied());
+    }
+
+    /// After the walk: segments with nothing live and no head filling them
+    /// leave the table.
+    pub fn walked(&self) {
+        let mut s = self.inner.lock();
+        let empty: Vec<(u64, u64)> = s
+            .segs
+            .iter()
+            .filter(|&(&(seg, st), u)| u.live == 0 && !Self::filling(&s, seg, st))
+            .map(|(&k, _)| k)
+            .collect();
+        for k in empty {
+            s.segs.remove(&k);
+            s.dirty.insert(k);
+        }
     }
 
     /// Segments worth cleaning: every one not being filled by a head whose
@@ -438,6 +665,11 @@ impl LogSpace {
             .collect()
     }
 
+    /// The whole usage table: (segment size, first block, usage), in order.
+    pub fn usage_table(&self) -> Vec<(u64, u64, SegUse)> {
+        self.inner.lock().segs.iter().map(|(&(seg, st), &u)| (seg, st, u)).collect()
+    }
+
     /// The usage of one segment.
     pub fn usage(&self, seg: u64, start: u64) -> Option<SegUse> {
         self.inner.lock().segs.get(&(seg, start)).copied()
@@ -452,9 +684,49 @@ impl LogSpace {
     /// Blocks the heads hold and have not handed out: free as far as the
     /// meta-data knows (a checkpoint records them so).
     pub fn unused(&self, f: &mut dyn FnMut(u64, u64)) {
-        for h in self.inner.lock().heads.values() {
+        let s = self.inner.lock();
+        for &(p, l) in &s.held {
+            f(p, l);
+        }
+        for h in s.heads.values() {
             if h.next < h.end {
                 f(h.next, h.end - h.next);
+            }
+            if let Some((a, l)) = h.then {
+                f(a, l);
+            }
+        }
+    }
+}
+
+/// A run of a log node's blocks: (device, segment size, first block, length).
+pub type Run = (u32, u64, u64, u64);
+
+/// Calls `f` for every run of every `log` node of `lay`.
+pub fn runs(lay: &super::Layout, f: &mut dyn FnMut(Run)) {
+    for n in lay.nodes().iter().filter(|n| n.kind().name == TYPE.name) {
+        let seg = match n.params().0.get("segment") {
+            Some(Value::Num(b)) => b / BLOCK_SIZE as u64,
+            _ => continue,
+        };
+        n.extents(&mut |d, p, l| f((d, seg, p, l)));
+    }
+}
+
+/// Moves the usage tables of `storage`'s devices on by what journal replay
+/// changed in one file: its log runs were `was` at the checkpoint and are
+/// `now`. Runs in both lists are left alone (their segments keep their
+/// ages).
+pub fn replayed(storage: &crate::pool::Storage, was: &[Run], now: &[Run]) {
+    let (mut was, mut now) = (was.to_vec(), now.to_vec());
+    was.sort_unstable();
+    now.sort_unstable();
+    let gone: Vec<Run> = was.iter().filter(|r| now.binary_search(r).is_err()).copied().collect();
+    let new: Vec<Run> = now.iter().filter(|r| was.binary_search(r).is_err()).copied().collect();
+    for (runs, live) in [(gone, false), (new, true)] {
+        for (d, seg, p, l) in runs {
+            if let Some(h) = storage.devs.get(d as usize) {
+                LogSpace::of(h).replayed(seg, p, l, live);
             }
         }
     }
@@ -511,20 +783,28 @@ impl Log {
         let alloc = self.alloc(io)?;
         let space = LogSpace::of(dev);
         let who = Owner { ino: io.owner, node: self.id, fblk, len: n, seg: self.seg };
-        let pieces = space.place(alloc, who, cleaning)?;
+        // Plain writes go behind summaries; a transaction's commit (which
+        // its journal record names for recovery) and the cleaner's moves do
+        // not.
+        let summarized = !cleaning && !crate::device::in_verified_scope();
+        let pieces = space.place(alloc, who, cleaning, summarized)?;
         let token = {
             let mut fl = self.inflight.lock();
             fl.next += 1;
             let t = fl.next;
-            fl.pieces.extend(pieces.iter().map(|&(f, p, l)| (t, f, p, l)));
+            fl.pieces.extend(pieces.iter().map(|x| (t, x.f, x.p, x.l)));
             t
         };
         let mut res = Ok(());
-        for &(f, p, l) in &pieces {
-            let start = (f - fblk) as usize * BLOCK_SIZE;
-            res = match buf {
-                Some(buf) => dev.write_blocks(p, &buf[start..start + l as usize * BLOCK_SIZE]),
-                None => dev.zero_blocks(p, l),
+        for x in &pieces {
+            let start = (x.f - fblk) as usize * BLOCK_SIZE;
+            let data = buf.map(|b| &b[start..start + x.l as usize * BLOCK_SIZE]);
+            res = match x.sum {
+                Some(sa) => self.write_piece(dev, &space, who, x, sa, data),
+                None => match data {
+                    Some(d) => dev.write_blocks(x.p, d),
+                    None => dev.zero_blocks(x.p, x.l),
+                },
             };
             if res.is_err() {
                 break;
@@ -545,15 +825,71 @@ impl Log {
             }
         }
         // What was placed and not published (trimmed by a truncate or punch
-        // meanwhile, or all of it on failure) goes straight back: nothing
-        // recorded it.
+        // meanwhile, or all of it on failure) goes back: nothing recorded
+        // it. A plain write's blocks (and every summary) lie in the chain
+        // roll-forward may walk, so they are freed only once the batch
+        // commits, when a newer anchor stands past them.
         kept.sort_unstable();
-        for &(_, p, l) in &pieces {
-            for (gp, gl) in uncovered(p, l, &kept) {
-                space.unplace(alloc, gp, gl, self.seg);
+        for x in &pieces {
+            for (gp, gl) in uncovered(x.p, x.l, &kept) {
+                if summarized {
+                    space.dead(gp, gl, self.seg);
+                    io.free(self.dev, gp, gl);
+                } else {
+                    space.unplace(alloc, gp, gl, self.seg);
+                }
+            }
+            if let Some(sa) = x.sum {
+                io.free(self.dev, sa.at, 1);
             }
         }
         res
+    }
+
+    /// Writes a plain piece: its summary, then its data (one request for a
+    /// small piece).
+    fn write_piece(
+        &self,
+        dev: &DeviceHandle,
+        space: &LogSpace,
+        who: Owner,
+        x: &Piece,
+        sa: SumAt,
+        data: Option<&[u8]>,
+    ) -> Result<()> {
+        let sum = Summary {
+            nonce: sa.nonce,
+            order: sa.order,
+            ino: who.ino,
+            node: self.id,
+            seg: self.seg,
+            fblk: x.f,
+            len: x.l,
+            run_end: sa.run_end,
+            then: sa.then,
+            data_crc: match data {
+                Some(d) => crc32c::crc32c(d),
+                None => summary::zeros_crc(x.l),
+            },
+        };
+        let block = sum.encode();
+        space.stats.summaries.fetch_add(1, Ordering::Relaxed);
+        match data {
+            Some(d) if x.l <= SMALL_PIECE => {
+                let mut b = Vec::with_capacity(BLOCK_SIZE + d.len());
+                b.extend_from_slice(&block);
+                b.extend_from_slice(d);
+                dev.write_blocks(sa.at, &b)
+            }
+            Some(d) => {
+                dev.write_blocks(sa.at, &block)?;
+                dev.write_blocks(x.p, d)
+            }
+            None => {
+                dev.write_blocks(sa.at, &block)?;
+                dev.zero_blocks(x.p, x.l)
+            }
+        }
     }
 
     /// Applies a truncate or punch: drops the mappings, frees their space
@@ -720,8 +1056,17 @@ mod tests {
             let now = pblk(l, f);
             assert_ne!(now, before, "an overwrite never goes in place");
             if let Some(p) = last {
-                assert_eq!(now, p + 1, "write {i} went to {now}, not after the previous one at {p}");
+                // Each plain write goes behind its summary, right after the
+                // previous one or at the start of the run the head took next.
+                assert!(
+                    now == p + 2 || (now - 1).is_multiple_of(16),
+                    "write {i} went to {now}, not after the previous one at {p}"
+                );
             }
+            let mut b = vec![0u8; BS];
+            env.storage.devs[0].read_blocks(now - 1, &mut b).unwrap();
+            let sum = Summary::decode(&b).expect("a summary in front of the write");
+            assert_eq!((sum.fblk, sum.len, sum.data_crc), (f, 1, crc32c::crc32c(&data)));
             last = Some(now);
             if i % 2 == 0 {
                 model_a[f as usize * BS..(f as usize + 1) * BS].copy_from_slice(&data);

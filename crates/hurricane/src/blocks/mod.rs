@@ -363,6 +363,15 @@ pub trait Block: Send + Sync {
         };
         self.children().iter().map(|c| c.health(down)).fold(own, Health::max)
     }
+    /// The block of this node that child `child` keeps at its block
+    /// `cblk`, for a node that keeps each of its blocks at one block of a
+    /// child (a copy of it at the same block of each child counts). None
+    /// where a child block holds no one block of this node (parity, a
+    /// compressed run) or none at all. Roll-forward uses it to find the
+    /// file block a leaf's summary speaks of.
+    fn parent_block(&self, _child: usize, _cblk: u64) -> Option<u64> {
+        None
+    }
     /// For a composite that places each file block on exactly one child:
     /// calls `f(file_fblk, child, child_fblk, n)` for the pieces of
     /// [fblk, fblk+n) and returns true. Types that do not translate this way

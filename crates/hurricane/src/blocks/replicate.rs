@@ -871,6 +871,9 @@ impl Replicate {
 }
 
 impl Block for Replicate {
+    fn parent_block(&self, child: usize, cblk: u64) -> Option<u64> {
+        (child < self.children().len()).then_some(cblk)
+    }
     fn id(&self) -> u32 {
         self.id
     }

@@ -92,6 +92,9 @@ impl RoundRobin {
 }
 
 impl Block for RoundRobin {
+    fn parent_block(&self, child: usize, cblk: u64) -> Option<u64> {
+        (child < self.children.len()).then(|| self.file_block(child, cblk)).flatten()
+    }
     fn id(&self) -> u32 {
         self.id
     }

@@ -131,6 +131,10 @@ impl Table {
 }
 
 impl Block for Table {
+    fn parent_block(&self, child: usize, cblk: u64) -> Option<u64> {
+        // A child keeps its blocks at the file's own numbers, inside its ranges.
+        self.pieces(cblk, 1).first().filter(|p| p.1 == child).map(|_| cblk)
+    }
     fn id(&self) -> u32 {
         self.id
     }

@@ -231,6 +231,13 @@ pub fn verified_by_recovery<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Whether the calling thread is inside [`verified_by_recovery`]: its
+/// writes belong to a record that recovery verifies (a transaction's
+/// commit), not to plain writes.
+pub fn in_verified_scope() -> bool {
+    VERIFIED_BY_RECOVERY.with(|c| c.get())
+}
+
 impl DeviceHandle {
     pub fn new(index: u32, dev: Arc<dyn Device>) -> Self {
         Self::with_state(index, dev, DeviceState::Online)

@@ -102,9 +102,15 @@ pub struct LogStatsSnapshot {
     pub written_blocks: u64,
     pub moved_blocks: u64,
     pub cleaned_segments: u64,
-    /// (written + moved) / written.
+    /// Summary blocks written in front of plain writes (roll-forward).
+    pub summary_blocks: u64,
+    /// (written + moved + summaries) / written.
     pub write_amplification: f64,
 }
+
+/// Passes leave segments with fewer than 1/`MIN_GAIN_DIVISOR` of their
+/// blocks free.
+const MIN_GAIN_DIVISOR: u64 = 64;
 
 /// Cost-benefit score of a candidate at time `now` (ns).
 fn score(c: &Candidate, now: i64, policy: CleanPolicy) -> f64 {
@@ -120,7 +126,7 @@ fn score(c: &Candidate, now: i64, policy: CleanPolicy) -> f64 {
 
 impl Fs {
     /// The log spaces of the pool's devices (those a log node has used).
-    fn log_spaces(&self) -> Vec<(u32, Arc<LogSpace>)> {
+    pub(super) fn log_spaces(&self) -> Vec<(u32, Arc<LogSpace>)> {
         self.storage().devs.iter().filter_map(|h| h.shared_if::<LogSpace>().map(|s| (h.index, s))).collect()
     }
 
@@ -133,6 +139,10 @@ impl Fs {
         let _one = self.inner.cleaning.lock();
         if self.inner.logs_indexed.load(Ordering::Acquire) {
             return Ok(());
+        }
+        let spaces = self.log_spaces();
+        for (_, s) in &spaces {
+            s.walking();
         }
         for node in self.state().each() {
             let _io = node.io.read();
@@ -147,6 +157,9 @@ impl Fs {
             for n in lay.nodes() {
                 n.register(&io);
             }
+        }
+        for (_, s) in &spaces {
+            s.walked();
         }
         self.inner.logs_indexed.store(true, Ordering::Release);
         Ok(())
@@ -165,6 +178,12 @@ impl Fs {
                 report.candidates += 1;
                 let u = c.usage.live as f64 / c.seg.max(1) as f64;
                 if opts.max_utilization.is_some_and(|m| u > m) {
+                    continue;
+                }
+                // A segment that would give back less than a 64th of
+                // itself is as good as full: a sequential write leaves one
+                // summary block free in each.
+                if c.seg - c.usage.live.min(c.seg) < c.seg.div_ceil(MIN_GAIN_DIVISOR) {
                     continue;
                 }
                 picked.push((dev, c, score(&c, now, opts.policy)));
@@ -373,6 +392,7 @@ impl Fs {
                 let (segments, live) = s.totals();
                 let w = s.stats.written.load(Ordering::Relaxed);
                 let m = s.stats.moved.load(Ordering::Relaxed);
+                let sums = s.stats.summaries.load(Ordering::Relaxed);
                 LogStatsSnapshot {
                     device,
                     segments: segments as u64,
@@ -380,10 +400,19 @@ impl Fs {
                     written_blocks: w,
                     moved_blocks: m,
                     cleaned_segments: s.stats.cleaned.load(Ordering::Relaxed),
-                    write_amplification: if w == 0 { 1.0 } else { (w + m) as f64 / w as f64 },
+                    summary_blocks: sums,
+                    write_amplification: if w == 0 { 1.0 } else { (w + m + sums) as f64 / w as f64 },
                 }
             })
             .collect()
+    }
+
+    /// A checkpoint that took these usage entries did not commit: the next
+    /// one takes them again.
+    pub(super) fn log_usage_unsaved(&self, delta: &crate::namespace::store::Delta) {
+        for (dev, space) in self.log_spaces() {
+            space.usage_unsaved(delta.log_usage.iter().filter(|e| e.0 .0 == dev).map(|e| (e.0 .1, e.0 .2)));
+        }
     }
 
     /// Blocks the log heads hold unused: a checkpoint records them free.

@@ -15,6 +15,7 @@ mod ops;
 mod path;
 mod recover;
 mod replace;
+mod rollforward;
 mod scrub;
 #[cfg(test)]
 mod tests;
@@ -30,6 +31,7 @@ pub use path::{File, OpenOptions};
 pub use replace::{
     prepare_offline_replacement, prepare_replacement, set_device_path, ReplaceOptions, ReplaceProgress, ReplaceReport,
 };
+pub use rollforward::RolledForward;
 pub use scrub::{
     load_position, save_position, LostFile, PositionRecord, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport,
 };
@@ -129,6 +131,9 @@ pub struct OpenReport {
     /// Journal records recovery dropped (0 or 1): the last, written in
     /// verified mode, whose data a crash kept from the disk.
     pub dropped_records: usize,
+    /// Plain writes to `log` files found after the journal's last record
+    /// and written again.
+    pub rolled_forward: rollforward::RolledForward,
 }
 
 struct MetaState {
@@ -439,6 +444,17 @@ impl Fs {
             let f = if known[d] { &free[d] } else { &unknown[d] };
             a.load_free(f).map_err(|e| Error::corrupt("meta-data store", format!("device {d}: {e}")))?;
         }
+        // The logs' segment usage table as the checkpoint left it.
+        for ((d, seg, start), live, mtime) in store.log_usage()? {
+            let h = storage.devs.get(d as usize).filter(|_| seg > 0 && start.is_multiple_of(seg) && live <= seg);
+            let Some(h) = h else {
+                return Err(Error::corrupt(
+                    "meta-data store",
+                    format!("log usage of device {d} segment {start}+{seg}"),
+                ));
+            };
+            crate::blocks::log::LogSpace::of(h).load_usage([(seg, start, crate::blocks::log::SegUse { live, mtime })]);
+        }
         set_meta_reserve(&storage, &meta_extents, &j);
         let state = State::new(store.clone(), shards(), opts.inode_cache)?;
 
@@ -474,7 +490,21 @@ impl Fs {
             Ok(v)
         };
         let mut before: std::collections::BTreeMap<Ino, Vec<(u32, u64, u64)>> = Default::default();
+        // And the log runs of those files at the checkpoint, to move the
+        // usage table on by what replay changed.
+        let log_runs_of = |ino: Ino| -> Result<Vec<crate::blocks::log::Run>> {
+            let mut v = Vec::new();
+            if let Some(n) = state.get(ino) {
+                if let Some(l) = n.data.read().layout()? {
+                    crate::blocks::log::runs(l, &mut |r| v.push(r));
+                }
+            }
+            Ok(v)
+        };
+        let mut log_before: std::collections::BTreeMap<Ino, Vec<crate::blocks::log::Run>> = Default::default();
         let mut touched: std::collections::BTreeSet<Ino> = Default::default();
+        // The last place of each log head of plain writes (roll-forward).
+        let mut anchors: std::collections::BTreeMap<(u32, u64), crate::blocks::log::Anchor> = Default::default();
         let last = records.len().saturating_sub(1);
         for (k, rec) in records.iter().enumerate() {
             let groups = journal::decode_payload(rec)?;
@@ -487,11 +517,16 @@ impl Fs {
                     if let Some(ino) = op_space_owner(op) {
                         if let std::collections::btree_map::Entry::Vacant(e) = before.entry(ino) {
                             e.insert(extents_of(ino)?);
+                            log_before.insert(ino, log_runs_of(ino)?);
                         }
                     }
                     touched.extend(state.involved(op));
                     if let Op::Create(n) = op {
                         touched.insert(n.ino);
+                    }
+                    if let Op::LogHead { dev, seg, next, end, then_start, then_len, nonce } = *op {
+                        let then = (then_len > 0).then_some((then_start, then_len));
+                        anchors.insert((dev, seg), crate::blocks::log::Anchor { dev, seg, next, end, then, nonce });
                     }
                     state.replay(op)?;
                     report.replayed_ops += 1;
@@ -522,6 +557,9 @@ impl Fs {
                     a.free_now(s, l);
                 }
             }
+        }
+        for (&ino, was) in &log_before {
+            crate::blocks::log::replayed(&storage, was, &log_runs_of(ino)?);
         }
         for &ino in before.keys() {
             for (d, s, l) in extents_of(ino)? {
@@ -624,6 +662,18 @@ impl Fs {
             let sb = m.sb.clone();
             fs.inner.storage.write_superblocks(&sb)?;
             drop(m);
+            if !anchors.is_empty() {
+                let anchors: Vec<_> = anchors.into_values().collect();
+                let r = fs.roll_forward(&anchors)?;
+                if r.applied > 0 {
+                    tracing::info!(
+                        "rolled forward {} writes ({} blocks) made after the last commit",
+                        r.applied,
+                        r.blocks
+                    );
+                }
+                fs.inner.report.lock().rolled_forward = r;
+            }
             if opts.background_commit {
                 fs.start_committer(opts.commit_interval);
                 fs.start_cleaner();
@@ -917,11 +967,15 @@ impl Fs {
                 // later checkpoint takes the same changes again (they stay
                 // marked until one commits).
                 Err(e) if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {
+                    self.log_usage_unsaved(&delta);
                     if !matches!(e, Error::NoSpace(_)) {
                         tracing::warn!("checkpoint failed, committing to the journal instead: {e}");
                     }
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.log_usage_unsaved(&delta);
+                    return Err(e);
+                }
             }
         }
         if !batch.is_empty() {
@@ -954,6 +1008,28 @@ impl Fs {
             if !times.is_empty() {
                 batch.push(&times);
             }
+            // Where the logs' heads of plain writes stand, for roll-forward
+            // to walk from. A checkpoint empties the journal: the batch
+            // after it records every head again.
+            let mut heads = Vec::new();
+            for (dev, space) in self.log_spaces() {
+                if snapshot {
+                    space.forget_anchors();
+                    continue;
+                }
+                heads.extend(space.anchors(dev).into_iter().map(|a| Op::LogHead {
+                    dev: a.dev,
+                    seg: a.seg,
+                    next: a.next,
+                    end: a.end,
+                    then_start: a.then.map_or(0, |t| t.0),
+                    then_len: a.then.map_or(0, |t| t.1),
+                    nonce: a.nonce,
+                }));
+            }
+            if !heads.is_empty() {
+                batch.push(&heads);
+            }
             snapshot.then(|| {
                 let mut delta = Delta::default();
                 let taken = inner.state.take(&mut delta);
@@ -967,6 +1043,15 @@ impl Fs {
                 self.migrating_extents(&mut unnamed);
                 // Blocks the log heads took and have not handed out.
                 self.log_unused(&mut unnamed);
+                // The logs' usage entries that changed since the last one.
+                for (dev, space) in self.log_spaces() {
+                    delta.log_usage.extend(
+                        space
+                            .usage_changes()
+                            .into_iter()
+                            .map(|((seg, st), u)| ((dev, seg, st), u.map(|u| (u.live, u.mtime)))),
+                    );
+                }
                 delta.free = Some(if unnamed.is_empty() { free } else { merge_free(free, unnamed) });
                 (delta, taken)
             })

@@ -124,6 +124,21 @@ pub enum Op {
         start: u64,
         blocks: u64,
     },
+    /// Where the head of plain writes to the `log`s of device `dev` (with
+    /// `seg`-block segments) stood when the batch was taken: the next piece
+    /// at `next` in the run ending at `end`, then the run
+    /// [then_start, then_start + then_len) (none when `then_len` is 0),
+    /// each behind a summary carrying `nonce`. Roll-forward (`Fs::open`)
+    /// walks from the last one of each head. No effect on the state.
+    LogHead {
+        dev: u32,
+        seg: u64,
+        next: u64,
+        end: u64,
+        then_start: u64,
+        then_len: u64,
+        nonce: u64,
+    },
 }
 
 fn opt(e: &mut Encoder, v: Option<u64>) {
@@ -154,7 +169,7 @@ impl Op {
             | Op::SetDirLayout { ino, .. }
             | Op::Times { ino, .. }
             | Op::Verify { ino, .. } => Some(*ino),
-            Op::Create(_) | Op::Link { .. } | Op::Unlink { .. } | Op::Rename { .. } => None,
+            Op::Create(_) | Op::Link { .. } | Op::Unlink { .. } | Op::Rename { .. } | Op::LogHead { .. } => None,
         }
     }
 
@@ -209,6 +224,9 @@ impl Op {
             Op::Verify { ino, start, blocks } => {
                 e.u8(14).u64(*ino).u64(*start).u64(*blocks);
             }
+            Op::LogHead { dev, seg, next, end, then_start, then_len, nonce } => {
+                e.u8(15).u32(*dev).u64(*seg).u64(*next).u64(*end).u64(*then_start).u64(*then_len).u64(*nonce);
+            }
         }
     }
 
@@ -254,6 +272,14 @@ impl Op {
             12 => Op::SetDirLayout { ino: d.u64()?, spec: d.str()?.to_string() },
             13 => Op::Times { ino: d.u64()?, atime: d.i64()?, mtime: d.i64()?, ctime: d.i64()? },
             14 => Op::Verify { ino: d.u64()?, start: d.u64()?, blocks: d.u64()? },
+            15 => {
+                let (dev, seg, next, end) = (d.u32()?, d.u64()?, d.u64()?, d.u64()?);
+                let (then_start, then_len, nonce) = (d.u64()?, d.u64()?, d.u64()?);
+                if seg == 0 || next > end || then_start.checked_add(then_len).is_none() {
+                    return Err(d.err(format!("log head {next}..{end} (segment {seg}) is impossible")));
+                }
+                Op::LogHead { dev, seg, next, end, then_start, then_len, nonce }
+            }
             t => return Err(d.err(format!("unknown op tag {t}"))),
         })
     }

@@ -376,7 +376,7 @@ impl State {
         let entry =
             |dir: Ino, name: &[u8]| -> Option<Ino> { self.get(dir)?.data.read().dir()?.get(name).ok()?.map(|e| e.ino) };
         match op {
-            Op::Create(_) | Op::Verify { .. } => vec![],
+            Op::Create(_) | Op::Verify { .. } | Op::LogHead { .. } => vec![],
             Op::Link { dir, ino, .. } => vec![*dir, *ino],
             Op::Unlink { dir, name, .. } => [Some(*dir), entry(*dir, name)].into_iter().flatten().collect(),
             Op::Rename { sdir, sname, ddir, dname, .. } => {
@@ -397,7 +397,7 @@ impl State {
     pub fn apply(&self, op: &Op, l: &mut Locked) -> Result<()> {
         match op {
             // Read by recovery (`Fs::open`), not applied.
-            Op::Verify { .. } => {}
+            Op::Verify { .. } | Op::LogHead { .. } => {}
             Op::Create(n) => {
                 let body = match n.mode & S_IFMT {
                     S_IFREG => Body::File(FileLayout::new_file(n.layout.clone())?),

@@ -46,6 +46,7 @@ const NAMES: TableDefinition<(u64, &[u8]), (u64, u32, u64)> = TableDefinition::n
 const COOKIES: TableDefinition<(u64, u64), (u64, u32, &[u8])> = TableDefinition::new("cookies");
 const FREE: TableDefinition<(u32, u64), u64> = TableDefinition::new("free");
 const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
+const LOG_USAGE: TableDefinition<(u32, u64, u64), (u64, i64)> = TableDefinition::new("log_usage");
 const SYS: TableDefinition<&str, &[u8]> = TableDefinition::new("sys");
 
 /// The meta-file's block checksums: entry `b % 1024` of checksum page
@@ -183,8 +184,15 @@ pub struct Delta {
     /// Every device's free extents (device, start, length), replacing the
     /// old ones (`None` leaves them as they are).
     pub free: Option<Vec<(u32, u64, u64)>>,
+    /// Segment usage entries of the logs that changed: (device, segment
+    /// size, first block) -> (live blocks, last write time) to put, or
+    /// `None` to delete.
+    pub log_usage: Vec<(LogSegment, Option<(u64, i64)>)>,
     pub sys: Sys,
 }
+
+/// A log segment: (device, segment size in blocks, first block).
+pub type LogSegment = (u32, u64, u64);
 
 impl Delta {
     pub fn records(&self) -> usize {
@@ -1010,6 +1018,26 @@ impl MetaStore {
         })
     }
 
+    /// The logs' segment usage table at the checkpoint (empty in a pool
+    /// written before it was kept).
+    pub fn log_usage(&self) -> Result<Vec<(LogSegment, u64, i64)>> {
+        guarded("reading the log usage table", || {
+            let t = self.read_txn()?;
+            let tab = match t.open_table(LOG_USAGE) {
+                Ok(tab) => tab,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(store_err(e)),
+            };
+            let mut v = Vec::new();
+            for r in tab.iter().map_err(store_err)? {
+                let (k, u) = r.map_err(store_err)?;
+                let (live, mtime) = u.value();
+                v.push((k.value(), live, mtime));
+            }
+            Ok(v)
+        })
+    }
+
     /// The free extents of every device at the checkpoint.
     pub fn free_map(&self) -> Result<Vec<(u32, u64, u64)>> {
         guarded("reading the free map", || {
@@ -1061,6 +1089,14 @@ impl MetaStore {
                     } else {
                         tab.remove(*ino).map_err(store_err)?;
                     }
+                }
+                let mut tab = t.open_table(LOG_USAGE).map_err(store_err)?;
+                for (key, u) in &delta.log_usage {
+                    match u {
+                        Some(u) => tab.insert(*key, *u).map(drop),
+                        None => tab.remove(*key).map(drop),
+                    }
+                    .map_err(store_err)?;
                 }
                 let mut tab = t.open_table(FREE).map_err(store_err)?;
                 if let Some(free) = &delta.free {

@@ -179,6 +179,20 @@ impl Allocator {
         n
     }
 
+    /// Takes [start, start+len) if all of it is free; otherwise takes
+    /// nothing and returns false.
+    pub fn take_if_free(&self, start: u64, len: u64) -> bool {
+        let mut m = self.inner.lock();
+        let Some(end) = start.checked_add(len) else { return false };
+        match m.free.range(..=start).next_back().map(|(&s, &l)| (s, l)) {
+            Some((s, l)) if len > 0 && end <= s + l => {
+                take(&mut m, s, l, start, len);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Marks [start, start+len) in use (rebuilding from the tree). Returns false
     /// if some of it was not free: two owners claim the same blocks.
     pub fn mark_used(&self, start: u64, len: u64) -> bool {
