@@ -129,12 +129,13 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     })?;
     let rep = fs.report();
     tracing::info!(
-        "pool {} opened: {} ({} journal ops replayed in {:?}, {} orphans freed)",
+        "pool {} opened: {} ({} journal ops replayed in {:?}, {} orphans freed, {} log writes rolled forward)",
         pool.display(),
         if rep.was_clean { "clean" } else { "recovered" },
         rep.replayed_ops,
         rep.replay_time,
-        rep.orphans_freed
+        rep.orphans_freed,
+        rep.rolled_forward.applied
     );
     let pool_name = pool.to_string_lossy().into_owned();
     let info = MountInfo {

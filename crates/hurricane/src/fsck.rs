@@ -323,6 +323,21 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
     if open.orphans_freed > 0 {
         rep.notes.push(format!("freed {} unlinked inodes that were still open at the last close", open.orphans_freed));
     }
+    if open.dropped_records > 0 {
+        rep.notes.push("dropped the journal's last record: its data never all reached the disk".to_string());
+    }
+    let rolled = open.rolled_forward;
+    if rolled.found > 0 && fs.is_read_only() {
+        rep.notes.push(format!(
+            "{} log writes made after the last commit reached the disk: a writable open rolls them forward",
+            rolled.found
+        ));
+    } else if rolled.found > 0 {
+        rep.notes.push(format!(
+            "rolled forward {} of {} log writes made after the last commit ({} blocks)",
+            rolled.applied, rolled.found, rolled.blocks
+        ));
+    }
     // Frees wait for their journal batch: commit them so the free maps are final.
     fs.sync()?;
     let first = scan(fs, progress)?;

@@ -182,7 +182,8 @@ pub struct LogStats {
 }
 
 /// A head: the run being filled, [next, end), and for a head of plain
-/// writes the run it goes on to (taken ahead, so every summary can name it).
+/// writes the run it goes on to (taken by the piece that spends the run,
+/// so that piece's summary, the run's last, can name it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Head {
     next: u64,
@@ -465,10 +466,7 @@ impl LogSpace {
                         }
                         return Err(Error::NoSpace(format!("log: device full ({n} blocks to place)")));
                     };
-                    // A plain head takes the run after this one now, so that
-                    // the summaries in this one can name it.
-                    let then = if summarized { self.take_run(alloc, seg, cleaning, need) } else { None };
-                    let h = Head { next: a, end: a + len, then };
+                    let h = Head { next: a, end: a + len, then: None };
                     s.heads.insert((seg, class), h);
                     // The head's segments stay in the table while it fills them.
                     let mut pos = a;
@@ -481,10 +479,16 @@ impl LogSpace {
                     h
                 }
             };
+            let mut head = head;
             let (sum, p, k) = if summarized {
                 let nonce =
                     s.chains.entry(seg).or_insert_with(|| Chain { nonce: rand::random(), anchored: None }).nonce;
                 let k = (n - done).min(head.end - head.next - 1);
+                // The piece that spends the run takes the next one, so that
+                // its summary (the last of the run) can name it.
+                if head.then.is_none() && head.end - (head.next + 1 + k) < need {
+                    head.then = self.take_run(alloc, seg, cleaning, need);
+                }
                 let order = ORDER.fetch_add(1, Ordering::Relaxed);
                 let sum = SumAt { at: head.next, nonce, order, run_end: head.end, then: head.then };
                 (Some(sum), head.next + 1, k)

@@ -642,6 +642,16 @@ impl Fs {
             txn_locks: Default::default(),
         });
         let fs = Fs { inner };
+        // Plain log writes that reached the disk after the last record: a
+        // writable pool writes them again, a read-only one counts them.
+        if !anchors.is_empty() {
+            let anchors: Vec<_> = anchors.into_values().collect();
+            let r = fs.roll_forward(&anchors)?;
+            if r.applied > 0 {
+                tracing::info!("rolled forward {} writes ({} blocks) made after the last commit", r.applied, r.blocks);
+            }
+            fs.inner.report.lock().rolled_forward = r;
+        }
         if !opts.read_only {
             // Inodes with no links are orphans of open-then-unlinked files:
             // those the checkpoint recorded, and those replay left so.
@@ -662,18 +672,6 @@ impl Fs {
             let sb = m.sb.clone();
             fs.inner.storage.write_superblocks(&sb)?;
             drop(m);
-            if !anchors.is_empty() {
-                let anchors: Vec<_> = anchors.into_values().collect();
-                let r = fs.roll_forward(&anchors)?;
-                if r.applied > 0 {
-                    tracing::info!(
-                        "rolled forward {} writes ({} blocks) made after the last commit",
-                        r.applied,
-                        r.blocks
-                    );
-                }
-                fs.inner.report.lock().rolled_forward = r;
-            }
             if opts.background_commit {
                 fs.start_committer(opts.commit_interval);
                 fs.start_cleaner();
@@ -753,6 +751,11 @@ impl Fs {
 
     pub fn report(&self) -> OpenReport {
         self.inner.report.lock().clone()
+    }
+
+    /// Whether the pool was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
     }
 
     pub fn storage(&self) -> &Storage {

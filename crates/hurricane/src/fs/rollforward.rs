@@ -20,8 +20,9 @@
 //!   every other meta-data change, comes from the journal alone.
 //!
 //! A piece that fails these tests is left out; the pieces after it are
-//! still applied. The writes are committed before the pool is used, and the
-//! blocks the walk held are given back. While they are held they count as
+//! still applied. The writes are committed before the pool is used,
+//! together with an empty place for every head walked (so no later open
+//! walks those chains again), and the blocks the walk held are given back. While they are held they count as
 //! a log head's unused blocks: a checkpoint taken by that commit records
 //! them free, as the journal's state has them, so a crash during
 //! roll-forward leaves the same chain for the next open to walk.
@@ -31,6 +32,7 @@ use crate::base::BLOCK_SIZE;
 use crate::blocks::log::{walk, Anchor, Found, LogSpace};
 use crate::blocks::Block;
 use crate::error::Result;
+use crate::journal::Op;
 use std::sync::Arc;
 
 /// What roll-forward did, for the open report.
@@ -48,7 +50,7 @@ const STEP: u64 = 256;
 
 impl Fs {
     /// Walks every anchor's chain and applies what it finds (see the
-    /// module's text).
+    /// module's text); a read-only pool only counts what it finds.
     pub(super) fn roll_forward(&self, anchors: &[Anchor]) -> Result<RolledForward> {
         let storage = self.storage();
         let mut found: Vec<Found> = Vec::new();
@@ -67,6 +69,9 @@ impl Fs {
         found.sort_by_key(|f| f.sum.order);
         let mut out = RolledForward { found: found.len(), ..Default::default() };
         let res = (|| -> Result<()> {
+            if self.inner.read_only {
+                return Ok(());
+            }
             for f in &found {
                 match self.apply_piece(f) {
                     Ok(0) => {}
@@ -85,10 +90,21 @@ impl Fs {
                     ),
                 }
             }
-            if out.applied > 0 {
-                self.sync()?;
-            }
-            Ok(())
+            // The chains walked are done with: the journal says so before
+            // their blocks go back to the free map, so no later open walks
+            // them again (their blocks may hold anything by then, and a
+            // piece left out now, for a file that did not exist, could
+            // land in a file made later under its number). An empty run
+            // at each anchor ends every walk at once; a head that moves
+            // records its own place after it.
+            let ends: Vec<Op> = anchors
+                .iter()
+                .map(|a| Op::LogHead { dev: a.dev, seg: a.seg, next: 0, end: 0, then_start: 0, then_len: 0, nonce: 0 })
+                .collect();
+            let g = self.inner.gate.enter();
+            self.log(&g, &ends);
+            drop(g);
+            self.sync()
         })();
         for (dev, alloc) in storage.devs.iter().zip(&storage.allocs) {
             if let Some(space) = dev.shared_if::<LogSpace>() {

@@ -4,9 +4,9 @@
 //! move) is a *partial segment*: one summary block, then the data. The
 //! summary says which node of which file the data blocks hold, and carries
 //! a crc32c of them, so a crash that cut the write short shows. Pieces
-//! follow each other at the head; when the head's run is spent, the next
-//! piece starts the run the head took ahead of time (`then`), which every
-//! summary names. From a place the journal recorded (an [`Anchor`], written
+//! follow each other at the head; the piece that spends the head's run
+//! takes the next run (`then`) and names it in its summary, and the next
+//! piece starts there. From a place the journal recorded (an [`Anchor`], written
 //! at every commit that moved the head), recovery can therefore walk
 //! forward through every plain write made after that commit, in the order
 //! they were placed, and stop at the first block that is not the next
