@@ -8,13 +8,19 @@
 //! stays intact until then, so a crash finds either mapping whole).
 //!
 //! Device-wide state ([`LogSpace`], one per device, kept on its handle):
-//! the heads (one per segment size), the *segment usage table* (live
-//! blocks and last write time of each segment-aligned region) and the
-//! index of owners (device block -> inode, node, file block) the cleaner
-//! (`fs/clean.rs`) uses to move live blocks out of a segment. Both are
-//! derived from the files' maps (the persistent truth, journalled like
-//! `extent`'s): kept current by every write, truncate and punch, and built
-//! once after open by the cleaner's walk of the files ([`Block::register`]).
+//! the heads (three per segment size: plain writes, transaction commits,
+//! the cleaner's moves), the *segment usage table* (live blocks and last
+//! write time of each segment-aligned region) and the index of owners
+//! (device block -> inode, node, file block) the cleaner (`fs/clean.rs`)
+//! uses to move live blocks out of a segment. Both follow every write,
+//! truncate and punch. The usage table is stored with each checkpoint and
+//! loaded at open; the owner index is derived from the files' maps (the
+//! persistent truth, journalled like `extent`'s) by the cleaner's walk
+//! after open ([`Block::register`]), which counts the live blocks again.
+//!
+//! Plain writes go behind segment summaries (`summary.rs`), so that
+//! roll-forward (`fs/rollforward.rs`) finds after a crash what reached the
+//! disk after the journal's last record.
 //!
 //! Concurrency: the map lock is held while runs are looked up, replaced or
 //! dropped, never during data I/O. A write takes its blocks at the head
@@ -22,7 +28,8 @@
 //! unlocked, then publishes the new runs, replacing the old ones. Until
 //! then reads see the old data. A truncate or punch that runs meanwhile
 //! trims the in-flight pieces it covers, and the writer frees what was
-//! trimmed instead of publishing it.
+//! trimmed instead of publishing it (a plain write once its batch commits:
+//! its blocks lie in a chain roll-forward may walk until then).
 
 mod summary;
 
@@ -192,14 +199,19 @@ struct Head {
 }
 
 /// Which head a write goes to: plain writes (each piece behind a summary,
-/// see `summary.rs`), or writes recovery has no use for in the chain (a
-/// transaction's commit, which its journal record names; the cleaner's
-/// moves, which copy what the meta-data holds already).
+/// see `summary.rs`); a transaction's commit (its journal record names and
+/// verifies what it wrote); the cleaner's moves (they copy what the
+/// meta-data holds already, and blocks that outlived their segment go on
+/// living: kept apart from new writes, they fill segments that stay full,
+/// and new writes fill segments that empty fast).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Class {
     Plain,
-    Quiet,
+    Commit,
+    Moved,
 }
+
+const CLASSES: [Class; 3] = [Class::Plain, Class::Commit, Class::Moved];
 
 /// The chain of one plain head: the nonce its summaries carry now and the
 /// place the journal last recorded.
@@ -339,7 +351,7 @@ impl LogSpace {
 
     /// Whether a head is still filling segment (`seg`, `start`).
     fn filling(s: &Space, seg: u64, start: u64) -> bool {
-        [Class::Plain, Class::Quiet]
+        CLASSES
             .iter()
             .any(|&c| s.heads.get(&(seg, c)).is_some_and(|h| h.next < h.end && start < h.end && start + seg > h.next))
     }
@@ -435,7 +447,11 @@ impl LogSpace {
     /// (placing nothing) when the device is full.
     fn place(&self, alloc: &Allocator, o: Owner, cleaning: bool, summarized: bool) -> Result<Vec<Piece>> {
         let Owner { ino, node, fblk, len: n, seg } = o;
-        let class = if summarized { Class::Plain } else { Class::Quiet };
+        let class = match (cleaning, summarized) {
+            (true, _) => Class::Moved,
+            (false, true) => Class::Plain,
+            (false, false) => Class::Commit,
+        };
         // A plain piece needs room for its summary and one data block.
         let need = if summarized { 2 } else { 1 };
         let mut s = self.inner.lock();

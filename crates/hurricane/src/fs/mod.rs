@@ -444,9 +444,12 @@ impl Fs {
             let f = if known[d] { &free[d] } else { &unknown[d] };
             a.load_free(f).map_err(|e| Error::corrupt("meta-data store", format!("device {d}: {e}")))?;
         }
-        // The logs' segment usage table as the checkpoint left it.
+        // The logs' segment usage table as the checkpoint left it (a count
+        // is a hint the walk before cleaning takes again: one past its
+        // segment's size is taken as full, not as damage).
         for ((d, seg, start), live, mtime) in store.log_usage()? {
-            let h = storage.devs.get(d as usize).filter(|_| seg > 0 && start.is_multiple_of(seg) && live <= seg);
+            let live = live.min(seg);
+            let h = storage.devs.get(d as usize).filter(|_| seg > 0 && start.is_multiple_of(seg));
             let Some(h) = h else {
                 return Err(Error::corrupt(
                     "meta-data store",
