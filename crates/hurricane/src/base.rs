@@ -1,5 +1,7 @@
 //! Plain values shared by the storage layers: inode numbers, the block size,
-//! and where the journal lives and how far it has been written. This module
+//! and where the journal lives and how far it has been written; and the
+//! per-thread flag set for the length of a call that two layers use
+//! ([`with_flag`]). This module
 //! depends on nothing else in the crate, so `device`, `pool`, `journal`,
 //! `cache`, `blocks` and `layout` can all use it without depending on each
 //! other (the order is checked by `tests::module_order` in `lib.rs`).
@@ -34,4 +36,17 @@ impl Cursor {
     pub fn used(&self, r: &Region) -> u64 {
         (self.head + r.blocks - self.tail) % r.blocks
     }
+}
+
+/// Runs `f` with the per-thread flag `key` set, and puts back what it was
+/// afterwards (on a panic too).
+pub fn with_flag<R>(key: &'static std::thread::LocalKey<std::cell::Cell<bool>>, f: impl FnOnce() -> R) -> R {
+    struct Reset(&'static std::thread::LocalKey<std::cell::Cell<bool>>, bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            self.0.with(|c| c.set(self.1));
+        }
+    }
+    let _reset = Reset(key, key.with(|c| c.replace(true)));
+    f()
 }

@@ -46,14 +46,7 @@ thread_local! {
 /// record written in verified mode, `Fs::open`): a mismatch there is an
 /// unacknowledged write that never reached the disk, not damage.
 pub fn probing<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            PROBING.with(|p| p.set(self.0));
-        }
-    }
-    let _reset = Reset(PROBING.with(|p| p.replace(true)));
-    f()
+    crate::base::with_flag(&PROBING, f)
 }
 
 pub static TYPE: BlockType = BlockType {

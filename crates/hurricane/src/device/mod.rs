@@ -221,14 +221,7 @@ thread_local! {
 /// not reach the disk is dropped at replay; see `Fs::open`). Writes made by
 /// other threads on the caller's behalf are not exempt.
 pub fn verified_by_recovery<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            VERIFIED_BY_RECOVERY.with(|c| c.set(self.0));
-        }
-    }
-    let _reset = Reset(VERIFIED_BY_RECOVERY.with(|c| c.replace(true)));
-    f()
+    crate::base::with_flag(&VERIFIED_BY_RECOVERY, f)
 }
 
 /// Whether the calling thread is inside [`verified_by_recovery`]: its
