@@ -165,7 +165,6 @@ fn fuzz_corpus_replay() {
 #[test]
 #[ignore]
 fn generate_fuzz_corpus() {
-    use hurricane::blocks::{IoCtx, Layout, NodeRecord};
     use hurricane::codec::{Decoder, Encoder};
     use hurricane::journal;
     use hurricane::namespace::{Body, InodeData};
@@ -198,6 +197,10 @@ fn generate_fuzz_corpus() {
     drop(ext);
     fs.remove("/nest").unwrap();
     fs.dir_layout_set(&Creds::root(), fs.resolve("/a").unwrap(), "stripe(unit=64K,width=2)").unwrap();
+    // A log file: its batches record where the head of plain writes stood.
+    fs.write_file("/log", &pattern(6, 30_000), Some("log@1")).unwrap();
+    fs.sync().unwrap();
+    fs.write(fs.resolve("/log").unwrap(), 8192, &pattern(7, 4096)).unwrap();
     fs.sync().unwrap();
 
     let out = corpus_dir();
@@ -244,7 +247,8 @@ fn generate_fuzz_corpus() {
     put("journal_replay", "records-corrupt", &torn);
     drop(cfs);
 
-    // The checkpoint, its inode records and block records, after a clean close.
+    // The meta-file's tree and the store's inode records (with the layouts
+    // of the files), after a clean close.
     fs.close().unwrap();
     let img0 = p.devs[0].crash_image(CrashMode::KeepAll);
     let sb = [0, 1]
@@ -253,36 +257,11 @@ fn generate_fuzz_corpus() {
         .max_by_key(|s| s.generation)
         .unwrap();
     put("layout_decode", "meta-file", &sb.meta_layout);
-    let checkpoint_of = |p: &MemPool| {
-        let img0 = p.devs[0].crash_image(CrashMode::KeepAll);
-        let sb = [0, 1]
-            .iter()
-            .filter_map(|s| Superblock::decode(&img0[s * BLOCK_SIZE..(s + 1) * BLOCK_SIZE], "d0").unwrap())
-            .max_by_key(|s| s.generation)
-            .unwrap();
-        let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta")).unwrap();
-        let devs = p.devs.iter().map(|d| d.clone() as Arc<dyn Device>).collect();
-        let rfs = Fs::open(devs, Options { read_only: true, ..quiet() }).unwrap();
-        let sink = |_: NodeRecord| {};
-        let io = IoCtx { owner: 0, storage: rfs.storage(), epoch: 0, sink: &sink, repair: true };
-        let mut buf = vec![0u8; (sb.meta_len as usize).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
-        meta.root().read(&io, 0, &mut buf).unwrap();
-        buf.truncate(sb.meta_len as usize);
-        buf
-    };
-    let buf = checkpoint_of(&p);
-    put("checkpoint", "pool", &buf);
-    put("checkpoint", "empty-pool", &checkpoint_of(&MemPool::new(1, 8 * MB)));
-    let mut d = Decoder::new(&buf, "ckpt");
-    d.u64().unwrap();
-    d.u32().unwrap();
-    d.u64().unwrap();
-    let n = d.u64().unwrap();
-    for _ in 0..n {
-        let ino = d.u64().unwrap();
-        let rec = d.bytes().unwrap();
-        put("inode", &format!("ino{ino}"), rec);
-        if let Body::File(l) = InodeData::decode(&mut Decoder::new(rec, "inode")).unwrap().body {
+    let store = fuzz_targets::open_image(&meta_image(&p)).unwrap();
+    for ino in store.inos().unwrap() {
+        let rec = store.inode(ino).unwrap().expect("a listed inode has a record");
+        put("inode", &format!("ino{ino}"), &rec);
+        if let Body::File(l) = InodeData::decode(&mut Decoder::new(&rec, "inode")).unwrap().body {
             let mut e = Encoder::new();
             l.get().unwrap().encode(&mut e);
             put("layout_decode", &format!("ino{ino}"), &e.buf);
