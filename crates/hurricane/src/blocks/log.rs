@@ -327,13 +327,12 @@ impl LogSpace {
 
     /// Counts `n` blocks at `p` (of a node with `seg`-block segments) as
     /// live (+) or dead (-) in the usage table.
+    /// A segment new to the table is stamped now; `t` restamps the ones it
+    /// touches.
     fn count(s: &mut Space, seg: u64, p: u64, n: u64, live: bool, t: Option<i64>) {
-        let mut pos = p;
-        while pos < p + n {
-            let start = pos - pos % seg;
-            let k = (start + seg).min(p + n) - pos;
+        per_segment(seg, p, n, |start, k| {
             s.dirty.insert((seg, start));
-            let u = s.segs.entry((seg, start)).or_default();
+            let u = s.segs.entry((seg, start)).or_insert_with(|| SegUse { live: 0, mtime: now() });
             if live {
                 u.live += k;
             } else {
@@ -345,8 +344,7 @@ impl LogSpace {
             if u.live == 0 && !Self::filling(s, seg, start) {
                 s.segs.remove(&(seg, start));
             }
-            pos += k;
-        }
+        });
     }
 
     /// Whether a head is still filling segment (`seg`, `start`).
@@ -580,9 +578,9 @@ impl LogSpace {
             Self::count(&mut s, x.seg, from, to - from, false, None);
         }
         s.owners.insert(p, o);
-        // A segment the stored table knows keeps its age.
-        let known = s.segs.contains_key(&(o.seg, p - p % o.seg));
-        Self::count(&mut s, o.seg, p, o.len, true, (!known).then(now));
+        // Segments keep their ages (the stored table's, or those of writes
+        // since open).
+        Self::count(&mut s, o.seg, p, o.len, true, None);
     }
 
     /// Enters the usage table the last checkpoint stored: (segment size,
@@ -623,19 +621,23 @@ impl LogSpace {
     pub fn walking(&self) {
         let mut s = self.inner.lock();
         let s = &mut *s;
-        for u in s.segs.values_mut() {
-            u.live = 0;
-        }
+        let mut fresh: BTreeMap<(u64, u64), u64> = BTreeMap::new();
         for (&p, o) in &s.owners {
-            let mut pos = p;
-            while pos < p + o.len {
-                let start = pos - pos % o.seg;
-                let k = (start + o.seg).min(p + o.len) - pos;
-                s.segs.entry((o.seg, start)).or_default().live += k;
-                pos += k;
+            per_segment(o.seg, p, o.len, |start, k| *fresh.entry((o.seg, start)).or_default() += k);
+        }
+        // Only the entries whose count changes go to the next checkpoint.
+        for (&key, u) in s.segs.iter_mut() {
+            let live = fresh.remove(&key).unwrap_or(0);
+            if u.live != live {
+                u.live = live;
+                s.dirty.insert(key);
             }
         }
-        s.dirty.extend(s.segs.keys().copied());
+        let t = now();
+        for (key, live) in fresh {
+            s.segs.insert(key, SegUse { live, mtime: t });
+            s.dirty.insert(key);
+        }
     }
 
     /// After the walk: segments with nothing live and no head filling them
@@ -716,6 +718,18 @@ impl LogSpace {
                 f(a, l);
             }
         }
+    }
+}
+
+/// Calls `f(segment start, blocks)` for each `seg`-block segment that
+/// device blocks [p, p+n) cross.
+fn per_segment(seg: u64, p: u64, n: u64, mut f: impl FnMut(u64, u64)) {
+    let mut pos = p;
+    while pos < p + n {
+        let start = pos - pos % seg;
+        let k = (start + seg).min(p + n) - pos;
+        f(start, k);
+        pos += k;
     }
 }
 

@@ -482,29 +482,20 @@ impl Fs {
         }
         // Replay, noting the extents each file replay changes had at the
         // checkpoint: the free map knows those, and is moved on from them
-        // to the files' extents after replay.
-        let extents_of = |ino: Ino| -> Result<Vec<(u32, u64, u64)>> {
-            let mut v = Vec::new();
+        // to the files' extents after replay; and the log runs among them,
+        // for the usage table.
+        type Footprint = (Vec<(u32, u64, u64)>, Vec<crate::blocks::log::Run>);
+        let footprint_of = |ino: Ino| -> Result<Footprint> {
+            let (mut ext, mut log) = (Vec::new(), Vec::new());
             if let Some(n) = state.get(ino) {
                 if let Some(l) = n.data.read().layout()? {
-                    l.extents(&mut |d, s, len| v.push((d, s, len)));
+                    l.extents(&mut |d, s, len| ext.push((d, s, len)));
+                    crate::blocks::log::runs(l, &mut |r| log.push(r));
                 }
             }
-            Ok(v)
+            Ok((ext, log))
         };
-        let mut before: std::collections::BTreeMap<Ino, Vec<(u32, u64, u64)>> = Default::default();
-        // And the log runs of those files at the checkpoint, to move the
-        // usage table on by what replay changed.
-        let log_runs_of = |ino: Ino| -> Result<Vec<crate::blocks::log::Run>> {
-            let mut v = Vec::new();
-            if let Some(n) = state.get(ino) {
-                if let Some(l) = n.data.read().layout()? {
-                    crate::blocks::log::runs(l, &mut |r| v.push(r));
-                }
-            }
-            Ok(v)
-        };
-        let mut log_before: std::collections::BTreeMap<Ino, Vec<crate::blocks::log::Run>> = Default::default();
+        let mut before: std::collections::BTreeMap<Ino, Footprint> = Default::default();
         let mut touched: std::collections::BTreeSet<Ino> = Default::default();
         // The last place of each log head of plain writes (roll-forward).
         let mut anchors: std::collections::BTreeMap<(u32, u64), crate::blocks::log::Anchor> = Default::default();
@@ -519,8 +510,7 @@ impl Fs {
                 for op in &group {
                     if let Some(ino) = op_space_owner(op) {
                         if let std::collections::btree_map::Entry::Vacant(e) = before.entry(ino) {
-                            e.insert(extents_of(ino)?);
-                            log_before.insert(ino, log_runs_of(ino)?);
+                            e.insert(footprint_of(ino)?);
                         }
                     }
                     touched.extend(state.involved(op));
@@ -554,18 +544,17 @@ impl Fs {
         }
         report.replayed_records = records.len();
         report.replay_time = t0.elapsed();
-        for v in before.values() {
+        for (v, _) in before.values() {
             for &(d, s, l) in v {
                 if let Some(a) = storage.allocs.get(d as usize) {
                     a.free_now(s, l);
                 }
             }
         }
-        for (&ino, was) in &log_before {
-            crate::blocks::log::replayed(&storage, was, &log_runs_of(ino)?);
-        }
-        for &ino in before.keys() {
-            for (d, s, l) in extents_of(ino)? {
+        for (&ino, (_, log_was)) in &before {
+            let (extents, log_now) = footprint_of(ino)?;
+            crate::blocks::log::replayed(&storage, log_was, &log_now);
+            for (d, s, l) in extents {
                 let ok = storage
                     .allocs
                     .get(d as usize)

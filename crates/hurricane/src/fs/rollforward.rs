@@ -122,13 +122,10 @@ impl Fs {
         let (lay, size) = {
             let d = node.data.read();
             match d.layout() {
-                Ok(Some(l)) => (l.clone(), d.size),
+                Ok(Some(l)) if !super::txn::protected(&d) => (l.clone(), d.size),
                 _ => return Ok(0),
             }
         };
-        if self.txn_protected(s.ino) {
-            return Ok(0);
-        }
         let Some(leaf) = lay.nodes().get(s.node as usize) else { return Ok(0) };
         let seg_bytes = match leaf.params().0.get("segment") {
             Some(crate::blocks::Value::Num(n)) => Some(*n),
