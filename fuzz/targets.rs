@@ -209,7 +209,14 @@ pub fn layout_decode(data: &[u8]) {
         allocs: vec![Allocator::new(0, 64)].into(),
     };
     let sink = |_: NodeRecord| {};
-    let io = IoCtx { owner: 0, storage: &storage, epoch: 0, sink: &sink, repair: true };
+    let io = IoCtx {
+        owner: 0,
+        origin: hurricane::blocks::Origin::NONE,
+        storage: &storage,
+        epoch: 0,
+        sink: &sink,
+        repair: true,
+    };
     let mut buf = vec![0u8; 2 * BLOCK_SIZE];
     let _ = l.root().read(&io, 0, &mut buf);
     let _ = l.root().next_data(0);
@@ -273,7 +280,14 @@ pub fn open_image(image: &[u8]) -> hurricane::Result<MetaStore> {
     padded.resize(size as usize, 0);
     if !padded.is_empty() {
         let sink = |_: NodeRecord| {};
-        let io = IoCtx { owner: 0, storage: &storage, epoch: 0, sink: &sink, repair: false };
+        let io = IoCtx {
+            owner: 0,
+            origin: hurricane::blocks::Origin::NONE,
+            storage: &storage,
+            epoch: 0,
+            sink: &sink,
+            repair: false,
+        };
         layout.root().write(&io, 0, &padded)?;
     }
     let file = MetaFile::unchecked(storage, layout, image.len() as u64);

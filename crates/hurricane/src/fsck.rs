@@ -421,7 +421,14 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
         s.nodes.iter().filter(|(_, n)| n.kind == S_IFREG).map(|(&i, n)| (i, n.size.div_ceil(BS))).collect();
     let total: u64 = files.iter().map(|f| f.1).sum();
     let mut rep = DataReport::default();
-    let io = IoCtx { owner: 0, storage: fs.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+    let io = IoCtx {
+        owner: 0,
+        origin: crate::blocks::Origin::NONE,
+        storage: fs.storage(),
+        epoch: 0,
+        sink: Fs::no_sink(),
+        repair: false,
+    };
     let mut done = 0;
     let leftovers = Leftovers::default();
     progress("data", 0, total);

@@ -1301,7 +1301,14 @@ fn meta_image(p: &MemPool) -> Vec<u8> {
         .unwrap();
     let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta")).unwrap();
     let sink = |_: NodeRecord| {};
-    let io = IoCtx { owner: 0, storage: &storage, epoch: 0, sink: &sink, repair: false };
+    let io = IoCtx {
+        owner: 0,
+        origin: hurricane::blocks::Origin::NONE,
+        storage: &storage,
+        epoch: 0,
+        sink: &sink,
+        repair: false,
+    };
     let mut buf = vec![0u8; (sb.meta_len as usize).div_ceil(BLOCK_SIZE) * BLOCK_SIZE];
     meta.root().read(&io, 0, &mut buf).unwrap();
     buf.truncate(sb.meta_len as usize);
@@ -1327,7 +1334,14 @@ fn write_layout_seeds() {
     let allocs: Vec<Allocator> = (0..3).map(|_| Allocator::new(1, 4096)).collect();
     let storage = Storage { devs: devs.into(), allocs: allocs.into() };
     let sink = |_: NodeRecord| {};
-    let io = IoCtx { owner: 0, storage: &storage, epoch: 1, sink: &sink, repair: false };
+    let io = IoCtx {
+        owner: 0,
+        origin: hurricane::blocks::Origin::NONE,
+        storage: &storage,
+        epoch: 1,
+        sink: &sink,
+        repair: false,
+    };
     for (spec, name, shift) in [
         ("write-mostly(unit=16K)[extent@0,checksum[extent@1],extent@2]", "seed-write-mostly", None),
         ("checksum[extent@1]", "seed-extent-collapsed", Some((12u64, -8i64))),

@@ -214,7 +214,14 @@ fn disagreeing_blocks(p: &MemPool) -> Vec<(usize, Vec<u64>)> {
         .unwrap();
     let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta")).unwrap();
     let sink = |_: NodeRecord| {};
-    let io = IoCtx { owner: 0, storage: &storage, epoch: 0, sink: &sink, repair: false };
+    let io = IoCtx {
+        owner: 0,
+        origin: hurricane::blocks::Origin::NONE,
+        storage: &storage,
+        epoch: 0,
+        sink: &sink,
+        repair: false,
+    };
     let blocks = sb.meta_len.div_ceil(4096);
     let mut out = Vec::new();
     for (c, child) in meta.root().children().iter().enumerate() {

@@ -16,6 +16,7 @@ use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Va
 use crate::codec::{Decoder, Encoder};
 use crate::device::DeviceHandle;
 use crate::error::{Error, Result};
+use crate::pool::Allocator;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -111,7 +112,37 @@ impl Change {
 /// (file block, device block, length) of one mapped piece.
 pub(super) type Seg = (u64, u64, u64);
 
-struct Extent {
+/// How a type that keeps its runs the extent way (`extent` itself,
+/// `colocate`) places and stores new data.
+pub(super) struct Placement<'a> {
+    /// `want` blocks for file block `fblk`, `goal` being the device block
+    /// after the file's preceding data: (start, length), possibly shorter.
+    pub take: &'a dyn Fn(&Allocator, Option<u64>, u64, u64) -> Option<(u64, u64)>,
+    /// Writes `l` blocks at device block `p`: `data`, or zeros with None.
+    pub store: &'a dyn Fn(&DeviceHandle, u64, u64, Option<&[u8]>) -> Result<()>,
+}
+
+/// The extent type's own placement: next fit from the goal (epoch 0 is no
+/// journal batch: the meta-file's own writes, which may use the reserve).
+pub(super) fn next_fit(io: &IoCtx, alloc: &Allocator, goal: Option<u64>, want: u64) -> Option<(u64, u64)> {
+    if io.epoch == 0 {
+        alloc.alloc_reserved(goal, want)
+    } else {
+        alloc.alloc(goal, want)
+    }
+}
+
+/// Writes straight to the device.
+pub(super) fn store(dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>) -> Result<()> {
+    match data {
+        Some(buf) => dev.write_blocks(p, buf),
+        None => dev.zero_blocks(p, l),
+    }
+}
+
+pub(super) struct Extent {
+    /// The type whose node this is (its records carry its version).
+    kind: &'static BlockType,
     id: u32,
     dev: u32,
     /// Longest run, in blocks.
@@ -130,18 +161,7 @@ pub(super) struct Map {
 }
 
 fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
-    let bytes = a.params.num("max")?;
-    // Rounding would make the built tree print back as another layout.
-    if !bytes.is_multiple_of(BLOCK_SIZE as u64) {
-        return Err(Error::Layout(format!("extent: max={bytes} is not a multiple of 4K")));
-    }
-    let max = bytes / BLOCK_SIZE as u64;
-    let dev = a.device.unwrap_or_default();
-    let mut map = Map::default();
-    if let Some(s) = a.state {
-        map.runs = decode_runs(s, max)?;
-    }
-    Ok(Arc::new(Extent { id: a.id, dev, max, map: RwLock::new(map) }))
+    Ok(Arc::new(Extent::new(&TYPE, &a)?))
 }
 
 /// Decodes `count, (fblk, pblk, len)*`, refusing empty, overflowing, too long
@@ -347,6 +367,32 @@ impl Map {
 }
 
 impl Extent {
+    /// A node of type `kind` kept the extent way, from its `max` parameter
+    /// and state.
+    pub(super) fn new(kind: &'static BlockType, a: &BuildArgs) -> Result<Extent> {
+        let bytes = a.params.num("max")?;
+        // Rounding would make the built tree print back as another layout.
+        if !bytes.is_multiple_of(BLOCK_SIZE as u64) {
+            return Err(Error::Layout(format!("{}: max={bytes} is not a multiple of 4K", kind.name)));
+        }
+        let max = bytes / BLOCK_SIZE as u64;
+        let dev = a.device.unwrap_or_default();
+        let mut map = Map::default();
+        if let Some(s) = a.state {
+            map.runs = decode_runs(s, max)?;
+        }
+        Ok(Extent { kind, id: a.id, dev, max, map: RwLock::new(map) })
+    }
+
+    pub(super) fn dev(&self) -> u32 {
+        self.dev
+    }
+
+    /// The pieces of [fblk, fblk+n) reads see (pending space reads as a hole).
+    pub(super) fn readable(&self, fblk: u64, n: u64) -> Vec<Seg> {
+        self.map.read().readable(fblk, fblk + n)
+    }
+
     /// Applies a truncate, punch or shift: drops the mappings it covers,
     /// frees their space once the request's batch commits (pending space is
     /// freed by the writer that allocated it) and records the change if it
@@ -362,19 +408,19 @@ impl Extent {
                 io.free(self.dev, p, l);
             }
         }
-        io.record(&TYPE, self.id, &c.encode());
+        io.record(self.kind, self.id, &c.encode());
     }
 
-    fn handle<'a>(&self, io: &'a IoCtx) -> Result<&'a DeviceHandle> {
+    pub(super) fn handle<'a>(&self, io: &'a IoCtx) -> Result<&'a DeviceHandle> {
         io.storage
             .devs
             .get(self.dev as usize)
-            .ok_or_else(|| Error::Device(format!("extent@{}: no such device in the pool", self.dev)))
+            .ok_or_else(|| Error::Device(format!("{}@{}: no such device in the pool", self.kind.name, self.dev)))
     }
 
     /// Maps every hole in [f, end) to new device space, marked pending.
     /// Returns the new runs; on a full device maps nothing and frees all.
-    fn allocate(&self, m: &mut Map, io: &IoCtx, f: u64, end: u64) -> Result<Vec<Seg>> {
+    fn allocate(&self, m: &mut Map, io: &IoCtx, place: &Placement, f: u64, end: u64) -> Result<Vec<Seg>> {
         let gaps = m.gaps(f, end);
         if gaps.is_empty() {
             return Ok(Vec::new());
@@ -385,19 +431,13 @@ impl Extent {
             .storage
             .allocs
             .get(self.dev as usize)
-            .ok_or_else(|| Error::Device(format!("extent@{}: no allocator", self.dev)))?;
+            .ok_or_else(|| Error::Device(format!("{}@{}: no allocator", self.kind.name, self.dev)))?;
         let mut fresh: Vec<Seg> = Vec::new();
         for (gf, gl) in gaps {
             let mut pos = gf;
             while pos < gf + gl {
                 let want = (gf + gl - pos).min(self.max);
-                // Epoch 0 is no journal batch: the meta-file's own writes, which may use the reserve.
-                let got = if io.epoch == 0 {
-                    alloc.alloc_reserved(m.goal(pos), want)
-                } else {
-                    alloc.alloc(m.goal(pos), want)
-                };
-                let Some((p, got)) = got else {
+                let Some((p, got)) = (place.take)(alloc, m.goal(pos), pos, want).filter(|&(_, n)| n > 0) else {
                     // Nothing was recorded yet, so the space goes straight back.
                     for &(sf, sp, sl) in &fresh {
                         m.remove(sf, sf + sl);
@@ -417,21 +457,18 @@ impl Extent {
 
     /// A write of `buf`, or of zeros with `None` (the device zeroes the
     /// space where it can): maps, writes unlocked, then publishes.
-    fn put(&self, io: &IoCtx, fblk: u64, n: u64, buf: Option<&[u8]>) -> Result<()> {
+    pub(super) fn put(&self, io: &IoCtx, place: &Placement, fblk: u64, n: u64, buf: Option<&[u8]>) -> Result<()> {
         let dev = self.handle(io)?;
         let end = fblk + n;
         let (segs, fresh) = {
             let mut m = self.map.write();
-            let fresh = self.allocate(&mut m, io, fblk, end)?;
+            let fresh = self.allocate(&mut m, io, place, fblk, end)?;
             (m.segments(fblk, end), fresh)
         };
         let mut res = Ok(());
         for &(f, p, l) in &segs {
             let start = (f - fblk) as usize * BLOCK_SIZE;
-            res = match buf {
-                Some(buf) => dev.write_blocks(p, &buf[start..start + l as usize * BLOCK_SIZE]),
-                None => dev.zero_blocks(p, l),
-            };
+            res = (place.store)(dev, p, l, buf.map(|b| &b[start..start + l as usize * BLOCK_SIZE]));
             if res.is_err() {
                 break;
             }
@@ -455,7 +492,7 @@ impl Extent {
                     // Publishing goes through the same apply as replay.
                     let c = Change::Map { fblk: sf, pblk: sp, len: sl };
                     m.apply(c, self.max);
-                    io.record(&TYPE, self.id, &c.encode());
+                    io.record(self.kind, self.id, &c.encode());
                 } else {
                     m.remove(sf, sf + sl);
                     alloc.free_now(sp, sl);
@@ -467,12 +504,19 @@ impl Extent {
     }
 }
 
+impl Extent {
+    fn put_next_fit(&self, io: &IoCtx, fblk: u64, n: u64, buf: Option<&[u8]>) -> Result<()> {
+        let place = Placement { take: &|a, goal, _, want| next_fit(io, a, goal, want), store: &store };
+        self.put(io, &place, fblk, n, buf)
+    }
+}
+
 impl Block for Extent {
     fn id(&self) -> u32 {
         self.id
     }
     fn kind(&self) -> &'static BlockType {
-        &TYPE
+        self.kind
     }
     fn params(&self) -> Params {
         let mut p = Params::default();
@@ -491,12 +535,12 @@ impl Block for Extent {
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
-        self.put(io, fblk, span(fblk, buf.len())?, Some(buf))
+        self.put_next_fit(io, fblk, span(fblk, buf.len())?, Some(buf))
     }
 
     fn write_zeroes(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
         fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
-        self.put(io, fblk, n, None)
+        self.put_next_fit(io, fblk, n, None)
     }
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
@@ -592,7 +636,14 @@ mod tests {
             Storage { allocs: vec![Allocator::new(1, 256)].into(), devs: vec![DeviceHandle::new(0, dev)].into() };
         let log = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| log.lock().push(c);
-        let io = IoCtx { owner: 0, storage: &storage, epoch: 3, sink: &sink, repair: true };
+        let io = IoCtx {
+            owner: 0,
+            origin: crate::blocks::Origin::NONE,
+            storage: &storage,
+            epoch: 3,
+            sink: &sink,
+            repair: true,
+        };
         let spec = Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(0) };
         let l = Layout::build(&spec).unwrap();
         let data: Vec<u8> = (0..20 * BS).map(|i| (i / BS) as u8 + 1).collect();

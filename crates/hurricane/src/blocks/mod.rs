@@ -16,6 +16,7 @@
 pub mod registry;
 
 mod checksum;
+pub mod colocate;
 mod common;
 mod compress;
 #[cfg(test)]
@@ -72,11 +73,28 @@ pub struct Spec {
 /// own writes, whose tree the superblock records).
 pub fn ignore_records(_: NodeRecord) {}
 
+/// The file a request is for, as the types that place data by their
+/// file's surroundings see it (`colocate`, C-FFS keyed co-location): the
+/// directory it was created in or last reached through, and its owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The directory's inode number (0: not known).
+    pub dir: u64,
+    pub uid: u32,
+}
+
+impl Origin {
+    pub const NONE: Origin = Origin { dir: 0, uid: 0 };
+}
+
 /// What a request carries down a composition.
 pub struct IoCtx<'a> {
     /// The inode the request is for (0: the meta-file, or no file): what
     /// per-device blocks that keep an index of their owners (`log`) record.
     pub owner: u64,
+    /// Where that file belongs, for types that place data by it
+    /// (`colocate`): [`Origin::NONE`] for requests of no file.
+    pub origin: Origin,
     pub storage: &'a Storage,
     /// Journal batch the request belongs to: frees wait for it to commit.
     pub epoch: u64,

@@ -2012,6 +2012,7 @@ mod tests {
             let sink = |c: NodeRecord| self.log.lock().push(c);
             f(&IoCtx {
                 owner: 0,
+                origin: crate::blocks::Origin::NONE,
                 storage: &self.storage,
                 epoch: self.epoch.load(Ordering::SeqCst),
                 sink: &sink,

@@ -86,6 +86,7 @@ pub static TYPES: &[&BlockType] = &[
     &super::table::TYPE,
     &super::write_mostly::TYPE,
     &super::log::TYPE,
+    &super::colocate::TYPE,
 ];
 
 /// The number of children a spec of type `t` written without any implies

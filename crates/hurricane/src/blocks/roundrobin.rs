@@ -312,7 +312,8 @@ mod tests {
         let st = storage(3);
         let l = Layout::build(&spec("stripe", "unit", 2 * BS, 3)).unwrap();
         let sink = |_: NodeRecord| {};
-        let io = IoCtx { owner: 0, storage: &st, epoch: 1, sink: &sink, repair: true };
+        let io =
+            IoCtx { owner: 0, origin: crate::blocks::Origin::NONE, storage: &st, epoch: 1, sink: &sink, repair: true };
         l.root().write(&io, 0, &vec![7u8; 12 * BLOCK_SIZE]).unwrap();
         let tally = scrub(&l, &io, 12);
         assert_eq!(tally.checked.into_inner(), 12);
@@ -328,7 +329,8 @@ mod tests {
         // A large range: the children are scrubbed on threads of their own,
         // and lost ranges still come back in file blocks.
         let st = storage(3);
-        let io = IoCtx { owner: 0, storage: &st, epoch: 1, sink: &sink, repair: true };
+        let io =
+            IoCtx { owner: 0, origin: crate::blocks::Origin::NONE, storage: &st, epoch: 1, sink: &sink, repair: true };
         let l = Layout::build(&spec("stripe", "unit", 8 * BS, 3)).unwrap();
         l.root().write(&io, 0, &vec![9u8; 600 * BLOCK_SIZE]).unwrap();
         st.devs[2].set_state(DeviceState::Missing);

@@ -32,7 +32,14 @@ impl Env {
     }
     pub fn io<T>(&self, f: impl FnOnce(&IoCtx) -> T) -> T {
         let sink = |c: NodeRecord| self.log.lock().push(c);
-        f(&IoCtx { owner: 0, storage: &self.storage, epoch: 1, sink: &sink, repair: true })
+        f(&IoCtx {
+            owner: 0,
+            origin: crate::blocks::Origin::NONE,
+            storage: &self.storage,
+            epoch: 1,
+            sink: &sink,
+            repair: true,
+        })
     }
     pub fn write(&self, l: &Layout, fblk: u64, data: &[u8]) -> Result<()> {
         self.io(|io| l.root().write(io, fblk, data))

@@ -153,7 +153,14 @@ impl Fs {
             if !lay.nodes().iter().any(|n| n.kind().name == crate::blocks::log::TYPE.name) {
                 continue;
             }
-            let io = IoCtx { owner: node.ino, storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+            let io = IoCtx {
+                owner: node.ino,
+                origin: crate::blocks::Origin::NONE,
+                storage: self.storage(),
+                epoch: 0,
+                sink: Fs::no_sink(),
+                repair: false,
+            };
             for n in lay.nodes() {
                 n.register(&io);
             }
@@ -263,7 +270,14 @@ impl Fs {
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
             let g = self.inner.gate.enter();
-            let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: false };
+            let io = IoCtx {
+                owner: ino,
+                origin: crate::blocks::Origin::NONE,
+                storage: self.storage(),
+                epoch: g.epoch(),
+                sink: &sink,
+                repair: false,
+            };
             let mut r = Ok(());
             for (pblk, o) in runs {
                 let Some(n) = lay.nodes().get(o.node as usize) else { continue };

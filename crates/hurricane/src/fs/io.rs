@@ -64,6 +64,15 @@ impl Drop for Claims<'_> {
 }
 
 impl Fs {
+    /// Where `ino` belongs, for the block types that place data by it: the
+    /// directory it was created in or last reached through, and its owner.
+    pub(crate) fn origin(&self, ino: Ino) -> crate::blocks::Origin {
+        self.state().get(ino).map_or(crate::blocks::Origin::NONE, |n| crate::blocks::Origin {
+            dir: n.parent_hint.load(std::sync::atomic::Ordering::Relaxed),
+            uid: n.data.read().uid,
+        })
+    }
+
     pub(super) fn file_layout(&self, ino: Ino) -> Result<(Arc<crate::namespace::Inode>, Arc<Layout>, u64)> {
         let n = self.state().inode(ino)?;
         let (lay, size) = {
@@ -95,7 +104,14 @@ impl Fs {
         // it mapped) is journalled below like a write's changes.
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: &sink, repair: !self.inner.read_only };
+        let io = IoCtx {
+            owner: ino,
+            origin: crate::blocks::Origin::NONE,
+            storage: self.storage(),
+            epoch: 0,
+            sink: &sink,
+            repair: !self.inner.read_only,
+        };
         let r = self.read_cached(ino, &lay, &io, off, &mut buf[..n]);
         let changes = changes.into_inner();
         if !changes.is_empty() {
@@ -256,7 +272,14 @@ impl Fs {
         let Some(node) = self.state().get(ino) else { return };
         let Ok(Some(lay)) = node.data.read().layout().map(|l| l.cloned()) else { return };
         let mut tmp = vec![0u8; n as usize * BLOCK_SIZE];
-        let io = IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+        let io = IoCtx {
+            owner: ino,
+            origin: crate::blocks::Origin::NONE,
+            storage: self.storage(),
+            epoch: 0,
+            sink: Fs::no_sink(),
+            repair: false,
+        };
         match lay.root().read(&io, start, &mut tmp) {
             Ok(()) => claims.fill(&tmp),
             Err(e) => tracing::debug!("prefetch of inode {ino} blocks {start}+{n}: {e}"),
@@ -293,7 +316,14 @@ impl Fs {
             let g = self.inner.gate.enter();
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+            let io = IoCtx {
+                owner: ino,
+                origin: self.origin(ino),
+                storage: self.storage(),
+                epoch: g.epoch(),
+                sink: &sink,
+                repair: true,
+            };
             let r = write_range(&lay, &io, off, data);
             if r.is_ok() {
                 // The part the migration has copied already goes to its tree too.
@@ -393,13 +423,27 @@ impl Fs {
         let fresh = Arc::new(Layout::build(&self.file_spec(&self.default_layout())?)?);
         let mut e = Encoder::new();
         fresh.encode(&mut e);
-        let rio = IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+        let rio = IoCtx {
+            owner: ino,
+            origin: crate::blocks::Origin::NONE,
+            storage: self.storage(),
+            epoch: 0,
+            sink: Fs::no_sink(),
+            repair: false,
+        };
         let mut buf = vec![0u8; size.div_ceil(BS) as usize * BLOCK_SIZE];
         old.root().read(&rio, 0, &mut buf)?;
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let io = IoCtx {
+            owner: ino,
+            origin: self.origin(ino),
+            storage: self.storage(),
+            epoch: g.epoch(),
+            sink: &sink,
+            repair: true,
+        };
         if !buf.is_empty() {
             fresh.root().write(&io, 0, &buf)?;
         }
@@ -459,7 +503,14 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let io = IoCtx {
+            owner: ino,
+            origin: self.origin(ino),
+            storage: self.storage(),
+            epoch: g.epoch(),
+            sink: &sink,
+            repair: true,
+        };
         if size < old {
             let keep = size.div_ceil(BS);
             let cut = |lay: &Layout, io: &IoCtx| -> Result<()> {
@@ -576,7 +627,14 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let io = IoCtx {
+            owner: ino,
+            origin: self.origin(ino),
+            storage: self.storage(),
+            epoch: g.epoch(),
+            sink: &sink,
+            repair: true,
+        };
         let r = lay.root().shift(&io, from, delta);
         self.inner.cache.invalidate_from(ino, off / BS);
         let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
@@ -599,7 +657,14 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+        let io = IoCtx {
+            owner: ino,
+            origin: self.origin(ino),
+            storage: self.storage(),
+            epoch: g.epoch(),
+            sink: &sink,
+            repair: true,
+        };
         let r = f(lay, &io);
         if r.is_ok() {
             self.mirror(ino, g.epoch(), &|fresh, io, _| f(fresh, io));

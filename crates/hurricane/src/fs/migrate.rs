@@ -163,6 +163,7 @@ impl Drop for Registered<'_> {
         // blocks), for reuse once the current batch commits.
         let io = IoCtx {
             owner: self.ino,
+            origin: crate::blocks::Origin::NONE,
             storage: self.fs.storage(),
             epoch: self.fs.inner.gate.current_epoch(),
             sink: &crate::blocks::ignore_records,
@@ -237,7 +238,14 @@ impl Fs {
         }
         let mut reg = Registered { fs: self, ino, m: m.clone(), installed: false };
         let stop = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
-        let rio = IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: Fs::no_sink(), repair: false };
+        let rio = IoCtx {
+            owner: ino,
+            origin: crate::blocks::Origin::NONE,
+            storage: self.storage(),
+            epoch: 0,
+            sink: Fs::no_sink(),
+            repair: false,
+        };
         let sink = |c: NodeRecord| m.changes.lock().push(c);
         let chunk = if opts.chunk_blocks == 0 { CHUNK } else { opts.chunk_blocks.min(CHUNK) };
         let mut buf = vec![0u8; (chunk * BS) as usize];
@@ -281,6 +289,7 @@ impl Fs {
                 let dropped = {
                     let io = IoCtx {
                         owner: ino,
+                        origin: crate::blocks::Origin::NONE,
                         storage: self.storage(),
                         epoch: g.epoch(),
                         sink: &crate::blocks::ignore_records,
@@ -315,7 +324,14 @@ impl Fs {
                 .map_err(|e| Error::Device(format!("inode {ino}: reading blocks {start}+{n} to migrate them: {e}")))?;
             {
                 let g = self.inner.gate.enter();
-                let wio = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: false };
+                let wio = IoCtx {
+                    owner: ino,
+                    origin: self.origin(ino),
+                    storage: self.storage(),
+                    epoch: g.epoch(),
+                    sink: &sink,
+                    repair: false,
+                };
                 let zero = |k: u64| part[(k * BS) as usize..((k + 1) * BS) as usize].iter().all(|&x| x == 0);
                 let mut k = 0;
                 while k < n {
@@ -383,7 +399,8 @@ impl Fs {
     pub(crate) fn mirror(&self, ino: Ino, epoch: u64, f: &dyn Fn(&Layout, &IoCtx, u64) -> Result<()>) {
         let Some(m) = self.migration(ino) else { return };
         let sink = |c: NodeRecord| m.changes.lock().push(c);
-        let io = IoCtx { owner: ino, storage: self.storage(), epoch, sink: &sink, repair: false };
+        let io =
+            IoCtx { owner: ino, origin: self.origin(ino), storage: self.storage(), epoch, sink: &sink, repair: false };
         if let Err(e) = f(&m.fresh, &io, m.watermark()) {
             tracing::warn!("inode {ino}: migration to {} ended: a change could not be made in the new tree: {e}", m.to);
             self.end_migration(ino, e);

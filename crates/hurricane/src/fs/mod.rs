@@ -770,7 +770,13 @@ impl Fs {
 
     /// Empties the data cache (benchmarks start each run cold).
     pub fn drop_caches(&self) {
-        self.inner.cache.clear()
+        self.inner.cache.clear();
+        crate::blocks::colocate::drop_caches(&self.inner.storage);
+    }
+
+    /// Group placement and group reads of `colocate` files, all devices summed.
+    pub fn group_stats(&self) -> crate::blocks::colocate::GroupStatsSnapshot {
+        crate::blocks::colocate::stats(&self.inner.storage)
     }
 
     /// Per-device I/O statistics.
@@ -1227,7 +1233,12 @@ impl Fs {
     /// The layout a new file's spec text stands for in this pool: resolved
     /// against the pool, with the pool's checksum option applied.
     pub(crate) fn file_spec(&self, text: &str) -> Result<layout::Spec> {
-        let spec = layout::resolve(&layout::parse(text)?, &self.pool_info())?;
+        self.file_spec_in(text, &self.pool_info())
+    }
+
+    /// [`Fs::file_spec`] against a given view of the pool.
+    pub(crate) fn file_spec_in(&self, text: &str, info: &PoolInfo) -> Result<layout::Spec> {
+        let spec = layout::resolve(&layout::parse(text)?, info)?;
         Ok(if self.inner.checksum { layout::with_checksums(spec) } else { spec })
     }
 }
@@ -1248,7 +1259,7 @@ fn pool_info(s: &Storage) -> PoolInfo {
         .filter(|d| matches!(d.state(), DeviceState::Removed | DeviceState::Evacuating))
         .map(|d| (d.index, d.state().name()))
         .collect();
-    PoolInfo { devices: s.device_count(), free_blocks: free.collect(), retired }
+    PoolInfo { devices: s.device_count(), free_blocks: free.collect(), retired, prefer: None }
 }
 
 fn salt_of(id: &[u8; 16]) -> u64 {

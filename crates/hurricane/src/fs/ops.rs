@@ -170,12 +170,14 @@ fn show(name: &[u8]) -> String {
 
 /// Resolving a layout spec (parse, pick devices, validate, build, encode)
 /// took half of a file creation's time. The result depends only on the
-/// pool, the spec, and the devices' order by free space (with which are
-/// full: see `layout::spec::pick`), so each thread keeps its latest few.
+/// pool, the spec, the devices' order by free space (with which are
+/// full: see `layout::spec::pick`) and the device a `colocate` file's
+/// directory prefers, so each thread keeps its latest few.
 #[derive(PartialEq, Eq)]
 struct ResolvedKey {
     pool: u64,
     order: Vec<u32>,
+    prefer: Option<u32>,
     spec: String,
 }
 
@@ -315,12 +317,23 @@ impl Fs {
                 }
             }
         };
-        let info = self.pool_info();
-        let key = ResolvedKey { pool: self.inner.salt, order: device_order(&info), spec: spec_text };
+        let mut info = self.pool_info();
+        // Small files of a directory share groups only on one device: the
+        // directory picks it (by its inode number, among those with room).
+        if spec_text.contains(crate::blocks::colocate::TYPE.name) {
+            let usable: Vec<u32> = (0..info.devices)
+                .filter(|&d| info.retired(d).is_none() && info.free_blocks.get(d as usize) > Some(&0))
+                .collect();
+            if !usable.is_empty() {
+                info.prefer = Some(usable[(parent % usable.len() as u64) as usize]);
+            }
+        }
+        let key =
+            ResolvedKey { pool: self.inner.salt, order: device_order(&info), prefer: info.prefer, spec: spec_text };
         if let Some(hit) = RESOLVED.with(|c| c.borrow().iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone())) {
             return Ok(hit);
         }
-        let l = Layout::build(&self.file_spec(&key.spec)?)?;
+        let l = Layout::build(&self.file_spec_in(&key.spec, &info)?)?;
         let mut e = Encoder::new();
         l.encode(&mut e);
         let encoded = e.into_inner();
@@ -512,7 +525,14 @@ impl Fs {
         if let Some(lay) = lay {
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx { owner: ino, storage: self.storage(), epoch: g.epoch(), sink: &sink, repair: true };
+            let io = IoCtx {
+                owner: ino,
+                origin: self.origin(ino),
+                storage: self.storage(),
+                epoch: g.epoch(),
+                sink: &sink,
+                repair: true,
+            };
             lay.root().truncate(&io, 0)?;
         }
         self.end_migration(ino, Error::NotFound(format!("inode {ino} was deleted during its migration")));

@@ -50,7 +50,8 @@ pub(super) fn data_arrived(state: &State, storage: &Storage, groups: &[Vec<Op>])
         }
         let Some(lay) = layout_after(state, ino, groups)? else { continue };
         let sink = |_: NodeRecord| {};
-        let io = IoCtx { owner: ino, storage, epoch: 0, sink: &sink, repair: false };
+        let io =
+            IoCtx { owner: ino, origin: crate::blocks::Origin::NONE, storage, epoch: 0, sink: &sink, repair: false };
         let mut buf = Vec::new();
         for (start, blocks) in runs {
             let mut at = start;

@@ -240,13 +240,15 @@ impl Fs {
                     let g = self.inner.gate.enter();
                     let io = crate::blocks::IoCtx {
                         owner: ino,
+                        origin: self.origin(ino),
                         storage: self.storage(),
                         epoch: g.epoch(),
                         sink: &sink,
                         repair,
                     };
                     let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
-                    let r = lay.root().scrub(&io, &s, b, n);
+                    // What the devices hold, not what a cache kept.
+                    let r = crate::blocks::colocate::uncached(|| lay.root().scrub(&io, &s, b, n));
                     let ops: Vec<Op> = std::mem::take(&mut *changes.lock())
                         .into_iter()
                         .map(|change| Op::Map { ino, change })
@@ -256,10 +258,16 @@ impl Fs {
                     }
                     r
                 } else {
-                    let io =
-                        crate::blocks::IoCtx { owner: ino, storage: self.storage(), epoch: 0, sink: &sink, repair };
+                    let io = crate::blocks::IoCtx {
+                        owner: ino,
+                        origin: crate::blocks::Origin::NONE,
+                        storage: self.storage(),
+                        epoch: 0,
+                        sink: &sink,
+                        repair,
+                    };
                     let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
-                    lay.root().scrub(&io, &s, b, n)
+                    crate::blocks::colocate::uncached(|| lay.root().scrub(&io, &s, b, n))
                 };
                 if let Err(e) = r {
                     tracing::error!("scrub of inode {ino} blocks {b}+{n}: {e}");

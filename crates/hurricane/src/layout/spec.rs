@@ -29,12 +29,21 @@ pub struct PoolInfo {
     /// Devices that take no new data (being evacuated, or removed), sorted:
     /// never picked, and refused when a layout names them.
     pub retired: Vec<(u32, &'static str)>,
+    /// The device a node of unnamed device gets first while it has room
+    /// and no sibling took it: the one a new small file's directory chose
+    /// (`colocate`), so that a directory's files share groups.
+    pub prefer: Option<u32>,
 }
 
 impl PoolInfo {
     /// A pool with one device per entry of `free_blocks`.
     pub fn new(free_blocks: Vec<u64>) -> Self {
-        PoolInfo { devices: u32::try_from(free_blocks.len()).unwrap_or(u32::MAX), free_blocks, retired: Vec::new() }
+        PoolInfo {
+            devices: u32::try_from(free_blocks.len()).unwrap_or(u32::MAX),
+            free_blocks,
+            retired: Vec::new(),
+            prefer: None,
+        }
     }
     fn free(&self, dev: u32) -> u64 {
         self.free_blocks.get(dev as usize).copied().unwrap_or(0)
@@ -531,6 +540,16 @@ fn assign(s: &mut Spec, pool: &PoolInfo, uses: &mut BTreeMap<u32, usize>) -> Res
 fn pick(pool: &PoolInfo, taken: &BTreeSet<u32>, uses: &BTreeMap<u32, usize>) -> Option<u32> {
     // Past the listed devices all look alike (full, unused), so one more than
     // the devices already used or taken suffices to find the best.
+    if let Some(d) = pool.prefer {
+        if d < pool.devices
+            && !taken.contains(&d)
+            && !uses.contains_key(&d)
+            && pool.retired(d).is_none()
+            && pool.free(d) > 0
+        {
+            return Some(d);
+        }
+    }
     let scan = (pool.free_blocks.len() + uses.len() + taken.len() + 1).min(pool.devices as usize) as u32;
     (0..scan).filter(|d| !taken.contains(d) && pool.retired(*d).is_none()).min_by_key(|&d| {
         let free = pool.free(d);
@@ -854,7 +873,7 @@ mod tests {
         let bad = Spec { kind: "nope".into(), params: vec![], children: vec![], device: None };
         assert!(resolve(&bad, &pool(4)).unwrap_err().to_string().contains("unknown block type"));
         // A huge claimed pool is scanned only as far as needed.
-        let huge = PoolInfo { devices: u32::MAX, free_blocks: vec![], retired: vec![] };
+        let huge = PoolInfo { devices: u32::MAX, free_blocks: vec![], retired: vec![], prefer: None };
         assert_eq!(
             resolve(&parse("stripe(width=3)").unwrap(), &huge).unwrap().to_string(),
             "stripe[extent@0,extent@1,extent@2]"

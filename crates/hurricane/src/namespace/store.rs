@@ -351,6 +351,7 @@ impl MetaFile {
         let old = self.layout();
         let io = IoCtx {
             owner: 0,
+            origin: crate::blocks::Origin::NONE,
             storage: &self.inner.storage,
             epoch: 0,
             sink: &crate::blocks::ignore_records,
@@ -385,6 +386,7 @@ impl MetaFile {
         }
         let io = IoCtx {
             owner: 0,
+            origin: crate::blocks::Origin::NONE,
             storage: &self.inner.storage,
             epoch: 0,
             sink: &crate::blocks::ignore_records,
@@ -437,6 +439,7 @@ impl MetaFile {
     fn recover(&self, layout: &Layout, fblk: u64, out: &mut [u8]) -> Result<()> {
         let io = IoCtx {
             owner: 0,
+            origin: crate::blocks::Origin::NONE,
             storage: &self.inner.storage,
             epoch: 0,
             sink: &crate::blocks::ignore_records,
@@ -541,6 +544,7 @@ impl MetaFile {
     fn read_blocks(&self, layout: &Layout, fblk: u64, buf: &mut [u8]) -> Result<()> {
         let io = IoCtx {
             owner: 0,
+            origin: crate::blocks::Origin::NONE,
             storage: &self.inner.storage,
             epoch: 0,
             sink: &crate::blocks::ignore_records,
@@ -565,6 +569,7 @@ impl MetaFile {
                 if let Some(child) = layout.root().children().get(from) {
                     let io = IoCtx {
                         owner: 0,
+                        origin: crate::blocks::Origin::NONE,
                         storage: &self.inner.storage,
                         epoch: 0,
                         sink: &crate::blocks::ignore_records,
@@ -621,7 +626,14 @@ impl MetaFile {
         }
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx { owner: 0, storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        let io = IoCtx {
+            owner: 0,
+            origin: crate::blocks::Origin::NONE,
+            storage: &self.inner.storage,
+            epoch: 0,
+            sink: &sink,
+            repair: false,
+        };
         layout.root().write(&io, fblk, data)?;
         self.inner.unwritten.lock().extend(touched);
         Ok(())
@@ -637,7 +649,14 @@ impl MetaFile {
         let layout = self.layout();
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx { owner: 0, storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        let io = IoCtx {
+            owner: 0,
+            origin: crate::blocks::Origin::NONE,
+            storage: &self.inner.storage,
+            epoch: 0,
+            sink: &sink,
+            repair: false,
+        };
         // Neighbouring pages go in one write.
         let mut i = 0;
         while i < pages.len() {
@@ -745,7 +764,14 @@ impl redb::StorageBackend for MetaFile {
         }
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx { owner: 0, storage: &self.inner.storage, epoch: 0, sink: &sink, repair: false };
+        let io = IoCtx {
+            owner: 0,
+            origin: crate::blocks::Origin::NONE,
+            storage: &self.inner.storage,
+            epoch: 0,
+            sink: &sink,
+            repair: false,
+        };
         layout.root().write(&io, SUMS_BASE + p0, &pages).map_err(io_err)?;
         // Zeroed by the devices where they can (image files and block
         // devices both can), so growth costs no writes of its own.

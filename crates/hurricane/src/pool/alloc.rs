@@ -133,6 +133,45 @@ impl Allocator {
         Some(a)
     }
 
+    /// Allocates `len` contiguous blocks starting at a multiple of `len`,
+    /// the lowest such run at or after block `from` (then from the start):
+    /// where `colocate` opens its groups, one after another. Keeps the
+    /// reserve. None when no such run is free.
+    pub fn alloc_aligned_from(&self, len: u64, from: u64) -> Option<u64> {
+        let mut m = self.inner.lock();
+        let keep = self.reserve.load(Ordering::Relaxed);
+        if len == 0 || m.free_blocks < len.saturating_add(keep) {
+            return None;
+        }
+        let fits = |(&s, &l): (&u64, &u64), lo: u64| {
+            let a = s.max(lo).div_ceil(len).checked_mul(len)?;
+            (a.checked_add(len)? <= s + l).then_some((s, l, a))
+        };
+        let first = m.free.range(..=from).next_back().map_or(from, |(&s, _)| s);
+        let (s, l, a) = m
+            .free
+            .range(first..)
+            .find_map(|r| fits(r, from))
+            .or_else(|| m.free.range(..=first).find_map(|r| fits(r, 0)))?;
+        take(&mut m, s, l, a, len);
+        Some(a)
+    }
+
+    /// The longest run [a, b) inside [lo, hi) that holds block `p` and no
+    /// free block (empty when `p` itself is free): what a read of `p` may
+    /// take along without reading free space.
+    pub fn used_around(&self, p: u64, lo: u64, hi: u64) -> (u64, u64) {
+        let m = self.inner.lock();
+        if let Some((&s, &l)) = m.free.range(..=p).next_back() {
+            if p < s + l {
+                return (p, p);
+            }
+        }
+        let a = m.free.range(..p).next_back().map_or(lo, |(&s, &l)| (s + l).max(lo));
+        let b = m.free.range(p..).next().map_or(hi, |(&s, _)| s.min(hi));
+        (a, b.max(p + 1).min(hi.max(p + 1)))
+    }
+
     /// Allocates up to `want` contiguous blocks from the end of the highest
     /// free run of at least an eighth of `want` among the highest
     /// [`TOP_RUNS`] (or the longest of those), keeping the reserve: where
@@ -362,6 +401,29 @@ mod tests {
         // The highest free run's end: [41, 48).
         assert_eq!(a.alloc_top(4), Some((44, 4)));
         assert_eq!(a.alloc_top(10), Some((41, 3)));
+    }
+
+    #[test]
+    fn aligned_runs_from_a_block_go_up_and_wrap() {
+        let a = Allocator::new(1, 64);
+        assert_eq!(a.alloc_aligned_from(16, 0), Some(16));
+        assert_eq!(a.alloc_aligned_from(16, 17), Some(32));
+        assert_eq!(a.alloc_aligned_from(16, 40), Some(48));
+        // Wraps past the end to the start; [1, 16) holds no aligned run.
+        assert_eq!(a.alloc_aligned_from(16, 60), None);
+        a.free_now(32, 16);
+        assert_eq!(a.alloc_aligned_from(16, 60), Some(32));
+    }
+
+    #[test]
+    fn used_around_stops_at_free_space_and_bounds() {
+        let a = Allocator::new(0, 64);
+        assert!(a.take_if_free(10, 20));
+        assert_eq!(a.used_around(15, 0, 64), (10, 30));
+        assert_eq!(a.used_around(15, 12, 16), (12, 16));
+        assert_eq!(a.used_around(5, 0, 64), (5, 5));
+        assert!(a.take_if_free(0, 10));
+        assert_eq!(a.used_around(3, 0, 64), (0, 30));
     }
 
     #[test]

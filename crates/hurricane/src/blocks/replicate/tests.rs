@@ -84,7 +84,14 @@ impl Env {
     }
     fn io<T>(&self, repair: bool, f: impl FnOnce(&IoCtx) -> T) -> T {
         let sink = |c: NodeRecord| self.log.lock().push(c);
-        f(&IoCtx { owner: 0, storage: &self.storage, epoch: 1, sink: &sink, repair })
+        f(&IoCtx {
+            owner: 0,
+            origin: crate::blocks::Origin::NONE,
+            storage: &self.storage,
+            epoch: 1,
+            sink: &sink,
+            repair,
+        })
     }
     fn write(&self, l: &Layout, fblk: u64, data: &[u8]) -> Result<()> {
         self.io(true, |io| l.root().write(io, fblk, data))

@@ -1,0 +1,413 @@
+//! `colocate`: small files kept together on one device (C-FFS co-location,
+//! Sapuntzakis ch. 2.3, with its keyed variant). A node keeps its runs the
+//! way `extent` does (the same map, records and state); what differs is
+//! where new space comes from and how small-file blocks are read.
+//!
+//! - **Placement.** The first `group` bytes of a file are placed in the
+//!   group its key is filling (`key=dir`: the directory the file was
+//!   created in or last reached through; `key=owner`: its owner), right
+//!   after the key's previous blocks, so the small files of a directory lie
+//!   side by side in aligned groups of `group` bytes (the device-wide state
+//!   is in `colocate/groups.rs`). Blocks past that are placed as `extent`
+//!   places them, after the file's preceding data: a large file loses
+//!   nothing and costs its group at most one group's worth of its head.
+//! - **Group reads.** A read of a small-file block that misses the group
+//!   cache reads, in one request, the run of used blocks of its group around
+//!   it (never free space) and keeps the rest in the cache, so reading the
+//!   other files of the directory costs no further request (C-FFS's group
+//!   read into its physical block cache). Blocks past the first group are
+//!   read straight from the device.
+//! - **Writes** go to the device, then to the cache (replacing a copy, or
+//!   marking one being read stale) before the new runs are published.
+//!
+//! Concurrency: as `extent` (its map lock is held while runs are looked
+//! up, allocated or dropped, never during data I/O); the group cache has
+//! one lock per device, held only to look up, claim or fill blocks.
+
+mod groups;
+
+pub use groups::{GroupSpace, GroupStatsSnapshot, CACHE_BYTES};
+
+use super::common::span;
+use super::extent::{self, Extent, Placement};
+use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
+use crate::codec::Encoder;
+use crate::device::DeviceHandle;
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+const KEYS: &[&str] = &["dir", "owner"];
+
+pub static TYPE: BlockType = BlockType {
+    name: "colocate",
+    doc: "Like extent, but a file's first `group` bytes go in the group its key (directory or owner) is filling, so small files of a directory lie together and a read of one brings in its neighbours (C-FFS co-location, group reads).",
+    params: &[
+        ParamSpec {
+            key: "group",
+            kind: ParamKind::Size,
+            default: Some("64K"),
+            min: BLOCK_SIZE as u64,
+            max: 1 << 20,
+            doc: "size of a group: small files of one key share aligned runs this long, read whole on a miss",
+        },
+        ParamSpec {
+            key: "key",
+            kind: ParamKind::Choice(KEYS),
+            default: Some("dir"),
+            min: 0,
+            max: 0,
+            doc: "what files share groups by: dir (the directory a file is created in or reached through) or owner (its uid)",
+        },
+        ParamSpec {
+            key: "max",
+            kind: ParamKind::Size,
+            default: Some("128M"),
+            min: BLOCK_SIZE as u64,
+            max: 1 << 40,
+            doc: "longest single extent",
+        },
+    ],
+    per_device: true,
+    min_children: 0,
+    max_children: 0,
+    distinct_devices: false,
+    width_param: None,
+    implied_width: None,
+    state_version: Some(1),
+    in_metadata: false,
+    build,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Dir,
+    Owner,
+}
+
+struct Colocate {
+    runs: Extent,
+    /// Group length in blocks.
+    group: u64,
+    key: Key,
+}
+
+fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
+    let bytes = a.params.num("group")?;
+    if !bytes.is_multiple_of(BLOCK_SIZE as u64) {
+        return Err(Error::Layout(format!("colocate: group={bytes} is not a multiple of 4K")));
+    }
+    let key = if a.params.word("key")? == "owner" { Key::Owner } else { Key::Dir };
+    Ok(Arc::new(Colocate { runs: Extent::new(&TYPE, &a)?, group: bytes / BLOCK_SIZE as u64, key }))
+}
+
+thread_local! {
+    static UNCACHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with `colocate` reads going to the device, not the group cache
+/// (a scrub must see what the device holds).
+pub fn uncached<R>(f: impl FnOnce() -> R) -> R {
+    crate::base::with_flag(&UNCACHED, f)
+}
+
+/// Empties the group caches of every device (the pool's caches dropped).
+pub fn drop_caches(storage: &crate::pool::Storage) {
+    for h in storage.devs.iter() {
+        if let Some(s) = h.shared_if::<GroupSpace>() {
+            s.cache.clear();
+        }
+    }
+}
+
+/// Group placement and group read counters of every device, summed.
+pub fn stats(storage: &crate::pool::Storage) -> GroupStatsSnapshot {
+    let mut t = GroupStatsSnapshot::default();
+    for h in storage.devs.iter() {
+        if let Some(s) = h.shared_if::<GroupSpace>() {
+            t.cached_blocks += s.cache.len() as u64;
+            let s = s.stats.snapshot();
+            t.groups_opened += s.groups_opened;
+            t.placed_blocks += s.placed_blocks;
+            t.group_reads += s.group_reads;
+            t.blocks_read_ahead += s.blocks_read_ahead;
+            t.cache_hits += s.cache_hits;
+        }
+    }
+    t
+}
+
+impl Colocate {
+    fn key_of(&self, io: &IoCtx) -> u64 {
+        match self.key {
+            Key::Dir => io.origin.dir,
+            Key::Owner => io.origin.uid as u64,
+        }
+    }
+
+    fn put(&self, io: &IoCtx, fblk: u64, n: u64, buf: Option<&[u8]>) -> Result<()> {
+        let h = self.runs.handle(io)?;
+        let space = GroupSpace::of(h);
+        let key = self.key_of(io);
+        let take = |a: &crate::pool::Allocator, goal: Option<u64>, f: u64, want: u64| {
+            if f < self.group {
+                // Only the file's first group's worth is grouped.
+                let want = want.min(self.group - f);
+                if let Some(got) = space.place(a, key, self.group, goal, want) {
+                    return Some(got);
+                }
+            }
+            extent::next_fit(io, a, goal, want)
+        };
+        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| {
+            let r = extent::store(dev, p, l, data);
+            space.cache.written(p, l, data, r.is_err());
+            r
+        };
+        self.runs.put(io, &Placement { take: &take, store: &store }, fblk, n, buf)
+    }
+
+    /// Reads device blocks [p, p+l) (file blocks from `f`) into `out`:
+    /// from the group cache where they are, and otherwise by a group read.
+    fn read_small(
+        &self,
+        dev: &DeviceHandle,
+        space: &GroupSpace,
+        io: &IoCtx,
+        p: u64,
+        l: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let mut i = 0;
+        while i < l {
+            let b = p + i;
+            let o = &mut out[i as usize * BLOCK_SIZE..(i as usize + 1) * BLOCK_SIZE];
+            if space.cache.get(b, o) {
+                space.stats.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                i += 1;
+                continue;
+            }
+            // The used run of b's group around it (never free space), and
+            // at least the rest of this request's piece within the group.
+            let lo = b - b % self.group;
+            let hi = (lo + self.group).min(dev.blocks());
+            let alloc = io.storage.allocs.get(self.runs.dev() as usize);
+            let (a, e) = alloc.map_or((b, b + 1), |al| al.used_around(b, lo, hi));
+            let e = e.max((p + l).min(hi)).max(b + 1);
+            let a = a.min(b);
+            let claimed = space.cache.claim(a, e);
+            if !claimed.contains(&b) {
+                // Another reader is bringing b in: read it alone.
+                dev.read_blocks(b, o)?;
+                i += 1;
+                continue;
+            }
+            let mut data = vec![0u8; (e - a) as usize * BLOCK_SIZE];
+            if let Err(err) = dev.read_blocks(a, &mut data) {
+                space.cache.abort(&claimed);
+                return Err(err);
+            }
+            space.stats.group_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            space.stats.blocks_read_ahead.fetch_add(claimed.len() as u64 - 1, std::sync::atomic::Ordering::Relaxed);
+            // This request's own blocks come from the read, whatever the
+            // cache kept.
+            let upto = (p + l).min(e);
+            let s = (b - a) as usize * BLOCK_SIZE;
+            let k = (upto - b) as usize * BLOCK_SIZE;
+            out[i as usize * BLOCK_SIZE..i as usize * BLOCK_SIZE + k].copy_from_slice(&data[s..s + k]);
+            space.cache.fill(a, &data, &claimed);
+            i = upto - p;
+        }
+        Ok(())
+    }
+}
+
+impl GroupSpace {
+    /// The device-wide state of `colocate` on `h`.
+    pub fn of(h: &DeviceHandle) -> Arc<GroupSpace> {
+        h.shared(GroupSpace::default)
+    }
+}
+
+impl Block for Colocate {
+    fn id(&self) -> u32 {
+        self.runs.id()
+    }
+    fn kind(&self) -> &'static BlockType {
+        &TYPE
+    }
+    fn params(&self) -> Params {
+        let mut p = self.runs.params();
+        p.0.insert("group".into(), Value::Num(self.group * BLOCK_SIZE as u64));
+        let key = if self.key == Key::Owner { "owner" } else { "dir" };
+        p.0.insert("key".into(), Value::Word(key.into()));
+        p
+    }
+    fn device(&self) -> Option<u32> {
+        Some(self.runs.dev())
+    }
+
+    fn read(&self, io: &IoCtx, fblk: u64, buf: &mut [u8]) -> Result<()> {
+        let n = span(fblk, buf.len())?;
+        let dev = self.runs.handle(io)?;
+        let segs = self.runs.readable(fblk, n);
+        let cached = fblk < self.group && !UNCACHED.with(|c| c.get());
+        if !cached {
+            return extent::read_segs(dev, &segs, fblk, buf);
+        }
+        let space = GroupSpace::of(dev);
+        let mut pos = 0;
+        for &(f, p, l) in &segs {
+            let start = (f - fblk) as usize * BLOCK_SIZE;
+            buf[pos..start].fill(0);
+            // The part in the first group goes through the cache.
+            let small = if f < self.group { l.min(self.group - f) } else { 0 };
+            let end = start + l as usize * BLOCK_SIZE;
+            let mid = start + small as usize * BLOCK_SIZE;
+            if small > 0 {
+                self.read_small(dev, &space, io, p, small, &mut buf[start..mid])?;
+            }
+            if mid < end {
+                dev.read_blocks(p + small, &mut buf[mid..end])?;
+            }
+            pos = end;
+        }
+        buf[pos..].fill(0);
+        Ok(())
+    }
+
+    fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {
+        self.put(io, fblk, span(fblk, buf.len())?, Some(buf))
+    }
+
+    fn write_zeroes(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        fblk.checked_add(n).ok_or_else(|| Error::TooBig(format!("block {fblk} + {n}")))?;
+        self.put(io, fblk, n, None)
+    }
+
+    fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
+        self.runs.truncate(io, nblocks)
+    }
+
+    fn can_shift(&self, from: u64, delta: i64) -> bool {
+        self.runs.can_shift(from, delta)
+    }
+
+    fn shift(&self, io: &IoCtx, from: u64, delta: i64) -> Result<()> {
+        self.runs.shift(io, from, delta)
+    }
+
+    fn punch(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        self.runs.punch(io, fblk, n)
+    }
+
+    fn encode_state(&self, e: &mut Encoder) {
+        self.runs.encode_state(e)
+    }
+
+    fn apply(&self, payload: &[u8]) -> Result<()> {
+        self.runs.apply(payload)
+    }
+
+    fn extents(&self, f: &mut dyn FnMut(u32, u64, u64)) {
+        self.runs.extents(f)
+    }
+
+    fn next_data(&self, fblk: u64) -> Option<u64> {
+        self.runs.next_data(fblk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Layout, Origin, Spec};
+    use super::*;
+    use crate::device::{Device, MemDevice};
+    use crate::pool::{Allocator, Storage};
+
+    const BS: usize = BLOCK_SIZE;
+
+    fn storage(blocks: u64) -> Storage {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new("mem:0", blocks * BS as u64));
+        Storage { allocs: vec![Allocator::new(1, blocks)].into(), devs: vec![DeviceHandle::new(0, dev)].into() }
+    }
+
+    fn spec() -> Spec {
+        Spec { kind: "colocate".into(), params: vec![], children: vec![], device: Some(0) }
+    }
+
+    fn first_block(l: &Layout) -> u64 {
+        let mut first = u64::MAX;
+        l.extents(&mut |_, p, _| first = first.min(p));
+        first
+    }
+
+    #[test]
+    fn files_of_a_directory_lie_together_and_one_miss_reads_them_all() {
+        let s = storage(4096);
+        let sink = |_| {};
+        // Files of two directories created alternately.
+        let mut files = Vec::new();
+        for i in 0..8u64 {
+            let dir = 100 + i % 2;
+            let io = IoCtx {
+                owner: 10 + i,
+                origin: Origin { dir, uid: 0 },
+                storage: &s,
+                epoch: 1,
+                sink: &sink,
+                repair: true,
+            };
+            let l = Layout::build(&spec()).unwrap();
+            l.root().write(&io, 0, &vec![i as u8 + 1; BS]).unwrap();
+            files.push((dir, l));
+        }
+        let of = |d: u64| files.iter().filter(|(dir, _)| *dir == d).map(|(_, l)| first_block(l)).collect::<Vec<_>>();
+        let (a, b) = (of(100), of(101));
+        assert!(a.windows(2).all(|w| w[1] == w[0] + 1), "{a:?}");
+        assert!(b.windows(2).all(|w| w[1] == w[0] + 1), "{b:?}");
+        assert_eq!(a[0] / 16, a[3] / 16, "one group");
+        let space = GroupSpace::of(&s.devs[0]);
+        space.cache.clear();
+        let before = s.devs[0].stats.snapshot().reads;
+        let io = IoCtx { owner: 0, origin: Origin::NONE, storage: &s, epoch: 0, sink: &sink, repair: false };
+        for (i, (_, l)) in files.iter().enumerate() {
+            let mut out = vec![0u8; BS];
+            l.root().read(&io, 0, &mut out).unwrap();
+            assert_eq!(out, vec![i as u8 + 1; BS]);
+        }
+        // One group read per directory.
+        assert_eq!(s.devs[0].stats.snapshot().reads - before, 2);
+        // A write after the group read is what a later read sees.
+        let wio =
+            IoCtx { owner: 10, origin: Origin { dir: 100, uid: 0 }, storage: &s, epoch: 2, sink: &sink, repair: true };
+        files[0].1.root().write(&wio, 0, &vec![0xEE; BS]).unwrap();
+        let mut out = vec![0u8; BS];
+        files[0].1.root().read(&io, 0, &mut out).unwrap();
+        assert_eq!(out, vec![0xEE; BS]);
+        // The device holds it too.
+        uncached(|| files[0].1.root().read(&io, 0, &mut out)).unwrap();
+        assert_eq!(out, vec![0xEE; BS]);
+    }
+
+    #[test]
+    fn a_large_file_goes_on_past_its_group_in_one_run() {
+        let s = storage(4096);
+        let sink = |_| {};
+        let io =
+            IoCtx { owner: 1, origin: Origin { dir: 5, uid: 0 }, storage: &s, epoch: 1, sink: &sink, repair: true };
+        let l = Layout::build(&spec()).unwrap();
+        let data: Vec<u8> = (0..64 * BS).map(|i| (i / BS) as u8).collect();
+        l.root().write(&io, 0, &data).unwrap();
+        let mut out = vec![0u8; data.len()];
+        l.root().read(&io, 0, &mut out).unwrap();
+        assert_eq!(out, data);
+        let mut runs = Vec::new();
+        l.extents(&mut |_, p, n| runs.push((p, n)));
+        // Its first 16 blocks fill a group, the rest follow them.
+        assert_eq!(runs, vec![(16, 64)]);
+        // A small file of the same directory opens the next free group.
+        let small = Layout::build(&spec()).unwrap();
+        small.root().write(&io, 0, &[3u8; BS]).unwrap();
+        assert_eq!(first_block(&small), 80);
+    }
+}
