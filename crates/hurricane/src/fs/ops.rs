@@ -527,7 +527,7 @@ impl Fs {
             let sink = |c: NodeRecord| changes.lock().push(c);
             let io = IoCtx {
                 owner: ino,
-                origin: self.origin(ino),
+                origin: crate::blocks::Origin::NONE, // frees only; the inode is locked
                 storage: self.storage(),
                 epoch: g.epoch(),
                 sink: &sink,

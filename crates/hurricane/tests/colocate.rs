@@ -1,0 +1,190 @@
+//! `colocate` through the native API: a directory default that keeps its
+//! small files together, group reads after a reopen, keys by owner,
+//! growth past the group, and freed space that comes back to another file
+//! never showing what it held.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::{check_clean, pattern, MemPool, MB};
+use hurricane::xattr::DIR_LAYOUT as DIR_LAYOUT_XATTR;
+use hurricane::{Creds, Fs};
+
+const BS: usize = 4096;
+
+fn dir_with_default(fs: &Fs, path: &str, spec: &str) -> u64 {
+    let ino = fs.mkdir_all(path, 0o777).unwrap();
+    fs.setxattr(&Creds::root(), ino, DIR_LAYOUT_XATTR.as_bytes(), spec.as_bytes(), 0).unwrap();
+    ino
+}
+
+/// First device block of each file, by path.
+fn first_blocks(fs: &Fs, paths: &[String]) -> Vec<(u32, u64)> {
+    paths
+        .iter()
+        .map(|p| {
+            let e = fs.device_extents_of(p).unwrap();
+            assert_eq!(e.len(), 1, "{p}: {e:?}");
+            (e[0].0, e[0].1)
+        })
+        .collect()
+}
+
+#[test]
+fn small_files_of_a_directory_lie_together_and_read_back_a_group_at_a_time() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    let dirs: Vec<String> = (0..4).map(|d| format!("/d{d}")).collect();
+    for d in &dirs {
+        dir_with_default(&fs, d, "colocate");
+    }
+    // Files created round robin over the directories, as an unpacked
+    // archive or a mail spool interleaves them.
+    let mut files: Vec<Vec<String>> = vec![Vec::new(); dirs.len()];
+    for i in 0..40 {
+        for (d, dir) in dirs.iter().enumerate() {
+            let path = format!("{dir}/f{i}");
+            fs.write_file(&path, &pattern((d * 1000 + i) as u64, BS), None).unwrap();
+            files[d].push(path);
+        }
+    }
+    assert_eq!(fs.layout_of(&files[0][0]).unwrap(), "checksum[colocate@0]");
+    for (d, fl) in files.iter().enumerate() {
+        let blocks = first_blocks(&fs, fl);
+        // One directory's files are consecutive blocks, 16 to a group.
+        for w in blocks.windows(2) {
+            let (a, b) = (w[0].1, w[1].1);
+            assert!(b == a + 1 || (b % 16 == 0 && a % 16 == 15), "dir {d}: {blocks:?}");
+        }
+    }
+    fs.close().unwrap();
+    drop(fs);
+    let fs = p.open().unwrap();
+    let before = fs.group_stats();
+    for (d, fl) in files.iter().enumerate() {
+        for (i, path) in fl.iter().enumerate() {
+            assert_eq!(fs.read_file(path).unwrap(), pattern((d * 1000 + i) as u64, BS), "{path}");
+        }
+    }
+    let s = fs.group_stats();
+    // 40 files a directory, 16 to a group: 3 group reads each.
+    assert_eq!(s.group_reads - before.group_reads, 4 * 3, "{s:?}");
+    assert_eq!(s.cache_hits - before.cache_hits, 160 - 12, "{s:?}");
+    check_clean(&fs, "after the reads");
+}
+
+#[test]
+fn keyed_by_owner_two_users_files_in_one_directory_keep_apart() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    let dir = dir_with_default(&fs, "/shared", "colocate(key=owner)");
+    let mut by_user: Vec<Vec<String>> = vec![Vec::new(), Vec::new()];
+    for i in 0..10 {
+        for (u, files) in by_user.iter_mut().enumerate() {
+            let cred = Creds::user(1000 + u as u32, 1000);
+            let name = format!("u{u}-{i}");
+            let a = fs.mknod(&cred, dir, name.as_bytes(), libc::S_IFREG | 0o644, 0, None, None).unwrap();
+            fs.write(a.ino, 0, &pattern(i as u64, BS)).unwrap();
+            files.push(format!("/shared/{name}"));
+        }
+    }
+    for files in &by_user {
+        let blocks = first_blocks(&fs, files);
+        assert!(blocks.windows(2).all(|w| w[1].1 == w[0].1 + 1), "{blocks:?}");
+    }
+    check_clean(&fs, "owner keys");
+}
+
+#[test]
+fn growth_shrinking_and_renames_keep_every_byte() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = p.open().unwrap();
+    dir_with_default(&fs, "/a", "colocate(group=32K)");
+    dir_with_default(&fs, "/b", "colocate(group=32K)");
+    let mut model = Vec::new();
+    for i in 0..12 {
+        let data = pattern(i, 1000 + i as usize * 3000);
+        fs.write_file(&format!("/a/f{i}"), &data, None).unwrap();
+        model.push((format!("/a/f{i}"), data));
+    }
+    // One grows far past its group, one shrinks, one moves to /b.
+    let big = pattern(99, 3 * MB as usize);
+    fs.write_file("/a/f3", &big, None).unwrap();
+    model[3].1 = big;
+    let f5 = fs.open_file("/a/f5").unwrap();
+    fs.truncate(f5.ino(), 100).unwrap();
+    model[5].1.truncate(100);
+    fs.rename_path("/a/f7", "/b/f7").unwrap();
+    model[7].0 = "/b/f7".into();
+    fs.write_file("/b/new", &pattern(7, 5000), None).unwrap();
+    model.push(("/b/new".into(), pattern(7, 5000)));
+    for (path, data) in &model {
+        assert_eq!(&fs.read_file(path).unwrap(), data, "{path}");
+    }
+    check_clean(&fs, "after growth");
+    fs.close().unwrap();
+    drop(fs);
+    let fs = p.open().unwrap();
+    for (path, data) in &model {
+        assert_eq!(&fs.read_file(path).unwrap(), data, "{path} after reopen");
+    }
+    check_clean(&fs, "after reopen");
+}
+
+#[test]
+fn space_a_cached_file_gave_back_never_shows_its_old_data() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    dir_with_default(&fs, "/d", "colocate");
+    let secret = vec![0x5Au8; BS];
+    for i in 0..8 {
+        fs.write_file(&format!("/d/s{i}"), &secret, None).unwrap();
+    }
+    fs.close().unwrap();
+    drop(fs);
+    let fs = p.open().unwrap();
+    // Read once: the whole group is now in the group cache.
+    assert_eq!(fs.read_file("/d/s0").unwrap(), secret);
+    assert!(fs.group_stats().cached_blocks >= 8);
+    for i in 0..8 {
+        fs.remove(&format!("/d/s{i}")).unwrap();
+    }
+    fs.sync().unwrap();
+    // New files take the same blocks: preallocated ones read as zeros,
+    // written ones as what was written, never the cached secret.
+    for i in 0..8 {
+        let path = format!("/d/n{i}");
+        let f = fs.create(&path, None).unwrap();
+        if i % 2 == 0 {
+            fs.fallocate(f.ino(), 0, BS as u64, 0).unwrap();
+            assert_eq!(fs.read_file(&path).unwrap(), vec![0u8; BS], "{path}");
+        } else {
+            fs.write(f.ino(), 0, &pattern(i, BS)).unwrap();
+            assert_eq!(fs.read_file(&path).unwrap(), pattern(i, BS), "{path}");
+        }
+    }
+    check_clean(&fs, "after reuse");
+}
+
+#[test]
+fn a_directory_picks_one_device_for_its_small_files() {
+    let p = MemPool::new(4, 64 * MB);
+    let fs = p.open().unwrap();
+    let mut devices = std::collections::BTreeSet::new();
+    for d in 0..8 {
+        dir_with_default(&fs, &format!("/d{d}"), "colocate");
+    }
+    for i in 0..6 {
+        for d in 0..8 {
+            fs.write_file(&format!("/d{d}/f{i}"), &pattern(i, BS), None).unwrap();
+        }
+    }
+    for d in 0..8 {
+        let files: Vec<String> = (0..6).map(|i| format!("/d{d}/f{i}")).collect();
+        let blocks = first_blocks(&fs, &files);
+        assert!(blocks.iter().all(|b| b.0 == blocks[0].0), "dir {d}: {blocks:?}");
+        assert!(blocks.windows(2).all(|w| w[1].1 == w[0].1 + 1), "dir {d}: {blocks:?}");
+        devices.insert(blocks[0].0);
+    }
+    assert!(devices.len() > 1, "directories spread over the devices: {devices:?}");
+    check_clean(&fs, "four devices");
+}
