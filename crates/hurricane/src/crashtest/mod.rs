@@ -396,6 +396,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
             "cleaner" => workloads::cleaner(&mut d, size)?,
             "degraded" => workloads::degraded(&mut d, size)?,
             "directory" => workloads::directory(&mut d, size)?,
+            "colocate" => workloads::colocate(&mut d, size)?,
             other => {
                 let (specs, max) =
                     workloads::layout_family(other).ok_or_else(|| Error::Invalid(format!("workload {other}")))?;

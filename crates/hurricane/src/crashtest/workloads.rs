@@ -35,6 +35,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("log", "the same on log files (alone, two segment sizes, striped over logs, replicated with an extent): every write goes to the device's log head; the engine may clean and commit before any write, so every operation is one journal group"),
     ("cleaner", "small overwrites, truncations and punched holes on log files with 64K segments, with cleaning passes (cost-benefit and greedy) between them moving live blocks to the head"),
     ("directory", "many entries in few directories, created, removed, renamed, chmodded and given xattrs, with checkpoints between: entries and inodes read back from the meta-data store past a small inode cache, changes since the checkpoint from memory"),
+    ("colocate", "small files under colocate directory defaults (by directory, by owner, 16K groups, replicated, striped) created across directories, overwritten, grown past their group, shrunk, punched, renamed between directories and removed, read back through group reads with the caches dropped between"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
 
@@ -1204,6 +1205,92 @@ pub(crate) fn directory(d: &mut Driver, size: Size) -> Result<()> {
         if d.rng.gen_bool(0.1) {
             d.may_commit(|fs| fs.checkpoint(), |_| true)?;
         } else if d.rng.gen_bool(0.2) {
+            d.sync()?;
+        }
+    }
+    d.sync()
+}
+
+/// Small files kept together by `colocate` directory defaults: files
+/// created in random directories (some in the root, under the pool's
+/// default), overwritten, grown past their group, shrunk, punched, renamed
+/// between directories and removed; now and then the caches are dropped
+/// and a file is read back against the model through group reads.
+pub(crate) fn colocate(d: &mut Driver, size: Size) -> Result<()> {
+    const SPECS: &[&str] = &[
+        "colocate",
+        "colocate(group=16K)@1",
+        "colocate(key=owner)",
+        "replicate[colocate@0,colocate@2]",
+        "stripe(unit=8K)[colocate@0,colocate@1]",
+    ];
+    for spec in SPECS {
+        let dir = d.mkdir()?;
+        d.dir_layout(&dir, spec)?;
+    }
+    let small =
+        |d: &mut Driver| if d.rng.gen_bool(0.9) { d.rng.gen_range(0..12_000) } else { d.rng.gen_range(0..90_000) };
+    for _ in 0..size.ops {
+        match d.rng.gen_range(0..100) {
+            0..=34 => {
+                let len = small(d);
+                d.create_file(None, len)?;
+            }
+            35..=52 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..cur + 1);
+                    let len = d.rng.gen_range(1..8_000);
+                    d.write_at(&p, off, len)?;
+                }
+            }
+            53..=60 => {
+                if let Some(p) = d.pick_file() {
+                    let len = small(d);
+                    d.append(&p, len.max(1), false)?;
+                }
+            }
+            61..=67 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let len = d.rng.gen_range(0..cur + 4_000);
+                    d.truncate(&p, len)?;
+                }
+            }
+            68..=71 => {
+                if let Some(p) = d.pick_file() {
+                    let cur = d.m.file(&p).map(|(_, f)| f.data.len()).unwrap_or(0);
+                    let off = d.rng.gen_range(0..cur + 1);
+                    let len = d.rng.gen_range(1..12_000);
+                    let zero = d.rng.gen_bool(0.3);
+                    d.punch(&p, off, len, zero)?;
+                }
+            }
+            72..=81 => {
+                if let Some(p) = d.pick_file() {
+                    d.remove(&p)?;
+                }
+            }
+            82..=89 => {
+                if let Some(p) = d.pick_file() {
+                    if let Some(to) = d.rename_target(&p) {
+                        d.rename(&p, &to)?;
+                    }
+                }
+            }
+            _ => {
+                if d.rng.gen_bool(0.5) {
+                    d.fs.drop_caches();
+                }
+                if let Some(p) = d.pick_file() {
+                    let want = d.m.file(&p).map(|(_, f)| f.data.clone()).unwrap_or_default();
+                    if d.fs.read_file(&p)? != want {
+                        return Err(Error::Invalid(format!("{p}: read back differs from what was written")));
+                    }
+                }
+            }
+        }
+        if d.rng.gen_bool(0.3) {
             d.sync()?;
         }
     }
