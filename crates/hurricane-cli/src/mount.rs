@@ -284,6 +284,18 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
             l.write_amplification
         );
     }
+    let g = &v.groups;
+    if g.placed_blocks + g.group_reads > 0 {
+        println!(
+            "colocate: {} groups opened, {} placed in groups; {} group reads brought in {} neighbouring blocks, {} reads served from them ({} cached now)",
+            g.groups_opened,
+            human(g.placed_blocks * 4096),
+            g.group_reads,
+            g.blocks_read_ahead,
+            g.cache_hits,
+            human(g.cached_blocks * 4096)
+        );
+    }
     println!(
         "\n{:<16} {:>12} {:>8} {:>11} {:>11} {:>12}",
         "request", "count", "errors", "avg us", "max us", "total ms"

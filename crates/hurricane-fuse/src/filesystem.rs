@@ -450,6 +450,17 @@ impl HurricaneFuse {
                     write_amplification: l.write_amplification,
                 })
                 .collect(),
+            groups: {
+                let g = self.fs.group_stats();
+                crate::report::GroupReport {
+                    groups_opened: g.groups_opened,
+                    placed_blocks: g.placed_blocks,
+                    group_reads: g.group_reads,
+                    blocks_read_ahead: g.blocks_read_ahead,
+                    cache_hits: g.cache_hits,
+                    cached_blocks: g.cached_blocks,
+                }
+            },
         }
     }
 }

@@ -34,6 +34,24 @@ pub struct StatsReport {
     /// Each device's `log`: segments, live blocks, cleaner work.
     #[serde(default)]
     pub log: Vec<LogReport>,
+    /// `colocate`: groups of small files and the reads that took them whole.
+    #[serde(default)]
+    pub groups: GroupReport,
+}
+
+/// The `colocate` nodes' counters, every device summed (since the mount).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupReport {
+    pub groups_opened: u64,
+    /// Blocks placed in a key's group.
+    pub placed_blocks: u64,
+    /// Device reads of a group's used run on a miss, the blocks they
+    /// brought in beside the one asked for, and later reads served by them.
+    pub group_reads: u64,
+    pub blocks_read_ahead: u64,
+    pub cache_hits: u64,
+    /// Blocks the group caches hold now.
+    pub cached_blocks: u64,
 }
 
 /// One device's log and cleaner counters (since the mount).
