@@ -112,14 +112,19 @@ impl Change {
 /// (file block, device block, length) of one mapped piece.
 pub(super) type Seg = (u64, u64, u64);
 
+/// `take(alloc, goal, fblk, want)`: `want` blocks for file block `fblk`,
+/// `goal` being the device block after the file's preceding data: (start,
+/// length), possibly shorter.
+pub(super) type Take<'a> = &'a dyn Fn(&Allocator, Option<u64>, u64, u64) -> Option<(u64, u64)>;
+/// `store(dev, p, l, data)`: writes `l` blocks at device block `p`: `data`,
+/// or zeros with None.
+pub(super) type Store<'a> = &'a dyn Fn(&DeviceHandle, u64, u64, Option<&[u8]>) -> Result<()>;
+
 /// How a type that keeps its runs the extent way (`extent` itself,
 /// `colocate`) places and stores new data.
 pub(super) struct Placement<'a> {
-    /// `want` blocks for file block `fblk`, `goal` being the device block
-    /// after the file's preceding data: (start, length), possibly shorter.
-    pub take: &'a dyn Fn(&Allocator, Option<u64>, u64, u64) -> Option<(u64, u64)>,
-    /// Writes `l` blocks at device block `p`: `data`, or zeros with None.
-    pub store: &'a dyn Fn(&DeviceHandle, u64, u64, Option<&[u8]>) -> Result<()>,
+    pub take: Take<'a>,
+    pub store: Store<'a>,
 }
 
 /// The extent type's own placement: next fit from the goal (epoch 0 is no
