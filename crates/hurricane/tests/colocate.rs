@@ -188,3 +188,59 @@ fn a_directory_picks_one_device_for_its_small_files() {
     assert!(devices.len() > 1, "directories spread over the devices: {devices:?}");
     check_clean(&fs, "four devices");
 }
+
+/// Whether `path`'s blocks are one run inside one aligned group of `group`
+/// blocks (for files of at most a group).
+fn together(fs: &Fs, path: &str, group: u64) -> bool {
+    let e = fs.device_extents_of(path).unwrap();
+    e.len() == 1 && e[0].1 / group == (e[0].1 + e[0].2 - 1) / group
+}
+
+/// Appends `data` to the file at `path`.
+fn append(fs: &Fs, path: &str, data: &[u8]) {
+    let ino = fs.resolve(path).unwrap();
+    let size = fs.getattr(ino).unwrap().size;
+    fs.write(ino, size, data).unwrap();
+}
+
+#[test]
+fn regroup_moves_a_renamed_file_into_its_new_directorys_group_and_replays() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    // Groups of eight blocks.
+    dir_with_default(&fs, "/a", "colocate(group=32K)");
+    dir_with_default(&fs, "/b", "colocate(group=32K)");
+    fs.write_file("/a/f", &pattern(1, BS), None).unwrap();
+    fs.write_file("/a/g", &pattern(2, BS), None).unwrap();
+    fs.write_file("/b/h", &pattern(3, BS), None).unwrap();
+    fs.rename_path("/a/f", "/b/f").unwrap();
+    let mut data = pattern(1, BS);
+    data.extend_from_slice(&pattern(4, 2 * BS));
+    append(&fs, "/b/f", &pattern(4, 2 * BS));
+    let ino = fs.resolve("/b/f").unwrap();
+    assert!(!together(&fs, "/b/f", 8), "{:?}", fs.device_extents_of("/b/f").unwrap());
+    // A file that is together, or not colocate at all, has nothing to move.
+    assert_eq!(fs.regroup(fs.resolve("/b/h").unwrap()).unwrap(), 0);
+    fs.write_file("/plain", &pattern(5, 3 * BS), Some("extent@0")).unwrap();
+    assert_eq!(fs.regroup(fs.resolve("/plain").unwrap()).unwrap(), 0);
+
+    assert_eq!(fs.regroup(ino).unwrap(), 3);
+    assert_eq!(fs.regroup(ino).unwrap(), 0, "nothing left to move");
+    assert!(together(&fs, "/b/f", 8), "{:?}", fs.device_extents_of("/b/f").unwrap());
+    assert_eq!(fs.read_file("/b/f").unwrap(), data);
+    let at = |path: &str| fs.device_extents_of(path).unwrap()[0];
+    // Beside /b's other file, in its group.
+    assert_eq!(at("/b/f").1 / 8, at("/b/h").1 / 8, "{:?} {:?}", at("/b/f"), at("/b/h"));
+    check_clean(&fs, "after a regroup");
+    let extents = fs.device_extents_of("/b/f").unwrap();
+    // The moves are in the journal: a crash after the commit replays them.
+    fs.sync().unwrap();
+    let crashed = p.crash(hurricane::device::CrashMode::DropAll);
+    drop(fs);
+    let fs = crashed.open().unwrap();
+    assert_eq!(fs.read_file("/b/f").unwrap(), data);
+    assert_eq!(fs.device_extents_of("/b/f").unwrap(), extents);
+    assert_eq!(fs.read_file("/a/g").unwrap(), pattern(2, BS));
+    assert_eq!(fs.read_file("/b/h").unwrap(), pattern(3, BS));
+    check_clean(&fs, "after replay");
+}

@@ -502,6 +502,76 @@ impl Extent {
         }
         res
     }
+
+    /// Moves file blocks [fblk, fblk+n) that still live at device blocks
+    /// [pblk, pblk+n) to space `place` gives, as a write would: the data is
+    /// copied, then each new run is published (replacing the old mapping,
+    /// so reads see one or the other, whole) and recorded, and the old
+    /// space is freed once the batch commits. Returns the blocks moved.
+    ///
+    /// Called under the file's I/O lock held exclusively, so no write of
+    /// this node is in flight: pieces are placed, written and published one
+    /// at a time, `place.take` runs without the map lock (it may look at
+    /// the node's runs) and sees the pieces moved before it as mapped.
+    pub(super) fn relocate(&self, io: &IoCtx, place: &Placement, fblk: u64, pblk: u64, n: u64) -> Result<u64> {
+        let live: Vec<Seg> = {
+            let m = self.map.read();
+            let mut out = Vec::new();
+            for (f, p, l) in m.still_mapped(fblk, pblk, n) {
+                for (pp, pl) in m.minus_pending(p, l) {
+                    out.push((f + (pp - p), pp, pl));
+                }
+            }
+            out
+        };
+        if live.is_empty() {
+            return Ok(0);
+        }
+        let dev = self.handle(io)?;
+        dev.check_writable()?;
+        let alloc = io
+            .storage
+            .allocs
+            .get(self.dev as usize)
+            .ok_or_else(|| Error::Device(format!("{}@{}: no allocator", self.kind.name, self.dev)))?;
+        let mut moved = 0;
+        for (f, p, l) in live {
+            let mut buf = vec![0u8; l as usize * BLOCK_SIZE];
+            dev.read_blocks(p, &mut buf)?;
+            let mut pos = f;
+            while pos < f + l {
+                let want = (f + l - pos).min(self.max);
+                let goal = self.map.read().goal(pos);
+                let Some((np, got)) = (place.take)(alloc, goal, pos, want).filter(|&(_, k)| k > 0 && k <= want) else {
+                    return Err(Error::NoSpace(dev.name()));
+                };
+                let at = (pos - f) as usize * BLOCK_SIZE;
+                if let Err(e) = (place.store)(dev, np, got, Some(&buf[at..at + got as usize * BLOCK_SIZE])) {
+                    alloc.free_now(np, got);
+                    return Err(e);
+                }
+                let old = p + (pos - f);
+                let mut m = self.map.write();
+                let mut unused = np;
+                for (sf, sp, sl) in m.still_mapped(pos, old, got) {
+                    let q = np + (sp - old);
+                    alloc.free_now(unused, q - unused);
+                    let c = Change::Map { fblk: sf, pblk: q, len: sl };
+                    for (op, ol) in m.apply(c, self.max) {
+                        for (op, ol) in m.minus_pending(op, ol) {
+                            io.free(self.dev, op, ol);
+                        }
+                    }
+                    io.record(self.kind, self.id, &c.encode());
+                    moved += sl;
+                    unused = q + sl;
+                }
+                alloc.free_now(unused, np + got - unused);
+                pos += got;
+            }
+        }
+        Ok(moved)
+    }
 }
 
 impl Extent {
