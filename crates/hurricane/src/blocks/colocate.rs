@@ -189,7 +189,7 @@ impl Colocate {
             // The used run of b's group around it (never free space), and
             // at least the rest of this request's piece within the group.
             let lo = b - b % self.group;
-            let hi = (lo + self.group).min(dev.blocks());
+            let hi = lo.saturating_add(self.group).min(dev.blocks());
             let alloc = io.storage.allocs.get(self.runs.dev() as usize);
             let (a, e) = alloc.map_or((b, b + 1), |al| al.used_around(b, lo, hi));
             let e = e.max((p + l).min(hi)).max(b + 1);
