@@ -117,10 +117,16 @@ pub(super) type Seg = (u64, u64, u64);
 pub(super) struct Placement<'a> {
     /// `want` blocks for file block `fblk`, `goal` being the device block
     /// after the file's preceding data: (start, length), possibly shorter.
-    pub take: &'a dyn Fn(&Allocator, Option<u64>, u64, u64) -> Option<(u64, u64)>,
+    pub take: &'a Take<'a>,
     /// Writes `l` blocks at device block `p`: `data`, or zeros with None.
-    pub store: &'a dyn Fn(&DeviceHandle, u64, u64, Option<&[u8]>) -> Result<()>,
+    pub store: &'a Store<'a>,
 }
+
+/// [`Placement::take`]: (allocator, goal, file block, want) -> (start, length).
+pub(super) type Take<'a> = dyn Fn(&Allocator, Option<u64>, u64, u64) -> Option<(u64, u64)> + 'a;
+
+/// [`Placement::store`]: (device, start, length, data).
+pub(super) type Store<'a> = dyn Fn(&DeviceHandle, u64, u64, Option<&[u8]>) -> Result<()> + 'a;
 
 /// The extent type's own placement: next fit from the goal (epoch 0 is no
 /// journal batch: the meta-file's own writes, which may use the reserve).
@@ -765,5 +771,73 @@ mod tests {
             assert!(matches!(l.apply(&r), Err(Error::Corrupt { .. })), "{:?}", r.bytes);
         }
         l.apply(&rec(&[0, u64::MAX], &[])).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod relocate_tests {
+    use super::super::testenv::{build, decode, encode, pattern, Env};
+    use super::super::{Layout, Spec, Value};
+
+    fn colocate() -> Spec {
+        Spec {
+            kind: "colocate".into(),
+            params: vec![("group".into(), Value::Num(16 << 10))],
+            children: vec![],
+            device: Some(0),
+        }
+    }
+
+    fn runs(l: &Layout) -> Vec<(u64, u64)> {
+        let mut v = Vec::new();
+        l.extents(&mut |_, p, n| v.push((p, n)));
+        v
+    }
+
+    #[test]
+    fn a_relocation_replaces_the_map_and_frees_the_old_blocks_once_when_the_batch_commits() {
+        let env = Env::new(1, 1024);
+        let (a, b) = (build(&colocate()), build(&colocate()));
+        // a's second block comes after b's first: a is scattered.
+        env.write(&a, 0, &pattern(1, 1)).unwrap();
+        env.write(&b, 0, &pattern(2, 1)).unwrap();
+        env.write(&a, 1, &pattern(3, 1)).unwrap();
+        env.commit();
+        let before = runs(&a);
+        assert_eq!(before.len(), 2, "{before:?}");
+        let scattered = a.nodes()[0].scattered();
+        assert_eq!(scattered.len(), 2, "{scattered:?}");
+        assert!(b.nodes()[0].scattered().is_empty());
+        let used = env.used();
+        let records = env.changes().len();
+        let saved = encode(&a);
+        let moved: u64 =
+            env.io(|io| scattered.iter().map(|&(f, p, n)| a.nodes()[0].relocate(io, f, p, n).unwrap()).sum());
+        assert_eq!(moved, 2);
+        // One run in one group now, the same bytes.
+        let after = runs(&a);
+        assert_eq!(after.len(), 1, "{after:?}");
+        assert_eq!(after[0].0 / 4, (after[0].0 + 1) / 4);
+        assert!(a.nodes()[0].scattered().is_empty());
+        let mut want = pattern(1, 1);
+        want.extend_from_slice(&pattern(3, 1));
+        assert_eq!(env.read(&a, 0, 2), want);
+        assert_eq!(env.read(&b, 0, 1), pattern(2, 1));
+        // The old blocks are held until the batch commits, then free once.
+        assert_eq!(env.used(), used + 2);
+        env.commit();
+        assert_eq!(env.used(), used);
+        env.check_accounting(&[&a, &b]);
+        // Where the blocks were is stale now: nothing moves.
+        for &(f, p, n) in &scattered {
+            assert_eq!(env.io(|io| a.nodes()[0].relocate(io, f, p, n)).unwrap(), 0);
+        }
+        // The records replay onto the tree as it was to the same map.
+        let replayed = decode(&saved).unwrap();
+        assert_eq!(runs(&replayed), before);
+        for r in &env.changes()[records..] {
+            replayed.apply(r).unwrap();
+        }
+        assert_eq!(runs(&replayed), after);
     }
 }

@@ -30,13 +30,8 @@ impl Fs {
         let node = self.state().inode(ino)?;
         let _io = node.io.write();
         let Some(lay) = node.data.read().layout()?.cloned() else { return Ok(0) };
-        let todo: Vec<(usize, Vec<(u64, u64, u64)>)> = lay
-            .nodes()
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (i, n.scattered()))
-            .filter(|(_, runs)| !runs.is_empty())
-            .collect();
+        let todo: Vec<_> =
+            lay.nodes().iter().map(|n| (n, n.scattered())).filter(|(_, runs)| !runs.is_empty()).collect();
         if todo.is_empty() {
             return Ok(0);
         }
@@ -53,8 +48,7 @@ impl Fs {
         };
         let mut moved = 0;
         let mut r = Ok(());
-        'nodes: for (i, runs) in todo {
-            let n = &lay.nodes()[i];
+        'nodes: for (n, runs) in todo {
             for (fblk, pblk, len) in runs {
                 match n.relocate(&io, fblk, pblk, len) {
                     Ok(m) => moved += m,
