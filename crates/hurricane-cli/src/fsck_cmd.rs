@@ -17,7 +17,9 @@ pub const EXIT_PROBLEMS: i32 = 4;
 )]
 pub struct FsckArgs {
     pub pool: PathBuf,
-    /// Repair what can be repaired (opens the pool read-write).
+    /// Repair what can be repaired (opens the pool read-write); also
+    /// regroups `colocate` files whose small-file blocks were scattered over
+    /// more than one group (without it they are only counted in a note).
     #[arg(short = 'r', long)]
     pub repair: bool,
     /// Also read every block of every file through its layout, verify the

@@ -10,6 +10,12 @@
 //! `/lost+found`, sets link counts and parent pointers, then writes a
 //! checkpoint so the repairs are durable, and checks again.
 //!
+//! Files whose nodes keep blocks apart that they would place together
+//! (`colocate` files whose small-file blocks are scattered over more than
+//! one group) are counted in a note: co-location lost is not corruption.
+//! `repair` regroups them ([`Fs::regroup`]), each into the group of the
+//! directory it was found in.
+//!
 //! Repairs that have a journal op use it (`Link`, `SetSize`, `SetDirLayout`);
 //! the others (link counts, entries naming missing inodes) change the
 //! in-memory state under the inode locks and become durable with the
@@ -58,6 +64,11 @@ pub struct FsckReport {
     /// Device blocks in use in the whole pool (files, meta-file, journal).
     pub used_blocks: u64,
     pub total_blocks: u64,
+    /// Files whose small-file blocks were scattered over more than one
+    /// group (`colocate`; a note, not a problem).
+    pub scattered: u64,
+    /// Of those, files `repair` regrouped.
+    pub regrouped: u64,
 }
 
 impl FsckReport {
@@ -263,6 +274,8 @@ struct Node {
     symlink_len: Option<u64>,
     extents: Vec<(u32, u64, u64)>,
     capacity: u64,
+    /// Some node keeps blocks apart that it would place together.
+    scattered: bool,
 }
 
 /// One pass over the meta-data: the inode snapshot and what is wrong.
@@ -364,6 +377,35 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
         }
         fs.checkpoint()?;
         last = scan(fs, progress)?;
+    }
+    let scattered: Vec<Ino> = last.nodes.iter().filter(|(_, n)| n.scattered).map(|(&i, _)| i).collect();
+    rep.scattered = scattered.len() as u64;
+    if repair && !scattered.is_empty() {
+        let mut moved = 0;
+        for &ino in &scattered {
+            // Into the group of the directory it was found in.
+            if let Some(&(dir, _)) = last.names.get(&ino) {
+                fs.note_parent(ino, dir);
+            }
+            // No room for a group is no reason to stop the check.
+            match fs.regroup(ino) {
+                Ok(m) => moved += m,
+                Err(e) => rep.notes.push(format!("{}: not regrouped: {e}", last.path(ino))),
+            }
+        }
+        fs.checkpoint()?;
+        last = scan(fs, progress)?;
+        let left = last.nodes.values().filter(|n| n.scattered).count() as u64;
+        rep.regrouped = rep.scattered.saturating_sub(left);
+        rep.notes.push(format!(
+            "regrouped {} of {} files whose small-file blocks were scattered over more than one group ({moved} blocks moved)",
+            rep.regrouped, rep.scattered
+        ));
+    } else if !scattered.is_empty() {
+        rep.notes.push(format!(
+            "{} files have their small-file blocks scattered over more than one group (co-location lost, data intact; --repair regroups them)",
+            rep.scattered
+        ));
     }
     rep.remaining = last.shown();
     for n in last.nodes.values() {
@@ -530,12 +572,14 @@ fn scan(fs: &Fs, progress: Progress) -> Result<Scan> {
             symlink_len: None,
             extents: Vec::new(),
             capacity: u64::MAX,
+            scattered: false,
         };
         match &d.body {
             Body::File(l) => {
                 let l = l.get().map_err(|e| Error::corrupt("inode", format!("inode {}: {e}", n.ino)))?;
                 l.extents(&mut |dev, s, len| node.extents.push((dev, s, len)));
                 node.capacity = l.root().capacity();
+                node.scattered = l.nodes().iter().any(|b| !b.scattered().is_empty());
             }
             Body::Dir(dir) => {
                 node.parent = dir.parent;

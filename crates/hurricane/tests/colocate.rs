@@ -188,3 +188,145 @@ fn a_directory_picks_one_device_for_its_small_files() {
     assert!(devices.len() > 1, "directories spread over the devices: {devices:?}");
     check_clean(&fs, "four devices");
 }
+
+/// Whether `path`'s blocks are one run inside one aligned group of `group`
+/// blocks (for files of at most a group).
+fn together(fs: &Fs, path: &str, group: u64) -> bool {
+    let e = fs.device_extents_of(path).unwrap();
+    e.len() == 1 && e[0].1 / group == (e[0].1 + e[0].2 - 1) / group
+}
+
+/// Appends `data` to the file at `path`.
+fn append(fs: &Fs, path: &str, data: &[u8]) {
+    let ino = fs.resolve(path).unwrap();
+    let size = fs.getattr(ino).unwrap().size;
+    fs.write(ino, size, data).unwrap();
+}
+
+#[test]
+fn fsck_notes_files_scattered_by_growth_and_renames_and_repair_regroups_them() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    dir_with_default(&fs, "/a", "colocate");
+    dir_with_default(&fs, "/b", "colocate");
+    let mut model: Vec<(String, Vec<u8>)> = Vec::new();
+    // One block each, the two directories alternately.
+    for i in 0..6 {
+        for d in ["a", "b"] {
+            let path = format!("/{d}/f{i}");
+            let data = pattern(model.len() as u64, BS);
+            fs.write_file(&path, &data, None).unwrap();
+            model.push((path, data));
+        }
+    }
+    // Each grows by a block after the others were created: the block after
+    // its first is taken, so its second goes further on in the group.
+    for (k, (path, data)) in model.iter_mut().enumerate() {
+        let more = pattern(100 + k as u64, BS);
+        append(&fs, path, &more);
+        data.extend_from_slice(&more);
+    }
+    // One moves to /b and grows there: now over two groups.
+    fs.rename_path("/a/f0", "/b/moved").unwrap();
+    model[0].0 = "/b/moved".into();
+    let more = pattern(200, 1000);
+    append(&fs, "/b/moved", &more);
+    model[0].1.extend_from_slice(&more);
+    // Written in one go: together from the start.
+    let whole = pattern(300, 3 * BS);
+    fs.write_file("/a/whole", &whole, None).unwrap();
+    assert!(together(&fs, "/a/whole", 16));
+    let scattered = model.iter().filter(|(path, _)| !together(&fs, path, 16)).count();
+    assert_eq!(scattered, model.len(), "every grown file is scattered");
+    model.push(("/a/whole".into(), whole));
+    fs.sync().unwrap();
+
+    // Without repair: a note, not a problem, and nothing moves.
+    let before: Vec<_> = model.iter().map(|(path, _)| fs.device_extents_of(path).unwrap()).collect();
+    let r = hurricane::fsck::check(&fs, false, &mut |_, _, _| {}).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_eq!((r.scattered, r.regrouped), (scattered as u64, 0), "{r:?}");
+    assert!(r.notes.iter().any(|n| n.contains("12 files have their small-file blocks scattered")), "{:?}", r.notes);
+    let after: Vec<_> = model.iter().map(|(path, _)| fs.device_extents_of(path).unwrap()).collect();
+    assert_eq!(before, after);
+    for (path, data) in &model {
+        assert_eq!(&fs.read_file(path).unwrap(), data, "{path}");
+    }
+
+    // With repair: each file one run in one group, every byte kept.
+    let r = hurricane::fsck::check(&fs, true, &mut |_, _, _| {}).unwrap();
+    assert!(r.is_clean(), "{:?}", r.remaining);
+    assert!(r.problems.is_empty() && r.repaired.is_empty(), "{r:?}");
+    assert_eq!((r.scattered, r.regrouped), (12, 12), "{r:?}");
+    assert!(r.notes.iter().any(|n| n.contains("regrouped 12 of 12 files")), "{:?}", r.notes);
+    for (path, _) in &model {
+        assert!(together(&fs, path, 16), "{path}: {:?}", fs.device_extents_of(path).unwrap());
+    }
+    // The moved file went to a group of the directory it is in now (the
+    // one /b was filling; its other files, regrouped after it, found that
+    // full and went on in a new one), none of /a's.
+    let group_of = |path: &str| fs.device_extents_of(path).unwrap()[0].1 / 16;
+    let mut b_groups: Vec<u64> = before[1..12].iter().step_by(2).map(|e| e[0].1 / 16).collect();
+    b_groups.extend((1..6).map(|i| group_of(&format!("/b/f{i}"))));
+    let mut a_groups: Vec<u64> = before[2..12].iter().step_by(2).map(|e| e[0].1 / 16).collect();
+    a_groups.extend((1..6).map(|i| group_of(&format!("/a/f{i}"))));
+    let moved = group_of("/b/moved");
+    assert!(b_groups.contains(&moved) && !a_groups.contains(&moved), "{moved}: /a {a_groups:?}, /b {b_groups:?}");
+    for (path, data) in &model {
+        assert_eq!(&fs.read_file(path).unwrap(), data, "{path}");
+    }
+    fs.close().unwrap();
+    drop(fs);
+    let fs = p.open().unwrap();
+    for (path, data) in &model {
+        assert_eq!(&fs.read_file(path).unwrap(), data, "{path} after reopen");
+        assert!(together(&fs, path, 16), "{path} after reopen");
+    }
+    let r = hurricane::fsck::check(&fs, false, &mut |_, _, _| {}).unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_eq!(r.scattered, 0, "{:?}", r.notes);
+    assert!(!r.notes.iter().any(|n| n.contains("scattered")), "{:?}", r.notes);
+    check_clean(&fs, "after regrouping");
+}
+
+#[test]
+fn regroup_moves_a_renamed_file_into_its_new_directorys_group_and_replays() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    // Groups of eight blocks.
+    dir_with_default(&fs, "/a", "colocate(group=32K)");
+    dir_with_default(&fs, "/b", "colocate(group=32K)");
+    fs.write_file("/a/f", &pattern(1, BS), None).unwrap();
+    fs.write_file("/a/g", &pattern(2, BS), None).unwrap();
+    fs.write_file("/b/h", &pattern(3, BS), None).unwrap();
+    fs.rename_path("/a/f", "/b/f").unwrap();
+    let mut data = pattern(1, BS);
+    data.extend_from_slice(&pattern(4, 2 * BS));
+    append(&fs, "/b/f", &pattern(4, 2 * BS));
+    let ino = fs.resolve("/b/f").unwrap();
+    assert!(!together(&fs, "/b/f", 8), "{:?}", fs.device_extents_of("/b/f").unwrap());
+    // A file that is together, or not colocate at all, has nothing to move.
+    assert_eq!(fs.regroup(fs.resolve("/b/h").unwrap()).unwrap(), 0);
+    fs.write_file("/plain", &pattern(5, 3 * BS), Some("extent@0")).unwrap();
+    assert_eq!(fs.regroup(fs.resolve("/plain").unwrap()).unwrap(), 0);
+
+    assert_eq!(fs.regroup(ino).unwrap(), 3);
+    assert_eq!(fs.regroup(ino).unwrap(), 0, "nothing left to move");
+    assert!(together(&fs, "/b/f", 8), "{:?}", fs.device_extents_of("/b/f").unwrap());
+    assert_eq!(fs.read_file("/b/f").unwrap(), data);
+    let at = |path: &str| fs.device_extents_of(path).unwrap()[0];
+    // Beside /b's other file, in its group.
+    assert_eq!(at("/b/f").1 / 8, at("/b/h").1 / 8, "{:?} {:?}", at("/b/f"), at("/b/h"));
+    check_clean(&fs, "after a regroup");
+    let extents = fs.device_extents_of("/b/f").unwrap();
+    // The moves are in the journal: a crash after the commit replays them.
+    fs.sync().unwrap();
+    let crashed = p.crash(hurricane::device::CrashMode::DropAll);
+    drop(fs);
+    let fs = crashed.open().unwrap();
+    assert_eq!(fs.read_file("/b/f").unwrap(), data);
+    assert_eq!(fs.device_extents_of("/b/f").unwrap(), extents);
+    assert_eq!(fs.read_file("/a/g").unwrap(), pattern(2, BS));
+    assert_eq!(fs.read_file("/b/h").unwrap(), pattern(3, BS));
+    check_clean(&fs, "after replay");
+}

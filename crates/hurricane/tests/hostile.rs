@@ -102,7 +102,7 @@ fn layout_seeds_decode() {
             kinds.insert(n.kind().name);
         }
     }
-    for k in ["compress", "extent", "checksum", "write-mostly", "log"] {
+    for k in ["compress", "extent", "checksum", "write-mostly", "log", "colocate"] {
         assert!(kinds.contains(k), "no seed has a {k} node: {kinds:?}");
     }
 }
@@ -1319,7 +1319,8 @@ fn meta_image(p: &MemPool) -> Vec<u8> {
 /// new pool, a used one, and one with a large directory. Run with
 /// Seeds of the layout decoder for the types whose state came after the
 /// corpus was generated: a `write-mostly` placement map, extent and
-/// checksum state after a collapsed range, and log maps after overwrites.
+/// checksum state after a collapsed range, log maps after overwrites, and
+/// a `colocate` map of several runs.
 /// `cargo test -p hurricane --test hostile -- --ignored write_layout_seeds`.
 #[test]
 #[ignore]
@@ -1346,6 +1347,7 @@ fn write_layout_seeds() {
         ("write-mostly(unit=16K)[extent@0,checksum[extent@1],extent@2]", "seed-write-mostly", None),
         ("checksum[extent@1]", "seed-extent-collapsed", Some((12u64, -8i64))),
         ("stripe(unit=8K)[log(segment=64K)@0,checksum[log@1]]", "seed-log", None),
+        ("checksum[colocate(group=16K)@0]", "seed-colocate", None),
     ] {
         let l = Layout::build(&hurricane::layout::parse(spec).unwrap()).unwrap();
         l.root().write(&io, 0, &pattern(1, 300_000 / 4096 * 4096)).unwrap();
@@ -1354,6 +1356,14 @@ fn write_layout_seeds() {
             for b in [3u64, 17, 9, 40, 4] {
                 l.root().write(&io, b, &pattern(b, 4096)).unwrap();
             }
+        }
+        if name == "seed-colocate" {
+            // Blocks past the end, and a hole filled: runs of every kind.
+            for b in [100u64, 80, 120, 99] {
+                l.root().write(&io, b, &pattern(b, 4096)).unwrap();
+            }
+            l.root().punch(&io, 2, 1).unwrap();
+            l.root().write(&io, 2, &pattern(2, 4096)).unwrap();
         }
         if let Some((from, delta)) = shift {
             l.root().shift(&io, from, delta).unwrap();
@@ -1406,4 +1416,115 @@ fn the_meta_data_store_of_a_used_pool_reads_back_through_its_image() {
         .unwrap();
     names.sort();
     assert_eq!(names, ["b", "f1"]);
+}
+
+/// A `colocate` node's state and records are extent's run list and map
+/// changes: damaged ones are Corrupt errors, never panics, and a map that
+/// passes the checks but names blocks past its device (or scattered ones)
+/// gives errors to reads, relocations and regrouping, not panics.
+#[test]
+fn damaged_colocate_state_and_records_are_corrupt() {
+    use hurricane::blocks::{IoCtx, Layout, NodeRecord};
+    use hurricane::codec::{Decoder, Encoder};
+    use hurricane::device::DeviceHandle;
+    use hurricane::pool::{Allocator, Storage};
+    use hurricane::Error;
+    let spec = hurricane::layout::parse("colocate(group=16K,max=64K)@0").unwrap();
+    let empty = Layout::build(&spec).unwrap();
+    let mut e = Encoder::new();
+    empty.encode(&mut e);
+    // The node's state is the tree's last field: var(5), version 1, count 0.
+    let enc = e.into_inner();
+    assert_eq!(&enc[enc.len() - 6..], &[5, 1, 0, 0, 0, 0]);
+    let prefix = &enc[..enc.len() - 6];
+    let with_state = |runs: &[(u64, u64, u64)], count: Option<u32>, extra: &[u8]| {
+        let mut st = Encoder::new();
+        st.u8(1).u32(count.unwrap_or(runs.len() as u32));
+        for &(f, p, l) in runs {
+            st.u64(f).u64(p).u64(l);
+        }
+        st.raw(extra);
+        let mut t = Encoder::new();
+        t.raw(prefix).var_bytes(&st.into_inner());
+        t.into_inner()
+    };
+    let decode = |b: &[u8]| Layout::decode(&mut Decoder::new(b, "hostile"));
+    decode(&with_state(&[(0, 10, 2), (4, 20, 16)], None, &[])).unwrap();
+    for (what, b) in [
+        ("empty run", with_state(&[(0, 10, 0)], None, &[])),
+        ("longer than max", with_state(&[(0, 10, 17)], None, &[])),
+        ("file overflow", with_state(&[(u64::MAX - 1, 10, 2)], None, &[])),
+        ("device overflow", with_state(&[(0, u64::MAX - 1, 2)], None, &[])),
+        ("out of order", with_state(&[(4, 10, 2), (0, 20, 2)], None, &[])),
+        ("file overlap", with_state(&[(0, 10, 4), (2, 20, 2)], None, &[])),
+        ("device overlap", with_state(&[(0, 10, 4), (8, 12, 2)], None, &[])),
+        ("count past the end", with_state(&[(0, 10, 1)], Some(u32::MAX), &[])),
+        ("trailing bytes", with_state(&[(0, 10, 1)], None, &[0])),
+        ("cut short", with_state(&[(0, 10, 1)], None, &[])[..prefix.len() + 10].to_vec()),
+    ] {
+        match decode(&b) {
+            Err(Error::Corrupt { .. }) => {}
+            Err(e) => panic!("{what}: not a Corrupt error: {e}"),
+            Ok(_) => panic!("{what}: decoded"),
+        }
+    }
+    // Records: framed by version, then extent's strict change encoding.
+    let rec = |bytes: Vec<u8>| NodeRecord { node: 0, bytes };
+    let map = |f: u64, p: u64, l: u64| {
+        let mut e = Encoder::new();
+        e.u8(1).u8(1).u64(f).u64(p).u64(l);
+        e.into_inner()
+    };
+    let l = Layout::build(&spec).unwrap();
+    l.apply(&rec(map(0, 10, 2))).unwrap();
+    let mut trailing = map(0, 10, 2);
+    trailing.push(0);
+    let mut other_version = map(0, 10, 2);
+    other_version[0] = 2;
+    for (what, r) in [
+        ("empty map", rec(map(0, 10, 0))),
+        ("map longer than max", rec(map(0, 10, 17))),
+        ("map past 2^64", rec(map(u64::MAX, 10, 1))),
+        ("device past 2^64", rec(map(0, u64::MAX, 1))),
+        ("trailing bytes", rec(trailing)),
+        ("another version", rec(other_version)),
+        ("unknown change", rec(vec![1, 9, 0, 0])),
+        ("cut short", rec(vec![1, 1, 0, 0])),
+        ("empty", rec(vec![])),
+        ("zero shift", rec([&[1u8, 4][..], &0u64.to_le_bytes(), &0u64.to_le_bytes()].concat())),
+    ] {
+        match l.apply(&r) {
+            Err(Error::Corrupt { .. }) => {}
+            other => panic!("{what}: {:?}", other.map(|_| ())),
+        }
+    }
+    // Runs that decode but lie past the device, scattered over groups: a
+    // read, a regroup's relocation and a write fail cleanly.
+    let dev = DeviceHandle::new(0, Arc::new(MemDevice::new("m0", 64 * BLOCK_SIZE as u64)));
+    let storage = Storage { devs: vec![dev].into(), allocs: vec![Allocator::new(1, 64)].into() };
+    let sink = |_: NodeRecord| {};
+    let io = IoCtx {
+        owner: 1,
+        origin: hurricane::blocks::Origin { dir: 7, uid: 0 },
+        storage: &storage,
+        epoch: 1,
+        sink: &sink,
+        repair: false,
+    };
+    let far = decode(&with_state(&[(0, 1 << 40, 1), (1, 10, 1), (2, u64::MAX - 1, 1)], None, &[])).unwrap();
+    let node = &far.nodes()[0];
+    let runs = node.scattered();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let mut buf = vec![0u8; 4 * BLOCK_SIZE];
+    assert!(node.read(&io, 0, &mut buf).is_err());
+    // The last block a map can name, in a group that would end past 2^64.
+    assert!(node.read(&io, 2, &mut buf[..BLOCK_SIZE]).is_err());
+    for (f, p, n) in runs {
+        let r = node.relocate(&io, f, p, n);
+        assert!(f == 1 || r.is_err(), "block {f}: {r:?}");
+    }
+    // Stale coordinates move nothing.
+    assert_eq!(node.relocate(&io, 1, 11, 1).unwrap(), 0);
+    assert_eq!(node.relocate(&io, u64::MAX - 1, 3, 1).unwrap(), 0);
+    let _ = node.write(&io, 0, &vec![1u8; BLOCK_SIZE]);
 }

@@ -189,7 +189,7 @@ impl Colocate {
             // The used run of b's group around it (never free space), and
             // at least the rest of this request's piece within the group.
             let lo = b - b % self.group;
-            let hi = (lo + self.group).min(dev.blocks());
+            let hi = lo.saturating_add(self.group).min(dev.blocks());
             let alloc = io.storage.allocs.get(self.runs.dev() as usize);
             let (a, e) = alloc.map_or((b, b + 1), |al| al.used_around(b, lo, hi));
             let e = e.max((p + l).min(hi)).max(b + 1);
@@ -314,6 +314,45 @@ impl Block for Colocate {
 
     fn next_data(&self, fblk: u64) -> Option<u64> {
         self.runs.next_data(fblk)
+    }
+
+    /// Moves blocks as a write would, but blocks of the first group go
+    /// where every first-group block the file has from there on fits in one
+    /// group: right after the file's preceding blocks, else in the key's
+    /// group, else in a new one (regrouping, C-FFS 2.3.4).
+    fn relocate(&self, io: &IoCtx, fblk: u64, pblk: u64, n: u64) -> Result<u64> {
+        let h = self.runs.handle(io)?;
+        let space = GroupSpace::of(h);
+        let key = self.key_of(io);
+        let take = |a: &crate::pool::Allocator, goal: Option<u64>, f: u64, want: u64| {
+            if f < self.group {
+                let want = want.min(self.group - f);
+                // Pieces moved before this one are mapped at their new
+                // place already: what is mapped from f on is left to move.
+                let room = self.runs.readable(f, self.group - f).iter().map(|s| s.2).sum::<u64>().max(want);
+                if let Some(got) = space.place_together(a, key, self.group, goal, want, room) {
+                    return Some(got);
+                }
+            }
+            extent::next_fit(io, a, goal, want)
+        };
+        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| {
+            let r = extent::store(dev, p, l, data);
+            space.cache.written(p, l, data, r.is_err());
+            r
+        };
+        self.runs.relocate(io, &Placement { take: &take, store: &store }, fblk, pblk, n)
+    }
+
+    /// The first group's blocks, unless they lie in one run in one group.
+    fn scattered(&self) -> Vec<(u64, u64, u64)> {
+        let segs = self.runs.readable(0, self.group);
+        let (Some(first), Some(last)) = (segs.first(), segs.last()) else { return segs };
+        let one_run = segs.windows(2).all(|w| w[1].1 == w[0].1 + w[0].2);
+        if one_run && first.1 / self.group == (last.1 + last.2 - 1) / self.group {
+            return Vec::new();
+        }
+        segs
     }
 }
 

@@ -112,20 +112,21 @@ impl Change {
 /// (file block, device block, length) of one mapped piece.
 pub(super) type Seg = (u64, u64, u64);
 
-/// `take(alloc, goal, fblk, want)`: `want` blocks for file block `fblk`,
-/// `goal` being the device block after the file's preceding data: (start,
-/// length), possibly shorter.
-pub(super) type Take<'a> = &'a dyn Fn(&Allocator, Option<u64>, u64, u64) -> Option<(u64, u64)>;
-/// `store(dev, p, l, data)`: writes `l` blocks at device block `p`: `data`,
-/// or zeros with None.
-pub(super) type Store<'a> = &'a dyn Fn(&DeviceHandle, u64, u64, Option<&[u8]>) -> Result<()>;
-
 /// How a type that keeps its runs the extent way (`extent` itself,
 /// `colocate`) places and stores new data.
 pub(super) struct Placement<'a> {
-    pub take: Take<'a>,
-    pub store: Store<'a>,
+    /// `want` blocks for file block `fblk`, `goal` being the device block
+    /// after the file's preceding data: (start, length), possibly shorter.
+    pub take: &'a Take<'a>,
+    /// Writes `l` blocks at device block `p`: `data`, or zeros with None.
+    pub store: &'a Store<'a>,
 }
+
+/// [`Placement::take`]: (allocator, goal, file block, want) -> (start, length).
+pub(super) type Take<'a> = dyn Fn(&Allocator, Option<u64>, u64, u64) -> Option<(u64, u64)> + 'a;
+
+/// [`Placement::store`]: (device, start, length, data).
+pub(super) type Store<'a> = dyn Fn(&DeviceHandle, u64, u64, Option<&[u8]>) -> Result<()> + 'a;
 
 /// The extent type's own placement: next fit from the goal (epoch 0 is no
 /// journal batch: the meta-file's own writes, which may use the reserve).
@@ -507,6 +508,76 @@ impl Extent {
         }
         res
     }
+
+    /// Moves file blocks [fblk, fblk+n) that still live at device blocks
+    /// [pblk, pblk+n) to space `place` gives, as a write would: the data is
+    /// copied, then each new run is published (replacing the old mapping,
+    /// so reads see one or the other, whole) and recorded, and the old
+    /// space is freed once the batch commits. Returns the blocks moved.
+    ///
+    /// Called under the file's I/O lock held exclusively, so no write of
+    /// this node is in flight: pieces are placed, written and published one
+    /// at a time, `place.take` runs without the map lock (it may look at
+    /// the node's runs) and sees the pieces moved before it as mapped.
+    pub(super) fn relocate(&self, io: &IoCtx, place: &Placement, fblk: u64, pblk: u64, n: u64) -> Result<u64> {
+        let live: Vec<Seg> = {
+            let m = self.map.read();
+            let mut out = Vec::new();
+            for (f, p, l) in m.still_mapped(fblk, pblk, n) {
+                for (pp, pl) in m.minus_pending(p, l) {
+                    out.push((f + (pp - p), pp, pl));
+                }
+            }
+            out
+        };
+        if live.is_empty() {
+            return Ok(0);
+        }
+        let dev = self.handle(io)?;
+        dev.check_writable()?;
+        let alloc = io
+            .storage
+            .allocs
+            .get(self.dev as usize)
+            .ok_or_else(|| Error::Device(format!("{}@{}: no allocator", self.kind.name, self.dev)))?;
+        let mut moved = 0;
+        for (f, p, l) in live {
+            let mut buf = vec![0u8; l as usize * BLOCK_SIZE];
+            dev.read_blocks(p, &mut buf)?;
+            let mut pos = f;
+            while pos < f + l {
+                let want = (f + l - pos).min(self.max);
+                let goal = self.map.read().goal(pos);
+                let Some((np, got)) = (place.take)(alloc, goal, pos, want).filter(|&(_, k)| k > 0 && k <= want) else {
+                    return Err(Error::NoSpace(dev.name()));
+                };
+                let at = (pos - f) as usize * BLOCK_SIZE;
+                if let Err(e) = (place.store)(dev, np, got, Some(&buf[at..at + got as usize * BLOCK_SIZE])) {
+                    alloc.free_now(np, got);
+                    return Err(e);
+                }
+                let old = p + (pos - f);
+                let mut m = self.map.write();
+                let mut unused = np;
+                for (sf, sp, sl) in m.still_mapped(pos, old, got) {
+                    let q = np + (sp - old);
+                    alloc.free_now(unused, q - unused);
+                    let c = Change::Map { fblk: sf, pblk: q, len: sl };
+                    for (op, ol) in m.apply(c, self.max) {
+                        for (op, ol) in m.minus_pending(op, ol) {
+                            io.free(self.dev, op, ol);
+                        }
+                    }
+                    io.record(self.kind, self.id, &c.encode());
+                    moved += sl;
+                    unused = q + sl;
+                }
+                alloc.free_now(unused, np + got - unused);
+                pos += got;
+            }
+        }
+        Ok(moved)
+    }
 }
 
 impl Extent {
@@ -700,5 +771,73 @@ mod tests {
             assert!(matches!(l.apply(&r), Err(Error::Corrupt { .. })), "{:?}", r.bytes);
         }
         l.apply(&rec(&[0, u64::MAX], &[])).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod relocate_tests {
+    use super::super::testenv::{build, decode, encode, pattern, Env};
+    use super::super::{Layout, Spec, Value};
+
+    fn colocate() -> Spec {
+        Spec {
+            kind: "colocate".into(),
+            params: vec![("group".into(), Value::Num(16 << 10))],
+            children: vec![],
+            device: Some(0),
+        }
+    }
+
+    fn runs(l: &Layout) -> Vec<(u64, u64)> {
+        let mut v = Vec::new();
+        l.extents(&mut |_, p, n| v.push((p, n)));
+        v
+    }
+
+    #[test]
+    fn a_relocation_replaces_the_map_and_frees_the_old_blocks_once_when_the_batch_commits() {
+        let env = Env::new(1, 1024);
+        let (a, b) = (build(&colocate()), build(&colocate()));
+        // a's second block comes after b's first: a is scattered.
+        env.write(&a, 0, &pattern(1, 1)).unwrap();
+        env.write(&b, 0, &pattern(2, 1)).unwrap();
+        env.write(&a, 1, &pattern(3, 1)).unwrap();
+        env.commit();
+        let before = runs(&a);
+        assert_eq!(before.len(), 2, "{before:?}");
+        let scattered = a.nodes()[0].scattered();
+        assert_eq!(scattered.len(), 2, "{scattered:?}");
+        assert!(b.nodes()[0].scattered().is_empty());
+        let used = env.used();
+        let records = env.changes().len();
+        let saved = encode(&a);
+        let moved: u64 =
+            env.io(|io| scattered.iter().map(|&(f, p, n)| a.nodes()[0].relocate(io, f, p, n).unwrap()).sum());
+        assert_eq!(moved, 2);
+        // One run in one group now, the same bytes.
+        let after = runs(&a);
+        assert_eq!(after.len(), 1, "{after:?}");
+        assert_eq!(after[0].0 / 4, (after[0].0 + 1) / 4);
+        assert!(a.nodes()[0].scattered().is_empty());
+        let mut want = pattern(1, 1);
+        want.extend_from_slice(&pattern(3, 1));
+        assert_eq!(env.read(&a, 0, 2), want);
+        assert_eq!(env.read(&b, 0, 1), pattern(2, 1));
+        // The old blocks are held until the batch commits, then free once.
+        assert_eq!(env.used(), used + 2);
+        env.commit();
+        assert_eq!(env.used(), used);
+        env.check_accounting(&[&a, &b]);
+        // Where the blocks were is stale now: nothing moves.
+        for &(f, p, n) in &scattered {
+            assert_eq!(env.io(|io| a.nodes()[0].relocate(io, f, p, n)).unwrap(), 0);
+        }
+        // The records replay onto the tree as it was to the same map.
+        let replayed = decode(&saved).unwrap();
+        assert_eq!(runs(&replayed), before);
+        for r in &env.changes()[records..] {
+            replayed.apply(r).unwrap();
+        }
+        assert_eq!(runs(&replayed), after);
     }
 }

@@ -362,10 +362,23 @@ pub trait Block: Send + Sync {
     /// still live at device blocks [pblk, pblk+n) of this node's device, to
     /// fresh space, recording the change as a write would; returns how many
     /// blocks moved (0: they live elsewhere now, or the type does not move
-    /// its blocks). The log cleaner's tool; called under the file's I/O
-    /// lock held exclusively.
+    /// its blocks). The fresh space is where the type places a write now
+    /// (`log`: its head; `colocate`: its key's group). The tool of the log
+    /// cleaner and of `Fs::regroup`; called under the file's I/O lock held
+    /// exclusively.
     fn relocate(&self, _io: &IoCtx, _fblk: u64, _pblk: u64, _n: u64) -> Result<u64> {
         Ok(0)
+    }
+    /// For a per-device node that keeps some of its blocks together
+    /// (`colocate`: the blocks of its first group, in one run in one aligned
+    /// group): those blocks as (file block, device block, length) runs when
+    /// they are not together (scattered over more than one group after the
+    /// file grew in steps, or moved to another directory and grew there),
+    /// for [`Block::relocate`] to move, in order, into place; empty when
+    /// they are together, and for every other type. `Fs::regroup` and fsck
+    /// ask it; nothing on the data path does.
+    fn scattered(&self) -> Vec<(u64, u64, u64)> {
+        Vec::new()
     }
     /// For a per-device node that keeps a device-wide index of its blocks
     /// (`log`): enters every block it maps, as owned by `io.owner` (the

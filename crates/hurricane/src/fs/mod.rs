@@ -14,6 +14,7 @@ mod migrate;
 mod ops;
 mod path;
 mod recover;
+mod regroup;
 mod replace;
 mod rollforward;
 mod scrub;

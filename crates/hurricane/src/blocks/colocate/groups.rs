@@ -143,6 +143,63 @@ impl GroupSpace {
     }
 }
 
+impl GroupSpace {
+    /// [`GroupSpace::place`] for blocks being regrouped: `want` blocks, the
+    /// first of `room` (at least `want`) that should lie together in one
+    /// group. Right after `goal` when `room` blocks fit there in its group
+    /// and `want` are free; else at the first `room` free blocks in a row
+    /// in the key's group; else in a new group. Only `want` blocks are
+    /// taken: the rest of the room is left free for the pieces after.
+    pub fn place_together(
+        &self,
+        alloc: &Allocator,
+        key: u64,
+        len: u64,
+        goal: Option<u64>,
+        want: u64,
+        room: u64,
+    ) -> Option<(u64, u64)> {
+        if want == 0 || want > len {
+            return None;
+        }
+        let room = room.max(want).min(len);
+        {
+            let mut g = self.open.lock();
+            let mut open = g.by_key.get_mut(&(key, len));
+            // Takes `want` of `room` free blocks at p.
+            let take = |p: u64, open: &mut Option<&mut Open>| {
+                if !alloc.take_if_free(p, room) {
+                    return false;
+                }
+                alloc.free_now(p + want, room - want);
+                if let Some(o) = open.as_deref_mut().filter(|o| o.next == p) {
+                    o.next += want;
+                }
+                self.stats.placed_blocks.fetch_add(want, Ordering::Relaxed);
+                true
+            };
+            if let Some(p) = goal.filter(|p| p % len != 0) {
+                if p + room <= p.div_ceil(len) * len && take(p, &mut open) {
+                    return Some((p, want));
+                }
+            }
+            if let Some((start, next)) = open.as_deref().map(|o| (o.start, o.next)) {
+                let end = start + len;
+                for p in next..(end + 1).saturating_sub(room) {
+                    if take(p, &mut open) {
+                        return Some((p, want));
+                    }
+                }
+                if let Some(o) = open {
+                    o.next = end;
+                }
+            }
+        }
+        // Too full for them: the key goes on in a new group.
+        self.place(alloc, key, len, None, want)
+    }
+}
+
 /// Takes `want` blocks at `p` if free, else the one block at `p` if free.
 fn take_some(alloc: &Allocator, p: u64, want: u64) -> Option<u64> {
     if want == 0 {
@@ -311,6 +368,25 @@ mod tests {
         assert_eq!(s.place(&a, 1, 16, None, 16), Some((10, 6)));
         assert_eq!(s.place(&a, 1, 16, None, 2), Some((32, 2)));
         assert_eq!(s.stats.snapshot().groups_opened, 3);
+    }
+
+    #[test]
+    fn regrouped_blocks_go_where_all_of_them_fit_in_one_group() {
+        let a = Allocator::new(0, 1024);
+        let s = GroupSpace::default();
+        assert_eq!(s.place(&a, 1, 16, None, 10), Some((0, 10)));
+        // 4 blocks to move, the first 2 now: the key's group has room.
+        assert_eq!(s.place_together(&a, 1, 16, None, 2, 4), Some((10, 2)));
+        // Only those 2 are taken; the next piece goes on after them.
+        assert_eq!(a.free_blocks(), 1024 - 12);
+        assert_eq!(s.place_together(&a, 1, 16, Some(12), 2, 2), Some((12, 2)));
+        // 5 more do not fit in what is left (2 blocks): a new group.
+        assert_eq!(s.place_together(&a, 1, 16, None, 1, 5), Some((16, 1)));
+        // Going on from a goal that has no room for the rest: the key's group.
+        assert!(a.take_if_free(18, 1));
+        assert_eq!(s.place_together(&a, 1, 16, Some(17), 1, 4), Some((19, 1)));
+        assert_eq!(s.place_together(&a, 1, 16, None, 0, 4), None);
+        assert_eq!(s.place_together(&a, 1, 16, None, 17, 17), None);
     }
 
     #[test]
