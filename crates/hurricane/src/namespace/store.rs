@@ -252,6 +252,39 @@ struct FileInner {
     /// The superblock the next sync writes when `changed` is set; the
     /// meta-data commit path arms it and takes it back after the commit.
     sb: Mutex<Option<Superblock>>,
+    /// Blocks read ahead of redb (see [`ReadAhead`]).
+    ahead: Mutex<ReadAhead>,
+}
+
+/// Blocks read along with one redb asked for: a page redb misses is read
+/// with the rest of its aligned run of [`READ_AHEAD_BLOCKS`], so the pages
+/// beside it (inodes made together, a directory's entries) cost no request
+/// of their own when redb asks for them next. Blocks come in verified; a
+/// write or a change of length drops them and counts a generation, and a
+/// read that began before the last count keeps nothing.
+#[derive(Default)]
+struct ReadAhead {
+    generation: u64,
+    blocks: HashMap<u64, Box<[u8]>>,
+    order: std::collections::VecDeque<u64>,
+}
+
+/// Blocks the meta-file reads at once on a miss (64 KiB).
+const READ_AHEAD_BLOCKS: u64 = 16;
+/// Blocks kept read ahead (4 MiB).
+const READ_AHEAD_KEEP: usize = 1024;
+
+impl ReadAhead {
+    fn drop_range(&mut self, first: u64, n: u64) {
+        self.generation += 1;
+        if n as usize > self.blocks.len() {
+            self.blocks.retain(|&b, _| b < first || b >= first + n);
+        } else {
+            for b in first..first + n {
+                self.blocks.remove(&b);
+            }
+        }
+    }
 }
 
 impl fmt::Debug for MetaFile {
@@ -293,6 +326,7 @@ impl MetaFile {
                 header_from: AtomicUsize::new(usize::MAX),
                 damaged: AtomicBool::new(false),
                 sb: Mutex::new(None),
+                ahead: Mutex::new(ReadAhead::default()),
             }),
         }
     }
@@ -590,6 +624,52 @@ impl MetaFile {
     }
 
     fn write_blocks(&self, fblk: u64, data: &[u8]) -> Result<()> {
+        let r = self.write_blocks_through(fblk, data);
+        // After the write: a read ahead that raced it keeps nothing.
+        self.inner.ahead.lock().drop_range(fblk, (data.len() / BLOCK_SIZE) as u64);
+        r
+    }
+
+    /// One block redb asked for, from what was read ahead or with the rest
+    /// of its aligned run.
+    fn read_block_ahead(&self, layout: &Layout, f: u64, out: &mut [u8]) -> Result<()> {
+        let gen = {
+            let a = self.inner.ahead.lock();
+            if let Some(b) = a.blocks.get(&f) {
+                out.copy_from_slice(b);
+                return Ok(());
+            }
+            a.generation
+        };
+        let len = MetaFile::len(self) / BLOCK_SIZE as u64;
+        let first = f - f % READ_AHEAD_BLOCKS;
+        let end = (first + READ_AHEAD_BLOCKS).min(len).max(f + 1);
+        let mut run = vec![0u8; (end - first) as usize * BLOCK_SIZE];
+        if self.read_blocks(layout, first, &mut run).is_err() {
+            // A bad block beside it must not fail this one.
+            return self.read_blocks(layout, f, out);
+        }
+        let at = (f - first) as usize * BLOCK_SIZE;
+        out.copy_from_slice(&run[at..at + BLOCK_SIZE]);
+        let mut a = self.inner.ahead.lock();
+        if a.generation != gen {
+            return Ok(());
+        }
+        // Block 0 is redb's header, rewritten in place and read apart.
+        for (i, b) in run.chunks(BLOCK_SIZE).enumerate() {
+            let blk = first + i as u64;
+            if blk != 0 && blk != f && a.blocks.insert(blk, b.into()).is_none() {
+                a.order.push_back(blk);
+            }
+        }
+        while a.blocks.len() > READ_AHEAD_KEEP {
+            let Some(old) = a.order.pop_front() else { break };
+            a.blocks.remove(&old);
+        }
+        Ok(())
+    }
+
+    fn write_blocks_through(&self, fblk: u64, data: &[u8]) -> Result<()> {
         // One writer at a time from here to the checksum pages' writes, so
         // a page written is never older than the entries another wrote.
         let _w = self.inner.writing.lock();
@@ -708,6 +788,9 @@ impl redb::StorageBackend for MetaFile {
         let bs = BLOCK_SIZE as u64;
         let layout = self.layout();
         if offset.is_multiple_of(bs) && end.is_multiple_of(bs) {
+            if out.len() == BLOCK_SIZE && offset != 0 {
+                return self.read_block_ahead(&layout, offset / bs, out).map_err(io_err);
+            }
             return self.read_blocks(&layout, offset / bs, out).map_err(io_err);
         }
         let first = offset / bs;
@@ -720,6 +803,8 @@ impl redb::StorageBackend for MetaFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        // Blocks past a shrunk end are zeroed when it grows again.
+        self.inner.ahead.lock().drop_range(0, u64::MAX / 2);
         let old = self.inner.len.load(Ordering::Acquire);
         if len <= old {
             tracing::debug!("meta-file shrinks from {old} to {len} bytes");
