@@ -81,9 +81,12 @@ pub const DEFAULT: &str = "extent";
 
 const PHASES: [&str; 4] = ["create", "read", "overwrite", "remove"];
 
+/// One phase of C-FFS's table: seconds, reads, writes, files a second.
+type Published = (f64, u64, u64, f64);
+
 /// C-FFS Table 4.2 as published: per system, per phase (create/write,
-/// read, overwrite, remove): seconds, reads, writes, files a second.
-const CFFS_TABLE: [(&str, [(f64, u64, u64, f64); 4]); 3] = [
+/// read, overwrite, remove).
+const CFFS_TABLE: [(&str, [Published; 4]); 3] = [
     ("FFS", [(15.34, 41, 3052, 65.2), (2.08, 1031, 21, 480.0), (3.98, 1031, 1021, 251.0), (13.19, 41, 2033, 76.0)]),
     (
         "C-FFS without grouping",
@@ -1145,7 +1148,7 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
     let pool = if pools.contains(&"sim-hdd") { "sim-hdd" } else { "image-file" };
     let mut items = Vec::new();
     for (k, p) in PHASES.iter().enumerate() {
-        for (sys, short, refk) in [("native-default", "default", 1), ("native-colocated", "co-located", 2)] {
+        for (sys, short, refk) in [("native-default", "def.", 1), ("native-colocated", "col.", 2)] {
             if let Some(x) = rate(pool, sys, first.key, k) {
                 let paper = (pool == "sim-hdd" && first.key == "cffs").then(|| CFFS_TABLE[refk].1[k].3);
                 items.push((format!("{p} {short}"), x, paper));
@@ -1153,9 +1156,9 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
         }
     }
     let title = if pool == "sim-hdd" {
-        "Small files on a simulated HDD: files/s (ticks: C-FFS Table 4.2)"
+        "Small files on a simulated HDD, default (def.) and co-located (col.); ticks: C-FFS Table 4.2"
     } else {
-        "Small files on image files, native: files/s"
+        "Small files on image files, native, default (def.) and co-located (col.)"
     };
     Ok(Outcome {
         table: text,
@@ -1188,6 +1191,84 @@ mod tests {
         assert_ne!(a[..1000], a[1000..2000]);
         assert_ne!(a[..1000], b[..1000]);
         assert_eq!(a, contents(&w, 1));
+    }
+
+    /// A system in memory; `corrupt` changes the bytes of one file read.
+    #[derive(Default)]
+    struct Mem {
+        files: std::collections::BTreeMap<String, Vec<u8>>,
+        dirs: std::collections::BTreeSet<String>,
+        corrupt: Option<String>,
+        colds: usize,
+        syncs: usize,
+    }
+
+    impl System for Mem {
+        fn name(&self) -> &str {
+            "mem"
+        }
+        fn mkdir(&mut self, dir: &str) -> Result<(), String> {
+            self.dirs.insert(dir.into());
+            Ok(())
+        }
+        fn cold(&mut self) -> Result<(), String> {
+            self.colds += 1;
+            Ok(())
+        }
+        fn create(&mut self, path: &str, data: &[u8]) -> Result<(), String> {
+            self.files.insert(path.into(), data.to_vec());
+            Ok(())
+        }
+        fn read(&mut self, path: &str, buf: &mut Vec<u8>) -> Result<(), String> {
+            *buf = self.files.get(path).cloned().ok_or_else(|| format!("{path}: no such file"))?;
+            if self.corrupt.as_deref() == Some(path) {
+                buf[0] ^= 1;
+            }
+            Ok(())
+        }
+        fn overwrite(&mut self, path: &str, data: &[u8]) -> Result<(), String> {
+            let f = self.files.get_mut(path).ok_or_else(|| format!("{path}: no such file"))?;
+            f[..data.len()].copy_from_slice(data);
+            Ok(())
+        }
+        fn remove(&mut self, path: &str) -> Result<(), String> {
+            self.files.remove(path).map(|_| ()).ok_or_else(|| format!("{path}: no such file"))
+        }
+        fn sync(&mut self) -> Result<(), String> {
+            self.syncs += 1;
+            Ok(())
+        }
+        fn requests(&self) -> Result<Option<(u64, u64)>, String> {
+            Ok(None)
+        }
+        fn entries(&mut self, dir: &str) -> Result<usize, String> {
+            Ok(self.files.keys().filter(|k| k.starts_with(&format!("{dir}/"))).count())
+        }
+        fn layout_of(&mut self, _path: &str) -> Result<Option<String>, String> {
+            Ok(Some("mem".into()))
+        }
+        fn close(self: Box<Self>) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_phase_checks_what_it_reads_and_leaves() {
+        let w = Workload { key: "t", title: "", files: 30, dirs: 3, size: 100 };
+        let gens = [contents(&w, 1), contents(&w, 2)];
+        let pb = ProgressBar::hidden();
+        let mut m = Mem::default();
+        let mut seen = None;
+        let s = phases(&mut m, &w, &gens, &pb, &mut seen).unwrap();
+        assert_eq!(s.len(), 4);
+        assert!(m.files.is_empty());
+        // Each phase starts cold and ends with a sync; the overwrite is read back cold.
+        assert_eq!((m.colds, m.syncs), (5, 4));
+        assert_eq!(seen.as_deref(), Some("mem"));
+        // A file read back wrong fails the read phase.
+        let mut bad = Mem { corrupt: Some(w.file(17)), ..Mem::default() };
+        let e = phases(&mut bad, &w, &gens, &pb, &mut None).unwrap_err();
+        assert!(e.contains("f17"), "{e}");
     }
 
     #[test]
