@@ -64,6 +64,7 @@ use super::{f0, f2, Rng};
 use crate::mounts::{LoopFs, Served};
 use crate::pool::RamDisk;
 use crate::{plot, table, Outcome, Params};
+use hurricane::device::sim::SimStats;
 use hurricane::device::{Device, SimDevice, SimParams};
 use hurricane::{Creds, FormatOptions, Fs, OpenOptions, Options};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -171,6 +172,11 @@ trait System {
     fn layout_of(&mut self, path: &str) -> Result<Option<String>, String>;
     /// The simulated disks' timing on or off (nothing elsewhere).
     fn timing(&self, _on: bool) {}
+    /// The simulated disks' own counters (every request they served, and
+    /// the time the disk model spent on them), summed; None elsewhere.
+    fn disk(&self) -> Option<SimStats> {
+        None
+    }
     fn close(self: Box<Self>) -> Result<(), String>;
 }
 
@@ -283,6 +289,18 @@ impl System for Native {
     }
     fn layout_of(&mut self, path: &str) -> Result<Option<String>, String> {
         Ok(Some(self.fs()?.layout_of(&Self::p(path)).map_err(crate::err)?))
+    }
+    fn disk(&self) -> Option<SimStats> {
+        let Backing::Sim { sims, .. } = &self.backing else { return None };
+        let mut t = SimStats::default();
+        for s in sims.iter().map(|s| s.stats()) {
+            t.requests += s.requests;
+            t.cache_hits += s.cache_hits;
+            t.stream_hits += s.stream_hits;
+            t.media += s.media;
+            t.busy_ns += s.busy_ns;
+        }
+        Some(t)
     }
     fn timing(&self, on: bool) {
         if let Backing::Sim { sims, .. } = &self.backing {
@@ -425,6 +443,8 @@ impl System for Posix {
 struct Sample {
     seconds: f64,
     requests: Option<(u64, u64)>,
+    /// The simulated disk's counters over the phase.
+    disk: Option<SimStats>,
 }
 
 /// A system's results on one workload: samples per phase, one a repeat.
@@ -458,6 +478,9 @@ struct Figures {
     mb_per_s: f64,
     reads: Option<u64>,
     writes: Option<u64>,
+    /// The simulated disk: requests it served, seconds it was busy.
+    disk_requests: Option<u64>,
+    disk_busy_s: Option<f64>,
 }
 
 impl Run {
@@ -468,12 +491,18 @@ impl Run {
             let v: Option<Vec<f64>> = s.iter().map(|x| x.requests.as_ref().map(|r| f(r) as f64)).collect();
             v.filter(|v| !v.is_empty()).map(|v| median(v).round() as u64)
         };
+        let disk = |f: fn(&SimStats) -> f64| -> Option<f64> {
+            let v: Option<Vec<f64>> = s.iter().map(|x| x.disk.as_ref().map(f)).collect();
+            v.filter(|v| !v.is_empty()).map(median)
+        };
         Figures {
             seconds,
             files_per_s: self.workload.files as f64 / seconds.max(1e-9),
             mb_per_s: self.workload.bytes() as f64 / 1e6 / seconds.max(1e-9),
             reads: req(|r| r.0),
             writes: req(|r| r.1),
+            disk_requests: disk(|d| d.requests as f64).map(|x| x.round() as u64),
+            disk_busy_s: disk(|d| d.busy_ns as f64 / 1e9),
         }
     }
 }
@@ -565,6 +594,7 @@ fn phases(
         sys.cold()?;
         bar(pb, w.files, format!("{} {}: {phase}", sys.name(), w.key));
         let before = sys.requests()?;
+        let disk0 = sys.disk();
         sys.timing(true);
         let t0 = Instant::now();
         for i in 0..w.files {
@@ -586,7 +616,14 @@ fn phases(
         let seconds = t0.elapsed().as_secs_f64();
         sys.timing(false);
         let requests = delta(before, sys.requests()?);
-        out.push(Sample { seconds, requests });
+        let disk = disk0.zip(sys.disk()).map(|(a, b)| SimStats {
+            requests: b.requests - a.requests,
+            cache_hits: b.cache_hits - a.cache_hits,
+            stream_hits: b.stream_hits - a.stream_hits,
+            media: b.media - a.media,
+            busy_ns: b.busy_ns - a.busy_ns,
+        });
+        out.push(Sample { seconds, requests, disk });
         match k {
             0 if layout_seen.is_none() && w.files > 0 => *layout_seen = sys.layout_of(&w.file(0))?,
             2 => verify(sys, w, &gens[1], "overwrite")?,
@@ -798,9 +835,10 @@ pub fn run(quick: bool, params: &Params) -> Result<Outcome, String> {
         workloads.iter().map(|w| (w.clone(), [contents(w, 1), contents(w, 2)])).collect();
     let sim_data: Vec<(Workload, [Vec<u8>; 2])> =
         data.iter().filter(|(w, _)| sim_workloads.iter().any(|s| s.key == w.key)).cloned().collect();
-    // Room for every file in whole blocks several times over, and the large file.
+    // Room for every file in whole blocks several times over, and the large
+    // file; XFS takes no less than 300 MB.
     let blocks: u64 = workloads.iter().map(|w| w.files * w.size.div_ceil(4096).max(1) * 4096).sum();
-    let pool_size = (blocks * 4 + large_file * 2 + (64 << 20)).max(256 << 20);
+    let pool_size = (blocks * 4 + large_file * 2 + (64 << 20)).max(512 << 20);
     let sim_size = (blocks * 4 + large_sim * 2 + (32 << 20)).max(96 << 20);
     let base = std::env::var_os("HURRICANE_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp".into());
     let tmp = tempfile::Builder::new().prefix("cffs.").tempdir_in(&base).map_err(crate::err)?;
@@ -921,7 +959,7 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         crate::loadavg()
     );
-    let head = ["system", "phase", "seconds", "files/s", "MB/s", "reads+writes"];
+    let head = ["system", "phase", "seconds", "files/s", "MB/s", "reads+writes", "disk requests, busy s"];
     let mut pools: Vec<&str> = Vec::new();
     for r in &runs {
         if !pools.contains(&r.pool) {
@@ -946,16 +984,28 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
                             (Some(a), Some(b)) => format!("{a}+{b}"),
                             _ => "-".into(),
                         },
+                        match (f.disk_requests, f.disk_busy_s) {
+                            (Some(n), Some(b)) => format!("{n}, {b:.2}"),
+                            _ => "-".into(),
+                        },
                     ]);
                     let samples: Vec<Value> = r.samples[k]
                         .iter()
-                        .map(|s| json!({"seconds": s.seconds, "reads": s.requests.map(|q| q.0), "writes": s.requests.map(|q| q.1)}))
+                        .map(|s| {
+                            let disk = s.disk.map(|d| {
+                                json!({"requests": d.requests, "media": d.media, "stream_hits": d.stream_hits,
+                                       "cache_hits": d.cache_hits, "busy_s": d.busy_ns as f64 / 1e9})
+                            });
+                            json!({"seconds": s.seconds, "reads": s.requests.map(|q| q.0),
+                                   "writes": s.requests.map(|q| q.1), "disk": disk})
+                        })
                         .collect();
                     phases.insert(
                         p.to_string(),
                         json!({"seconds": f.seconds, "files_per_s": f.files_per_s, "mb_per_s": f.mb_per_s,
                                "reads": f.reads, "writes": f.writes,
-                               "requests": f.reads.zip(f.writes).map(|(a, b)| a + b), "samples": samples}),
+                               "requests": f.reads.zip(f.writes).map(|(a, b)| a + b),
+                               "disk_requests": f.disk_requests, "disk_busy_s": f.disk_busy_s, "samples": samples}),
                     );
                 }
                 rows_json.push(json!({"pool": r.pool, "workload": r.workload.key, "system": r.system,
@@ -975,6 +1025,7 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
                             format!("{fps:.0}"),
                             f2(fps * 4096.0 / 1e6),
                             format!("{rd}+{wr}"),
+                            "-".into(),
                         ]);
                     }
                 }
