@@ -239,6 +239,8 @@ fn cffs_takes_sizes_and_others_refuse_them() {
     assert!(rows.iter().all(|r| r["pool"] == "image-file" && r["workload"] == "custom"));
     assert_eq!(s.data["params"]["workloads"][0]["files"], 12);
     assert!(s.data["hdd_colocated_over_default"].is_null());
+    let zero = Params { size: Some(0), ..Params::default() };
+    assert!(run_params("cffs", true, &zero, out.path()).unwrap_err().contains("--size must be at least 1"));
     let e = run_params("tpcb", true, &Params { sim: Some("hdd".into()), ..Params::default() }, out.path()).unwrap_err();
     assert!(e.contains("does not take --sim"), "{e}");
 }

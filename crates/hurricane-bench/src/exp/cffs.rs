@@ -782,6 +782,11 @@ pub fn run(quick: bool, params: &Params) -> Result<Outcome, String> {
         },
     };
     let custom = params.files.is_some() || params.dirs.is_some() || params.size.is_some();
+    for (opt, v) in [("--files", params.files), ("--dirs", params.dirs), ("--size", params.size)] {
+        if v == Some(0) {
+            return Err(format!("{opt} must be at least 1"));
+        }
+    }
     let mut workloads: Vec<Workload> = if custom {
         vec![Workload {
             key: "custom",
