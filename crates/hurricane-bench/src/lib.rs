@@ -44,6 +44,7 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
     ("web-replay", "Tam ch. 7: a web server's log replayed (Zipf popularity, listings, errors), 1..N threads, native, mount and ext4"),
     ("meta-scale", "10 million empty files (--files N) in one directory and 1,000 per directory: create, stat, lookup, unlink rates, memory, bytes written, open times; native, mount, ext4, XFS"),
     ("tpcb", "Seltzer Table 7-9: TPC-B on embedded transactions, files laid out as extent and log (cleaner off, at 70% and 85% full), SQLite (WAL) on ext4 as the peer"),
+    ("cffs", "C-FFS Table 4.2 and Seltzer Fig. 7-5: small files created, read, overwritten, removed with caches emptied between phases; co-located and default allocation, native and mount, ext4, XFS; image files and a simulated HDD"),
 ];
 
 /// Not an experiment: summarises `OUT/mount.jsonl` from `bench/mount.sh`
@@ -94,15 +95,52 @@ pub(crate) struct Outcome {
     pub plot: Plot,
 }
 
+/// The sizes and pool an experiment may be given on the command line.
+/// Each option is refused by the experiments that do not take it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Params {
+    /// Files to create (`--files N`: `meta-scale`, `cffs`).
+    pub files: Option<u64>,
+    /// Directories they go in (`--dirs N`: `cffs`).
+    pub dirs: Option<u64>,
+    /// Bytes a file (`--size S`: `cffs`).
+    pub size: Option<u64>,
+    /// The disk model of a simulated pool (`--sim hdd`, `hdd:key=value,...`,
+    /// or `none`: `cffs`).
+    pub sim: Option<String>,
+}
+
 /// Runs experiment `name` (see [`EXPERIMENTS`]), writing NAME.json and
 /// NAME.png into `out_dir`.
 pub fn run(name: &str, quick: bool, out_dir: &Path) -> Result<Summary, String> {
-    run_with(name, quick, None, out_dir)
+    run_params(name, quick, &Params::default(), out_dir)
 }
 
 /// [`run`] with a file count for the experiments that take one
-/// (`meta-scale`; `--files N` on the command line).
+/// (`meta-scale`, `cffs`; `--files N` on the command line).
 pub fn run_with(name: &str, quick: bool, files: Option<u64>, out_dir: &Path) -> Result<Summary, String> {
+    run_params(name, quick, &Params { files, ..Params::default() }, out_dir)
+}
+
+/// [`run`] with the command line's sizes and pool ([`Params`]).
+pub fn run_params(name: &str, quick: bool, p: &Params, out_dir: &Path) -> Result<Summary, String> {
+    let takes: &[&str] = match name {
+        "meta-scale" => &["--files"],
+        "cffs" => &["--files", "--dirs", "--size", "--sim"],
+        _ => &[],
+    };
+    let given = [
+        ("--files", p.files.is_some()),
+        ("--dirs", p.dirs.is_some()),
+        ("--size", p.size.is_some()),
+        ("--sim", p.sim.is_some()),
+    ];
+    if let Some((opt, _)) = given.iter().find(|(o, g)| *g && !takes.contains(o)) {
+        if EXPERIMENTS.iter().any(|e| e.0 == name) {
+            return Err(format!("{name} does not take {opt}"));
+        }
+    }
+    let files = p.files;
     let load_before = loadavg();
     let outcome = match name {
         "hfs-table1" => exp::table1::run(quick)?,
@@ -117,6 +155,7 @@ pub fn run_with(name: &str, quick: bool, files: Option<u64>, out_dir: &Path) -> 
         "tam" => exp::tam::run(quick)?,
         "web-replay" => exp::web_replay::run(quick)?,
         "tpcb" => exp::tpcb::run(quick)?,
+        "cffs" => exp::cffs::run(quick, p)?,
         _ => {
             let names: Vec<&str> = EXPERIMENTS.iter().map(|e| e.0).collect();
             return Err(format!("unknown experiment {name:?} (known: {})", names.join(", ")));
@@ -151,16 +190,37 @@ pub fn run_with(name: &str, quick: bool, files: Option<u64>, out_dir: &Path) -> 
 pub fn main_with_args(args: &[String]) -> i32 {
     let mut name = None;
     let mut quick = false;
-    let mut files = None;
+    let mut params = Params::default();
     let mut out = PathBuf::from("bench/results");
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => quick = true,
             "--files" => match it.next().and_then(|n| n.replace([',', '_'], "").parse::<u64>().ok()) {
-                Some(n) if n >= 10 => files = Some(n),
+                Some(n) if n >= 10 => params.files = Some(n),
                 _ => {
                     eprintln!("hurricane bench: --files needs a count of at least 10");
+                    return 2;
+                }
+            },
+            "--dirs" => match it.next().and_then(|n| n.replace([',', '_'], "").parse::<u64>().ok()) {
+                Some(n) if n >= 1 => params.dirs = Some(n),
+                _ => {
+                    eprintln!("hurricane bench: --dirs needs a count of at least 1");
+                    return 2;
+                }
+            },
+            "--size" => match it.next().map(|s| hurricane::units::parse_size(s)) {
+                Some(Ok(n)) if n >= 1 => params.size = Some(n),
+                _ => {
+                    eprintln!("hurricane bench: --size needs a size of at least 1 byte (4K, 1KiB, 4096)");
+                    return 2;
+                }
+            },
+            "--sim" => match it.next() {
+                Some(m) => params.sim = Some(m.clone()),
+                None => {
+                    eprintln!("hurricane bench: --sim needs a disk model (hdd, hdd:key=value,..., none)");
                     return 2;
                 }
             },
@@ -192,7 +252,9 @@ pub fn main_with_args(args: &[String]) -> i32 {
         }
     }
     let Some(name) = name else {
-        eprintln!("usage: hurricane bench NAME [--quick] [--files N] [--out DIR]   (hurricane bench list)");
+        eprintln!(
+            "usage: hurricane bench NAME [--quick] [--files N] [--dirs N] [--size S] [--sim hdd] [--out DIR]   (hurricane bench list)"
+        );
         return 2;
     };
     if let Some((_, _, report)) = REPORTS.iter().find(|r| r.0 == name) {
@@ -207,7 +269,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
             }
         };
     }
-    match run_with(&name, quick, files, &out) {
+    match run_params(&name, quick, &params, &out) {
         Ok(s) => {
             print!("{}", s.table);
             println!("wrote {} and {}", s.json.display(), s.png.display());

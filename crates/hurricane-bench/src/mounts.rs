@@ -14,35 +14,67 @@ pub fn serve<R>(
     opts: hurricane_fuse::MountOptions,
     f: impl FnOnce() -> Result<R, String>,
 ) -> Result<(R, f64), String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (p2, m2) = (pool.to_path_buf(), mnt.to_path_buf());
-    std::thread::Builder::new()
-        .name("bench-mount".into())
-        .spawn(move || {
-            let _ = tx.send(hurricane_fuse::serve(&p2, &m2, &opts));
-        })
-        .map_err(crate::err)?;
-    let t0 = Instant::now();
-    while hurricane_fuse::mountinfo::fuse_mounts_at(mnt).is_empty() {
-        if let Ok(r) = rx.try_recv() {
-            return Err(format!("mount failed: {}", r.err().unwrap_or_else(|| "it ended at once".into())));
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            let _ = hurricane_fuse::mountinfo::unmount(mnt, true);
-            return Err("mount did not come up in 10 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let m = Served::start(pool, mnt, opts)?;
     let r = f();
-    let t = Instant::now();
-    if let Err(e) = hurricane_fuse::mountinfo::unmount(mnt, false) {
-        let _ = hurricane_fuse::mountinfo::unmount(mnt, true);
-        return Err(format!("unmount: {e}"));
+    let secs = m.stop()?;
+    Ok((r?, secs))
+}
+
+/// A pool served through FUSE at a mount point by a thread of this
+/// process, from [`Served::start`] until [`Served::stop`] (or a lazy
+/// unmount when dropped).
+pub struct Served {
+    mnt: PathBuf,
+    rx: Option<std::sync::mpsc::Receiver<Result<(), String>>>,
+}
+
+impl Served {
+    /// Mounts `pool` at `mnt` and waits until the mount is up.
+    pub fn start(pool: &Path, mnt: &Path, opts: hurricane_fuse::MountOptions) -> Result<Served, String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (p2, m2) = (pool.to_path_buf(), mnt.to_path_buf());
+        std::thread::Builder::new()
+            .name("bench-mount".into())
+            .spawn(move || {
+                let _ = tx.send(hurricane_fuse::serve(&p2, &m2, &opts));
+            })
+            .map_err(crate::err)?;
+        let t0 = Instant::now();
+        while hurricane_fuse::mountinfo::fuse_mounts_at(mnt).is_empty() {
+            if let Ok(r) = rx.try_recv() {
+                return Err(format!("mount failed: {}", r.err().unwrap_or_else(|| "it ended at once".into())));
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                let _ = hurricane_fuse::mountinfo::unmount(mnt, true);
+                return Err("mount did not come up in 10 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Served { mnt: mnt.to_path_buf(), rx: Some(rx) })
     }
-    match rx.recv_timeout(Duration::from_secs(600)) {
-        Ok(Ok(())) => Ok((r?, t.elapsed().as_secs_f64())),
-        Ok(Err(e)) => Err(format!("mount ended with: {e}")),
-        Err(_) => Err("the mount did not end after unmount".into()),
+
+    /// Unmounts and waits for the server to end: the seconds that took
+    /// (the final checkpoint included).
+    pub fn stop(mut self) -> Result<f64, String> {
+        let Some(rx) = self.rx.take() else { return Err("the mount was stopped already".into()) };
+        let t = Instant::now();
+        if let Err(e) = hurricane_fuse::mountinfo::unmount(&self.mnt, false) {
+            let _ = hurricane_fuse::mountinfo::unmount(&self.mnt, true);
+            return Err(format!("unmount: {e}"));
+        }
+        match rx.recv_timeout(Duration::from_secs(600)) {
+            Ok(Ok(())) => Ok(t.elapsed().as_secs_f64()),
+            Ok(Err(e)) => Err(format!("mount ended with: {e}")),
+            Err(_) => Err("the mount did not end after unmount".into()),
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if self.rx.take().is_some() {
+            let _ = hurricane_fuse::mountinfo::unmount(&self.mnt, true);
+        }
     }
 }
 
@@ -97,6 +129,16 @@ impl LoopFs {
         let t = Instant::now();
         self.mount()?;
         Ok((down, t.elapsed().as_secs_f64()))
+    }
+
+    /// Requests the loop device has completed: (reads, writes).
+    pub fn requests(&self) -> Result<(u64, u64), String> {
+        let s = std::fs::read_to_string(format!("/sys/block/{}/stat", self.dev)).map_err(crate::err)?;
+        let f: Vec<u64> = s.split_whitespace().map(|v| v.parse().unwrap_or(0)).collect();
+        match (f.first(), f.get(4)) {
+            (Some(&r), Some(&w)) => Ok((r, w)),
+            _ => Err(format!("/sys/block/{}/stat: too few fields", self.dev)),
+        }
     }
 
     /// Bytes the loop device has written.

@@ -4,7 +4,7 @@
 // A test crate: a panic is how a test fails, so unwrap and expect are fine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use hurricane_bench::{run, EXPERIMENTS};
+use hurricane_bench::{run, run_params, Params, EXPERIMENTS};
 use serde_json::Value;
 
 fn check(name: &str) -> Value {
@@ -178,8 +178,76 @@ fn tpcb() {
 }
 
 #[test]
+fn cffs() {
+    let v = check("cffs");
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r["pool"].as_str().unwrap(),
+                r["workload"].as_str().unwrap(),
+                r["system"].as_str().unwrap()
+            )
+        })
+        .collect();
+    // Both workloads on image files, the first on the simulated disk.
+    assert_eq!(
+        names,
+        [
+            "image-file cffs native-colocated",
+            "image-file cffs native-default",
+            "image-file seltzer native-colocated",
+            "image-file seltzer native-default",
+            "sim-hdd cffs native-colocated",
+            "sim-hdd cffs native-default",
+        ],
+        "{v}"
+    );
+    for r in rows {
+        for p in ["create", "read", "overwrite", "remove"] {
+            let ph = &r["phases"][p];
+            assert!(ph["files_per_s"].as_f64().unwrap() > 0.0, "{p}: {r}");
+            assert!(ph["mb_per_s"].as_f64().unwrap() > 0.0, "{p}: {r}");
+            assert_eq!(ph["samples"].as_array().unwrap().len(), 1, "{p}: {r}");
+        }
+        // The data reached the device and was read from it (caches emptied).
+        assert!(r["phases"]["create"]["writes"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["phases"]["read"]["reads"].as_u64().unwrap() > 0, "{r}");
+        // A file made in a workload directory got the directory's layout.
+        let want = r["layout"].as_str().unwrap();
+        assert!(r["layout_seen"].as_str().unwrap().contains(want), "{r}");
+    }
+    let large = v["large"].as_array().unwrap();
+    assert_eq!(large.len(), 4);
+    assert!(large.iter().all(|l| l["read_mb_per_s"].as_f64().unwrap() > 0.0 && l["bytes"] == 1 << 20));
+    assert!(v["small_read_fraction"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["small_read_fraction_pool"], "sim-hdd");
+    assert!(v["hdd_colocated_over_default"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["cffs_table_4_2"][2]["phases"]["read"]["files_per_s"], 680.0);
+    assert!(v["params"]["host_caches_dropped"].is_boolean());
+}
+
+#[test]
+fn cffs_takes_sizes_and_others_refuse_them() {
+    let out = tempfile::tempdir().unwrap();
+    let p = Params { files: Some(12), dirs: Some(3), size: Some(1000), sim: Some("none".into()) };
+    let s = run_params("cffs", true, &p, out.path()).unwrap();
+    let rows = s.data["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{}", s.data);
+    assert!(rows.iter().all(|r| r["pool"] == "image-file" && r["workload"] == "custom"));
+    assert_eq!(s.data["params"]["workloads"][0]["files"], 12);
+    assert!(s.data["hdd_colocated_over_default"].is_null());
+    let zero = Params { size: Some(0), ..Params::default() };
+    assert!(run_params("cffs", true, &zero, out.path()).unwrap_err().contains("--size must be at least 1"));
+    let e = run_params("tpcb", true, &Params { sim: Some("hdd".into()), ..Params::default() }, out.path()).unwrap_err();
+    assert!(e.contains("does not take --sim"), "{e}");
+}
+
+#[test]
 fn unknown_names_are_refused() {
-    assert_eq!(EXPERIMENTS.len(), 12);
+    assert_eq!(EXPERIMENTS.len(), 13);
     let out = tempfile::tempdir().unwrap();
     assert!(run("hfs-nope", true, out.path()).unwrap_err().contains("unknown experiment"));
     assert_eq!(hurricane_bench::main_with_args(&["--bogus".into()]), 2);

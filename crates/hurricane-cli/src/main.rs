@@ -97,9 +97,18 @@ struct BenchArgs {
     /// Small sizes: checks that the experiment runs, not its figures.
     #[arg(long)]
     quick: bool,
-    /// Files to create, for the experiments that take a count (meta-scale).
+    /// Files to create, for the experiments that take a count (meta-scale, cffs).
     #[arg(long, value_parser = clap::value_parser!(u64).range(10..))]
     files: Option<u64>,
+    /// Directories the files go in (cffs).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    dirs: Option<u64>,
+    /// Bytes a file (cffs): 4K, 1K, 4096.
+    #[arg(long, value_parser = crate::util::parse_size)]
+    size: Option<u64>,
+    /// A simulated disk pool only (cffs): hdd, hdd:key=value,... (`none`: image files only).
+    #[arg(long)]
+    sim: Option<String>,
     /// Where NAME.json and NAME.png go.
     #[arg(long, default_value = "bench/results")]
     out: std::path::PathBuf,
@@ -119,7 +128,8 @@ fn bench(a: &BenchArgs) -> CliResult {
         print!("{}", report(&a.out).map_err(Fail::new)?);
         return Ok(());
     }
-    let s = hurricane_bench::run_with(&a.name, a.quick, a.files, &a.out).map_err(Fail::new)?;
+    let p = hurricane_bench::Params { files: a.files, dirs: a.dirs, size: a.size, sim: a.sim.clone() };
+    let s = hurricane_bench::run_params(&a.name, a.quick, &p, &a.out).map_err(Fail::new)?;
     println!("{}", s.table);
     println!("wrote {} and {}", s.json.display(), s.png.display());
     println!("{}", s.line);

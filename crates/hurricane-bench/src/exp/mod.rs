@@ -1,5 +1,6 @@
 //! The experiments, one module each.
 
+pub mod cffs;
 pub mod getattr;
 pub mod layers;
 pub mod meta_scale;
