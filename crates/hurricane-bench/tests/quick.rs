@@ -192,16 +192,20 @@ fn cffs() {
             )
         })
         .collect();
-    // Both workloads on image files, the first on the simulated disk.
+    // Every workload on image files, Table 4.2's two on the simulated disk.
     assert_eq!(
         names,
         [
             "image-file cffs native-colocated",
             "image-file cffs native-default",
+            "image-file cffs-interleaved native-colocated",
+            "image-file cffs-interleaved native-default",
             "image-file seltzer native-colocated",
             "image-file seltzer native-default",
             "sim-hdd cffs native-colocated",
             "sim-hdd cffs native-default",
+            "sim-hdd cffs-interleaved native-colocated",
+            "sim-hdd cffs-interleaved native-default",
         ],
         "{v}"
     );
@@ -225,6 +229,7 @@ fn cffs() {
     assert!(v["small_read_fraction"].as_f64().unwrap() > 0.0);
     assert_eq!(v["small_read_fraction_pool"], "sim-hdd");
     assert!(v["hdd_colocated_over_default"].as_f64().unwrap() > 0.0);
+    assert!(v["hdd_colocated_over_default_interleaved"].as_f64().unwrap() > 0.0);
     assert_eq!(v["cffs_table_4_2"][2]["phases"]["read"]["files_per_s"], 680.0);
     assert!(v["params"]["host_caches_dropped"].is_boolean());
 }

@@ -109,6 +109,10 @@ struct Workload {
     files: u64,
     dirs: u64,
     size: u64,
+    /// Files are made round robin over the directories (one in each in
+    /// turn), as a mail spool or a parallel build makes them, not
+    /// directory by directory; the other phases go directory by directory.
+    interleaved: bool,
 }
 
 impl Workload {
@@ -125,8 +129,26 @@ impl Workload {
     fn bytes(&self) -> u64 {
         self.files * self.size
     }
+    /// The order files are made in: `file(i)` for each `i`.
+    fn create_order(&self) -> Vec<u64> {
+        if !self.interleaved {
+            return (0..self.files).collect();
+        }
+        let per = self.per_dir();
+        let mut out = Vec::with_capacity(self.files as usize);
+        for k in 0..per {
+            for d in 0..self.dirs {
+                let i = d * per + k;
+                if i < self.files {
+                    out.push(i);
+                }
+            }
+        }
+        out
+    }
     fn json(&self) -> Value {
-        json!({"key": self.key, "title": self.title, "files": self.files, "dirs": self.dirs, "size": self.size})
+        json!({"key": self.key, "title": self.title, "files": self.files, "dirs": self.dirs, "size": self.size,
+            "made": if self.interleaved { "round robin over the directories" } else { "directory by directory" }})
     }
 }
 
@@ -596,8 +618,9 @@ fn phases(
         let before = sys.requests()?;
         let disk0 = sys.disk();
         sys.timing(true);
+        let order = if k == 0 { w.create_order() } else { (0..w.files).collect() };
         let t0 = Instant::now();
-        for i in 0..w.files {
+        for i in order {
             let p = w.file(i);
             match k {
                 0 => sys.create(&p, piece(0, i))?,
@@ -794,11 +817,34 @@ pub fn run(quick: bool, params: &Params) -> Result<Outcome, String> {
             files: params.files.unwrap_or(1000),
             dirs: params.dirs.unwrap_or(10),
             size: params.size.unwrap_or(4096),
+            interleaved: false,
         }]
     } else if quick {
         vec![
-            Workload { key: "cffs", title: "C-FFS Table 4.2 (quick)", files: 40, dirs: 4, size: 4096 },
-            Workload { key: "seltzer", title: "Seltzer Fig. 7-5 (quick)", files: 100, dirs: 10, size: 1024 },
+            Workload {
+                key: "cffs",
+                title: "C-FFS Table 4.2 (quick)",
+                files: 40,
+                dirs: 4,
+                size: 4096,
+                interleaved: false,
+            },
+            Workload {
+                key: "cffs-interleaved",
+                title: "C-FFS Table 4.2, made round robin (quick)",
+                files: 40,
+                dirs: 4,
+                size: 4096,
+                interleaved: true,
+            },
+            Workload {
+                key: "seltzer",
+                title: "Seltzer Fig. 7-5 (quick)",
+                files: 100,
+                dirs: 10,
+                size: 1024,
+                interleaved: false,
+            },
         ]
     } else {
         vec![
@@ -808,6 +854,15 @@ pub fn run(quick: bool, params: &Params) -> Result<Outcome, String> {
                 files: 1000,
                 dirs: 10,
                 size: 4096,
+                interleaved: false,
+            },
+            Workload {
+                key: "cffs-interleaved",
+                title: "C-FFS Table 4.2, the files made round robin over the directories",
+                files: 1000,
+                dirs: 10,
+                size: 4096,
+                interleaved: true,
             },
             Workload {
                 key: "seltzer",
@@ -815,6 +870,7 @@ pub fn run(quick: bool, params: &Params) -> Result<Outcome, String> {
                 files: 10_000,
                 dirs: 100,
                 size: 1024,
+                interleaved: false,
             },
         ]
     };
@@ -826,7 +882,9 @@ pub fn run(quick: bool, params: &Params) -> Result<Outcome, String> {
     let Some(first) = workloads.first().cloned() else { return Err("CFFS_WORKLOADS leaves no workload".into()) };
     let sim_workloads: Vec<Workload> = match env_list("CFFS_SIM_WORKLOADS") {
         Some(only) => workloads.iter().filter(|w| only.iter().any(|o| o == w.key)).cloned().collect(),
-        None => vec![first.clone()],
+        // Table 4.2's files made both ways: a directory's files side by side
+        // on a new pool either way when made directory by directory.
+        None => workloads.iter().filter(|w| *w.key == *first.key || w.key == "cffs-interleaved").cloned().collect(),
     };
     let systems: Vec<&str> = match env_list("CFFS_SYSTEMS") {
         Some(only) => SYSTEMS.iter().copied().filter(|s| only.iter().any(|o| o == s)).collect(),
@@ -1078,6 +1136,12 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
         Some(rate("sim-hdd", "native-colocated", first.key, k)? / rate("sim-hdd", "native-default", first.key, k)?)
     };
     let hdd_colocated_over_default = hdd_ratio(1);
+    let hdd_interleaved = (|| {
+        Some(
+            rate("sim-hdd", "native-colocated", "cffs-interleaved", 1)?
+                / rate("sim-hdd", "native-default", "cffs-interleaved", 1)?,
+        )
+    })();
     let mut hdd_by_phase = serde_json::Map::new();
     for (k, p) in PHASES.iter().enumerate() {
         if let Some(x) = hdd_ratio(k) {
@@ -1126,6 +1190,14 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
             680.0 / 629.0
         ));
     }
+    if let Some(x) = hdd_interleaved {
+        text.push_str(&format!(
+            "simulated HDD, cffs-interleaved read: co-located {} files/s, default {} files/s: {:.2}x\n",
+            f0(rate("sim-hdd", "native-colocated", "cffs-interleaved", 1).unwrap_or(0.0)),
+            f0(rate("sim-hdd", "native-default", "cffs-interleaved", 1).unwrap_or(0.0)),
+            x
+        ));
+    }
     if !vrows.is_empty() {
         text.push_str("\nthe mount against the kernel file systems (files/s ratios, image files)\n");
         text.push_str(&table(
@@ -1151,6 +1223,9 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
     let mut line = String::from("cffs:");
     if let Some(x) = hdd_colocated_over_default {
         line.push_str(&format!(" simulated HDD read co-located/default {x:.2}x;"));
+    }
+    if let Some(x) = hdd_interleaved {
+        line.push_str(&format!(" the same, files made round robin {x:.2}x;"));
     }
     if let Some(f) = small_read_fraction {
         line.push_str(&format!(" small-file read fraction {} ({}; C-FFS 90%);", fr(Some(f)), frac_pool.unwrap_or("-")));
@@ -1191,6 +1266,7 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
         "small_read_fraction_by_pool": by_pool,
         "hdd_colocated_over_default": hdd_colocated_over_default,
         "hdd_colocated_over_default_by_phase": hdd_by_phase,
+        "hdd_colocated_over_default_interleaved": hdd_interleaved,
         "mount_over_ext4": vs_ext4,
         "rows": rows_json,
         "large": larges.iter().map(|l| json!({"pool": l.pool, "system": l.system, "bytes": l.bytes,
@@ -1230,18 +1306,28 @@ mod tests {
 
     #[test]
     fn files_go_directory_by_directory() {
-        let w = Workload { key: "t", title: "", files: 1000, dirs: 10, size: 4096 };
+        let w = Workload { key: "t", title: "", files: 1000, dirs: 10, size: 4096, interleaved: false };
         assert_eq!(w.file(0), "t/d0/f0");
         assert_eq!(w.file(99), "t/d0/f99");
         assert_eq!(w.file(100), "t/d1/f100");
         assert_eq!(w.file(999), "t/d9/f999");
-        let odd = Workload { key: "t", title: "", files: 10, dirs: 3, size: 1 };
+        let odd = Workload { key: "t", title: "", files: 10, dirs: 3, size: 1, interleaved: false };
         assert!((0..10).all(|i| odd.file(i).starts_with("t/d") && odd.file(i)[3..4].parse::<u64>().unwrap_or(9) < 3));
     }
 
     #[test]
+    fn interleaved_files_are_made_one_directory_after_another_in_turn() {
+        let w = Workload { key: "t", title: "", files: 10, dirs: 3, size: 1, interleaved: true };
+        let order = w.create_order();
+        // per_dir 4: d0 = 0..4, d1 = 4..8, d2 = 8..10.
+        assert_eq!(order, vec![0, 4, 8, 1, 5, 9, 2, 6, 3, 7]);
+        let flat = Workload { interleaved: false, ..w };
+        assert_eq!(flat.create_order(), (0..10).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn contents_differ_between_files_and_generations() {
-        let w = Workload { key: "t", title: "", files: 3, dirs: 1, size: 1000 };
+        let w = Workload { key: "t", title: "", files: 3, dirs: 1, size: 1000, interleaved: false };
         let (a, b) = (contents(&w, 1), contents(&w, 2));
         assert_eq!(a.len(), 3000);
         assert_ne!(a[..1000], a[1000..2000]);
@@ -1310,7 +1396,7 @@ mod tests {
 
     #[test]
     fn every_phase_checks_what_it_reads_and_leaves() {
-        let w = Workload { key: "t", title: "", files: 30, dirs: 3, size: 100 };
+        let w = Workload { key: "t", title: "", files: 30, dirs: 3, size: 100, interleaved: false };
         let gens = [contents(&w, 1), contents(&w, 2)];
         let pb = ProgressBar::hidden();
         let mut m = Mem::default();

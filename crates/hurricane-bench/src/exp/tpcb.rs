@@ -547,9 +547,10 @@ fn hurricane_run(p: &Params, system: &str, kind: &str, fill: Option<f64>) -> Res
     let size = match fill {
         // Sparse: only what is written takes room on the host.
         // Room to spare: three times the database and room for every block
-        // the run writes, so that a log never wraps (4 GiB; `--quick`:
-        // 256 MiB).
-        None => 3 * db_bytes + if p.quick { 256 << 20 } else { 4 << 30 },
+        // the run writes, so that a log never wraps (4 GiB; `--quick`, two
+        // seconds of up to 20,000 transactions a second of three 4 KiB
+        // blocks each: 1 GiB).
+        None => 3 * db_bytes + if p.quick { 1 << 30 } else { 4 << 30 },
         // Free space after formatting somewhat over what the fill needs
         // (the filler makes up the rest), and at least 48 MiB so the log
         // has segments enough to clean. The journal (or its mirror) takes
