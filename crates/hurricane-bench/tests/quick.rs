@@ -230,6 +230,10 @@ fn cffs() {
     assert_eq!(v["small_read_fraction_pool"], "sim-hdd");
     assert!(v["hdd_colocated_over_default"].as_f64().unwrap() > 0.0);
     assert!(v["hdd_colocated_over_default_interleaved"].as_f64().unwrap() > 0.0);
+    // Every native run read again with its inodes loaded first.
+    let inodes = v["embedded_inodes_at_best"].as_array().unwrap();
+    assert_eq!(inodes.len(), rows.len(), "{v}");
+    assert!(inodes.iter().all(|r| r["read_inodes_loaded_s"].as_f64().unwrap() > 0.0));
     assert_eq!(v["cffs_table_4_2"][2]["phases"]["read"]["files_per_s"], 680.0);
     assert!(v["params"]["host_caches_dropped"].is_boolean());
 }

@@ -194,6 +194,12 @@ trait System {
     fn layout_of(&mut self, path: &str) -> Result<Option<String>, String>;
     /// The simulated disks' timing on or off (nothing elsewhere).
     fn timing(&self, _on: bool) {}
+    /// Loads every file's inode, and nothing else, into memory, as an
+    /// inode embedded in its directory entry would come with the entry:
+    /// false where that cannot be done (not Hurricane's native API).
+    fn load_inodes(&mut self) -> Result<bool, String> {
+        Ok(false)
+    }
     /// The simulated disks' own counters (every request they served, and
     /// the time the disk model spent on them), summed; None elsewhere.
     fn disk(&self) -> Option<SimStats> {
@@ -232,6 +238,8 @@ struct Native {
     layout: String,
     fs: Option<Fs>,
     backing: Backing,
+    /// Every file's inode number, by path.
+    inos: std::collections::HashMap<String, u64>,
 }
 
 impl Native {
@@ -272,7 +280,9 @@ impl System for Native {
     fn create(&mut self, path: &str, data: &[u8]) -> Result<(), String> {
         let p = Self::p(path);
         let mut f = self.fs()?.create(&p, None).map_err(|e| format!("create {p}: {e}"))?;
-        f.write_all_at(data, 0).map_err(|e| format!("write {p}: {e}"))
+        f.write_all_at(data, 0).map_err(|e| format!("write {p}: {e}"))?;
+        self.inos.insert(p, f.ino());
+        Ok(())
     }
     fn read(&mut self, path: &str, buf: &mut Vec<u8>) -> Result<(), String> {
         let p = Self::p(path);
@@ -297,7 +307,16 @@ impl System for Native {
     }
     fn remove(&mut self, path: &str) -> Result<(), String> {
         let p = Self::p(path);
-        self.fs()?.remove(&p).map_err(|e| format!("remove {p}: {e}"))
+        self.fs()?.remove(&p).map_err(|e| format!("remove {p}: {e}"))?;
+        self.inos.remove(&p);
+        Ok(())
+    }
+    fn load_inodes(&mut self) -> Result<bool, String> {
+        let fs = self.fs()?;
+        for &ino in self.inos.values() {
+            fs.getattr(ino).map_err(|e| format!("inode {ino}: {e}"))?;
+        }
+        Ok(true)
     }
     fn sync(&mut self) -> Result<(), String> {
         self.fs()?.sync().map_err(|e| format!("sync: {e}"))
@@ -478,6 +497,8 @@ struct Run {
     /// The layout a file created in a workload directory got.
     layout_seen: Option<String>,
     samples: [Vec<Sample>; 4],
+    /// The read phase with every inode loaded first (native only).
+    inodes_loaded: Vec<Sample>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -507,7 +528,15 @@ struct Figures {
 
 impl Run {
     fn figures(&self, phase: usize) -> Figures {
-        let s = &self.samples[phase];
+        self.figures_of(&self.samples[phase])
+    }
+
+    /// The read with every inode loaded first, where measured.
+    fn loaded_figures(&self) -> Option<Figures> {
+        (!self.inodes_loaded.is_empty()).then(|| self.figures_of(&self.inodes_loaded))
+    }
+
+    fn figures_of(&self, s: &[Sample]) -> Figures {
         let seconds = median(s.iter().map(|x| x.seconds).collect());
         let req = |f: fn(&(u64, u64)) -> u64| -> Option<u64> {
             let v: Option<Vec<f64>> = s.iter().map(|x| x.requests.as_ref().map(|r| f(r) as f64)).collect();
@@ -607,10 +636,11 @@ fn phases(
     gens: &[Vec<u8>; 2],
     pb: &ProgressBar,
     layout_seen: &mut Option<String>,
-) -> Result<[Sample; 4], String> {
+) -> Result<([Sample; 4], Option<Sample>), String> {
     let size = w.size as usize;
     let piece = |g: usize, i: u64| &gens[g][i as usize * size..(i as usize + 1) * size];
     let mut out = Vec::new();
+    let mut warm = None;
     let mut buf = Vec::with_capacity(size);
     for (k, phase) in PHASES.iter().enumerate() {
         sys.cold()?;
@@ -618,7 +648,7 @@ fn phases(
         let before = sys.requests()?;
         let disk0 = sys.disk();
         sys.timing(true);
-        let order = if k == 0 { w.create_order() } else { (0..w.files).collect() };
+        let order: Vec<u64> = if k == 0 { w.create_order() } else { (0..w.files).collect() };
         let t0 = Instant::now();
         for i in order {
             let p = w.file(i);
@@ -647,6 +677,9 @@ fn phases(
             busy_ns: b.busy_ns - a.busy_ns,
         });
         out.push(Sample { seconds, requests, disk });
+        if k == 1 {
+            warm = read_with_inodes_loaded(sys, w, gens, pb)?;
+        }
         match k {
             0 if layout_seen.is_none() && w.files > 0 => *layout_seen = sys.layout_of(&w.file(0))?,
             2 => verify(sys, w, &gens[1], "overwrite")?,
@@ -661,7 +694,52 @@ fn phases(
             _ => {}
         }
     }
-    out.try_into().map_err(|_| "four phases expected".to_string())
+    let out: [Sample; 4] = out.try_into().map_err(|_| "four phases expected".to_string())?;
+    Ok((out, warm))
+}
+
+/// The read phase again with every inode loaded first, caches otherwise
+/// emptied: what reading would cost if inodes came with their directory
+/// entries (C-FFS's embedded inodes), at best. The load is not timed (nor,
+/// on the simulated disk, charged). None for systems that cannot load
+/// inodes alone.
+fn read_with_inodes_loaded(
+    sys: &mut dyn System,
+    w: &Workload,
+    gens: &[Vec<u8>; 2],
+    pb: &ProgressBar,
+) -> Result<Option<Sample>, String> {
+    sys.cold()?;
+    if !sys.load_inodes()? {
+        return Ok(None);
+    }
+    bar(pb, w.files, format!("{} {}: read, inodes loaded", sys.name(), w.key));
+    let size = w.size as usize;
+    let mut buf = Vec::with_capacity(size);
+    let before = sys.requests()?;
+    let disk0 = sys.disk();
+    sys.timing(true);
+    let t0 = Instant::now();
+    for i in 0..w.files {
+        let p = w.file(i);
+        sys.read(&p, &mut buf)?;
+        if buf != gens[0][i as usize * size..(i as usize + 1) * size] {
+            return Err(format!("{}: {p}: not the {size} bytes written", sys.name()));
+        }
+        pb.inc(1);
+    }
+    sys.sync()?;
+    let seconds = t0.elapsed().as_secs_f64();
+    sys.timing(false);
+    let requests = delta(before, sys.requests()?);
+    let disk = disk0.zip(sys.disk()).map(|(a, b)| SimStats {
+        requests: b.requests - a.requests,
+        cache_hits: b.cache_hits - a.cache_hits,
+        stream_hits: b.stream_hits - a.stream_hits,
+        media: b.media - a.media,
+        busy_ns: b.busy_ns - a.busy_ns,
+    });
+    Ok(Some(Sample { seconds, requests, disk }))
 }
 
 /// Runs the workloads on one system (after its large file, when asked).
@@ -687,12 +765,14 @@ fn measure(
             }
             sys.sync()?;
             let mut samples: [Vec<Sample>; 4] = Default::default();
+            let mut inodes_loaded = Vec::new();
             let mut layout_seen = None;
             for _ in 0..repeats {
-                let s = phases(sys.as_mut(), w, gens, pb, &mut layout_seen)?;
+                let (s, warm) = phases(sys.as_mut(), w, gens, pb, &mut layout_seen)?;
                 for (k, x) in s.into_iter().enumerate() {
                     samples[k].push(x);
                 }
+                inodes_loaded.extend(warm);
             }
             let run = Run {
                 pool,
@@ -701,6 +781,7 @@ fn measure(
                 workload: w.clone(),
                 layout_seen,
                 samples,
+                inodes_loaded,
             };
             let cells: Vec<String> = PHASES
                 .iter()
@@ -726,6 +807,7 @@ fn native_file(dir: &Path, name: &str, layout: &str, size: u64, default: &str) -
         name: name.into(),
         layout: layout.into(),
         fs: Some(fs),
+        inos: Default::default(),
         backing: Backing::Dir(dir.to_path_buf()),
     }))
 }
@@ -743,6 +825,7 @@ fn native_sim(name: &str, layout: &str, size: u64, p: &SimParams, default: &str)
         name: name.into(),
         layout: layout.into(),
         fs: Some(fs),
+        inos: Default::default(),
         backing: Backing::Sim { devs, sims },
     }))
 }
@@ -1205,6 +1288,35 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
             &vrows,
         ));
     }
+    // Embedded inodes, at best: the read phase without its inode loads.
+    let mut irows = Vec::new();
+    let mut inodes_json = Vec::new();
+    for r in &runs {
+        let Some(l) = r.loaded_figures() else { continue };
+        let f = r.figures(1);
+        let share = 1.0 - l.seconds / f.seconds.max(1e-9);
+        let reqs = |x: &Figures| x.reads.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+        irows.push(vec![
+            r.pool.to_string(),
+            r.system.clone(),
+            r.workload.key.to_string(),
+            format!("{:.3}", f.seconds),
+            format!("{:.3}", l.seconds),
+            format!("{:.0}%", share * 100.0),
+            reqs(&f),
+            reqs(&l),
+        ]);
+        inodes_json.push(json!({"pool": r.pool, "system": r.system, "workload": r.workload.key,
+            "read_s": f.seconds, "read_inodes_loaded_s": l.seconds, "inode_share": share,
+            "reads": f.reads, "reads_inodes_loaded": l.reads}));
+    }
+    if !irows.is_empty() {
+        text.push_str("\nembedded inodes, at best: the read phase again with every inode loaded first (untimed)\n");
+        text.push_str(&table(
+            &["pool", "system", "workload", "read s", "inodes loaded s", "inode share", "reads", "reads then"],
+            &irows,
+        ));
+    }
     for r in runs.iter().filter(|r| r.layout.is_some()) {
         if let (Some(want), Some(seen)) = (&r.layout, &r.layout_seen) {
             let head = want.split(['(', '@']).next().unwrap_or(want);
@@ -1267,6 +1379,7 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
         "hdd_colocated_over_default": hdd_colocated_over_default,
         "hdd_colocated_over_default_by_phase": hdd_by_phase,
         "hdd_colocated_over_default_interleaved": hdd_interleaved,
+        "embedded_inodes_at_best": inodes_json,
         "mount_over_ext4": vs_ext4,
         "rows": rows_json,
         "large": larges.iter().map(|l| json!({"pool": l.pool, "system": l.system, "bytes": l.bytes,
@@ -1401,11 +1514,14 @@ mod tests {
         let pb = ProgressBar::hidden();
         let mut m = Mem::default();
         let mut seen = None;
-        let s = phases(&mut m, &w, &gens, &pb, &mut seen).unwrap();
+        let (s, loaded) = phases(&mut m, &w, &gens, &pb, &mut seen).unwrap();
         assert_eq!(s.len(), 4);
+        // It cannot load inodes alone: no extra read.
+        assert!(loaded.is_none());
         assert!(m.files.is_empty());
-        // Each phase starts cold and ends with a sync; the overwrite is read back cold.
-        assert_eq!((m.colds, m.syncs), (5, 4));
+        // Each phase starts cold and ends with a sync; the overwrite is read
+        // back cold, and the caches are emptied for the read with inodes loaded.
+        assert_eq!((m.colds, m.syncs), (6, 4));
         assert_eq!(seen.as_deref(), Some("mem"));
         // A file read back wrong fails the read phase.
         let mut bad = Mem { corrupt: Some(w.file(17)), ..Mem::default() };
