@@ -73,6 +73,30 @@ impl Fs {
         })
     }
 
+    /// The context of a request that changes `ino`'s tree in journal batch
+    /// `epoch`, the records it makes going to `sink`.
+    pub(crate) fn writer_io<'a>(
+        &'a self,
+        ino: Ino,
+        epoch: u64,
+        sink: &'a (dyn Fn(NodeRecord) + Sync),
+        repair: bool,
+    ) -> IoCtx<'a> {
+        IoCtx { owner: ino, origin: self.origin(ino), storage: self.storage(), epoch, sink, repair }
+    }
+
+    /// The context of a read of `ino` that records and repairs nothing.
+    pub(crate) fn reader_io(&self, ino: Ino) -> IoCtx<'_> {
+        IoCtx {
+            owner: ino,
+            origin: crate::blocks::Origin::NONE,
+            storage: self.storage(),
+            epoch: 0,
+            sink: Fs::no_sink(),
+            repair: false,
+        }
+    }
+
     pub(super) fn file_layout(&self, ino: Ino) -> Result<(Arc<crate::namespace::Inode>, Arc<Layout>, u64)> {
         let n = self.state().inode(ino)?;
         let (lay, size) = {
@@ -272,14 +296,7 @@ impl Fs {
         let Some(node) = self.state().get(ino) else { return };
         let Ok(Some(lay)) = node.data.read().layout().map(|l| l.cloned()) else { return };
         let mut tmp = vec![0u8; n as usize * BLOCK_SIZE];
-        let io = IoCtx {
-            owner: ino,
-            origin: crate::blocks::Origin::NONE,
-            storage: self.storage(),
-            epoch: 0,
-            sink: Fs::no_sink(),
-            repair: false,
-        };
+        let io = self.reader_io(ino);
         match lay.root().read(&io, start, &mut tmp) {
             Ok(()) => claims.fill(&tmp),
             Err(e) => tracing::debug!("prefetch of inode {ino} blocks {start}+{n}: {e}"),
@@ -316,14 +333,7 @@ impl Fs {
             let g = self.inner.gate.enter();
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx {
-                owner: ino,
-                origin: self.origin(ino),
-                storage: self.storage(),
-                epoch: g.epoch(),
-                sink: &sink,
-                repair: true,
-            };
+            let io = self.writer_io(ino, g.epoch(), &sink, true);
             let r = write_range(&lay, &io, off, data);
             if r.is_ok() {
                 // The part the migration has copied already goes to its tree too.
@@ -423,27 +433,13 @@ impl Fs {
         let fresh = Arc::new(Layout::build(&self.file_spec(&self.default_layout())?)?);
         let mut e = Encoder::new();
         fresh.encode(&mut e);
-        let rio = IoCtx {
-            owner: ino,
-            origin: crate::blocks::Origin::NONE,
-            storage: self.storage(),
-            epoch: 0,
-            sink: Fs::no_sink(),
-            repair: false,
-        };
+        let rio = self.reader_io(ino);
         let mut buf = vec![0u8; size.div_ceil(BS) as usize * BLOCK_SIZE];
         old.root().read(&rio, 0, &mut buf)?;
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx {
-            owner: ino,
-            origin: self.origin(ino),
-            storage: self.storage(),
-            epoch: g.epoch(),
-            sink: &sink,
-            repair: true,
-        };
+        let io = self.writer_io(ino, g.epoch(), &sink, true);
         if !buf.is_empty() {
             fresh.root().write(&io, 0, &buf)?;
         }
@@ -503,14 +499,7 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx {
-            owner: ino,
-            origin: self.origin(ino),
-            storage: self.storage(),
-            epoch: g.epoch(),
-            sink: &sink,
-            repair: true,
-        };
+        let io = self.writer_io(ino, g.epoch(), &sink, true);
         if size < old {
             let keep = size.div_ceil(BS);
             let cut = |lay: &Layout, io: &IoCtx| -> Result<()> {
@@ -627,14 +616,7 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx {
-            owner: ino,
-            origin: self.origin(ino),
-            storage: self.storage(),
-            epoch: g.epoch(),
-            sink: &sink,
-            repair: true,
-        };
+        let io = self.writer_io(ino, g.epoch(), &sink, true);
         let r = lay.root().shift(&io, from, delta);
         self.inner.cache.invalidate_from(ino, off / BS);
         let mut ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
@@ -657,14 +639,7 @@ impl Fs {
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
-        let io = IoCtx {
-            owner: ino,
-            origin: self.origin(ino),
-            storage: self.storage(),
-            epoch: g.epoch(),
-            sink: &sink,
-            repair: true,
-        };
+        let io = self.writer_io(ino, g.epoch(), &sink, true);
         let r = f(lay, &io);
         if r.is_ok() {
             self.mirror(ino, g.epoch(), &|fresh, io, _| f(fresh, io));

@@ -238,14 +238,7 @@ impl Fs {
         }
         let mut reg = Registered { fs: self, ino, m: m.clone(), installed: false };
         let stop = || opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
-        let rio = IoCtx {
-            owner: ino,
-            origin: crate::blocks::Origin::NONE,
-            storage: self.storage(),
-            epoch: 0,
-            sink: Fs::no_sink(),
-            repair: false,
-        };
+        let rio = self.reader_io(ino);
         let sink = |c: NodeRecord| m.changes.lock().push(c);
         let chunk = if opts.chunk_blocks == 0 { CHUNK } else { opts.chunk_blocks.min(CHUNK) };
         let mut buf = vec![0u8; (chunk * BS) as usize];
@@ -324,14 +317,7 @@ impl Fs {
                 .map_err(|e| Error::Device(format!("inode {ino}: reading blocks {start}+{n} to migrate them: {e}")))?;
             {
                 let g = self.inner.gate.enter();
-                let wio = IoCtx {
-                    owner: ino,
-                    origin: self.origin(ino),
-                    storage: self.storage(),
-                    epoch: g.epoch(),
-                    sink: &sink,
-                    repair: false,
-                };
+                let wio = self.writer_io(ino, g.epoch(), &sink, false);
                 let zero = |k: u64| part[(k * BS) as usize..((k + 1) * BS) as usize].iter().all(|&x| x == 0);
                 let mut k = 0;
                 while k < n {

@@ -15,7 +15,6 @@
 //! behind are freed when that group commits.
 
 use super::Fs;
-use crate::blocks::IoCtx;
 use crate::error::Result;
 use crate::journal::{Ino, NodeRecord, Op};
 use parking_lot::Mutex;
@@ -38,14 +37,7 @@ impl Fs {
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);
         let g = self.inner.gate.enter();
-        let io = IoCtx {
-            owner: ino,
-            origin: self.origin(ino),
-            storage: self.storage(),
-            epoch: g.epoch(),
-            sink: &sink,
-            repair: false,
-        };
+        let io = self.writer_io(ino, g.epoch(), &sink, false);
         let mut moved = 0;
         let mut r = Ok(());
         'nodes: for (n, runs) in todo {

@@ -452,14 +452,7 @@ impl Transaction {
         for ((lay, &size), (&ino, f)) in lays.iter().zip(&sizes).zip(&st.files) {
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
-            let io = IoCtx {
-                owner: ino,
-                origin: fs.origin(ino),
-                storage: fs.storage(),
-                epoch: g.epoch(),
-                sink: &sink,
-                repair: true,
-            };
+            let io = fs.writer_io(ino, g.epoch(), &sink, true);
             // Writes recovery can check need no flush ahead of the journal
             // record (verified mode, journal/mod.rs): the record names them.
             let r = if verifiable(lay) {
