@@ -573,6 +573,17 @@ impl Large {
     }
 }
 
+/// The simulated disk's counters from `a` to `b`.
+fn disk_delta(a: Option<SimStats>, b: Option<SimStats>) -> Option<SimStats> {
+    a.zip(b).map(|(a, b)| SimStats {
+        requests: b.requests - a.requests,
+        cache_hits: b.cache_hits - a.cache_hits,
+        stream_hits: b.stream_hits - a.stream_hits,
+        media: b.media - a.media,
+        busy_ns: b.busy_ns - a.busy_ns,
+    })
+}
+
 fn delta(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
     match (a, b) {
         (Some(a), Some(b)) => Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1))),
@@ -669,13 +680,7 @@ fn phases(
         let seconds = t0.elapsed().as_secs_f64();
         sys.timing(false);
         let requests = delta(before, sys.requests()?);
-        let disk = disk0.zip(sys.disk()).map(|(a, b)| SimStats {
-            requests: b.requests - a.requests,
-            cache_hits: b.cache_hits - a.cache_hits,
-            stream_hits: b.stream_hits - a.stream_hits,
-            media: b.media - a.media,
-            busy_ns: b.busy_ns - a.busy_ns,
-        });
+        let disk = disk_delta(disk0, sys.disk());
         out.push(Sample { seconds, requests, disk });
         if k == 1 {
             warm = read_with_inodes_loaded(sys, w, gens, pb)?;
@@ -732,13 +737,7 @@ fn read_with_inodes_loaded(
     let seconds = t0.elapsed().as_secs_f64();
     sys.timing(false);
     let requests = delta(before, sys.requests()?);
-    let disk = disk0.zip(sys.disk()).map(|(a, b)| SimStats {
-        requests: b.requests - a.requests,
-        cache_hits: b.cache_hits - a.cache_hits,
-        stream_hits: b.stream_hits - a.stream_hits,
-        media: b.media - a.media,
-        busy_ns: b.busy_ns - a.busy_ns,
-    });
+    let disk = disk_delta(disk0, sys.disk());
     Ok(Some(Sample { seconds, requests, disk }))
 }
 

@@ -21,17 +21,20 @@ use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The longest run a node keeps: `extent`'s one parameter, and `colocate`'s.
+pub(super) const MAX_RUN: ParamSpec = ParamSpec {
+    key: "max",
+    kind: ParamKind::Size,
+    default: Some("128M"),
+    min: BLOCK_SIZE as u64,
+    max: 1 << 40,
+    doc: "longest single extent",
+};
+
 pub static TYPE: BlockType = BlockType {
     name: "extent",
     doc: "Contiguous runs on one device, each at most `max` bytes; appends stay contiguous.",
-    params: &[ParamSpec {
-        key: "max",
-        kind: ParamKind::Size,
-        default: Some("128M"),
-        min: BLOCK_SIZE as u64,
-        max: 1 << 40,
-        doc: "longest single extent",
-    }],
+    params: &[MAX_RUN],
     per_device: true,
     min_children: 0,
     max_children: 0,

@@ -298,6 +298,19 @@ fn io_err(e: Error) -> io::Error {
 }
 
 impl MetaFile {
+    /// The context of the meta-file's own requests (no file, no journal
+    /// batch: its tree is the superblocks'), its records to `sink`.
+    fn io<'a>(&'a self, sink: &'a (dyn Fn(NodeRecord) + Sync)) -> IoCtx<'a> {
+        IoCtx {
+            owner: 0,
+            origin: crate::blocks::Origin::NONE,
+            storage: &self.inner.storage,
+            epoch: 0,
+            sink,
+            repair: false,
+        }
+    }
+
     /// The meta-file of `len` bytes stored by `layout`.
     pub fn new(storage: Arc<Storage>, layout: Layout, len: u64, read_only: bool) -> MetaFile {
         Self::with(storage, layout, len, read_only, true)
@@ -383,14 +396,7 @@ impl MetaFile {
     fn fill(&self, fresh: &Layout) -> Result<()> {
         let len = self.len();
         let old = self.layout();
-        let io = IoCtx {
-            owner: 0,
-            origin: crate::blocks::Origin::NONE,
-            storage: &self.inner.storage,
-            epoch: 0,
-            sink: &crate::blocks::ignore_records,
-            repair: false,
-        };
+        let io = self.io(&crate::blocks::ignore_records);
         let step = 256 * BLOCK_SIZE as u64;
         let mut buf = vec![0u8; step as usize];
         let mut off = 0;
@@ -418,14 +424,7 @@ impl MetaFile {
         if let Some(v) = self.inner.sums.lock().get(&p) {
             return Ok(v.clone());
         }
-        let io = IoCtx {
-            owner: 0,
-            origin: crate::blocks::Origin::NONE,
-            storage: &self.inner.storage,
-            epoch: 0,
-            sink: &crate::blocks::ignore_records,
-            repair: false,
-        };
+        let io = self.io(&crate::blocks::ignore_records);
         let mut b = vec![0u8; BLOCK_SIZE];
         let mut page = match layout.root().read(&io, SUMS_BASE + p, &mut b) {
             Ok(()) => valid_page(&b),
@@ -471,14 +470,7 @@ impl MetaFile {
     /// checksum page are taken (and the block written back over the copies
     /// that had it wrong, when not read-only).
     fn recover(&self, layout: &Layout, fblk: u64, out: &mut [u8]) -> Result<()> {
-        let io = IoCtx {
-            owner: 0,
-            origin: crate::blocks::Origin::NONE,
-            storage: &self.inner.storage,
-            epoch: 0,
-            sink: &crate::blocks::ignore_records,
-            repair: false,
-        };
+        let io = self.io(&crate::blocks::ignore_records);
         let p = fblk / SUMS_PER_PAGE;
         let copies = layout.root().children();
         let mut good = None;
@@ -576,14 +568,7 @@ impl MetaFile {
     /// disagrees is read from another copy, and is an error (never data)
     /// when none agrees.
     fn read_blocks(&self, layout: &Layout, fblk: u64, buf: &mut [u8]) -> Result<()> {
-        let io = IoCtx {
-            owner: 0,
-            origin: crate::blocks::Origin::NONE,
-            storage: &self.inner.storage,
-            epoch: 0,
-            sink: &crate::blocks::ignore_records,
-            repair: false,
-        };
+        let io = self.io(&crate::blocks::ignore_records);
         layout.root().read(&io, fblk, buf)?;
         let scratch = self.inner.scratch.as_ref().map(|s| s.lock());
         for (i, b) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
@@ -601,14 +586,7 @@ impl MetaFile {
                 // another copy (`MetaStore::open`).
                 let from = self.inner.header_from.load(Ordering::Acquire);
                 if let Some(child) = layout.root().children().get(from) {
-                    let io = IoCtx {
-                        owner: 0,
-                        origin: crate::blocks::Origin::NONE,
-                        storage: &self.inner.storage,
-                        epoch: 0,
-                        sink: &crate::blocks::ignore_records,
-                        repair: false,
-                    };
+                    let io = self.io(&crate::blocks::ignore_records);
                     child.read(&io, 0, b)?;
                 }
                 continue;
@@ -706,14 +684,7 @@ impl MetaFile {
         }
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx {
-            owner: 0,
-            origin: crate::blocks::Origin::NONE,
-            storage: &self.inner.storage,
-            epoch: 0,
-            sink: &sink,
-            repair: false,
-        };
+        let io = self.io(&sink);
         layout.root().write(&io, fblk, data)?;
         self.inner.unwritten.lock().extend(touched);
         Ok(())
@@ -729,14 +700,7 @@ impl MetaFile {
         let layout = self.layout();
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx {
-            owner: 0,
-            origin: crate::blocks::Origin::NONE,
-            storage: &self.inner.storage,
-            epoch: 0,
-            sink: &sink,
-            repair: false,
-        };
+        let io = self.io(&sink);
         // Neighbouring pages go in one write.
         let mut i = 0;
         while i < pages.len() {
@@ -849,14 +813,7 @@ impl redb::StorageBackend for MetaFile {
         }
         let changed = &self.inner.changed;
         let sink = move |_: NodeRecord| changed.store(true, Ordering::Release);
-        let io = IoCtx {
-            owner: 0,
-            origin: crate::blocks::Origin::NONE,
-            storage: &self.inner.storage,
-            epoch: 0,
-            sink: &sink,
-            repair: false,
-        };
+        let io = self.io(&sink);
         layout.root().write(&io, SUMS_BASE + p0, &pages).map_err(io_err)?;
         // Zeroed by the devices where they can (image files and block
         // devices both can), so growth costs no writes of its own.
