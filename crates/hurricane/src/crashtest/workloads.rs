@@ -35,7 +35,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("log", "the same on log files (alone, two segment sizes, striped over logs, replicated with an extent): every write goes to the device's log head; the engine may clean and commit before any write, so every operation is one journal group"),
     ("cleaner", "small overwrites, truncations and punched holes on log files with 64K segments, with cleaning passes (cost-benefit and greedy) between them moving live blocks to the head"),
     ("directory", "many entries in few directories, created, removed, renamed, chmodded and given xattrs, with checkpoints between: entries and inodes read back from the meta-data store past a small inode cache, changes since the checkpoint from memory"),
-    ("colocate", "small files under colocate directory defaults (by directory, by owner, 16K groups, replicated, striped) created across directories, overwritten, grown past their group, shrunk, punched, renamed between directories and removed, read back through group reads with the caches dropped between"),
+    ("colocate", "small files under colocate directory defaults (by directory, by owner, 16K groups, replicated, striped) created across directories, overwritten, grown past their group, shrunk, punched, renamed between directories, regrouped and removed, read back through group reads with the caches dropped between"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
 
@@ -1214,8 +1214,9 @@ pub(crate) fn directory(d: &mut Driver, size: Size) -> Result<()> {
 /// Small files kept together by `colocate` directory defaults: files
 /// created in random directories (some in the root, under the pool's
 /// default), overwritten, grown past their group, shrunk, punched, renamed
-/// between directories and removed; now and then the caches are dropped
-/// and a file is read back against the model through group reads.
+/// between directories, regrouped (their scattered blocks moved back into
+/// their directory's group) and removed; now and then the caches are
+/// dropped and a file is read back against the model through group reads.
 pub(crate) fn colocate(d: &mut Driver, size: Size) -> Result<()> {
     const SPECS: &[&str] = &[
         "colocate",
@@ -1276,6 +1277,16 @@ pub(crate) fn colocate(d: &mut Driver, size: Size) -> Result<()> {
                     if let Some(to) = d.rename_target(&p) {
                         d.rename(&p, &to)?;
                     }
+                }
+            }
+            90..=94 => {
+                // Group maintenance: the file's blocks move, its bytes stay.
+                if let Some(p) = d.pick_file() {
+                    d.op(format!("regroup {p}"), |d| {
+                        let ino = d.fs.resolve(&p)?;
+                        d.fs.regroup(ino)?;
+                        Ok(())
+                    })?;
                 }
             }
             _ => {
