@@ -151,11 +151,7 @@ impl Colocate {
             }
             extent::next_fit(io, a, goal, want)
         };
-        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| {
-            let r = extent::store(dev, p, l, data);
-            space.cache.written(p, l, data, r.is_err());
-            r
-        };
+        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| space.store(dev, p, l, data);
         self.runs.put(io, &Placement { take: &take, store: &store }, fblk, n, buf)
     }
 
@@ -218,6 +214,14 @@ impl GroupSpace {
     /// The device-wide state of `colocate` on `h`.
     pub fn of(h: &DeviceHandle) -> Arc<GroupSpace> {
         h.shared(GroupSpace::default)
+    }
+
+    /// Writes blocks [p, p+l) to the device (zeros with None), then
+    /// through the group cache: the coherence rule's one path.
+    fn store(&self, dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>) -> Result<()> {
+        let r = extent::store(dev, p, l, data);
+        self.cache.written(p, l, data, r.is_err());
+        r
     }
 }
 
@@ -329,11 +333,7 @@ impl Block for Colocate {
             }
             extent::next_fit(io, a, goal, want)
         };
-        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| {
-            let r = extent::store(dev, p, l, data);
-            space.cache.written(p, l, data, r.is_err());
-            r
-        };
+        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| space.store(dev, p, l, data);
         self.runs.relocate(io, &Placement { take: &take, store: &store }, fblk, pblk, n)
     }
 
