@@ -676,12 +676,7 @@ fn phases(
             }
             pb.inc(1);
         }
-        sys.sync()?;
-        let seconds = t0.elapsed().as_secs_f64();
-        sys.timing(false);
-        let requests = delta(before, sys.requests()?);
-        let disk = disk_delta(disk0, sys.disk());
-        out.push(Sample { seconds, requests, disk });
+        out.push(finish(sys, t0, before, disk0)?);
         if k == 1 {
             warm = read_with_inodes_loaded(sys, w, gens, pb)?;
         }
@@ -733,12 +728,23 @@ fn read_with_inodes_loaded(
         }
         pb.inc(1);
     }
+    Ok(Some(finish(sys, t0, before, disk0)?))
+}
+
+/// Ends a timed pass: the sync, then the time, requests and disk counters
+/// since `t0`, `before` and `disk0`.
+fn finish(
+    sys: &mut dyn System,
+    t0: Instant,
+    before: Option<(u64, u64)>,
+    disk0: Option<SimStats>,
+) -> Result<Sample, String> {
     sys.sync()?;
     let seconds = t0.elapsed().as_secs_f64();
     sys.timing(false);
     let requests = delta(before, sys.requests()?);
     let disk = disk_delta(disk0, sys.disk());
-    Ok(Some(Sample { seconds, requests, disk }))
+    Ok(Sample { seconds, requests, disk })
 }
 
 /// Runs the workloads on one system (after its large file, when asked).
