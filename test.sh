@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every check: formatting, lints, and the whole test suite (unit,
-# property, crash, FUSE-mount and CLI tests).
+# property, crash, FUSE-mount and CLI tests, and the Python binding's).
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The Python binding: its wheel built and its pytest suite run.
+bash scripts/python-tests.sh
 if [ -x fuzz/run-ci.sh ]; then bash fuzz/run-ci.sh; fi

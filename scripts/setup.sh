@@ -19,6 +19,9 @@ command -v mkfs.xfs >/dev/null || need+=(xfsprogs)
 # The POSIX conformance suite (vendor/pjdfstest) is C, driven by Perl's prove.
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v prove >/dev/null || need+=(perl)
+# The Python binding's tests run in a virtual environment of their own.
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "setup: please install: ${need[*]}" >&2

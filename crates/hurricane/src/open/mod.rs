@@ -256,7 +256,9 @@ pub struct OpenFileOptions {
     write: bool,
     append: bool,
     create: bool,
+    create_new: bool,
     truncate: bool,
+    mode: Option<u32>,
     layout: Option<String>,
     spec: Option<OpenSpec>,
 }
@@ -282,6 +284,16 @@ impl OpenFileOptions {
         self.truncate = v;
         self
     }
+    /// Create the file, failing if it exists.
+    pub fn create_new(&mut self, v: bool) -> &mut Self {
+        self.create_new = v;
+        self
+    }
+    /// Permission bits of a file this open creates (default 0o644).
+    pub fn mode(&mut self, m: u32) -> &mut Self {
+        self.mode = Some(m);
+        self
+    }
     /// Layout of a file this open creates.
     pub fn layout(&mut self, spec: &str) -> &mut Self {
         self.layout = Some(spec.to_string());
@@ -296,6 +308,10 @@ impl OpenFileOptions {
     pub fn open(&self, fs: &Fs, path: &str) -> Result<OpenFile> {
         let mut o = crate::fs::OpenOptions::new();
         o.read(self.read).write(self.write).append(self.append).create(self.create).truncate(self.truncate);
+        o.create_new(self.create_new);
+        if let Some(m) = self.mode {
+            o.mode(m);
+        }
         if let Some(l) = &self.layout {
             o.layout(l);
         }
