@@ -3,12 +3,12 @@
 
 use crate::buffer::Held;
 use crate::error::{closed, OrRaise};
-use hurricane::open::{OpenFile, OpenSpec};
+use hurricane::open::{LockMode, OpenFile, OpenSpec, RangeGuard};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::io::SeekFrom;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 /// An open file instance. Reads and writes release the GIL; the cursor is
 /// the instance's (shared by all threads) or each thread's own
@@ -107,10 +107,9 @@ impl RawFile {
         let f = inner(&g);
         let data = py
             .detach(|| {
-                let want = match u64::try_from(size) {
-                    Ok(n) => n,
-                    Err(_) => f.len()?.saturating_sub(f.position()),
-                };
+                // Never more than is left: a huge size allocates nothing extra.
+                let left = f.len()?.saturating_sub(f.position());
+                let want = u64::try_from(size).map_or(left, |n| n.min(left));
                 let mut v = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX).min(1 << 31)];
                 let n = f.read(&mut v)?;
                 v.truncate(n);
@@ -127,7 +126,9 @@ impl RawFile {
         let f = inner(&g);
         let data = py
             .detach(|| {
-                let mut v = vec![0u8; size.min(1 << 31)];
+                let left = f.len()?.saturating_sub(offset);
+                let want = (size as u64).min(left).min(1 << 31) as usize;
+                let mut v = vec![0u8; want];
                 let n = f.read_at(&mut v, offset)?;
                 v.truncate(n);
                 Ok::<_, hurricane::Error>(v)
@@ -252,6 +253,22 @@ impl RawFile {
         Ok(d)
     }
 
+    /// An advisory lock on bytes ``[start, start+length)`` of this
+    /// instance (``length`` 0: to the end), exclusive or shared, waiting
+    /// (GIL released) for other threads' conflicting locks; with
+    /// ``blocking=False`` a conflict raises ``BlockingIOError`` at once.
+    /// With ``spec="locks=auto"`` every read and write of the instance takes
+    /// such a lock on its bytes. Release it with ``release()`` or a ``with``
+    /// block.
+    #[pyo3(signature = (start, length, exclusive=true, blocking=true))]
+    fn lock(&self, py: Python<'_>, start: u64, length: u64, exclusive: bool, blocking: bool) -> PyResult<RangeLock> {
+        let g = self.open()?;
+        let f = inner(&g);
+        let mode = if exclusive { LockMode::Exclusive } else { LockMode::Shared };
+        let guard = if blocking { py.detach(|| f.lock(start, length, mode)) } else { f.try_lock(start, length, mode) };
+        Ok(RangeLock { guard: Mutex::new(Some(guard.or_raise()?)) })
+    }
+
     fn readable(&self) -> bool {
         self.readable
     }
@@ -273,6 +290,44 @@ impl RawFile {
     #[getter]
     fn closed(&self) -> bool {
         self.f.read().map(|g| g.is_none()).unwrap_or(true)
+    }
+}
+
+/// A held advisory lock of a file instance (``File.lock``).
+#[pyclass(frozen, module = "hurricane._native")]
+pub struct RangeLock {
+    guard: Mutex<Option<RangeGuard>>,
+}
+
+#[pymethods]
+impl RangeLock {
+    /// Releases the lock (again: nothing).
+    fn release(&self) {
+        let g = self.guard.lock().map(|mut g| g.take());
+        drop(g);
+    }
+
+    /// Whether the lock is still held.
+    #[getter]
+    fn held(&self) -> bool {
+        self.guard.lock().map(|g| g.is_some()).unwrap_or(false)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.release();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        match self.guard.lock().ok().and_then(|g| g.as_ref().map(|g| (g.start, g.end, g.mode))) {
+            Some((s, e, m)) => format!("<hurricane.RangeLock {m:?} [{s}, {e}) held>"),
+            None => "<hurricane.RangeLock released>".into(),
+        }
     }
 }
 

@@ -29,6 +29,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::Pool>()?;
     m.add_class::<file::RawFile>()?;
+    m.add_class::<file::RangeLock>()?;
     m.add_class::<txn::Transaction>()?;
     m.add_function(wrap_pyfunction!(pool::layout_types, m)?)?;
     m.add_function(wrap_pyfunction!(file::read_regions, m)?)?;

@@ -77,7 +77,8 @@ impl Transaction {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let ino = raw_of(file)?.get().ino()?;
         let data = self.with(py, move |t| {
-            let mut v = vec![0u8; size.min(1 << 31)];
+            let left = t.size_ino(ino)?.saturating_sub(offset);
+            let mut v = vec![0u8; (size as u64).min(left).min(1 << 31) as usize];
             let n = t.read_ino(ino, offset, &mut v)?;
             v.truncate(n);
             Ok(v)

@@ -97,3 +97,25 @@ def test_bad_pool_arguments(tmp_path):
         hurricane.Pool.open(tmp_path / "junk")
     with pytest.raises(TypeError):
         hurricane.Pool(object())
+
+
+def test_hostile_arguments(pool):
+    with pool.create("/f") as f:
+        f.write(b"abc")
+    with pytest.raises(OSError) as e:
+        pool.create("/bad\0name")
+    assert e.value.errno == errno.EINVAL
+    with pool.open("/f") as f:
+        # A huge size reads what there is, without allocating for the rest.
+        assert f.read(1 << 60) == b"abc"
+        assert f.read_at(1 << 60, 1) == b"bc"
+        assert f.read_at(10, 1 << 62) == b""
+        with pytest.raises(OverflowError):
+            f.read_at(1, -1)
+        with pytest.raises(TypeError):
+            f.readinto(None)
+    with pytest.raises(TypeError):
+        pool.stat(42)
+    with pytest.raises(OSError) as e:
+        pool.open("/f", "r+b").write_at(b"x", 1 << 62)
+    assert e.value.errno == errno.EFBIG

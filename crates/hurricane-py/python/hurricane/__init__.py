@@ -28,13 +28,14 @@ import os
 import stat as _stat
 
 from . import _native
-from ._native import BLOCK_SIZE, RawFile, Transaction, layout_types, read_regions
+from ._native import BLOCK_SIZE, RangeLock, RawFile, Transaction, layout_types, read_regions
 
 __all__ = [
     "BLOCK_SIZE",
     "DirEntry",
     "File",
     "Pool",
+    "RangeLock",
     "RawFile",
     "Transaction",
     "layout_types",
@@ -150,56 +151,72 @@ class File(io.RawIOBase):
     # -- io.RawIOBase ----------------------------------------------------
 
     def readable(self) -> bool:
+        """Whether the file was opened for reading."""
         self._checkClosed()
         return self._raw.readable()
 
     def writable(self) -> bool:
+        """Whether the file was opened for writing."""
         self._checkClosed()
         return self._raw.writable()
 
     def seekable(self) -> bool:
+        """Always true."""
         self._checkClosed()
         return True
 
     def readinto(self, buffer) -> int:
+        """Reads into ``buffer`` (any writable contiguous buffer) at the
+        cursor, in place, the GIL released; returns the count (0 at the end)."""
         self._checkClosed()
         return self._raw.readinto(buffer)
 
     def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes at the cursor (all that is left when negative)."""
         self._checkClosed()
         return self._raw.read(-1 if size is None else size)
 
     def readall(self) -> bytes:
+        """Everything from the cursor to the end."""
         return self.read(-1)
 
     def write(self, data) -> int:
+        """Writes ``data`` (any bytes-like object) at the cursor, or at the
+        end in append mode, the GIL released; returns the count."""
         self._checkClosed()
         return self._raw.write(data)
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        """Moves the cursor (the calling thread's, with a per-thread cursor)."""
         self._checkClosed()
         return self._raw.seek(offset, whence)
 
     def tell(self) -> int:
+        """The cursor's position."""
         self._checkClosed()
         return self._raw.tell()
 
     def truncate(self, size: int | None = None) -> int:
+        """Sets the file's length (default: the cursor's position)."""
         self._checkClosed()
         return self._raw.truncate(self._raw.tell() if size is None else size)
 
     def flush(self) -> None:
+        """Nothing to do: use ``sync()`` for durability."""
         # Writes go to the engine as they are made: nothing is held here.
         self._checkClosed()
 
     def fileno(self) -> int:
+        """Raises ``io.UnsupportedOperation``: the file lives in the process."""
         raise io.UnsupportedOperation("a Hurricane file has no file descriptor")
 
     def isatty(self) -> bool:
+        """Always false."""
         self._checkClosed()
         return False
 
     def close(self) -> None:
+        """Ends the instance (after calls running on it return)."""
         if not self.closed:
             try:
                 super().close()
@@ -222,6 +239,15 @@ class File(io.RawIOBase):
         """Writes ``data`` at ``offset``; the cursor does not move."""
         self._checkClosed()
         return self._raw.write_at(data, offset)
+
+    def lock(self, start: int, length: int, exclusive: bool = True, blocking: bool = True) -> RangeLock:
+        """An advisory lock on ``[start, start+length)`` of this instance
+        (``length`` 0: to the end); a context manager. Waits, GIL released,
+        for conflicting locks of other threads (``blocking=False``: raises
+        ``BlockingIOError``). With ``spec="locks=auto"`` reads and writes
+        take such locks themselves."""
+        self._checkClosed()
+        return self._raw.lock(start, length, exclusive, blocking)
 
     def sync(self) -> None:
         """Makes the file's data and meta-data durable (``fsync``)."""
