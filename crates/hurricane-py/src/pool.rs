@@ -577,6 +577,19 @@ impl Pool {
     }
 }
 
+/// A pool dropped without `close` (the last reference gone, or the
+/// interpreter exiting) is closed then, so that what was written is not
+/// left to the journal's next replay.
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            if let Err(e) = self.fs.close() {
+                eprintln!("hurricane: closing {} when it was dropped: {e}", self.origin);
+            }
+        }
+    }
+}
+
 /// An `os.stat_result` from an engine attribute (times in ns).
 fn stat_result<'py>(py: Python<'py>, a: &hurricane::Attr) -> PyResult<Bound<'py, PyAny>> {
     let secs = |ns: i64| ns.div_euclid(1_000_000_000);

@@ -74,6 +74,19 @@ def test_layouts_survive_close_and_reopen(pool_dir):
         assert e.value.errno == 30  # EROFS
 
 
+def test_a_pool_dropped_without_close_keeps_what_was_written(pool_dir):
+    import gc
+
+    p = hurricane.Pool.open(pool_dir)
+    f = p.create("/late", layout="extent@1")
+    f.write(b"written just before the last reference went")
+    del f, p
+    gc.collect()
+    with hurricane.Pool.open(pool_dir) as p:
+        with p.open("/late") as f:
+            assert f.read() == b"written just before the last reference went"
+
+
 def test_set_layout_moves_a_file_with_data(pool):
     body = pattern(900_000, seed=9)
     with pool.create("/m", layout="extent@0") as f:
