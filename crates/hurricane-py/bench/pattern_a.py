@@ -33,8 +33,6 @@ import numpy as np
 
 import hurricane
 
-DEVICES = 4
-
 
 def size_arg(text: str) -> int:
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -140,6 +138,7 @@ class Ext4:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="/var/tmp/hurricane-pattern-a", help="where the pool and ext4 images go")
+    ap.add_argument("--devices", type=int, default=4, help="devices in the pool, one region each (default 4)")
     ap.add_argument("--size", default="512M", help="bytes in the array (default 512M)")
     ap.add_argument("--threads", default="1,2,4", help="thread counts (default 1,2,4)")
     ap.add_argument("--chunk", default="1M", help="bytes per read (default 1M)")
@@ -153,7 +152,8 @@ def main() -> int:
 
     size, chunk = size_arg(args.size), size_arg(args.chunk)
     counts = [int(t) for t in args.threads.split(",")]
-    size -= size % (DEVICES * 8 * max(counts))
+    devices = args.devices
+    size -= size % (devices * 8 * max(counts) * 4096)
     root = args.dir
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
@@ -168,11 +168,11 @@ def main() -> int:
 
     src = np.random.default_rng(1).random(size // 8)  # float64
     out = np.empty_like(src)
-    dev_size = size // DEVICES + (size >> 4) + (128 << 20)
-    hurricane.Pool.mkfs(os.path.join(root, "pool"), devices=DEVICES, size=dev_size)
-    results = {"size": size, "chunk": chunk, "devices": DEVICES, "cold": args.cold, "rows": []}
+    dev_size = size // devices + (size >> 4) + (128 << 20)
+    hurricane.Pool.mkfs(os.path.join(root, "pool"), devices=devices, size=dev_size)
+    results = {"size": size, "chunk": chunk, "devices": devices, "cold": args.cold, "cpus": os.cpu_count(), "rows": []}
     with hurricane.Pool.open(os.path.join(root, "pool")) as pool:
-        layout = f"regions(size={size // DEVICES // 1024}K,width={DEVICES})"
+        layout = f"regions(size={size // devices // 1024}K,width={devices})"
         t0 = time.perf_counter()
         with pool.create("/array.f64", layout=layout) as f:
             f.write(src)
