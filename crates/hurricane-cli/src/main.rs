@@ -83,6 +83,8 @@ enum Cmd {
     Migrate(maint::MigrateArgs),
     /// Run the log cleaner now: empty `log` segments by moving their live blocks.
     Clean(maint::CleanArgs),
+    /// Move the scattered small-file blocks of `colocate` files back together.
+    Regroup(maint::RegroupArgs),
     /// Manage the devices of a pool.
     #[command(subcommand)]
     Device(maint::DeviceCmd),
@@ -145,6 +147,7 @@ fn run(cmd: &Cmd) -> CliResult {
         Cmd::Stats(a) => Ok(mount::stats(a)?),
         Cmd::Status(a) => status::run(a),
         Cmd::Clean(a) => maint::clean(a),
+        Cmd::Regroup(a) => maint::regroup(a),
         Cmd::Ls(a) => files::ls(a),
         Cmd::Mkdir(a) => files::mkdir(a),
         Cmd::Put(a) => files::put(a),

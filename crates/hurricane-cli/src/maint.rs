@@ -3,7 +3,7 @@
 //! `user.hurricane.control`, see hurricane_fuse::control), with a progress
 //! bar either way.
 
-use crate::util::{bytes_bar, parse_size, CliResult, Fail, PoolLock};
+use crate::util::{bytes_bar, files_bar, parse_size, CliResult, Fail, PoolLock};
 use clap::{Args, Subcommand};
 use hurricane::fs::{AddOptions, MigrateOptions, RemoveOptions, ReplaceOptions, ReplaceProgress, ScrubOptions};
 use hurricane::units::human;
@@ -92,6 +92,50 @@ pub fn migrate(a: &MigrateArgs) -> CliResult {
         println!("{}", serde_json::json!({ "files_migrated": files, "bytes_copied": bytes }));
     } else {
         println!("migrated {files} files ({} copied) to {}", human(bytes), a.layout);
+    }
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "A `colocate` file keeps its first blocks in the group of its directory (or owner). \
+A file that grew in steps while its neighbours took the blocks beside it, or that was renamed into another \
+directory, can end up with them scattered over several groups (`hurricane fsck` notes such files); this moves \
+them back together, into the group of the directory the file is in now, every byte kept. Files that are \
+together, or have no `colocate` node, are left alone. Online (a path on a mount, root only) the mount runs \
+the job; offline (POOL_DIR PATH) it runs here.")]
+pub struct RegroupArgs {
+    /// POOL_DIR PATH, or a path on a mounted pool.
+    #[arg(num_args = 1..=2, required = true, value_names = ["POOL_DIR|MOUNTED_PATH", "PATH"])]
+    pub args: Vec<PathBuf>,
+    /// Regroup every regular file under a directory.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn regroup(a: &RegroupArgs) -> CliResult {
+    let (files, regrouped, blocks) = match a.args.as_slice() {
+        [pool, path] => {
+            let path = crate::files::abs(&path.to_string_lossy());
+            let r = offline_with(pool, true, files_bar(0, "regroup"), |fs, bar| {
+                Ok(fs.regroup_tree(&path, a.recursive, None, &|p| bar(p.files_done, p.files_total))?)
+            })?;
+            (r.files, r.regrouped, r.moved_blocks)
+        }
+        [mounted] => {
+            let (root, path) = mount_of(mounted)?;
+            let st = online(&root, &Request::Regroup { path, recursive: a.recursive })?;
+            // The job reports files where the byte jobs report bytes.
+            (st.total_bytes, st.moved_files, st.copied_bytes / 4096)
+        }
+        _ => return Err(Fail::code(2, "regroup takes POOL_DIR PATH, or MOUNTED_PATH")),
+    };
+    if a.json {
+        println!("{}", serde_json::json!({ "files": files, "files_regrouped": regrouped, "blocks_moved": blocks }));
+    } else {
+        println!("regrouped {regrouped} of {files} files ({blocks} blocks moved)");
     }
     Ok(())
 }
@@ -281,9 +325,18 @@ fn offline<R>(
     what: &str,
     job: impl FnOnce(&Fs, &dyn Fn(u64, u64)) -> CliResult<R>,
 ) -> CliResult<R> {
+    offline_with(dir, writable, bytes_bar(0, what), job)
+}
+
+/// `offline`, its progress shown on `pb` (done, total).
+fn offline_with<R>(
+    dir: &Path,
+    writable: bool,
+    pb: ProgressBar,
+    job: impl FnOnce(&Fs, &dyn Fn(u64, u64)) -> CliResult<R>,
+) -> CliResult<R> {
     let _lock = PoolLock::take(dir, writable)?;
     let fs = Fs::open_dir(dir, Options { read_only: !writable, ..Options::default() })?;
-    let pb = bytes_bar(0, what);
     let r = job(&fs, &|done, total| {
         pb.set_length(total);
         pb.set_position(done);
@@ -531,8 +584,9 @@ fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
         Request::Remove { .. } => "evacuate",
         Request::Migrate { .. } => "migrate",
         Request::Clean { .. } => "clean",
+        Request::Regroup { .. } => "regroup",
     };
-    let pb = bytes_bar(0, what);
+    let pb = if matches!(req, Request::Regroup { .. }) { files_bar(0, what) } else { bytes_bar(0, what) };
     let st = loop {
         let st = read()?;
         if st.job > before.job && st.state != JobState::Running {

@@ -228,6 +228,19 @@ pub fn bytes_bar(total: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// A file-count bar on stderr (hidden unless stderr is a terminal).
+pub fn files_bar(total: u64, what: &str) -> ProgressBar {
+    if !interactive() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    if let Ok(st) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} files eta {eta}") {
+        pb.set_style(st.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
 /// A spinner or counter bar on stderr (hidden unless stderr is a terminal).
 pub fn spinner(what: &str) -> ProgressBar {
     if !interactive() {

@@ -2,9 +2,9 @@
 //! setfattr, 200 small files of 1 to 8 KiB copied in by `cp -r`, every one
 //! the same as its source after a remount (`diff -r`, and read back one by
 //! one), the layout shown by `hurricane layout get`, files grown after
-//! the others scattered, noted by `hurricane fsck` and regrouped by
-//! `hurricane fsck --repair` with every byte kept, and the pool
-//! consistent.
+//! the others scattered, regrouped by `hurricane regroup` through the
+//! mount and offline, noted by `hurricane fsck` and regrouped by
+//! `hurricane fsck --repair`, every byte kept, and the pool consistent.
 
 // A test crate: a panic is how a test fails, so unwrap and expect are fine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -79,18 +79,37 @@ fn small_files_copied_into_a_colocate_directory_read_back_after_a_remount() {
         }
     }
     ok("diff", &["-r", s(&src), s(&d)]);
+    // Online: one grown file regrouped by the mount; a directory needs -r.
+    let mut several = files.iter().take(20).filter(|(_, body)| body.len() > 4096).map(|(n, _)| n.clone());
+    let (first, second) = (several.next().unwrap(), several.next().unwrap());
+    let out = hurricane(&["regroup", s(&d.join(&first)), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v["files"].as_u64(), v["files_regrouped"].as_u64()), (Some(1), Some(1)), "{out}");
+    assert!(v["blocks_moved"].as_u64().unwrap() >= 2, "{out}");
+    let again = hurricane(&["regroup", s(&d.join(&first)), "--json"]);
+    assert!(again.contains("\"files_regrouped\":0"), "nothing left to move: {again}");
+    let refused = cmd(BIN, &["regroup", s(&d)]);
+    assert!(!refused.status.success(), "a directory without -r");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("-r"), "{refused:?}");
+    ok("diff", &["-r", s(&src), s(&d)]);
     m.unmount();
-    // fsck notes them (not a problem); --repair regroups every one.
+    // fsck notes the others (not a problem); one more is regrouped
+    // offline, and --repair regroups the rest.
     let out = hurricane(&["fsck", s(&pool.dir)]);
     let found: u64 = out
         .lines()
         .find_map(|l| l.strip_prefix("note: ")?.split_once(" files have their small-file blocks scattered"))
         .and_then(|(n, _)| n.parse().ok())
         .unwrap_or_else(|| panic!("no note of scattered files: {out}"));
-    assert!(found >= grown, "{grown} grown: {out}");
+    assert!(found + 1 >= grown, "{grown} grown, one regrouped: {out}");
     assert!(out.contains("consistent"), "{out}");
+    let out = hurricane(&["regroup", s(&pool.dir), &format!("/small/{second}")]);
+    assert!(out.contains("regrouped 1 of 1 files"), "{out}");
+    let rest = found - 1;
     let out = hurricane(&["fsck", "--repair", s(&pool.dir)]);
-    assert!(out.contains(&format!("note: regrouped {found} of {found} files")), "{out}");
+    assert!(out.contains(&format!("note: regrouped {rest} of {rest} files")), "{out}");
+    let out = hurricane(&["regroup", s(&pool.dir), "/small", "-r"]);
+    assert!(out.contains(&format!("regrouped 0 of {} files", files.len())), "{out}");
     assert!(!out.contains("problem:"), "{out}");
     pool.fsck_clean();
     let out = hurricane(&["fsck", s(&pool.dir)]);

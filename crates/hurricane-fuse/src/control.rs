@@ -61,6 +61,13 @@ pub enum Request {
         recursive: bool,
         rate: Option<u64>,
     },
+    /// Move the scattered small-file blocks of a file, or of every file of
+    /// a tree, back together (`colocate`).
+    Regroup {
+        /// Path inside the pool ("/" is the mount's root).
+        path: String,
+        recursive: bool,
+    },
     /// A log cleaning pass.
     Clean {
         /// "cost-benefit" or "greedy".
@@ -212,6 +219,7 @@ impl Control {
             Request::Remove { .. } => "remove",
             Request::Migrate { .. } => "migrate",
             Request::Clean { .. } => "clean",
+            Request::Regroup { .. } => "regroup",
         };
         *st = Status { job, state: JobState::Running, what: what.into(), ..Default::default() };
         drop(st);
@@ -354,6 +362,25 @@ fn run(
             st.moved_files = r.migrated;
             if !r.complete {
                 return Err("stopped before every file was migrated: run it again to go on".into());
+            }
+            Ok(None)
+        }
+        Request::Regroup { path, recursive } => {
+            let r = fs
+                .regroup_tree(path, *recursive, Some(stop), &|p| {
+                    let mut st = status.lock();
+                    st.phase = "regroup".into();
+                    st.done_bytes = p.files_done;
+                    st.total_bytes = p.files_total;
+                    st.copied_bytes = p.moved_blocks * 4096;
+                    st.moved_files = p.regrouped;
+                })
+                .map_err(|e| e.to_string())?;
+            let mut st = status.lock();
+            st.copied_bytes = r.moved_blocks * 4096;
+            st.moved_files = r.regrouped;
+            if !r.complete {
+                return Err("stopped before every file was looked at: run it again to go on".into());
             }
             Ok(None)
         }

@@ -452,31 +452,7 @@ impl Fs {
         let t0 = Instant::now();
         // The spec is checked before anything is walked.
         self.file_spec(spec)?;
-        let top = self.resolve(path)?;
-        let mut files: Vec<(String, Ino, u64)> = Vec::new();
-        let a = self.getattr(top)?;
-        if a.is_dir() {
-            if !recursive {
-                return Err(Error::IsDir(format!("{path} is a directory (migrate its files with -r)")));
-            }
-            let mut dirs = vec![path.trim_end_matches('/').to_string()];
-            while let Some(d) = dirs.pop() {
-                for e in self.read_dir(if d.is_empty() { "/" } else { &d })? {
-                    let name = String::from_utf8_lossy(&e.name);
-                    let p = format!("{d}/{name}");
-                    match e.kind & libc::S_IFMT {
-                        libc::S_IFDIR => dirs.push(p),
-                        libc::S_IFREG => files.push((p, e.ino, self.getattr(e.ino)?.size)),
-                        _ => {}
-                    }
-                }
-            }
-            files.sort();
-        } else if a.is_file() {
-            files.push((path.to_string(), top, a.size));
-        } else {
-            return Err(Error::Invalid(format!("{path} is not a regular file or directory")));
-        }
+        let files = self.regular_files(path, recursive, "migrate")?;
         let mut p = TreeProgress {
             files_total: files.len() as u64,
             total_bytes: files.iter().map(|f| f.2).sum(),

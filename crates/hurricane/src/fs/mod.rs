@@ -29,6 +29,7 @@ pub use health::PoolHealth;
 pub use migrate::{MigrateOptions, MigrateProgress, MigrateReport, MigrationStatus, TreeProgress, TreeReport};
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
+pub use regroup::{RegroupProgress, RegroupReport};
 pub use replace::{
     prepare_offline_replacement, prepare_replacement, set_device_path, ReplaceOptions, ReplaceProgress, ReplaceReport,
 };

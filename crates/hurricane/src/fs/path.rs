@@ -206,6 +206,39 @@ impl Fs {
         self.rename(&Creds::root(), sp, sn, dp, dn, RenameFlags::default())
     }
 
+    /// The regular files a tree job works on (`verb` names the job in the
+    /// refusal of a directory without `recursive`): `path` itself if it is
+    /// one, else every regular file under it, with their inode numbers and
+    /// sizes, sorted by path.
+    pub(crate) fn regular_files(&self, path: &str, recursive: bool, verb: &str) -> Result<Vec<(String, Ino, u64)>> {
+        let top = self.resolve(path)?;
+        let a = self.getattr(top)?;
+        let mut files = Vec::new();
+        if a.is_dir() {
+            if !recursive {
+                return Err(Error::IsDir(format!("{path} is a directory ({verb} its files with -r)")));
+            }
+            let mut dirs = vec![path.trim_end_matches('/').to_string()];
+            while let Some(d) = dirs.pop() {
+                for e in self.read_dir(if d.is_empty() { "/" } else { &d })? {
+                    let name = String::from_utf8_lossy(&e.name);
+                    let p = format!("{d}/{name}");
+                    match e.kind & libc::S_IFMT {
+                        libc::S_IFDIR => dirs.push(p),
+                        libc::S_IFREG => files.push((p, e.ino, self.getattr(e.ino)?.size)),
+                        _ => {}
+                    }
+                }
+            }
+            files.sort();
+        } else if a.is_file() {
+            files.push((path.to_string(), top, a.size));
+        } else {
+            return Err(Error::Invalid(format!("{path} is not a regular file or directory")));
+        }
+        Ok(files)
+    }
+
     /// Entries of a directory, without "." and "..".
     pub fn read_dir(&self, path: &str) -> Result<Vec<DirItem>> {
         let ino = self.resolve(path)?;

@@ -15,9 +15,35 @@
 //! behind are freed when that group commits.
 
 use super::Fs;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::journal::{Ino, NodeRecord, Op};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Progress of a tree's regrouping.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RegroupProgress {
+    pub files_done: u64,
+    pub files_total: u64,
+    /// Files whose blocks moved, and the blocks moved.
+    pub regrouped: u64,
+    pub moved_blocks: u64,
+}
+
+/// What a tree's regrouping did.
+#[derive(Debug, Clone, Default)]
+pub struct RegroupReport {
+    /// Regular files looked at.
+    pub files: u64,
+    /// Of those, files whose scattered blocks were moved together.
+    pub regrouped: u64,
+    pub moved_blocks: u64,
+    /// Every file was looked at (not stopped).
+    pub complete: bool,
+    pub duration: Duration,
+}
 
 impl Fs {
     /// Moves the blocks `ino`'s nodes keep apart from where they would
@@ -58,5 +84,48 @@ impl Fs {
             self.log(&g, &ops);
         }
         r.map(|()| moved)
+    }
+
+    /// Regroups `path`, or with `recursive` every regular file under it
+    /// (module docs): the files whose nodes keep blocks apart have them
+    /// moved together, the others are left as they are. Stops between
+    /// files when `stop` is set (`complete` false); a file removed
+    /// meanwhile is skipped.
+    pub fn regroup_tree(
+        &self,
+        path: &str,
+        recursive: bool,
+        stop: Option<&Arc<AtomicBool>>,
+        progress: &dyn Fn(&RegroupProgress),
+    ) -> Result<RegroupReport> {
+        self.check_writable()?;
+        let t0 = Instant::now();
+        let files = self.regular_files(path, recursive, "regroup")?;
+        let mut p = RegroupProgress { files_total: files.len() as u64, ..Default::default() };
+        progress(&p);
+        let mut report = RegroupReport::default();
+        for (path, ino, _) in files {
+            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                report.duration = t0.elapsed();
+                return Ok(report);
+            }
+            match self.regroup(ino) {
+                Ok(0) => {}
+                Ok(moved) => {
+                    p.regrouped += 1;
+                    p.moved_blocks += moved;
+                }
+                Err(Error::NotFound(_)) | Err(Error::Stale(_)) => {}
+                Err(e) => return Err(Error::Invalid(format!("{path}: {e}"))),
+            }
+            p.files_done += 1;
+            progress(&p);
+        }
+        report.files = p.files_done;
+        report.regrouped = p.regrouped;
+        report.moved_blocks = p.moved_blocks;
+        report.complete = true;
+        report.duration = t0.elapsed();
+        Ok(report)
     }
 }
