@@ -874,6 +874,14 @@ struct Snapshot {
     names: redb::ReadOnlyTable<(u64, &'static [u8]), (u64, u32, u64)>,
 }
 
+/// The items of `v` in the order of `key`, stably (equal keys keep the
+/// order they were recorded in).
+fn in_key_order<'a, T, K: Ord>(v: &'a [T], key: impl Fn(&'a T) -> K) -> impl Iterator<Item = &'a T> {
+    let mut order: Vec<&'a T> = v.iter().collect();
+    order.sort_by_cached_key(|t| key(t));
+    order.into_iter()
+}
+
 impl MetaStore {
     fn builder(cache_bytes: usize) -> redb::Builder {
         let mut b = Database::builder();
@@ -1129,29 +1137,35 @@ impl MetaStore {
             let mut t = self.db.begin_write().map_err(store_err)?;
             t.set_quick_repair(true);
             {
+                // Each table's changes go in in key order: inserts and
+                // removes then walk the B-tree's leaves in order (a
+                // checkpoint of many new files fills leaves one after the
+                // other) instead of descending to a random leaf each. The
+                // sorts are stable: an inode freed and reused within one
+                // checkpoint is removed, then inserted, as recorded.
                 let mut tab = t.open_table(INODES).map_err(store_err)?;
-                for (ino, rec) in &delta.inodes {
+                for (ino, rec) in in_key_order(&delta.inodes, |(ino, _)| *ino) {
                     match rec {
                         Some(r) => tab.insert(*ino, r.as_slice()).map_err(store_err)?,
                         None => tab.remove(*ino).map_err(store_err)?,
                     };
                 }
                 let mut tab = t.open_table(NAMES).map_err(store_err)?;
-                for (dir, name, e) in &delta.names {
+                for (dir, name, e) in in_key_order(&delta.names, |(dir, name, _)| (*dir, &**name)) {
                     match e {
                         Some(e) => tab.insert((*dir, &**name), (e.ino, e.kind, e.cookie)).map_err(store_err)?,
                         None => tab.remove((*dir, &**name)).map_err(store_err)?,
                     };
                 }
                 let mut tab = t.open_table(COOKIES).map_err(store_err)?;
-                for (dir, cookie, name) in &delta.cookies {
+                for (dir, cookie, name) in in_key_order(&delta.cookies, |(dir, cookie, _)| (*dir, *cookie)) {
                     match name {
                         Some((n, e)) => tab.insert((*dir, *cookie), (e.ino, e.kind, &**n)).map_err(store_err)?,
                         None => tab.remove((*dir, *cookie)).map_err(store_err)?,
                     };
                 }
                 let mut tab = t.open_table(ORPHANS).map_err(store_err)?;
-                for (ino, add) in &delta.orphans {
+                for (ino, add) in in_key_order(&delta.orphans, |(ino, _)| *ino) {
                     if *add {
                         tab.insert(*ino, ()).map_err(store_err)?;
                     } else {
