@@ -299,3 +299,49 @@ fn an_osd_down_is_an_error_naming_the_object() {
     let e = d.read_at(&mut [0u8; 4096], 0).unwrap_err();
     assert!(e.to_string().contains("read of object down.0000000000000000"), "{e}");
 }
+
+/// `Fs::mkfs_devices` with an image file and two `rados:` devices: pool.conf
+/// names them with their objects' prefix (from the pool id), size and
+/// config; the pool opens from its directory, and from another directory
+/// holding only a copy of pool.conf (as another host would).
+#[test]
+fn a_pool_directory_names_rados_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("pool");
+    let conf = conf().display().to_string();
+    let paths = vec![
+        dir.path().join("img0"),
+        PathBuf::from(format!("rados:{POOL}?conf={conf}&size=64M")),
+        PathBuf::from(format!("rados:{POOL}?conf={conf}")),
+    ];
+    let opts =
+        FormatOptions { default_layout: Some("stripe(unit=64K)[extent@1,extent@2]".into()), ..Default::default() };
+    Fs::mkfs_devices(&pool_dir, &paths, Some(32 * MB), &opts).unwrap();
+
+    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
+    let rados: Vec<&str> = listed.lines().filter_map(|l| l.strip_prefix("device = rados:")).collect();
+    assert_eq!(rados.len(), 2, "{listed}");
+    // Objects named after the pool id and device index; sizes and config
+    // written out in full.
+    assert!(rados[0].starts_with(&format!("{POOL}/hurricane.")) && rados[0].contains(".1?conf="), "{listed}");
+    assert!(rados[0].ends_with(&format!("?conf={conf}&size={}", 64 * MB)), "{listed}");
+    assert!(rados[1].contains(".2?conf=") && rados[1].ends_with(&format!("&size={}", 32 * MB)), "{listed}");
+
+    let data = pattern(20, 3 * MB as usize + 999);
+    {
+        let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+        fs.write_file("/f", &data, None).unwrap();
+        fs.close().unwrap();
+    }
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::copy(pool_dir.join("pool.conf"), other.join("pool.conf")).unwrap();
+    let fs = Fs::open_dir(&other, quiet()).unwrap();
+    assert!(fs.read_file("/f").unwrap() == data);
+    check_clean(&fs, "pool directory with rados devices");
+    fs.close().unwrap();
+
+    // Refused by name: a rados device without a size anywhere.
+    let e = Fs::mkfs_devices(&dir.path().join("p2"), &paths[1..], None, &opts).unwrap_err();
+    assert!(e.to_string().contains("no size"), "{e}");
+}

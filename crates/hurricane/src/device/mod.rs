@@ -10,6 +10,7 @@ mod file;
 mod mem;
 #[cfg(feature = "rados")]
 pub mod rados;
+pub mod rados_spec;
 pub mod sim;
 mod stats;
 
@@ -18,6 +19,7 @@ pub use file::FileDevice;
 pub use mem::{CrashMode, MemDevice, MemDeviceState};
 #[cfg(feature = "rados")]
 pub use rados::{RadosCluster, RadosDevice, RadosOptions};
+pub use rados_spec::{is_rados, RadosConnections, RadosSpec};
 pub use sim::{SimDevice, SimParams};
 pub use stats::{DeviceStats, StatsSnapshot};
 

@@ -1,7 +1,7 @@
 //! A device whose blocks live in a Ceph cluster: RADOS objects of a fixed
 //! size (`CHUNK`, 4 MiB), one per chunk of the device, named
 //! `PREFIX.CHUNK` (the chunk's index in 16 hex digits) in one RADOS pool.
-//! `object_prefix` gives the prefix a pool's device is named by,
+//! `object_prefix` gives the prefix mkfs names a pool's device by,
 //! `hurricane.<pool id>.<device index>` (docs/FORMAT.md, "Devices in RADOS").
 //!
 //! A request is cut at chunk boundaries and every piece is sent at once as an
@@ -150,11 +150,7 @@ impl RadosCluster {
     }
 }
 
-/// The object-name prefix of device `index` of the pool `pool_id`.
-pub fn object_prefix(pool_id: &[u8; 16], index: u32) -> String {
-    let hex: String = pool_id.iter().map(|b| format!("{b:02x}")).collect();
-    format!("hurricane.{hex}.{index}")
-}
+pub use super::rados_spec::object_prefix;
 
 /// One device of a pool, stored in RADOS objects.
 pub struct RadosDevice {
