@@ -22,14 +22,28 @@ command -v prove >/dev/null || need+=(perl)
 # The Python binding's tests run in a virtual environment of their own.
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv python3-pip)
-if [ ${#need[@]} -gt 0 ]; then
+# The rados device kind (cargo feature `rados`) links librados, and its tests
+# run a one-node Ceph cluster (scripts/ceph-dev-cluster.sh): only with
+# HURRICANE_CEPH=1 (64 packages, about 60 MB to download, 225 MB installed).
+# They are installed without their recommendations, which would replace
+# fuse3 with fuse 2.
+ceph=()
+if [ "${HURRICANE_CEPH:-0}" = 1 ]; then
+    command -v ceph-mon >/dev/null || ceph+=(ceph-mon)
+    command -v ceph-osd >/dev/null || ceph+=(ceph-osd)
+    command -v rados >/dev/null || ceph+=(ceph-common)
+    [ -e /usr/include/rados/librados.h ] || ceph+=(librados-dev)
+    command -v uuidgen >/dev/null || ceph+=(uuid-runtime)
+fi
+if [ ${#need[@]} -gt 0 ] || [ ${#ceph[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
-        echo "setup: please install: ${need[*]}" >&2
+        echo "setup: please install: ${need[*]} ${ceph[*]}" >&2
         exit 1
     fi
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq "${need[@]}" >/dev/null
+    [ ${#need[@]} -eq 0 ] || apt-get install -y -qq "${need[@]}" >/dev/null
+    [ ${#ceph[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${ceph[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "setup: cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
 # rust-toolchain.toml names an exact release; where rustup lacks it under that

@@ -16,7 +16,9 @@ pub struct MkfsArgs {
     /// files are created at this size.
     #[arg(short = 's', long, value_parser = parse_size)]
     pub device_size: Option<u64>,
-    /// A file or block device to use (repeat for each device, in order).
+    /// A file or block device to use (repeat for each device, in order),
+    /// or a device in a Ceph cluster, `rados:POOL[/PREFIX]?conf=PATH[&size=SIZE]`
+    /// (in builds with the `rados` feature).
     #[arg(short = 'd', long = "device", value_name = "PATH")]
     pub device: Vec<PathBuf>,
     /// Pool default layout for new files (default: stripe over every device).

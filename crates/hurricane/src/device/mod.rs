@@ -1,5 +1,6 @@
-//! Devices: the byte stores under a pool (image files, block devices, or
-//! memory for tests), each with its own I/O statistics.
+//! Devices: the byte stores under a pool (image files, block devices,
+//! objects in a Ceph cluster with the `rados` feature, or memory for
+//! tests), each with its own I/O statistics.
 //!
 //! Everything above this module addresses a device in whole `BLOCK_SIZE`
 //! blocks; a device never interprets what it stores.
@@ -7,12 +8,18 @@
 pub mod fault;
 mod file;
 mod mem;
+#[cfg(feature = "rados")]
+pub mod rados;
+pub mod rados_spec;
 pub mod sim;
 mod stats;
 
 pub use fault::{FaultDevice, FaultPlan, FaultSpec};
 pub use file::FileDevice;
 pub use mem::{CrashMode, MemDevice, MemDeviceState};
+#[cfg(feature = "rados")]
+pub use rados::{RadosCluster, RadosDevice, RadosOptions};
+pub use rados_spec::{is_rados, RadosConnections, RadosSpec};
 pub use sim::{SimDevice, SimParams};
 pub use stats::{DeviceStats, StatsSnapshot};
 

@@ -236,6 +236,12 @@ pub(crate) use crate::blocks::ignore_records as ignore;
 impl Fs {
     /// Makes a new pool on `devs` (erasing what they held).
     pub fn format(devs: Vec<Arc<dyn Device>>, opts: &FormatOptions) -> Result<()> {
+        Self::format_as(devs, opts, pool::new_pool_id())
+    }
+
+    /// `format` with the pool id chosen by the caller (mkfs names rados
+    /// devices' objects after it before formatting).
+    fn format_as(devs: Vec<Arc<dyn Device>>, opts: &FormatOptions, pool_id: [u8; 16]) -> Result<()> {
         if devs.is_empty() {
             return Err(Error::Device("a pool needs at least one device".into()));
         }
@@ -313,7 +319,6 @@ impl Fs {
         };
         let mut rec = Encoder::new();
         root.encode(&mut rec);
-        let pool_id = pool::new_pool_id();
         let cursor = Cursor { tail: 0, head: 0, seq: 1 };
         let sb = Superblock {
             version: FORMAT_VERSION,
@@ -692,12 +697,32 @@ impl Fs {
         Ok(paths)
     }
 
-    /// Makes a pool on the given files or block devices; records them in `dir`.
+    /// Makes a pool on the given files or block devices, or devices in a
+    /// Ceph cluster (`rados:POOL[/PREFIX]?conf=PATH[&size=SIZE]`, with the
+    /// `rados` feature); records them in `dir`.
     pub fn mkfs_devices(dir: &Path, paths: &[PathBuf], size: Option<u64>, opts: &FormatOptions) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
         let mut devs: Vec<Arc<dyn Device>> = Vec::new();
         let mut abs = Vec::new();
-        for p in paths {
+        let pool_id = pool::new_pool_id();
+        let mut rados = crate::device::RadosConnections::default();
+        for (i, p) in paths.iter().enumerate() {
+            // A device in a Ceph cluster: its objects named after the pool
+            // id unless a prefix is given, its size given or --device-size,
+            // and pool.conf names it with both and the config's full path.
+            if let Some(name) = p.to_str().filter(|n| crate::device::is_rados(n)) {
+                let mut spec = crate::device::RadosSpec::parse(name)?;
+                spec.size = spec.size.or(size);
+                if spec.size.is_none() {
+                    return Err(Error::Invalid(format!("{name}: no size (size=SIZE, or a size for every device)")));
+                }
+                spec.prefix.get_or_insert_with(|| crate::device::rados_spec::object_prefix(&pool_id, i as u32));
+                spec.conf =
+                    std::fs::canonicalize(&spec.conf).map_err(|e| Error::io(spec.conf.display().to_string(), e))?;
+                devs.push(rados.open_device(&spec)?);
+                abs.push(PathBuf::from(spec.to_string()));
+                continue;
+            }
             let dev = match size {
                 Some(s) if !p.exists() || std::fs::metadata(p).map(|m| m.is_file()).unwrap_or(false) => {
                     crate::device::FileDevice::create(p, s)?
@@ -707,7 +732,7 @@ impl Fs {
             devs.push(Arc::new(dev));
             abs.push(std::fs::canonicalize(p).map_err(|e| Error::io(p.display().to_string(), e))?);
         }
-        Fs::format(devs, opts)?;
+        Fs::format_as(devs, opts, pool_id)?;
         pool::write_pool_file(dir, &abs)
     }
 

@@ -174,6 +174,10 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
             continue;
         }
         let p = line.strip_prefix("device").map(|r| r.trim_start().trim_start_matches('=').trim()).unwrap_or(line);
+        if crate::device::is_rados(p) {
+            out.push(PathBuf::from(p));
+            continue;
+        }
         let p = PathBuf::from(p);
         out.push(if p.is_absolute() { p } else { dir.join(p) });
     }
@@ -301,15 +305,25 @@ pub fn write_pool_file(dir: &Path, paths: &[PathBuf]) -> Result<()> {
     std::fs::write(&f, s).map_err(|e| Error::io(f.display().to_string(), e))
 }
 
-/// Opens the named device files. One that does not exist or cannot be
+/// Opens the named device files (and rados devices, `rados:...`). One that does not exist or cannot be
 /// opened is logged and stands as a [`MissingDevice`] placeholder, so the
 /// pool can open degraded (`identify` gives it its slot).
 pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Device>>> {
+    let mut rados = crate::device::RadosConnections::default();
     Ok(paths
         .iter()
         .enumerate()
         .map(|(i, p)| {
             let name = p.display().to_string();
+            // A device in a Ceph cluster (`rados:...`): one that cannot be
+            // reached is missing, as an image file that cannot be opened.
+            if crate::device::is_rados(&name) {
+                let opened = crate::device::RadosSpec::parse(&name).and_then(|s| rados.open_device(&s));
+                return opened.unwrap_or_else(|e| {
+                    tracing::warn!("device {i} ({name}) cannot be opened, taken as missing: {e}");
+                    Arc::new(MissingDevice::new(name, 0))
+                });
+            }
             if !p.exists() {
                 tracing::debug!("device {i} ({name}) is missing");
                 return Arc::new(MissingDevice::new(name, 0)) as Arc<dyn Device>;

@@ -1,0 +1,437 @@
+//! A device whose blocks live in a Ceph cluster: RADOS objects of a fixed
+//! size (`CHUNK`, 4 MiB), one per chunk of the device, named
+//! `PREFIX.CHUNK` (the chunk's index in 16 hex digits) in one RADOS pool.
+//! `object_prefix` gives the prefix mkfs names a pool's device by,
+//! `hurricane.<pool id>.<device index>` (docs/FORMAT.md, "Devices in RADOS").
+//!
+//! A request is cut at chunk boundaries and every piece is sent at once as an
+//! asynchronous librados operation; the request returns when all are done.
+//! Requests from many threads are all in flight together, so a stripe over
+//! several rados devices keeps the cluster busy. An object never written
+//! reads as zeros (a read of a missing object or past an object's end).
+//! RADOS acknowledges a write only once every copy has it, so a completed
+//! write is already durable in the cluster: `flush` waits for nothing but
+//! operations still in flight.
+//!
+//! librados is reached through the `ceph` crate's bindings, behind the
+//! `rados` cargo feature.
+
+use super::Device;
+use crate::error::{Error, Result};
+use ceph::rados as ffi;
+use std::ffi::{CStr, CString};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Bytes of the device per RADOS object.
+pub const CHUNK: u64 = 4 << 20;
+
+/// How a cluster connection behaves where its config file says nothing.
+#[derive(Debug, Clone)]
+pub struct RadosOptions {
+    /// The client's name (`client.ID`), `admin` unless set.
+    pub id: String,
+    /// How long connecting may take before it fails (`client_mount_timeout`).
+    pub connect_timeout: Duration,
+    /// How long an operation may wait for its OSD (an OSD down, a pool
+    /// whose placement groups are not active) before it fails with a
+    /// timeout (`rados_osd_op_timeout`); without one it waits for ever.
+    pub op_timeout: Duration,
+}
+
+impl Default for RadosOptions {
+    fn default() -> Self {
+        RadosOptions {
+            id: "admin".into(),
+            connect_timeout: Duration::from_secs(30),
+            op_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A connection to a Ceph cluster, shared by the devices in its pools.
+pub struct RadosCluster {
+    handle: ffi::rados_t,
+    conf: String,
+}
+
+// SAFETY: a `rados_t` is a handle to librados' thread-safe client; the
+// library allows calls on it from any thread.
+unsafe impl Send for RadosCluster {}
+// SAFETY: as above; the handle is only used through librados calls.
+unsafe impl Sync for RadosCluster {}
+
+impl Drop for RadosCluster {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from rados_create, every io context made
+        // from it is gone (each device holds an Arc of the cluster), and it
+        // is shut down once.
+        unsafe { ffi::rados_shutdown(self.handle) }
+    }
+}
+
+fn os_err(ret: i32) -> io::Error {
+    io::Error::from_raw_os_error(-ret)
+}
+
+fn cstring(s: &str, what: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::Invalid(format!("{what} {s:?} contains a NUL byte")))
+}
+
+impl RadosCluster {
+    /// Connects to the cluster that the config file `conf` (a `ceph.conf`)
+    /// names.
+    pub fn connect(conf: &Path, opts: &RadosOptions) -> Result<Arc<RadosCluster>> {
+        let conf_s = conf.display().to_string();
+        let fail = |what: &str, ret: i32| Error::Device(format!("rados cluster of {conf_s}: {what}: {}", os_err(ret)));
+        let id = cstring(&opts.id, "rados client id")?;
+        let path = cstring(&conf_s, "config path")?;
+        let mut handle: ffi::rados_t = std::ptr::null_mut();
+        // SAFETY: `handle` is a valid place for the new handle and `id` a
+        // NUL-terminated string that outlives the call.
+        let ret = unsafe { ffi::rados_create(&mut handle, id.as_ptr()) };
+        if ret < 0 {
+            return Err(fail("cannot create a client", ret));
+        }
+        // From here the handle is shut down on every path.
+        let cluster = RadosCluster { handle, conf: conf_s.clone() };
+        // SAFETY: a created, unconnected handle and a NUL-terminated path.
+        let ret = unsafe { ffi::rados_conf_read_file(cluster.handle, path.as_ptr()) };
+        if ret < 0 {
+            return Err(fail("cannot read the config file", ret));
+        }
+        // Timeouts the config file leaves at librados' defaults.
+        if cluster.get("rados_osd_op_timeout").as_deref().map(|v| v.parse::<f64>().unwrap_or(0.0) == 0.0) == Some(true)
+        {
+            cluster.set("rados_osd_op_timeout", &opts.op_timeout.as_secs_f64().to_string())?;
+            cluster.set("rados_mon_op_timeout", &opts.op_timeout.as_secs_f64().to_string())?;
+        }
+        if cluster.get("client_mount_timeout").as_deref().map(|v| v.parse::<f64>().unwrap_or(0.0) == 300.0)
+            == Some(true)
+        {
+            cluster.set("client_mount_timeout", &opts.connect_timeout.as_secs_f64().to_string())?;
+        }
+        // SAFETY: a created handle with its configuration read.
+        let ret = unsafe { ffi::rados_connect(cluster.handle) };
+        if ret < 0 {
+            return Err(fail("cannot connect", ret));
+        }
+        Ok(Arc::new(cluster))
+    }
+
+    /// The path of the config file the cluster was reached through.
+    pub fn conf(&self) -> &str {
+        &self.conf
+    }
+
+    fn get(&self, option: &str) -> Option<String> {
+        let name = CString::new(option).ok()?;
+        let mut buf = vec![0u8; 256];
+        // SAFETY: `buf` has room for `buf.len()` bytes, which librados
+        // fills with a NUL-terminated value.
+        let ret = unsafe { ffi::rados_conf_get(self.handle, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if ret < 0 {
+            return None;
+        }
+        CStr::from_bytes_until_nul(&buf).ok().map(|s| s.to_string_lossy().into_owned())
+    }
+
+    fn set(&self, option: &str, value: &str) -> Result<()> {
+        let name = cstring(option, "option")?;
+        let val = cstring(value, "value")?;
+        // SAFETY: both are NUL-terminated strings that outlive the call.
+        let ret = unsafe { ffi::rados_conf_set(self.handle, name.as_ptr(), val.as_ptr()) };
+        if ret < 0 {
+            return Err(Error::Device(format!("rados cluster of {}: cannot set {option}: {}", self.conf, os_err(ret))));
+        }
+        Ok(())
+    }
+}
+
+pub use super::rados_spec::object_prefix;
+
+/// One device of a pool, stored in RADOS objects.
+pub struct RadosDevice {
+    cluster: Arc<RadosCluster>,
+    ioctx: ffi::rados_ioctx_t,
+    name: String,
+    prefix: String,
+    size: u64,
+}
+
+// SAFETY: an io context may be used from many threads at once (librados
+// serialises what it must internally); it is destroyed only on drop.
+unsafe impl Send for RadosDevice {}
+// SAFETY: as above.
+unsafe impl Sync for RadosDevice {}
+
+impl Drop for RadosDevice {
+    fn drop(&mut self) {
+        // SAFETY: every request waited for its operations, so none is in
+        // flight; the cluster handle outlives the context (held by `self`).
+        unsafe {
+            ffi::rados_aio_flush(self.ioctx);
+            ffi::rados_ioctx_destroy(self.ioctx);
+        }
+    }
+}
+
+/// An operation in flight: its completion and the object it is on.
+struct Pending {
+    comp: ffi::rados_completion_t,
+    oid: CString,
+    /// Bytes asked for (reads: the rest of the piece is zero-filled).
+    len: usize,
+}
+
+impl Pending {
+    /// Waits for the operation and returns its result (bytes for a read).
+    fn wait(self) -> i32 {
+        // SAFETY: `comp` is a live completion of an operation that was
+        // submitted; it is released once, here, after the operation ended.
+        unsafe {
+            ffi::rados_aio_wait_for_complete(self.comp);
+            let ret = ffi::rados_aio_get_return_value(self.comp);
+            ffi::rados_aio_release(self.comp);
+            ret
+        }
+    }
+}
+
+impl RadosDevice {
+    /// A device of `size` bytes whose objects are `PREFIX.CHUNK` in the
+    /// RADOS pool `pool`. Nothing is written: a new device reads as zeros.
+    pub fn open(cluster: Arc<RadosCluster>, pool: &str, prefix: &str, size: u64) -> Result<RadosDevice> {
+        let name = format!("rados:{pool}/{prefix}");
+        if prefix.is_empty() || prefix.contains('\0') {
+            return Err(Error::Invalid(format!("{name}: object prefix must be a non-empty string without NUL")));
+        }
+        let pool_c = cstring(pool, "RADOS pool name")?;
+        let mut ioctx: ffi::rados_ioctx_t = std::ptr::null_mut();
+        // SAFETY: a connected cluster handle, a NUL-terminated pool name and
+        // a valid place for the new context.
+        let ret = unsafe { ffi::rados_ioctx_create(cluster.handle, pool_c.as_ptr(), &mut ioctx) };
+        if ret == -libc::ENOENT {
+            return Err(Error::Device(format!("{name}: the cluster of {} has no pool {pool}", cluster.conf)));
+        }
+        if ret < 0 {
+            return Err(Error::Device(format!("{name}: cannot open pool {pool}: {}", os_err(ret))));
+        }
+        Ok(RadosDevice { cluster, ioctx, name, prefix: prefix.to_string(), size })
+    }
+
+    /// Connects to the cluster of `conf` and opens a device on it.
+    pub fn connect(conf: &Path, pool: &str, prefix: &str, size: u64) -> Result<RadosDevice> {
+        let cluster = RadosCluster::connect(conf, &RadosOptions::default())?;
+        Self::open(cluster, pool, prefix, size)
+    }
+
+    /// The cluster this device is in.
+    pub fn cluster(&self) -> &Arc<RadosCluster> {
+        &self.cluster
+    }
+
+    /// The name of the object holding chunk `chunk`.
+    pub fn object_name(&self, chunk: u64) -> String {
+        format!("{}.{chunk:016x}", self.prefix)
+    }
+
+    fn oid(&self, chunk: u64) -> Result<CString> {
+        cstring(&self.object_name(chunk), "object name")
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<()> {
+        if offset.checked_add(len as u64).is_none_or(|end| end > self.size) {
+            return Err(Error::Device(format!(
+                "{}: request of {len} bytes at {offset} is past the end ({} bytes)",
+                self.name, self.size
+            )));
+        }
+        Ok(())
+    }
+
+    /// The pieces of `len` bytes at `offset`, one per chunk: (chunk, offset
+    /// in the object, offset in the caller's buffer, length).
+    fn pieces(offset: u64, len: usize) -> impl Iterator<Item = (u64, u64, usize, usize)> {
+        let mut at = 0usize;
+        std::iter::from_fn(move || {
+            if at == len {
+                return None;
+            }
+            let pos = offset + at as u64;
+            let in_obj = pos % CHUNK;
+            let n = ((CHUNK - in_obj) as usize).min(len - at);
+            let piece = (pos / CHUNK, in_obj, at, n);
+            at += n;
+            Some(piece)
+        })
+    }
+
+    fn new_completion(&self) -> Result<ffi::rados_completion_t> {
+        let mut comp: ffi::rados_completion_t = std::ptr::null_mut();
+        // SAFETY: no callbacks, and a valid place for the completion.
+        let ret = unsafe { ffi::rados_aio_create_completion(std::ptr::null_mut(), None, None, &mut comp) };
+        if ret < 0 {
+            return Err(Error::Device(format!("{}: cannot create a completion: {}", self.name, os_err(ret))));
+        }
+        Ok(comp)
+    }
+
+    /// The error of operation `op` on object `oid`.
+    fn op_err(&self, op: &str, oid: &CStr, ret: i32) -> Error {
+        let oid = oid.to_string_lossy();
+        let cause = os_err(ret);
+        match -ret {
+            libc::ENOSPC | libc::EDQUOT => Error::NoSpace(format!("{} (object {oid}: {cause})", self.name)),
+            libc::ETIMEDOUT => Error::io(
+                &self.name,
+                io::Error::new(io::ErrorKind::TimedOut, format!("{op} of object {oid} timed out (is its OSD up?)")),
+            ),
+            _ => Error::io(&self.name, io::Error::new(cause.kind(), format!("{op} of object {oid}: {cause}"))),
+        }
+    }
+
+    /// Waits for every operation; the first failure is the request's error
+    /// (all are waited for first: the caller's buffer must outlive them).
+    fn wait_all(&self, op: &str, pending: Vec<Pending>, mut on_done: impl FnMut(usize, i32)) -> Result<()> {
+        let mut first = None;
+        for (i, p) in pending.into_iter().enumerate() {
+            let len = p.len;
+            let oid = p.oid.clone();
+            let ret = p.wait();
+            if ret < 0 && !(op == "read" && ret == -libc::ENOENT) {
+                first.get_or_insert_with(|| self.op_err(op, &oid, ret));
+            } else {
+                on_done(i, if ret < 0 { 0 } else { ret.min(len as i32) });
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Device for RadosDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.check(offset, buf.len())?;
+        let pieces: Vec<_> = Self::pieces(offset, buf.len()).collect();
+        let mut pending = Vec::with_capacity(pieces.len());
+        let base = buf.as_mut_ptr();
+        let mut submit_err = None;
+        // Every name first: once an operation is submitted, nothing may
+        // return before it is waited for.
+        let oids = pieces.iter().map(|p| self.oid(p.0)).collect::<Result<Vec<_>>>()?;
+        for (&(_, in_obj, at, n), oid) in pieces.iter().zip(oids) {
+            let comp = match self.new_completion() {
+                Ok(c) => c,
+                Err(e) => {
+                    submit_err = Some(e);
+                    break;
+                }
+            };
+            // SAFETY: the piece `at..at + n` lies inside `buf` (pieces cover
+            // exactly 0..buf.len()), pieces do not overlap, and `buf` is
+            // borrowed until every submitted operation has been waited for.
+            let ret = unsafe { ffi::rados_aio_read(self.ioctx, oid.as_ptr(), comp, base.add(at).cast(), n, in_obj) };
+            if ret < 0 {
+                // SAFETY: the completion was never handed to an operation.
+                unsafe { ffi::rados_aio_release(comp) };
+                submit_err = Some(self.op_err("read", &oid, ret));
+                break;
+            }
+            pending.push(Pending { comp, oid, len: n });
+        }
+        let mut got = vec![0usize; pending.len()];
+        let waited = self.wait_all("read", pending, |i, n| got[i] = n as usize);
+        if let Some(e) = submit_err {
+            return Err(e);
+        }
+        waited?;
+        // What an object does not hold (never written, or written only up
+        // to a lower offset) reads as zeros.
+        for (&(_, _, at, n), &g) in pieces.iter().zip(&got) {
+            buf[at + g..at + n].fill(0);
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.check(offset, buf.len())?;
+        let pieces: Vec<_> = Self::pieces(offset, buf.len()).collect();
+        let oids = pieces.iter().map(|p| self.oid(p.0)).collect::<Result<Vec<_>>>()?;
+        let mut pending = Vec::with_capacity(pieces.len());
+        let mut submit_err = None;
+        for (&(_, in_obj, at, n), oid) in pieces.iter().zip(oids) {
+            let comp = match self.new_completion() {
+                Ok(c) => c,
+                Err(e) => {
+                    submit_err = Some(e);
+                    break;
+                }
+            };
+            let piece = &buf[at..at + n];
+            // SAFETY: `piece` is valid for `n` bytes until the operation is
+            // waited for below (librados also copies it on submission).
+            let ret = unsafe { ffi::rados_aio_write(self.ioctx, oid.as_ptr(), comp, piece.as_ptr().cast(), n, in_obj) };
+            if ret < 0 {
+                // SAFETY: the completion was never handed to an operation.
+                unsafe { ffi::rados_aio_release(comp) };
+                submit_err = Some(self.op_err("write", &oid, ret));
+                break;
+            }
+            pending.push(Pending { comp, oid, len: n });
+        }
+        let waited = self.wait_all("write", pending, |_, _| {});
+        if let Some(e) = submit_err {
+            return Err(e);
+        }
+        waited
+    }
+
+    fn flush(&self) -> Result<()> {
+        // SAFETY: a live io context; this waits for its operations in flight.
+        let ret = unsafe { ffi::rados_aio_flush(self.ioctx) };
+        if ret < 0 {
+            return Err(Error::io(&self.name, io::Error::new(os_err(ret).kind(), format!("flush: {}", os_err(ret)))));
+        }
+        Ok(())
+    }
+
+    /// Removes the objects of the chunks the range covers whole (they read
+    /// as zeros again); parts of chunks are left as they are.
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset.saturating_add(len).min(self.size);
+        let first = offset.div_ceil(CHUNK);
+        let last = end / CHUNK; // exclusive
+        let mut pending = Vec::new();
+        for chunk in first..last {
+            let oid = self.oid(chunk)?;
+            let comp = self.new_completion()?;
+            // SAFETY: a live io context, a NUL-terminated name and a fresh
+            // completion, waited for below.
+            let ret = unsafe { ffi::rados_aio_remove(self.ioctx, oid.as_ptr(), comp) };
+            if ret < 0 {
+                // SAFETY: the completion was never handed to an operation.
+                unsafe { ffi::rados_aio_release(comp) };
+                break;
+            }
+            pending.push(Pending { comp, oid, len: 0 });
+        }
+        for p in pending {
+            let oid = p.oid.clone();
+            let ret = p.wait();
+            if ret < 0 && ret != -libc::ENOENT {
+                tracing::debug!(device = %self.name, error = %self.op_err("remove", &oid, ret), "discard");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,166 @@
+//! How a pool names a device in a Ceph cluster, in `pool.conf` and on the
+//! mkfs command line: `rados:POOL[/PREFIX]?conf=PATH&size=SIZE`. Parsed in
+//! every build, so a build without the `rados` feature can say what it
+//! cannot open.
+
+use super::Device;
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What starts a device name that is a rados device.
+pub const RADOS_SCHEME: &str = "rados:";
+
+/// Whether a device name (a `pool.conf` line, a `--device` value) names a
+/// rados device rather than a path.
+pub fn is_rados(name: &str) -> bool {
+    name.starts_with(RADOS_SCHEME)
+}
+
+/// A rados device named by `rados:POOL[/PREFIX]?conf=PATH&size=SIZE`: the
+/// RADOS pool, the prefix of its objects' names (docs/FORMAT.md; mkfs picks
+/// one from the pool id when none is given), the cluster's config file and
+/// the device's size (a `K`/`M`/`G`/`T` size).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RadosSpec {
+    pub pool: String,
+    pub prefix: Option<String>,
+    pub conf: PathBuf,
+    pub size: Option<u64>,
+}
+
+impl RadosSpec {
+    pub fn parse(s: &str) -> Result<RadosSpec> {
+        let bad = |why: &str| {
+            Error::Invalid(format!("{s}: {why} (a rados device is rados:POOL[/PREFIX]?conf=PATH&size=SIZE)"))
+        };
+        let rest = s.strip_prefix(RADOS_SCHEME).ok_or_else(|| bad("does not start with rados:"))?;
+        let (target, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (pool, prefix) = match target.split_once('/') {
+            Some((p, x)) => (p, Some(x)),
+            None => (target, None),
+        };
+        if pool.is_empty() {
+            return Err(bad("no RADOS pool named"));
+        }
+        if prefix.is_some_and(|x| x.is_empty() || x.contains('/')) {
+            return Err(bad("the object prefix after the pool must be one non-empty name"));
+        }
+        let (mut conf, mut size) = (None, None);
+        for item in query.split('&').filter(|i| !i.is_empty()) {
+            let (k, v) = item.split_once('=').ok_or_else(|| bad(&format!("{item:?} is not key=value")))?;
+            match k {
+                "conf" if !v.is_empty() => conf = Some(PathBuf::from(v)),
+                "size" => size = Some(crate::units::parse_size(v).map_err(|e| bad(&format!("size {v:?}: {e}")))?),
+                "conf" => return Err(bad("conf is empty")),
+                _ => return Err(bad(&format!("unknown key {k:?}"))),
+            }
+        }
+        let conf = conf.ok_or_else(|| bad("no conf=PATH (the cluster's ceph.conf)"))?;
+        if s.contains('\0') {
+            return Err(bad("contains a NUL byte"));
+        }
+        Ok(RadosSpec { pool: pool.to_string(), prefix: prefix.map(str::to_string), conf, size })
+    }
+}
+
+impl std::fmt::Display for RadosSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{RADOS_SCHEME}{}", self.pool)?;
+        if let Some(p) = &self.prefix {
+            write!(f, "/{p}")?;
+        }
+        write!(f, "?conf={}", self.conf.display())?;
+        if let Some(s) = self.size {
+            write!(f, "&size={s}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The object-name prefix of device `index` of the pool `pool_id`
+/// (docs/FORMAT.md, "Devices in RADOS").
+pub fn object_prefix(pool_id: &[u8; 16], index: u32) -> String {
+    let hex: String = pool_id.iter().map(|b| format!("{b:02x}")).collect();
+    format!("hurricane.{hex}.{index}")
+}
+
+/// The cluster connections the rados devices of one pool share: one per
+/// config file.
+#[derive(Default)]
+pub struct RadosConnections {
+    #[cfg(feature = "rados")]
+    open: Vec<(PathBuf, Arc<super::rados::RadosCluster>)>,
+}
+
+impl RadosConnections {
+    /// Opens the device `spec` names, whose prefix and size are given,
+    /// connecting to its cluster unless a device before it did.
+    #[cfg(feature = "rados")]
+    pub fn open_device(&mut self, spec: &RadosSpec) -> Result<Arc<dyn Device>> {
+        use super::rados::{RadosCluster, RadosDevice, RadosOptions};
+        let (Some(prefix), Some(size)) = (&spec.prefix, spec.size) else {
+            return Err(Error::Invalid(format!("{spec}: a pool's rados device needs its /PREFIX and size=SIZE")));
+        };
+        let cluster = match self.open.iter().find(|(c, _)| *c == spec.conf) {
+            Some((_, c)) => c.clone(),
+            None => {
+                let c = RadosCluster::connect(&spec.conf, &RadosOptions::default())?;
+                self.open.push((spec.conf.clone(), c.clone()));
+                c
+            }
+        };
+        Ok(Arc::new(RadosDevice::open(cluster, &spec.pool, prefix, size)?))
+    }
+
+    /// A build without the `rados` feature opens no rados device.
+    #[cfg(not(feature = "rados"))]
+    pub fn open_device(&mut self, spec: &RadosSpec) -> Result<Arc<dyn Device>> {
+        Err(Error::NotSupported(format!("{spec}: this build has no rados devices (cargo feature rados)")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints_back() {
+        let s = RadosSpec::parse("rados:hfs/hurricane.ab.1?conf=/etc/ceph/ceph.conf&size=64M").unwrap();
+        assert_eq!(s.pool, "hfs");
+        assert_eq!(s.prefix.as_deref(), Some("hurricane.ab.1"));
+        assert_eq!(s.conf, PathBuf::from("/etc/ceph/ceph.conf"));
+        assert_eq!(s.size, Some(64 << 20));
+        assert_eq!(s.to_string(), "rados:hfs/hurricane.ab.1?conf=/etc/ceph/ceph.conf&size=67108864");
+        assert_eq!(RadosSpec::parse(&s.to_string()).unwrap(), s);
+        let s = RadosSpec::parse("rados:hfs?size=1G&conf=c.conf").unwrap();
+        assert_eq!((s.prefix, s.size), (None, Some(1 << 30)));
+        assert!(is_rados("rados:x?conf=y") && !is_rados("/dev/rados:x"));
+    }
+
+    #[cfg(not(feature = "rados"))]
+    #[test]
+    fn a_build_without_the_feature_opens_none() {
+        let spec = RadosSpec::parse("rados:p/x?conf=c&size=1M").unwrap();
+        let e = RadosConnections::default().open_device(&spec).err().unwrap().to_string();
+        assert!(e.contains("cargo feature rados"), "{e}");
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_name() {
+        for (bad, why) in [
+            ("rados:?conf=c", "no RADOS pool"),
+            ("rados:p/?conf=c", "object prefix"),
+            ("rados:p/a/b?conf=c", "object prefix"),
+            ("rados:p", "no conf"),
+            ("rados:p?conf=", "conf is empty"),
+            ("rados:p?conf=c&size=lots", "size \"lots\""),
+            ("rados:p?conf=c&user=x", "unknown key \"user\""),
+            ("rados:p?conf", "is not key=value"),
+            ("/tmp/x", "does not start"),
+        ] {
+            let e = RadosSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("rados:POOL[/PREFIX]"), "{bad}: {e}");
+        }
+    }
+}

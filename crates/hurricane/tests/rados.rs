@@ -1,0 +1,347 @@
+//! The `rados` device kind against a real one-node Ceph cluster, started by
+//! `scripts/ceph-dev-cluster.sh` in a directory of this test process's own
+//! and stopped when the process exits. Needs the Debian packages ceph-mon,
+//! ceph-osd, ceph-common and librados-dev (`HURRICANE_CEPH=1
+//! scripts/setup.sh`).
+#![cfg(feature = "rados")]
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use hurricane::device::rados::{object_prefix, CHUNK};
+use hurricane::device::{Device, MemDevice, RadosCluster, RadosDevice, RadosOptions};
+use hurricane::{Error, FormatOptions, Fs};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+const POOL: &str = "hurricane";
+const MB: u64 = 1 << 20;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-dev-cluster.sh")
+}
+
+fn cluster_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("hurricane-rados-test-{}", std::process::id()))
+}
+
+extern "C" fn stop_cluster() {
+    let _ = std::process::Command::new(script()).arg("stop").arg(cluster_dir()).status();
+}
+
+/// The config of this process's cluster, started on first use.
+fn conf() -> &'static Path {
+    static CONF: OnceLock<PathBuf> = OnceLock::new();
+    CONF.get_or_init(|| {
+        let t = std::time::Instant::now();
+        let out = std::process::Command::new(script()).arg("start").arg(cluster_dir()).output().unwrap();
+        // SAFETY: registers a function without arguments that only runs a
+        // command; the test harness ends the process with `exit`, which
+        // runs it after every test.
+        unsafe { libc::atexit(stop_cluster) };
+        assert!(out.status.success(), "ceph-dev-cluster.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("dev cluster up in {:.1?}", t.elapsed());
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+/// One connection for the whole process, as a pool would share it.
+fn cluster() -> Arc<RadosCluster> {
+    static CLUSTER: OnceLock<Arc<RadosCluster>> = OnceLock::new();
+    CLUSTER.get_or_init(|| RadosCluster::connect(conf(), &RadosOptions::default()).unwrap()).clone()
+}
+
+/// A prefix no other test (or earlier run) has written under.
+fn fresh_prefix(what: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let mut id = [0u8; 16];
+    id[..4].copy_from_slice(&std::process::id().to_be_bytes());
+    id[4..8].copy_from_slice(&N.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+    format!("{}.{what}", object_prefix(&id, 0))
+}
+
+fn device(what: &str, size: u64) -> RadosDevice {
+    RadosDevice::open(cluster(), POOL, &fresh_prefix(what), size).unwrap()
+}
+
+#[test]
+fn object_names_follow_the_pool_id_and_device_index() {
+    let id: [u8; 16] = core::array::from_fn(|i| i as u8 * 17);
+    assert_eq!(object_prefix(&id, 3), "hurricane.00112233445566778899aabbccddeeff.3");
+    let d = RadosDevice::open(cluster(), POOL, &object_prefix(&id, 3), 64 * MB).unwrap();
+    assert_eq!(d.object_name(0x12), "hurricane.00112233445566778899aabbccddeeff.3.0000000000000012");
+    assert_eq!(d.name(), "rados:hurricane/hurricane.00112233445566778899aabbccddeeff.3");
+    assert_eq!(d.size(), 64 * MB);
+}
+
+#[test]
+fn reads_writes_and_overwrites_across_chunk_boundaries() {
+    let d = device("rw", 3 * CHUNK);
+    // Never written: zeros.
+    let mut buf = vec![0xffu8; 8192];
+    d.read_at(&mut buf, CHUNK - 4096).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+
+    // A write across the first boundary, then one that spans a whole chunk.
+    let a = pattern(1, 64 * 1024);
+    d.write_at(&a, CHUNK - 32 * 1024).unwrap();
+    let b = pattern(2, (CHUNK + 8192) as usize);
+    d.write_at(&b, 2 * CHUNK - 4096).unwrap_err(); // past the end: 3 chunks hold less
+    let b = pattern(2, (CHUNK + 4096) as usize);
+    d.write_at(&b, 2 * CHUNK - 4096).unwrap();
+    d.flush().unwrap();
+
+    let mut got = vec![0u8; a.len()];
+    d.read_at(&mut got, CHUNK - 32 * 1024).unwrap();
+    assert!(got == a);
+    let mut got = vec![0u8; b.len()];
+    d.read_at(&mut got, 2 * CHUNK - 4096).unwrap();
+    assert!(got == b);
+
+    // Overwrite a block in the middle of the first write, across nothing.
+    let c = pattern(3, 4096);
+    d.write_at(&c, CHUNK).unwrap();
+    let mut got = vec![0u8; a.len()];
+    d.read_at(&mut got, CHUNK - 32 * 1024).unwrap();
+    let mut want = a.clone();
+    want[32 * 1024..36 * 1024].copy_from_slice(&c);
+    assert!(got == want);
+
+    // An object written only up to some offset reads zeros past it, and a
+    // read spanning all three chunks sees everything together.
+    let mut all = vec![0xaau8; (3 * CHUNK) as usize];
+    d.read_at(&mut all, 0).unwrap();
+    let mut model = vec![0u8; (3 * CHUNK) as usize];
+    let at = (CHUNK - 32 * 1024) as usize;
+    model[at..at + want.len()].copy_from_slice(&want);
+    let at = (2 * CHUNK - 4096) as usize;
+    model[at..at + b.len()].copy_from_slice(&b);
+    assert!(all == model);
+
+    // A new handle on the same objects (another connection) sees the same.
+    let other = RadosDevice::connect(conf(), POOL, d.object_name(0).rsplit_once('.').unwrap().0, 3 * CHUNK).unwrap();
+    let mut again = vec![0u8; all.len()];
+    other.read_at(&mut again, 0).unwrap();
+    assert!(again == model);
+}
+
+#[test]
+fn discard_removes_whole_chunks_only() {
+    let d = device("discard", 4 * CHUNK);
+    let data = pattern(4, (4 * CHUNK) as usize);
+    d.write_at(&data, 0).unwrap();
+    // Covers chunk 1 whole and parts of chunks 0 and 2.
+    d.discard(CHUNK / 2, 2 * CHUNK).unwrap();
+    let mut got = vec![0u8; data.len()];
+    d.read_at(&mut got, 0).unwrap();
+    let c = CHUNK as usize;
+    assert!(got[..c] == data[..c]);
+    assert!(got[c..2 * c].iter().all(|&b| b == 0));
+    assert!(got[2 * c..] == data[2 * c..]);
+}
+
+#[test]
+fn many_threads_keep_many_operations_in_flight() {
+    let d = Arc::new(device("threads", 8 * CHUNK));
+    let per = 64usize;
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let d = d.clone();
+            s.spawn(move || {
+                for i in 0..per as u64 {
+                    // Interleaved blocks: every chunk sees every thread.
+                    let blk = i * 8 + t;
+                    d.write_at(&pattern(blk, 4096), blk * 4096 * 16).unwrap();
+                }
+            });
+        }
+    });
+    d.flush().unwrap();
+    for blk in 0..8 * per as u64 {
+        let mut got = vec![0u8; 4096];
+        d.read_at(&mut got, blk * 4096 * 16).unwrap();
+        assert!(got == pattern(blk, 4096), "block {blk}");
+    }
+}
+
+#[test]
+fn errors_name_the_pool_and_the_cluster() {
+    let e = RadosDevice::open(cluster(), "no-such-pool", "x", MB).err().unwrap();
+    assert!(matches!(e, Error::Device(_)), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("no-such-pool") && msg.contains(&conf().display().to_string()), "{msg}");
+
+    let e = RadosCluster::connect(Path::new("/nonexistent/ceph.conf"), &RadosOptions::default()).err().unwrap();
+    assert!(e.to_string().contains("/nonexistent/ceph.conf"), "{e}");
+
+    let d = device("bounds", MB);
+    let e = d.read_at(&mut [0u8; 4096], MB).unwrap_err();
+    assert!(e.to_string().contains("past the end"), "{e}");
+}
+
+#[test]
+fn a_cluster_that_does_not_answer_times_out() {
+    // A config naming a monitor nobody listens on.
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("ceph.conf");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::fs::write(
+        &conf,
+        format!(
+            "[global]\nmon_host = v2:127.0.0.1:{port}\nauth_client_required = none\nlog_file = {}\n",
+            dir.path().join("client.log").display()
+        ),
+    )
+    .unwrap();
+    let opts = RadosOptions { connect_timeout: Duration::from_secs(2), ..RadosOptions::default() };
+    let t = std::time::Instant::now();
+    let e = RadosCluster::connect(&conf, &opts).err().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
+    assert!(e.to_string().contains("cannot connect"), "{e}");
+}
+
+/// A pool of a local memory device (journal, half the meta-file) and two
+/// rados devices: files striped over the two, replicated across memory and
+/// the cluster; closed, reopened through new connections, read back.
+#[test]
+fn a_pool_mixing_memory_and_rados_devices_formats_opens_and_round_trips() {
+    let size = 64 * MB;
+    let mem = Arc::new(MemDevice::new("mem0", size));
+    let p1 = fresh_prefix("pool1");
+    let p2 = fresh_prefix("pool2");
+    let devs = |mem: &Arc<MemDevice>| -> Vec<Arc<dyn Device>> {
+        vec![
+            mem.clone(),
+            Arc::new(RadosDevice::open(cluster(), POOL, &p1, size).unwrap()),
+            Arc::new(RadosDevice::open(cluster(), POOL, &p2, size).unwrap()),
+        ]
+    };
+    let opts = FormatOptions { default_layout: Some("stripe(width=2)".into()), ..FormatOptions::default() };
+    Fs::format(devs(&mem), &opts).unwrap();
+
+    let files: Vec<(&str, Option<&str>, Vec<u8>)> = vec![
+        ("/striped", Some("stripe(unit=64K)[extent@1,extent@2]"), pattern(10, 9 * MB as usize + 12345)),
+        ("/mirrored", Some("replicate[extent@0,extent@2]"), pattern(11, 3 * MB as usize + 7)),
+        ("/default", None, pattern(12, 5 * MB as usize)),
+        ("/small", None, pattern(13, 100)),
+    ];
+    {
+        let fs = Fs::open(devs(&mem), quiet()).unwrap();
+        for (p, l, data) in &files {
+            fs.write_file(p, data, *l).unwrap();
+        }
+        let l = fs.layout_of("/striped").unwrap();
+        assert!(l.contains("stripe(unit=64K)[") && l.contains("extent@1") && l.contains("extent@2"), "{l}");
+        fs.close().unwrap();
+    }
+    // Through a connection of its own, as another process would.
+    let other = RadosCluster::connect(conf(), &RadosOptions::default()).unwrap();
+    let devs2: Vec<Arc<dyn Device>> = vec![
+        mem.clone(),
+        Arc::new(RadosDevice::open(other.clone(), POOL, &p1, size).unwrap()),
+        Arc::new(RadosDevice::open(other, POOL, &p2, size).unwrap()),
+    ];
+    let fs = Fs::open(devs2, quiet()).unwrap();
+    for (p, _, data) in &files {
+        assert!(fs.read_file(p).unwrap() == *data, "{p} differs after reopening");
+    }
+    check_clean(&fs, "pool over memory and rados devices");
+    fs.close().unwrap();
+}
+
+/// A cluster of one test's own, stopped when the test ends (passing or not).
+struct OwnCluster(PathBuf);
+
+impl OwnCluster {
+    fn start(what: &str) -> (OwnCluster, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("hurricane-rados-test-{}-{what}", std::process::id()));
+        let guard = OwnCluster(dir.clone());
+        let out = std::process::Command::new(script()).arg("start").arg(&dir).output().unwrap();
+        assert!(out.status.success(), "ceph-dev-cluster.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
+        (guard, PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
+    }
+
+    fn kill_osd(&self) {
+        let pid = std::fs::read_to_string(self.0.join("run/osd.0.pid")).unwrap();
+        let ok = std::process::Command::new("kill").arg("-KILL").arg(pid.trim()).status().unwrap();
+        assert!(ok.success());
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(script()).arg("stop").arg(&self.0).status();
+    }
+}
+
+/// With its OSD gone, requests fail after the operation timeout with an
+/// I/O error that names the device, the object and the cause; none hangs.
+#[test]
+fn an_osd_down_is_an_error_naming_the_object() {
+    let (own, conf) = OwnCluster::start("osd-down");
+    let opts = RadosOptions { op_timeout: Duration::from_secs(3), ..RadosOptions::default() };
+    let cluster = RadosCluster::connect(&conf, &opts).unwrap();
+    let d = RadosDevice::open(cluster, POOL, "down", 2 * CHUNK).unwrap();
+    d.write_at(&pattern(5, 8192), CHUNK - 4096).unwrap();
+    own.kill_osd();
+
+    let t = std::time::Instant::now();
+    let e = d.write_at(&pattern(6, 4096), CHUNK + 4096).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(30), "took {:?}", t.elapsed());
+    assert!(matches!(e, Error::Io { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("rados:hurricane/down") && msg.contains("down.0000000000000001"), "{msg}");
+    assert!(msg.contains("timed out"), "{msg}");
+
+    let e = d.read_at(&mut [0u8; 4096], 0).unwrap_err();
+    assert!(e.to_string().contains("read of object down.0000000000000000"), "{e}");
+}
+
+/// `Fs::mkfs_devices` with an image file and two `rados:` devices: pool.conf
+/// names them with their objects' prefix (from the pool id), size and
+/// config; the pool opens from its directory, and from another directory
+/// holding only a copy of pool.conf (as another host would).
+#[test]
+fn a_pool_directory_names_rados_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("pool");
+    let conf = conf().display().to_string();
+    let paths = vec![
+        dir.path().join("img0"),
+        PathBuf::from(format!("rados:{POOL}?conf={conf}&size=64M")),
+        PathBuf::from(format!("rados:{POOL}?conf={conf}")),
+    ];
+    let opts =
+        FormatOptions { default_layout: Some("stripe(unit=64K)[extent@1,extent@2]".into()), ..Default::default() };
+    Fs::mkfs_devices(&pool_dir, &paths, Some(32 * MB), &opts).unwrap();
+
+    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
+    let rados: Vec<&str> = listed.lines().filter_map(|l| l.strip_prefix("device = rados:")).collect();
+    assert_eq!(rados.len(), 2, "{listed}");
+    // Objects named after the pool id and device index; sizes and config
+    // written out in full.
+    assert!(rados[0].starts_with(&format!("{POOL}/hurricane.")) && rados[0].contains(".1?conf="), "{listed}");
+    assert!(rados[0].ends_with(&format!("?conf={conf}&size={}", 64 * MB)), "{listed}");
+    assert!(rados[1].contains(".2?conf=") && rados[1].ends_with(&format!("&size={}", 32 * MB)), "{listed}");
+
+    let data = pattern(20, 3 * MB as usize + 999);
+    {
+        let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+        fs.write_file("/f", &data, None).unwrap();
+        fs.close().unwrap();
+    }
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::copy(pool_dir.join("pool.conf"), other.join("pool.conf")).unwrap();
+    let fs = Fs::open_dir(&other, quiet()).unwrap();
+    assert!(fs.read_file("/f").unwrap() == data);
+    check_clean(&fs, "pool directory with rados devices");
+    fs.close().unwrap();
+
+    // Refused by name: a rados device without a size anywhere.
+    let e = Fs::mkfs_devices(&dir.path().join("p2"), &paths[1..], None, &opts).unwrap_err();
+    assert!(e.to_string().contains("no size"), "{e}");
+}
