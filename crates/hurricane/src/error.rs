@@ -67,6 +67,9 @@ pub enum Error {
     /// waiting transactions: the requester is aborted (EDEADLK).
     #[error("{0}: resource deadlock avoided")]
     Deadlock(String),
+    /// Held by another user: a pool another host is writing (EBUSY).
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl Error {
@@ -104,6 +107,7 @@ impl Error {
             Stale(_) => libc::ESTALE,
             WouldBlock(_) => libc::EAGAIN,
             Deadlock(_) => libc::EDEADLK,
+            Busy(_) => libc::EBUSY,
         }
     }
 }

@@ -345,3 +345,129 @@ fn a_pool_directory_names_rados_devices() {
     let e = Fs::mkfs_devices(&dir.path().join("p2"), &paths[1..], None, &opts).unwrap_err();
     assert!(e.to_string().contains("no size"), "{e}");
 }
+
+/// One writer at a time: a second lease on the same object is refused,
+/// naming the holder, for as long as the holder renews it; a holder that
+/// stops renewing (a host that died) loses it when it expires, and a
+/// released lease can be taken at once.
+#[test]
+fn a_lease_has_one_holder_and_expires_when_its_holder_stops() {
+    use hurricane::device::RadosLease;
+    let object = format!("{}.lease", fresh_prefix("lease"));
+    let d = Duration::from_millis(1500);
+    let first = RadosLease::take(cluster(), POOL, &object, "host alpha pid 1", d).unwrap();
+    let refused = |who: &str| match RadosLease::take(cluster(), POOL, &object, who, d) {
+        Err(e @ Error::Busy(_)) => e.to_string(),
+        Err(e) => panic!("{who}: {e}"),
+        Ok(_) => panic!("{who}: a second lease on {object}"),
+    };
+    let e = refused("host beta pid 2");
+    assert!(e.contains("host alpha pid 1") && e.contains("open for writing elsewhere"), "{e}");
+    assert_eq!(hurricane::Error::Busy(String::new()).errno(), libc::EBUSY);
+    // Renewed: still held well past its duration.
+    std::thread::sleep(d * 2);
+    assert!(!first.is_lost());
+    refused("host beta pid 2");
+    // The holder dies: after the duration the lease is free.
+    first.abandon();
+    std::thread::sleep(d + Duration::from_millis(700));
+    let second = RadosLease::take(cluster(), POOL, &object, "host beta pid 2", d).unwrap();
+    let e = refused("host gamma pid 3");
+    assert!(e.contains("host beta pid 2"), "{e}");
+    // Released on drop: free at once.
+    drop(second);
+    let third = RadosLease::take(cluster(), POOL, &object, "host gamma pid 3", d).unwrap();
+    assert!(!third.is_lost());
+}
+
+/// A holder whose lease disappears behind its back (here its object is
+/// removed, as a lock broken by an administrator would be) finds out at its
+/// next renewal and counts it lost.
+#[test]
+fn a_lease_taken_away_is_lost() {
+    use hurricane::device::RadosLease;
+    let object = format!("{}.lease", fresh_prefix("lost"));
+    let d = Duration::from_millis(900);
+    let lease = RadosLease::take(cluster(), POOL, &object, "host alpha pid 1", d).unwrap();
+    let st = std::process::Command::new("rados")
+        .args(["-c", &conf().display().to_string(), "-p", POOL, "rm", &object])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t = std::time::Instant::now();
+    while !lease.is_lost() && t.elapsed() < d * 4 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(lease.is_lost(), "the renewal after the removal failed");
+}
+
+/// A pool with devices in the cluster opens for writing in one place at a
+/// time: a second writable open (another host with a copy of pool.conf) is
+/// refused naming this process, a read-only one is not; once the first
+/// closes, the second opens.
+#[test]
+fn a_pool_in_the_cluster_has_one_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("pool");
+    let conf = conf().display().to_string();
+    let paths =
+        vec![PathBuf::from(format!("rados:{POOL}?conf={conf}")), PathBuf::from(format!("rados:{POOL}?conf={conf}"))];
+    Fs::mkfs_devices(&pool_dir, &paths, Some(32 * MB), &FormatOptions::default()).unwrap();
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::copy(pool_dir.join("pool.conf"), other.join("pool.conf")).unwrap();
+
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    fs.write_file("/f", b"written by the first", None).unwrap();
+    fs.sync().unwrap();
+    let e = Fs::open_dir(&other, quiet()).err().expect("a second writer");
+    assert!(matches!(e, Error::Busy(_)), "{e}");
+    assert!(e.to_string().contains(&format!("pid {}", std::process::id())), "{e}");
+    let ro = Fs::open_dir(&other, hurricane::Options { read_only: true, ..quiet() }).unwrap();
+    assert_eq!(ro.read_file("/f").unwrap(), b"written by the first");
+    drop(ro);
+    fs.close().unwrap();
+    drop(fs);
+    let fs = Fs::open_dir(&other, quiet()).unwrap();
+    assert_eq!(fs.read_file("/f").unwrap(), b"written by the first");
+    fs.close().unwrap();
+}
+
+/// A writer that lost its lease (its lock removed behind its back) stops
+/// writing the pool at its next renewal: writes and commits fail as on a
+/// read-only pool, naming the lease.
+#[test]
+fn a_pool_whose_lease_is_lost_is_written_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("pool");
+    let conf = conf().display().to_string();
+    let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf}"))];
+    Fs::mkfs_devices(&pool_dir, &paths, Some(32 * MB), &FormatOptions::default()).unwrap();
+    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
+    let prefix = listed
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("device = rados:{POOL}/"))?.split('?').next())
+        .unwrap()
+        .to_string();
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    fs.write_file("/before", b"kept", None).unwrap();
+    fs.sync().unwrap();
+    let st = std::process::Command::new("rados")
+        .args(["-c", &conf, "-p", POOL, "rm", &format!("{prefix}.lease")])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // The renewal comes within a third of the lease's 30 s.
+    let t = std::time::Instant::now();
+    let e = loop {
+        match fs.write_file(&format!("/after{}", t.elapsed().as_millis()), b"x", None) {
+            Err(e) => break e,
+            Ok(()) if t.elapsed() < Duration::from_secs(15) => std::thread::sleep(Duration::from_millis(200)),
+            Ok(()) => panic!("still writing 15 s after the lease was taken away"),
+        }
+    };
+    assert!(matches!(e, Error::ReadOnly(_)) && e.to_string().contains("lease"), "{e}");
+    let e = fs.sync().unwrap_err();
+    assert!(e.to_string().contains("lease"), "{e}");
+    assert_eq!(fs.read_file("/before").unwrap(), b"kept", "reads go on");
+}

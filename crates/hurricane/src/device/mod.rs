@@ -18,8 +18,8 @@ pub use fault::{FaultDevice, FaultPlan, FaultSpec};
 pub use file::FileDevice;
 pub use mem::{CrashMode, MemDevice, MemDeviceState};
 #[cfg(feature = "rados")]
-pub use rados::{RadosCluster, RadosDevice, RadosOptions};
-pub use rados_spec::{is_rados, RadosConnections, RadosSpec};
+pub use rados::{RadosCluster, RadosDevice, RadosLease, RadosOptions};
+pub use rados_spec::{is_rados, PoolLease, RadosConnections, RadosSpec};
 pub use sim::{SimDevice, SimParams};
 pub use stats::{DeviceStats, StatsSnapshot};
 

@@ -13,6 +13,15 @@
 //! write is already durable in the cluster: `flush` waits for nothing but
 //! operations still in flight.
 //!
+//! One writer at a time: a pool with devices in a cluster is opened for
+//! writing under a [`RadosLease`], an exclusive RADOS lock with a duration
+//! on an object beside the pool's first rados device, renewed by a thread
+//! while the pool is open. A second writer anywhere is refused, naming the
+//! holder; a host that dies stops renewing, and the lock expires after its
+//! duration so another host can open the pool and replay its journal. A
+//! holder whose renewal fails (the lock expired, or was broken) has lost the
+//! pool: it stops writing (`is_lost`).
+//!
 //! librados is reached through the `ceph` crate's bindings, behind the
 //! `rados` cargo feature.
 
@@ -22,7 +31,8 @@ use ceph::rados as ffi;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// Bytes of the device per RADOS object.
@@ -433,5 +443,251 @@ impl Device for RadosDevice {
             }
         }
         Ok(())
+    }
+}
+
+/// The name of the lock a writer of a pool holds.
+pub const LEASE_LOCK: &str = "hurricane-writer";
+/// How long a lease lasts without renewal, unless the caller says.
+pub const LEASE_DURATION: Duration = Duration::from_secs(30);
+/// librados' `LIBRADOS_LOCK_FLAG_MUST_RENEW`: renew a lock this client
+/// holds, and fail if it does not hold it any more.
+const LOCK_FLAG_MUST_RENEW: u8 = 2;
+
+/// The exclusive right to write a pool, held in the cluster (module docs).
+/// Dropping it stops the renewals and releases the lock.
+pub struct RadosLease {
+    shared: Arc<LeaseShared>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+struct LeaseShared {
+    _cluster: Arc<RadosCluster>,
+    ioctx: ffi::rados_ioctx_t,
+    /// What is locked, for messages: `rados:POOL/OBJECT`.
+    what: String,
+    oid: CString,
+    name: CString,
+    cookie: CString,
+    desc: CString,
+    duration: Duration,
+    lost: Arc<AtomicBool>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+// SAFETY: the io context is librados' thread-safe handle, used only through
+// librados calls; the rest is plain data and synchronised state.
+unsafe impl Send for LeaseShared {}
+// SAFETY: as above.
+unsafe impl Sync for LeaseShared {}
+
+impl LeaseShared {
+    fn lock(&self, flags: u8) -> i32 {
+        let mut tv = libc::timeval {
+            tv_sec: self.duration.as_secs() as libc::time_t,
+            tv_usec: self.duration.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: a live io context, NUL-terminated strings that outlive the
+        // call, and a timeval librados only reads.
+        unsafe {
+            ffi::rados_lock_exclusive(
+                self.ioctx,
+                self.oid.as_ptr(),
+                self.name.as_ptr(),
+                self.cookie.as_ptr(),
+                self.desc.as_ptr(),
+                &mut tv,
+                flags,
+            )
+        }
+    }
+
+    /// Who holds the lock now, in words ("client.4123 (HOST pid PID) at
+    /// ADDR"), or None when nobody does.
+    fn holders(&self) -> Option<String> {
+        let mut exclusive: libc::c_int = 0;
+        let (mut tag, mut clients, mut cookies, mut addrs) =
+            (vec![0u8; 256], vec![0u8; 4096], vec![0u8; 4096], vec![0u8; 4096]);
+        let (mut tag_len, mut clients_len, mut cookies_len, mut addrs_len) =
+            (tag.len(), clients.len(), cookies.len(), addrs.len());
+        // SAFETY: every buffer is valid for the length passed beside it,
+        // which librados reads and updates.
+        let n = unsafe {
+            ffi::rados_list_lockers(
+                self.ioctx,
+                self.oid.as_ptr(),
+                self.name.as_ptr(),
+                &mut exclusive,
+                tag.as_mut_ptr().cast(),
+                &mut tag_len,
+                clients.as_mut_ptr().cast(),
+                &mut clients_len,
+                cookies.as_mut_ptr().cast(),
+                &mut cookies_len,
+                addrs.as_mut_ptr().cast(),
+                &mut addrs_len,
+            )
+        };
+        if n <= 0 {
+            return None;
+        }
+        let first = |b: &[u8], len: usize| {
+            let b = &b[..len.min(b.len())];
+            String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or_default()).into_owned()
+        };
+        Some(format!(
+            "{} ({}) at {}",
+            first(&clients, clients_len),
+            first(&cookies, cookies_len),
+            first(&addrs, addrs_len)
+        ))
+    }
+}
+
+impl RadosLease {
+    /// Takes the lease on `object` in the RADOS pool `pool` for `holder` (a
+    /// description: host and process), or fails with [`Error::Busy`] naming
+    /// the client that holds it. Renewed every third of `duration` until
+    /// dropped.
+    pub fn take(
+        cluster: Arc<RadosCluster>,
+        pool: &str,
+        object: &str,
+        holder: &str,
+        duration: Duration,
+    ) -> Result<RadosLease> {
+        let what = format!("rados:{pool}/{object}");
+        let pool_c = cstring(pool, "RADOS pool name")?;
+        let mut ioctx: ffi::rados_ioctx_t = std::ptr::null_mut();
+        // SAFETY: a connected cluster handle, a NUL-terminated pool name and
+        // a valid place for the new context.
+        let ret = unsafe { ffi::rados_ioctx_create(cluster.handle, pool_c.as_ptr(), &mut ioctx) };
+        if ret < 0 {
+            return Err(Error::Device(format!("{what}: cannot open pool {pool}: {}", os_err(ret))));
+        }
+        // The cookie tells holders apart: this process, and this lease in it.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let cookie = format!("{holder} lease {}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let shared = Arc::new(LeaseShared {
+            _cluster: cluster,
+            ioctx,
+            what: what.clone(),
+            oid: cstring(object, "lease object")?,
+            name: cstring(LEASE_LOCK, "lock name")?,
+            cookie: cstring(&cookie, "lease holder")?,
+            desc: cstring(&format!("hurricane pool written by {holder}"), "lease holder")?,
+            duration,
+            lost: Arc::new(AtomicBool::new(false)),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let ret = shared.lock(0);
+        if ret == -libc::EBUSY || ret == -libc::EEXIST {
+            let by = shared.holders().unwrap_or_else(|| "another client".into());
+            return Err(Error::Busy(format!(
+                "{what}: the pool is open for writing elsewhere, by {by}; its lease expires {}s after that \
+                 writer stops renewing it",
+                duration.as_secs()
+            )));
+        }
+        if ret < 0 {
+            return Err(Error::io(
+                &what,
+                io::Error::new(os_err(ret).kind(), format!("cannot take the lease: {}", os_err(ret))),
+            ));
+        }
+        let s = shared.clone();
+        let renewer = std::thread::Builder::new()
+            .name("hurricane-lease".into())
+            .spawn(move || renew(&s))
+            .map_err(|e| Error::io(&what, e))?;
+        Ok(RadosLease { shared, renewer: Some(renewer) })
+    }
+
+    /// Whether the lease was lost (a renewal failed): the pool must not be
+    /// written any more.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.load(Ordering::Acquire)
+    }
+
+    /// The flag `is_lost` reads, for a holder that checks it on its own.
+    pub fn lost_flag(&self) -> Arc<AtomicBool> {
+        self.shared.lost.clone()
+    }
+
+    /// What is locked: `rados:POOL/OBJECT`.
+    pub fn what(&self) -> &str {
+        &self.shared.what
+    }
+
+    /// Stops renewing without releasing the lock, as a host that died
+    /// would: the lock expires after its duration (tests).
+    pub fn abandon(mut self) {
+        self.stop_renewer();
+        // The lock is left to expire; the io context goes with `shared`.
+        self.shared.lost.store(true, Ordering::Release);
+    }
+
+    fn stop_renewer(&mut self) {
+        if let Ok(mut stop) = self.shared.stop.lock() {
+            *stop = true;
+        }
+        self.shared.wake.notify_all();
+        if let Some(h) = self.renewer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The renewer: every third of the duration, renew (only while still held).
+fn renew(s: &LeaseShared) {
+    let period = s.duration / 3;
+    loop {
+        let Ok(guard) = s.stop.lock() else { return };
+        let Ok((stop, _)) = s.wake.wait_timeout_while(guard, period, |stop| !*stop) else { return };
+        if *stop {
+            return;
+        }
+        drop(stop);
+        let ret = s.lock(LOCK_FLAG_MUST_RENEW);
+        if ret < 0 {
+            s.lost.store(true, Ordering::Release);
+            tracing::error!(
+                "{}: the lease could not be renewed ({}): this process no longer writes the pool",
+                s.what,
+                os_err(ret)
+            );
+            return;
+        }
+    }
+}
+
+impl Drop for RadosLease {
+    fn drop(&mut self) {
+        let abandoned = self.renewer.is_none();
+        self.stop_renewer();
+        if !abandoned && !self.is_lost() {
+            // SAFETY: a live io context and NUL-terminated strings.
+            let ret = unsafe {
+                ffi::rados_unlock(
+                    self.shared.ioctx,
+                    self.shared.oid.as_ptr(),
+                    self.shared.name.as_ptr(),
+                    self.shared.cookie.as_ptr(),
+                )
+            };
+            if ret < 0 && ret != -libc::ENOENT {
+                tracing::warn!("{}: releasing the lease: {}", self.shared.what, os_err(ret));
+            }
+        }
+    }
+}
+
+impl Drop for LeaseShared {
+    fn drop(&mut self) {
+        // SAFETY: no operation is in flight on the context (the lock calls
+        // are synchronous), and the cluster outlives it (held above).
+        unsafe { ffi::rados_ioctx_destroy(self.ioctx) }
     }
 }

@@ -120,6 +120,61 @@ impl RadosConnections {
     }
 }
 
+/// The lease a writer of a pool with devices in a Ceph cluster holds
+/// (`rados.rs`, "One writer at a time"): taken before the pool is opened
+/// for writing, held until it is closed. Other pools need none.
+#[derive(Default)]
+pub struct PoolLease {
+    #[cfg(feature = "rados")]
+    lease: Option<super::rados::RadosLease>,
+}
+
+impl PoolLease {
+    /// For a pool whose devices are `paths` (as pool.conf lists them),
+    /// opened for writing: the lease on the object `PREFIX.lease` beside
+    /// its first rados device, or [`Error::Busy`] naming the writer that
+    /// holds it. Nothing for a pool without rados devices, or read-only.
+    pub fn take(paths: &[PathBuf], writable: bool) -> Result<PoolLease> {
+        let first = paths.iter().filter_map(|p| p.to_str()).find(|n| is_rados(n));
+        let Some(name) = first.filter(|_| writable) else { return Ok(PoolLease::default()) };
+        let spec = RadosSpec::parse(name)?;
+        Self::take_for(&spec)
+    }
+
+    #[cfg(feature = "rados")]
+    fn take_for(spec: &RadosSpec) -> Result<PoolLease> {
+        use super::rados::{RadosCluster, RadosLease, RadosOptions, LEASE_DURATION};
+        let Some(prefix) = &spec.prefix else {
+            return Err(Error::Invalid(format!("{spec}: a pool's rados device needs its /PREFIX")));
+        };
+        let cluster = RadosCluster::connect(&spec.conf, &RadosOptions::default())?;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string());
+        let host = host.unwrap_or_else(|_| "unknown".into());
+        let holder = format!("host {host} pid {}", std::process::id());
+        let lease = RadosLease::take(cluster, &spec.pool, &format!("{prefix}.lease"), &holder, LEASE_DURATION)?;
+        Ok(PoolLease { lease: Some(lease) })
+    }
+
+    /// Without the `rados` feature its devices do not open: no lease.
+    #[cfg(not(feature = "rados"))]
+    fn take_for(_spec: &RadosSpec) -> Result<PoolLease> {
+        Ok(PoolLease::default())
+    }
+
+    /// Set once the lease is lost (a renewal failed): the pool must not be
+    /// written any more. None when there is no lease.
+    pub fn lost_flag(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        #[cfg(feature = "rados")]
+        {
+            self.lease.as_ref().map(|l| l.lost_flag())
+        }
+        #[cfg(not(feature = "rados"))]
+        {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

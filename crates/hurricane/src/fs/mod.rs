@@ -171,6 +171,10 @@ pub(crate) struct Inner {
     /// The committer was woken early: enough inodes changed for a checkpoint.
     kicked: AtomicBool,
     closed: AtomicBool,
+    /// The lease of a pool with devices in a Ceph cluster (taken by
+    /// `open_dir`, released by `close`), and the flag set if it is lost.
+    lease: Mutex<Option<crate::device::PoolLease>>,
+    lease_lost: std::sync::OnceLock<Arc<AtomicBool>>,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The background cleaner of `log` blocks (`clean.rs`).
     cleaner: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -624,6 +628,8 @@ impl Fs {
             shutdown_cv: Condvar::new(),
             kicked: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            lease: Mutex::new(None),
+            lease_lost: std::sync::OnceLock::new(),
             committer: Mutex::new(None),
             cleaner: Mutex::new(None),
             report: Mutex::new(report),
@@ -739,6 +745,9 @@ impl Fs {
     /// Opens the pool described by a pool directory.
     pub fn open_dir(dir: &Path, opts: Options) -> Result<Fs> {
         let paths = pool::device_paths(dir)?;
+        // One writer at a time for a pool in a cluster: the lease first,
+        // before the journal is replayed or anything written.
+        let lease = crate::device::PoolLease::take(&paths, !opts.read_only)?;
         let devs = pool::open_paths(&paths, !opts.read_only)?;
         // A pool made with `--sim` keeps its disk model in pool.conf.
         let mut devs = match pool::sim_params(dir)? {
@@ -759,6 +768,10 @@ impl Fs {
         }
         let numa = pool::numa_nodes(dir)?;
         let fs = Fs::open(devs, opts)?;
+        if let Some(flag) = lease.lost_flag() {
+            let _ = fs.inner.lease_lost.set(flag);
+        }
+        *fs.inner.lease.lock() = Some(lease);
         // Each device's NUMA node: pool.conf's, else what sysfs says.
         for (h, p) in fs.inner.storage.devs.iter().zip(&paths) {
             let node =
@@ -873,6 +886,15 @@ impl Fs {
         if self.inner.read_only || self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::ReadOnly("pool".into()));
         }
+        self.check_lease()
+    }
+
+    /// A pool whose lease in the cluster was lost is written no more:
+    /// another host may be writing it now.
+    fn check_lease(&self) -> Result<()> {
+        if self.inner.lease_lost.get().is_some_and(|f| f.load(Ordering::Acquire)) {
+            return Err(Error::ReadOnly("pool: its lease in the cluster was lost (see the log)".into()));
+        }
         Ok(())
     }
 
@@ -915,6 +937,7 @@ impl Fs {
     }
 
     fn commit_as(&self, target: u64, checkpoint: bool, only_if_due: bool) -> Result<()> {
+        self.check_lease()?;
         let inner = &*self.inner;
         inner.storage.probe();
         let mut m = inner.meta.lock();
@@ -1244,7 +1267,10 @@ impl Fs {
         m.sb.clean = true;
         m.sb.generation += 1;
         let sb = m.sb.clone();
-        self.inner.storage.write_superblocks(&sb)
+        self.inner.storage.write_superblocks(&sb)?;
+        // Closed cleanly: another host may open the pool now.
+        *self.inner.lease.lock() = None;
+        Ok(())
     }
 
     /// Pool geometry for the layout resolver.
