@@ -330,3 +330,180 @@ fn regroup_moves_a_renamed_file_into_its_new_directorys_group_and_replays() {
     assert_eq!(fs.read_file("/b/h").unwrap(), pattern(3, BS));
     check_clean(&fs, "after replay");
 }
+
+/// Device write requests made so far, summed over the pool.
+fn device_writes(fs: &Fs) -> u64 {
+    fs.device_stats().iter().map(|(_, s)| s.writes).sum()
+}
+
+#[test]
+fn small_files_written_together_leave_in_a_few_group_writes_at_sync() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    dir_with_default(&fs, "/d", "colocate");
+    fs.sync().unwrap();
+    let (w0, g0) = (device_writes(&fs), fs.group_stats());
+    let n = 64;
+    for i in 0..n {
+        fs.write_file(&format!("/d/f{i}"), &pattern(i, BS), None).unwrap();
+    }
+    // Held: nothing reached the device yet, and reads see every file.
+    assert_eq!(device_writes(&fs), w0, "no device write before the commit");
+    let g = fs.group_stats();
+    assert_eq!(g.held_blocks - g0.held_blocks, n);
+    assert_eq!(g.dirty_blocks, n);
+    for i in 0..n {
+        assert_eq!(fs.read_file(&format!("/d/f{i}")).unwrap(), pattern(i, BS), "f{i} before the sync");
+    }
+    fs.drop_caches();
+    assert_eq!(fs.read_file("/d/f7").unwrap(), pattern(7, BS), "dropping caches keeps held blocks");
+    fs.sync().unwrap();
+    let g = fs.group_stats();
+    let (writes, group_writes) = (device_writes(&fs) - w0, g.group_writes - g0.group_writes);
+    // 64 blocks side by side: one request (groups are opened one after
+    // another up the device), and the journal's own writes.
+    assert!(group_writes <= 4, "{g:?}");
+    assert_eq!(g.blocks_drained - g0.blocks_drained, n);
+    assert_eq!(g.dirty_blocks, 0);
+    assert!(writes < n / 4, "{writes} device writes for {n} files");
+    // Overwrites (copy-on-write under the pool's checksums) group the same way.
+    let w1 = device_writes(&fs);
+    for i in 0..n {
+        fs.write_file(&format!("/d/f{i}"), &pattern(1000 + i, BS), None).unwrap();
+    }
+    fs.sync().unwrap();
+    assert!(device_writes(&fs) - w1 < n / 4, "overwrites: {} device writes", device_writes(&fs) - w1);
+    // A power cut now keeps everything synced.
+    let after = p.crash(hurricane::device::CrashMode::DropAll);
+    drop(fs);
+    let fs = after.open().unwrap();
+    for i in 0..n {
+        assert_eq!(fs.read_file(&format!("/d/f{i}")).unwrap(), pattern(1000 + i, BS), "f{i} after the cut");
+    }
+    check_clean(&fs, "after the cut");
+}
+
+#[test]
+fn truncates_unlinks_and_punches_before_the_sync_drop_held_blocks() {
+    let p = MemPool::new(1, 64 * MB);
+    let fs = p.open().unwrap();
+    dir_with_default(&fs, "/d", "colocate");
+    let mut model: Vec<(String, Option<Vec<u8>>)> = Vec::new();
+    for i in 0..24u64 {
+        let path = format!("/d/f{i}");
+        fs.write_file(&path, &pattern(i, 3 * BS + 100), None).unwrap();
+        model.push((path, Some(pattern(i, 3 * BS + 100))));
+    }
+    assert_eq!(fs.group_stats().dirty_blocks, 24 * 4);
+    for m in model.iter_mut().take(8) {
+        fs.remove(&m.0).unwrap();
+        m.1 = None;
+    }
+    for (i, m) in model.iter_mut().enumerate().skip(8).take(8) {
+        let f = fs.open_file(&m.0).unwrap();
+        fs.truncate(f.ino(), (i % 3) as u64 * BS as u64).unwrap();
+        m.1.as_mut().unwrap().truncate((i % 3) * BS);
+    }
+    // The removed files' blocks and the truncated tails are held no more.
+    let kept: usize = model.iter().filter_map(|m| m.1.as_ref()).map(|d| d.len().div_ceil(BS)).sum();
+    assert_eq!(fs.group_stats().dirty_blocks, kept as u64);
+    // New files take the space back only after the sync: nothing of the
+    // removed files' held data ever lands on them.
+    for (path, data) in model.iter().filter_map(|(p, d)| d.as_ref().map(|d| (p, d))) {
+        assert_eq!(&fs.read_file(path).unwrap(), data, "{path} before the sync");
+    }
+    fs.sync().unwrap();
+    for i in 0..8u64 {
+        let path = format!("/d/n{i}");
+        fs.write_file(&path, &pattern(500 + i, BS), None).unwrap();
+        model.push((path, Some(pattern(500 + i, BS))));
+    }
+    fs.sync().unwrap();
+    let after = p.crash(hurricane::device::CrashMode::DropAll);
+    drop(fs);
+    let fs = after.open().unwrap();
+    for (path, data) in &model {
+        match data {
+            Some(d) => assert_eq!(&fs.read_file(path).unwrap(), d, "{path} after the cut"),
+            None => assert!(fs.read_file(path).is_err(), "{path} was removed"),
+        }
+    }
+    check_clean(&fs, "after truncates and unlinks");
+}
+
+#[test]
+fn a_device_failing_at_commit_fails_the_sync_and_loses_nothing_synced() {
+    use hurricane::device::{CrashMode, Device, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
+    use std::sync::Arc;
+    let mems: Vec<Arc<MemDevice>> = (0..2).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 32 * MB))).collect();
+    let plans: Vec<Arc<FaultPlan>> = (0..2).map(|_| Arc::new(FaultPlan::default())).collect();
+    let devs = |mems: &[Arc<MemDevice>]| -> Vec<Arc<dyn Device>> {
+        mems.iter()
+            .zip(&plans)
+            .map(|(m, p)| Arc::new(FaultDevice::new(m.clone(), p.clone())) as Arc<dyn Device>)
+            .collect()
+    };
+    Fs::format(devs(&mems), &hurricane::FormatOptions::default()).unwrap();
+    let fs = Fs::open(devs(&mems), common::quiet()).unwrap();
+    dir_with_default(&fs, "/d", "colocate@1");
+    for i in 0..16 {
+        fs.write_file(&format!("/d/a{i}"), &pattern(i, BS), None).unwrap();
+    }
+    fs.sync().unwrap();
+    // The next files are held; then device 1 fails every write.
+    for i in 0..16 {
+        fs.write_file(&format!("/d/b{i}"), &pattern(100 + i, BS), None).unwrap();
+    }
+    plans[1].set(FaultSpec { write_error_rate: 1.0, ..Default::default() });
+    assert!(fs.sync().is_err(), "the commit must report the failed group write");
+    assert_eq!(fs.group_stats().dirty_blocks, 16, "nothing held is dropped");
+    for i in 0..16 {
+        assert_eq!(fs.read_file(&format!("/d/b{i}")).unwrap(), pattern(100 + i, BS), "b{i} still readable");
+    }
+    // A power cut now: everything synced is there; nothing names the
+    // files whose data never reached the device.
+    let cut = |mems: &[Arc<MemDevice>]| -> Vec<Arc<MemDevice>> {
+        mems.iter()
+            .enumerate()
+            .map(|(i, m)| Arc::new(MemDevice::from_image(format!("mem{i}"), m.crash_image(CrashMode::DropAll))))
+            .collect()
+    };
+    {
+        let after = cut(&mems);
+        let plain: Vec<Arc<dyn Device>> = after.iter().map(|m| m.clone() as Arc<dyn Device>).collect();
+        let fs2 = Fs::open(plain, common::quiet()).unwrap();
+        for i in 0..16 {
+            assert_eq!(fs2.read_file(&format!("/d/a{i}")).unwrap(), pattern(i, BS), "synced a{i}");
+            assert!(fs2.read_file(&format!("/d/b{i}")).is_err(), "b{i} was never committed");
+        }
+        check_clean(&fs2, "after the cut");
+    }
+    // The device comes back: the next commit writes what was held.
+    plans[1].restore();
+    fs.storage().devs[1].set_state(DeviceState::Online);
+    fs.sync().unwrap();
+    assert_eq!(fs.group_stats().dirty_blocks, 0);
+    let after = cut(&mems);
+    drop(fs);
+    let plain: Vec<Arc<dyn Device>> = after.iter().map(|m| m.clone() as Arc<dyn Device>).collect();
+    let fs = Fs::open(plain, common::quiet()).unwrap();
+    for i in 0..16 {
+        assert_eq!(fs.read_file(&format!("/d/a{i}")).unwrap(), pattern(i, BS), "a{i}");
+        assert_eq!(fs.read_file(&format!("/d/b{i}")).unwrap(), pattern(100 + i, BS), "b{i} after the retry");
+    }
+}
+
+#[test]
+fn replicated_small_files_are_written_when_made() {
+    let p = MemPool::new(3, 64 * MB);
+    let fs = p.open().unwrap();
+    dir_with_default(&fs, "/r", "replicate[colocate@0,colocate@2]");
+    fs.sync().unwrap();
+    let w0 = device_writes(&fs);
+    for i in 0..8 {
+        fs.write_file(&format!("/r/f{i}"), &pattern(i, BS), None).unwrap();
+    }
+    // Each copy's write is judged by its parent when made: none is held.
+    assert_eq!(fs.group_stats().dirty_blocks, 0);
+    assert!(device_writes(&fs) - w0 >= 16);
+}

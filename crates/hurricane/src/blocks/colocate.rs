@@ -1,7 +1,8 @@
 //! `colocate`: small files kept together on one device (C-FFS co-location,
 //! Sapuntzakis ch. 2.3, with its keyed variant). A node keeps its runs the
 //! way `extent` does (the same map, records and state); what differs is
-//! where new space comes from and how small-file blocks are read.
+//! where new space comes from and how small-file blocks are read and
+//! written.
 //!
 //! - **Placement.** The first `group` bytes of a file are placed in the
 //!   group its key is filling (`key=dir`: the directory the file was
@@ -17,20 +18,53 @@
 //!   other files of the directory costs no further request (C-FFS's group
 //!   read into its physical block cache). Blocks past the first group are
 //!   read straight from the device.
-//! - **Writes** go to the device, then to the cache (replacing a copy, or
-//!   marking one being read stale) before the new runs are published.
+//! - **Group writes.** A plain file write (`Fs::write`, inside
+//!   [`holding`]) of blocks that all lie in the file's first group, in a
+//!   file whose layout has no redundancy ([`may_hold`]: `colocate` under
+//!   nothing but `checksum`, `stripe` or `regions`), is *held*: its blocks
+//!   go into the group cache as dirty blocks and the new runs are published
+//!   and recorded as usual. Held blocks leave in a drain, each run of
+//!   adjacent dirty blocks of the device in one request (C-FFS 2.3.3):
+//!   at every commit, before the journal record or checkpoint that points
+//!   at them (`Fs::write_batch`: ordered mode is kept, and a crash before
+//!   that commit finds neither the data nor a record of it), when a device
+//!   holds more than [`HOLD_BLOCKS`], and before the device is read behind
+//!   the cache (an uncached read for scrub, a relocation, a shift). Every
+//!   other write goes to the device, then through the cache (replacing a
+//!   copy, or marking one being read stale) before its runs are published.
+//!
+//! Durability and errors of held writes: a write returns once its blocks
+//! are held and readable; a device error comes back from the drain, and
+//! a drain at commit that fails fails the commit (`sync`, `fsync`, the
+//! committer's next try), so no journal record names data that did not
+//! reach its device, and the blocks stay held and readable until a drain
+//! gets them out. Nothing is ever acknowledged as durable without being on
+//! the device. A layout with `replicate`, `parity`, `write-mostly` or
+//! `compress` above never holds: those parents judge a child write by its
+//! result when it is made (a copy that failed later could not be reported
+//! to the parent that counted it written). A device that stops taking
+//! writes while it holds blocks makes commits fail until it takes them
+//! again (is back or replaced); held blocks are never silently dropped.
+//!
+//! Space given back at once drops its held copies first, and space freed
+//! through a journal batch is released only after that batch's commit has
+//! drained, so a held copy never lands on a block's next owner (the
+//! ordering rules are in `colocate/groups.rs`). A truncate or punch drops
+//! the held copies of the blocks it unmaps.
 //!
 //! Concurrency: as `extent` (its map lock is held while runs are looked
 //! up, allocated or dropped, never during data I/O); the group cache has
-//! one lock per device, held only to look up, claim or fill blocks.
+//! one lock per device, held only to look up, claim, fill, hold or copy
+//! blocks; drains of a device run one at a time and never beside a
+//! write-through of that device.
 
 mod groups;
 
-pub use groups::{GroupSpace, GroupStatsSnapshot, CACHE_BYTES};
+pub use groups::{GroupSpace, GroupStatsSnapshot, CACHE_BYTES, HOLD_BLOCKS};
 
 use super::common::span;
 use super::extent::{self, Extent, Placement};
-use super::{Block, BlockType, BuildArgs, IoCtx, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
+use super::{Block, BlockType, BuildArgs, IoCtx, Layout, ParamKind, ParamSpec, Params, Value, BLOCK_SIZE};
 use crate::codec::Encoder;
 use crate::device::DeviceHandle;
 use crate::error::{Error, Result};
@@ -95,12 +129,54 @@ fn build(a: BuildArgs) -> Result<Arc<dyn Block>> {
 
 thread_local! {
     static UNCACHED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static HOLD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f` with `colocate` reads going to the device, not the group cache
-/// (a scrub must see what the device holds).
+/// (a scrub must see what the device holds: held writes are drained first).
 pub fn uncached<R>(f: impl FnOnce() -> R) -> R {
     crate::base::with_flag(&UNCACHED, f)
+}
+
+/// Runs `f` (a plain write of a file for which [`may_hold`] is true) with
+/// the small-file writes of `colocate` nodes held for a group write.
+pub fn holding<R>(f: impl FnOnce() -> R) -> R {
+    crate::base::with_flag(&HOLD, f)
+}
+
+/// Whether writes to `layout` may be held: it has a `colocate` node and
+/// nothing but `colocate`, `extent`, `checksum`, `stripe` and `regions`
+/// (no parent that judges a child's write by its result when made).
+pub fn may_hold(layout: &Layout) -> bool {
+    let nodes = layout.nodes();
+    nodes.iter().any(|b| b.kind().name == TYPE.name)
+        && nodes.iter().all(|b| matches!(b.kind().name, "colocate" | "extent" | "checksum" | "stripe" | "regions"))
+}
+
+/// Writes every device's held blocks (module docs): before a journal
+/// record or checkpoint that may point at them. The first error is
+/// returned after every device was tried; what failed stays held.
+pub fn drain_all(storage: &crate::pool::Storage) -> Result<()> {
+    let mut first = None;
+    for h in storage.devs.iter() {
+        if let Some(s) = h.shared_if::<GroupSpace>() {
+            if s.dirty_blocks() > 0 {
+                if let Err(e) = s.drain(h) {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Drains `dev`'s held blocks if it has any: before the device is read
+/// behind the group cache.
+fn drain_dev(dev: &DeviceHandle) -> Result<()> {
+    match dev.shared_if::<GroupSpace>() {
+        Some(s) if s.dirty_blocks() > 0 => s.drain(dev),
+        _ => Ok(()),
+    }
 }
 
 /// Empties the group caches of every device (the pool's caches dropped).
@@ -118,12 +194,16 @@ pub fn stats(storage: &crate::pool::Storage) -> GroupStatsSnapshot {
     for h in storage.devs.iter() {
         if let Some(s) = h.shared_if::<GroupSpace>() {
             t.cached_blocks += s.cache.len() as u64;
+            t.dirty_blocks += s.dirty_blocks() as u64;
             let s = s.stats.snapshot();
             t.groups_opened += s.groups_opened;
             t.placed_blocks += s.placed_blocks;
             t.group_reads += s.group_reads;
             t.blocks_read_ahead += s.blocks_read_ahead;
             t.cache_hits += s.cache_hits;
+            t.held_blocks += s.held_blocks;
+            t.group_writes += s.group_writes;
+            t.blocks_drained += s.blocks_drained;
         }
     }
     t
@@ -151,8 +231,32 @@ impl Colocate {
             }
             extent::next_fit(io, a, goal, want)
         };
-        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| space.store(dev, p, l, data);
-        self.runs.put(io, &Placement { take: &take, store: &store }, fblk, n, buf)
+        // Held: a plain write of blocks all in the first group (the file's
+        // small-file part), outside a scrub.
+        let hold = HOLD.with(|c| c.get()) && !UNCACHED.with(|c| c.get()) && fblk.saturating_add(n) <= self.group;
+        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| {
+            if hold {
+                space.hold(dev, p, l, data)
+            } else {
+                space.write_through(dev, p, l, data)
+            }
+        };
+        let forget = |_: &DeviceHandle, p: u64, l: u64| space.forget(p, l);
+        self.runs.put(io, &Placement { take: &take, store: &store, forget: &forget }, fblk, n, buf)
+    }
+
+    /// Drops the held copies of what a truncate or punch of file blocks
+    /// [fblk, fblk+n) is about to unmap (only first-group blocks are held).
+    /// Their space is freed through the request's batch, so a drain under
+    /// way that writes them anyway writes space nobody else has yet.
+    fn drop_held(&self, dev: &DeviceHandle, fblk: u64, n: u64) {
+        let Some(space) = dev.shared_if::<GroupSpace>() else { return };
+        if fblk >= self.group || space.dirty_blocks() == 0 {
+            return;
+        }
+        for (_, p, l) in self.runs.readable(fblk, n.min(self.group - fblk)) {
+            space.cache.discard(p, l);
+        }
     }
 
     /// Reads device blocks [p, p+l) (file blocks from `f`) into `out`:
@@ -166,15 +270,18 @@ impl Colocate {
         l: u64,
         out: &mut [u8],
     ) -> Result<()> {
+        // Cached blocks first, held (dirty) ones among them: a device read
+        // below never overrides what the cache had when the read began.
+        let have = space.cache.get_many(p, l, out);
         let mut i = 0;
         while i < l {
             let b = p + i;
-            let o = &mut out[i as usize * BLOCK_SIZE..(i as usize + 1) * BLOCK_SIZE];
-            if space.cache.get(b, o) {
+            if have[i as usize] {
                 space.stats.cache_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 i += 1;
                 continue;
             }
+            let o = &mut out[i as usize * BLOCK_SIZE..(i as usize + 1) * BLOCK_SIZE];
             // The used run of b's group around it (never free space), and
             // at least the rest of this request's piece within the group.
             let lo = b - b % self.group;
@@ -198,11 +305,15 @@ impl Colocate {
             space.stats.group_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             space.stats.blocks_read_ahead.fetch_add(claimed.len() as u64 - 1, std::sync::atomic::Ordering::Relaxed);
             // This request's own blocks come from the read, whatever the
-            // cache kept.
+            // cache kept, except those it had when the read began.
             let upto = (p + l).min(e);
-            let s = (b - a) as usize * BLOCK_SIZE;
-            let k = (upto - b) as usize * BLOCK_SIZE;
-            out[i as usize * BLOCK_SIZE..i as usize * BLOCK_SIZE + k].copy_from_slice(&data[s..s + k]);
+            for j in b..upto {
+                let k = (j - p) as usize;
+                if !have[k] {
+                    let s = (j - a) as usize * BLOCK_SIZE;
+                    out[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE].copy_from_slice(&data[s..s + BLOCK_SIZE]);
+                }
+            }
             space.cache.fill(a, &data, &claimed);
             i = upto - p;
         }
@@ -214,14 +325,6 @@ impl GroupSpace {
     /// The device-wide state of `colocate` on `h`.
     pub fn of(h: &DeviceHandle) -> Arc<GroupSpace> {
         h.shared(GroupSpace::default)
-    }
-
-    /// Writes blocks [p, p+l) to the device (zeros with None), then
-    /// through the group cache: the coherence rule's one path.
-    fn store(&self, dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>) -> Result<()> {
-        let r = extent::store(dev, p, l, data);
-        self.cache.written(p, l, data, r.is_err());
-        r
     }
 }
 
@@ -247,7 +350,12 @@ impl Block for Colocate {
         let n = span(fblk, buf.len())?;
         let dev = self.runs.handle(io)?;
         let segs = self.runs.readable(fblk, n);
-        let cached = fblk < self.group && !UNCACHED.with(|c| c.get());
+        let uncached = UNCACHED.with(|c| c.get());
+        if uncached {
+            // The device must hold what the cache holds before it is read.
+            drain_dev(dev)?;
+        }
+        let cached = fblk < self.group && !uncached;
         if !cached {
             return extent::read_segs(dev, &segs, fblk, buf);
         }
@@ -282,6 +390,10 @@ impl Block for Colocate {
     }
 
     fn truncate(&self, io: &IoCtx, nblocks: u64) -> Result<()> {
+        // (A node whose device left the pool holds nothing.)
+        if let Ok(dev) = self.runs.handle(io) {
+            self.drop_held(dev, nblocks, u64::MAX - nblocks);
+        }
         self.runs.truncate(io, nblocks)
     }
 
@@ -290,10 +402,18 @@ impl Block for Colocate {
     }
 
     fn shift(&self, io: &IoCtx, from: u64, delta: i64) -> Result<()> {
+        // Blocks may move out of the first group, where reads go straight
+        // to the device: nothing stays held across a shift.
+        if let Ok(dev) = self.runs.handle(io) {
+            drain_dev(dev)?;
+        }
         self.runs.shift(io, from, delta)
     }
 
     fn punch(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
+        if let (true, Some(_), Ok(dev)) = (n > 0, fblk.checked_add(n), self.runs.handle(io)) {
+            self.drop_held(dev, fblk, n);
+        }
         self.runs.punch(io, fblk, n)
     }
 
@@ -333,8 +453,11 @@ impl Block for Colocate {
             }
             extent::next_fit(io, a, goal, want)
         };
-        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| space.store(dev, p, l, data);
-        self.runs.relocate(io, &Placement { take: &take, store: &store }, fblk, pblk, n)
+        // The old blocks are read from the device: held copies go first.
+        drain_dev(h)?;
+        let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| space.write_through(dev, p, l, data);
+        let forget = |_: &DeviceHandle, p: u64, l: u64| space.forget(p, l);
+        self.runs.relocate(io, &Placement { take: &take, store: &store, forget: &forget }, fblk, pblk, n)
     }
 
     /// The first group's blocks, unless they lie in one run in one group.

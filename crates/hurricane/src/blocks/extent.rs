@@ -123,7 +123,17 @@ pub(super) struct Placement<'a> {
     pub take: &'a Take<'a>,
     /// Writes `l` blocks at device block `p`: `data`, or zeros with None.
     pub store: &'a Store<'a>,
+    /// Space `store` wrote that is given back at once (a failed write, or
+    /// pieces a truncate dropped meanwhile): called before the allocator
+    /// may hand it out again, so a store that holds writes back drops them.
+    pub forget: &'a Forget<'a>,
 }
+
+/// [`Placement::forget`]: (device, start, length).
+pub(super) type Forget<'a> = dyn Fn(&DeviceHandle, u64, u64) + 'a;
+
+/// A [`Placement::forget`] for stores that write straight to the device.
+pub(super) fn nothing_held(_: &DeviceHandle, _: u64, _: u64) {}
 
 /// [`Placement::take`]: (allocator, goal, file block, want) -> (start, length).
 pub(super) type Take<'a> = dyn Fn(&Allocator, Option<u64>, u64, u64) -> Option<(u64, u64)> + 'a;
@@ -488,6 +498,12 @@ impl Extent {
         // Publish the new runs, or on failure give back their space (nothing
         // was recorded, so it can be reused at once).
         let alloc = &io.storage.allocs[self.dev as usize];
+        let give_back = |p: u64, l: u64| {
+            if l > 0 {
+                (place.forget)(dev, p, l);
+                alloc.free_now(p, l);
+            }
+        };
         let mut m = self.map.write();
         for &(f, p, l) in &fresh {
             m.pending.remove(&p);
@@ -495,7 +511,7 @@ impl Extent {
             let mut pos = p;
             for &(sf, sp, sl) in &live {
                 // Pieces a truncate dropped meanwhile are ours to free.
-                alloc.free_now(pos, sp - pos);
+                give_back(pos, sp - pos);
                 pos = sp + sl;
                 if res.is_ok() {
                     // Publishing goes through the same apply as replay.
@@ -504,10 +520,10 @@ impl Extent {
                     io.record(self.kind, self.id, &c.encode());
                 } else {
                     m.remove(sf, sf + sl);
-                    alloc.free_now(sp, sl);
+                    give_back(sp, sl);
                 }
             }
-            alloc.free_now(pos, p + l - pos);
+            give_back(pos, p + l - pos);
         }
         res
     }
@@ -585,7 +601,8 @@ impl Extent {
 
 impl Extent {
     fn put_next_fit(&self, io: &IoCtx, fblk: u64, n: u64, buf: Option<&[u8]>) -> Result<()> {
-        let place = Placement { take: &|a, goal, _, want| next_fit(io, a, goal, want), store: &store };
+        let place =
+            Placement { take: &|a, goal, _, want| next_fit(io, a, goal, want), store: &store, forget: &nothing_held };
         self.put(io, &place, fblk, n, buf)
     }
 }

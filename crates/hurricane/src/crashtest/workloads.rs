@@ -35,7 +35,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("log", "the same on log files (alone, two segment sizes, striped over logs, replicated with an extent): every write goes to the device's log head; the engine may clean and commit before any write, so every operation is one journal group"),
     ("cleaner", "small overwrites, truncations and punched holes on log files with 64K segments, with cleaning passes (cost-benefit and greedy) between them moving live blocks to the head"),
     ("directory", "many entries in few directories, created, removed, renamed, chmodded and given xattrs, with checkpoints between: entries and inodes read back from the meta-data store past a small inode cache, changes since the checkpoint from memory"),
-    ("colocate", "small files under colocate directory defaults (by directory, by owner, 16K groups, replicated, striped) created across directories, overwritten, grown past their group, shrunk, punched, renamed between directories, regrouped and removed, read back through group reads with the caches dropped between"),
+    ("colocate", "small files under colocate directory defaults (by directory, by owner, 16K groups, replicated, striped) created across directories, overwritten, grown past their group, shrunk, punched, renamed between directories, regrouped and removed, read back through group reads with the caches dropped between; bursts of small files of one directory made, changed and read before a sync (group writes held until the commit)"),
     ("degraded", "files on every device, then device 2 goes missing at a random request (fault injection) while work, commits and checkpoints go on with files on devices 0 and 1"),
 ];
 
@@ -316,6 +316,11 @@ impl<'a> Driver<'a> {
             return Ok(path);
         }
         let dir = self.dir();
+        self.create_file_in(&dir, layout, len)
+    }
+
+    /// [`Driver::create_file`] in a given directory.
+    pub fn create_file_in(&mut self, dir: &str, layout: Option<&str>, len: usize) -> Result<String> {
         let path = format!("{dir}/{}", self.name("f"));
         let data = self.data(len);
         self.op(format!("create_file {path} {len} bytes {layout:?}"), |d| {
@@ -1217,6 +1222,10 @@ pub(crate) fn directory(d: &mut Driver, size: Size) -> Result<()> {
 /// between directories, regrouped (their scattered blocks moved back into
 /// their directory's group) and removed; now and then the caches are
 /// dropped and a file is read back against the model through group reads.
+/// Bursts of small files made in one directory, some overwritten,
+/// truncated, punched, read back or removed before a sync (or a crash)
+/// exercise group writes: their blocks are held and leave together at the
+/// commit.
 pub(crate) fn colocate(d: &mut Driver, size: Size) -> Result<()> {
     const SPECS: &[&str] = &[
         "colocate",
@@ -1225,14 +1234,52 @@ pub(crate) fn colocate(d: &mut Driver, size: Size) -> Result<()> {
         "replicate[colocate@0,colocate@2]",
         "stripe(unit=8K)[colocate@0,colocate@1]",
     ];
+    let mut dirs = Vec::new();
     for spec in SPECS {
         let dir = d.mkdir()?;
         d.dir_layout(&dir, spec)?;
+        dirs.push(dir);
     }
     let small =
         |d: &mut Driver| if d.rng.gen_bool(0.9) { d.rng.gen_range(0..12_000) } else { d.rng.gen_range(0..90_000) };
     for _ in 0..size.ops {
-        match d.rng.gen_range(0..100) {
+        match d.rng.gen_range(0..106) {
+            100..=105 => {
+                // A burst of small files of one directory between syncs
+                // (group writes), changed and read before the sync.
+                let dir = dirs[d.rng.gen_range(0..dirs.len())].clone();
+                let mut made = Vec::new();
+                for _ in 0..d.rng.gen_range(4..20) {
+                    let len = d.rng.gen_range(1..12_000);
+                    made.push(d.create_file_in(&dir, None, len)?);
+                }
+                for p in &made {
+                    match d.rng.gen_range(0..12) {
+                        0 | 1 => {
+                            let len = d.rng.gen_range(1..8_000);
+                            let off = d.rng.gen_range(0..8_000);
+                            d.write_at(p, off, len)?;
+                        }
+                        2 => {
+                            let len = d.rng.gen_range(0..10_000);
+                            d.truncate(p, len)?;
+                        }
+                        3 => d.punch(p, 0, 4096, false)?,
+                        4 => d.remove(p)?,
+                        5 => {
+                            let want = d.m.file(p).map(|(_, f)| f.data.clone()).unwrap_or_default();
+                            if d.fs.read_file(p)? != want {
+                                return Err(Error::Invalid(format!("{p}: read back before the sync differs")));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                if d.rng.gen_bool(0.5) {
+                    d.sync()?;
+                }
+                continue;
+            }
             0..=34 => {
                 let len = small(d);
                 d.create_file(None, len)?;

@@ -231,6 +231,21 @@ pub fn verified_by_recovery<R>(f: impl FnOnce() -> R) -> R {
     crate::base::with_flag(&VERIFIED_BY_RECOVERY, f)
 }
 
+/// Runs `f` with the calling thread's device writes ordered as plain
+/// writes even inside [`verified_by_recovery`]: writes made for others
+/// (held writes of other files drained by a transaction's commit) are not
+/// named by the caller's record, so the journal must flush them first.
+pub fn not_verified<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            VERIFIED_BY_RECOVERY.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(VERIFIED_BY_RECOVERY.with(|c| c.replace(false)));
+    f()
+}
+
 /// Whether the calling thread is inside [`verified_by_recovery`]: its
 /// writes belong to a record that recovery verifies (a transaction's
 /// commit), not to plain writes.

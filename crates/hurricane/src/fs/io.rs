@@ -334,7 +334,13 @@ impl Fs {
             let changes = Mutex::new(Vec::new());
             let sink = |c: NodeRecord| changes.lock().push(c);
             let io = self.writer_io(ino, g.epoch(), &sink, true);
-            let r = write_range(&lay, &io, off, data);
+            // Small-file blocks of a `colocate` file leave with their
+            // neighbours at the next commit (a group write).
+            let r = if crate::blocks::colocate::may_hold(&lay) {
+                crate::blocks::colocate::holding(|| write_range(&lay, &io, off, data))
+            } else {
+                write_range(&lay, &io, off, data)
+            };
             if r.is_ok() {
                 // The part the migration has copied already goes to its tree too.
                 self.mirror(ino, g.epoch(), &|fresh, io, mark| match end.min(mark * BS) {

@@ -995,6 +995,10 @@ impl Fs {
     /// journal record.
     fn write_batch(&self, m: &mut MetaState, batch: &Batch, snap: Option<Snapshot>, required: bool) -> Result<()> {
         let inner = &*self.inner;
+        // Small-file writes held for a group write reach their devices
+        // first (blocks/colocate.rs): a failure fails the commit, before
+        // any record could point at data that is not there.
+        crate::blocks::colocate::drain_all(&inner.storage)?;
         // Ordered mode: data first, then the meta-data that points at it.
         // Verified mode when the batch's data writes were all made for
         // recovery to verify (journal/mod.rs): the record goes out with

@@ -28,9 +28,40 @@
 //! block being read is marked as loading before the device read starts, and
 //! only blocks still so marked, and not overtaken by a write, are filled
 //! when it ends.
+//!
+//! # Held writes (group writes)
+//!
+//! The cache also holds *dirty* blocks: writes of small files that have
+//! not gone to the device yet ([`GroupCache::hold`]). They are served to
+//! reads like any cached block, never evicted, and leave in
+//! [`GroupSpace::drain`]: sorted by device block, each run of adjacent
+//! dirty blocks in one request (C-FFS's group write, 2.3.3). A drain runs
+//! at every commit before the journal record or checkpoint that points at
+//! the data (`Fs::write_batch`), early when a device holds more than
+//! [`HOLD_BLOCKS`], and before anything reads the device behind the cache
+//! (scrub, a relocation, a shift of the file's blocks).
+//!
+//! Ordering. Every dirty block carries a sequence number; a drain copies
+//! the dirty blocks under the cache lock, writes them unlocked, and marks
+//! clean only those not written again meanwhile. Drains of one device run
+//! one at a time (`order` taken exclusively), so two versions of a block
+//! never reach the device out of order; a write that goes to the device
+//! directly (not held) takes `order` shared, so it never overlaps a drain
+//! and what it leaves in the cache is what the device holds. Space given
+//! back at once (not through a journal batch) first loses its dirty copies
+//! under `order` exclusively ([`GroupSpace::forget`]), so no drain writes a
+//! stale copy over the block's next owner; space freed through a batch is
+//! released only after that batch's commit drained it.
+//!
+//! Errors. A drain that fails leaves its blocks dirty (readable, retried
+//! by the next drain) and returns the error, which fails the commit that
+//! asked for it: its journal record is not written (ordered mode) and the
+//! sync or fsync that waited for it reports the error.
 
+use crate::device::DeviceHandle;
+use crate::error::Result;
 use crate::pool::Allocator;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,6 +70,12 @@ use super::super::BLOCK_SIZE;
 /// Memory bound of one device's group cache.
 pub const CACHE_BYTES: usize = 32 << 20;
 
+/// Dirty blocks one device may hold before a writer drains them (4 MiB).
+pub const HOLD_BLOCKS: usize = 1024;
+
+/// Longest single request a drain makes, in blocks (1 MiB).
+const DRAIN_RUN: usize = 256;
+
 /// The device-wide state of `colocate` on one device.
 #[derive(Default)]
 pub struct GroupSpace {
@@ -46,6 +83,9 @@ pub struct GroupSpace {
     open: Mutex<Groups>,
     pub(super) cache: GroupCache,
     pub(super) stats: GroupStats,
+    /// Drains take it exclusively, writes that bypass the hold shared
+    /// (module docs: ordering).
+    order: RwLock<()>,
 }
 
 #[derive(Default)]
@@ -71,6 +111,9 @@ pub struct GroupStats {
     pub group_reads: AtomicU64,
     pub blocks_read_ahead: AtomicU64,
     pub cache_hits: AtomicU64,
+    pub held_blocks: AtomicU64,
+    pub group_writes: AtomicU64,
+    pub blocks_drained: AtomicU64,
 }
 
 /// A snapshot of [`GroupStats`].
@@ -88,6 +131,14 @@ pub struct GroupStatsSnapshot {
     pub cache_hits: u64,
     /// Blocks the group caches hold now.
     pub cached_blocks: u64,
+    /// Block writes held back to leave in a group write.
+    pub held_blocks: u64,
+    /// Device writes made by drains of held blocks (one per run).
+    pub group_writes: u64,
+    /// Blocks those writes carried.
+    pub blocks_drained: u64,
+    /// Held blocks not drained yet.
+    pub dirty_blocks: u64,
 }
 
 impl GroupStats {
@@ -100,6 +151,10 @@ impl GroupStats {
             blocks_read_ahead: g(&self.blocks_read_ahead),
             cache_hits: g(&self.cache_hits),
             cached_blocks: 0,
+            held_blocks: g(&self.held_blocks),
+            group_writes: g(&self.group_writes),
+            blocks_drained: g(&self.blocks_drained),
+            dirty_blocks: 0,
         }
     }
 }
@@ -200,6 +255,81 @@ impl GroupSpace {
     }
 }
 
+impl GroupSpace {
+    /// Holds blocks [p, p+n) of a write (`data`, or zeros with None) in
+    /// the cache, to leave with their neighbours in the next drain. Drains
+    /// first when the device holds too much (an error then is the
+    /// writer's, and nothing of its write is held).
+    pub(super) fn hold(&self, dev: &DeviceHandle, p: u64, n: u64, data: Option<&[u8]>) -> Result<()> {
+        dev.check_writable()?;
+        if self.cache.dirty_len() + n as usize > HOLD_BLOCKS {
+            self.drain(dev)?;
+        }
+        self.cache.hold(p, n, data);
+        self.stats.held_blocks.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes blocks [p, p+n) to the device now (zeros with None) and
+    /// then through the cache: never during a drain (module docs).
+    pub(super) fn write_through(&self, dev: &DeviceHandle, p: u64, n: u64, data: Option<&[u8]>) -> Result<()> {
+        let _o = self.order.read();
+        let r = match data {
+            Some(buf) => dev.write_blocks(p, buf),
+            None => dev.zero_blocks(p, n),
+        };
+        self.cache.written(p, n, data, r.is_err());
+        r
+    }
+
+    /// Writes every dirty block to the device, adjacent blocks in one
+    /// request, and marks those not written again meanwhile clean. On an
+    /// error the blocks not written stay dirty and the first error is
+    /// returned.
+    pub fn drain(&self, dev: &DeviceHandle) -> Result<()> {
+        let _o = self.order.write();
+        let runs = self.cache.dirty_runs(DRAIN_RUN);
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut first_err = None;
+        let mut done = Vec::new();
+        for (start, buf, seqs) in runs {
+            // Plain data writes: ordered mode flushes them before the
+            // journal's next record, whoever's thread drains them.
+            match crate::device::not_verified(|| dev.write_blocks(start, &buf)) {
+                Ok(()) => {
+                    self.stats.group_writes.fetch_add(1, Ordering::Relaxed);
+                    self.stats.blocks_drained.fetch_add(seqs.len() as u64, Ordering::Relaxed);
+                    done.extend(seqs.into_iter().enumerate().map(|(i, s)| (start + i as u64, s)));
+                }
+                Err(e) => {
+                    tracing::warn!(device = dev.index, "group write of blocks {start}+{}: {e}", seqs.len());
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.cache.cleaned(&done);
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Drops the dirty copies of blocks [p, p+n), which are being given
+    /// back for immediate reuse: waits for a drain under way, so none of
+    /// them reaches the device after this returns.
+    pub(super) fn forget(&self, p: u64, n: u64) {
+        if n == 0 || self.cache.dirty_len() == 0 {
+            return;
+        }
+        let _o = self.order.write();
+        self.cache.discard(p, n);
+    }
+
+    /// Dirty blocks held now.
+    pub fn dirty_blocks(&self) -> usize {
+        self.cache.dirty_len()
+    }
+}
+
 /// Takes `want` blocks at `p` if free, else the one block at `p` if free.
 fn take_some(alloc: &Allocator, p: u64, want: u64) -> Option<u64> {
     if want == 0 {
@@ -217,6 +347,12 @@ enum Slot {
         stale: bool,
     },
     Ready(Box<[u8]>),
+    /// Written by a held write, not on the device yet; `seq` tells one
+    /// version from the next.
+    Dirty {
+        data: Box<[u8]>,
+        seq: u64,
+    },
 }
 
 #[derive(Default)]
@@ -226,6 +362,8 @@ struct CacheInner {
     /// the older entry then evicts it early, which costs a hit at most).
     order: VecDeque<u64>,
     ready: usize,
+    dirty: usize,
+    seq: u64,
 }
 
 /// Device blocks read by group reads (module docs: the coherence rule).
@@ -237,14 +375,131 @@ pub struct GroupCache {
 impl GroupCache {
     const CAP: usize = CACHE_BYTES / BLOCK_SIZE;
 
-    /// Copies device block `p` into `out` if it is cached.
+    /// Copies device block `p` into `out` if it is cached (clean or dirty).
+    #[cfg(test)]
     pub fn get(&self, p: u64, out: &mut [u8]) -> bool {
         match self.inner.lock().slots.get(&p) {
-            Some(Slot::Ready(b)) => {
+            Some(Slot::Ready(b)) | Some(Slot::Dirty { data: b, .. }) => {
                 out.copy_from_slice(b);
                 true
             }
             _ => false,
+        }
+    }
+
+    /// [`GroupCache::get`] of blocks [p, p+n) into `out` at once: which of
+    /// them were cached.
+    pub fn get_many(&self, p: u64, n: u64, out: &mut [u8]) -> Vec<bool> {
+        let c = self.inner.lock();
+        (0..n)
+            .map(|i| match c.slots.get(&(p + i)) {
+                Some(Slot::Ready(b)) | Some(Slot::Dirty { data: b, .. }) => {
+                    out[i as usize * BLOCK_SIZE..(i as usize + 1) * BLOCK_SIZE].copy_from_slice(b);
+                    true
+                }
+                _ => false,
+            })
+            .collect()
+    }
+
+    /// Blocks [p, p+n) take `data` (zeros with None) as dirty blocks.
+    pub fn hold(&self, p: u64, n: u64, data: Option<&[u8]>) {
+        let mut c = self.inner.lock();
+        for (i, b) in (p..p + n).enumerate() {
+            let block: Box<[u8]> = match data {
+                Some(d) => d[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].into(),
+                None => vec![0u8; BLOCK_SIZE].into(),
+            };
+            c.seq += 1;
+            let seq = c.seq;
+            match c.slots.insert(b, Slot::Dirty { data: block, seq }) {
+                Some(Slot::Dirty { .. }) => {}
+                Some(Slot::Ready(_)) => {
+                    c.ready -= 1;
+                    c.dirty += 1;
+                }
+                // A group read under way finds the slot no longer loading
+                // and keeps nothing of it.
+                Some(Slot::Loading { .. }) | None => c.dirty += 1,
+            }
+        }
+    }
+
+    /// The dirty blocks, as runs of adjacent blocks of at most `max`:
+    /// (first block, data, the sequence number of each block).
+    pub fn dirty_runs(&self, max: usize) -> Vec<(u64, Vec<u8>, Vec<u64>)> {
+        let c = self.inner.lock();
+        if c.dirty == 0 {
+            return Vec::new();
+        }
+        let mut blocks: Vec<(u64, &[u8], u64)> = c
+            .slots
+            .iter()
+            .filter_map(|(&p, s)| match s {
+                Slot::Dirty { data, seq } => Some((p, &data[..], *seq)),
+                _ => None,
+            })
+            .collect();
+        blocks.sort_unstable_by_key(|b| b.0);
+        let mut runs: Vec<(u64, Vec<u8>, Vec<u64>)> = Vec::new();
+        for (p, data, seq) in blocks {
+            match runs.last_mut() {
+                Some((start, buf, seqs)) if *start + seqs.len() as u64 == p && seqs.len() < max => {
+                    buf.extend_from_slice(data);
+                    seqs.push(seq);
+                }
+                _ => runs.push((p, data.to_vec(), vec![seq])),
+            }
+        }
+        runs
+    }
+
+    /// Blocks a drain wrote, with the version it wrote: those still at
+    /// that version are clean now.
+    pub fn cleaned(&self, done: &[(u64, u64)]) {
+        let mut c = self.inner.lock();
+        for &(p, seq) in done {
+            if let Some(slot) = c.slots.get_mut(&p) {
+                if matches!(slot, Slot::Dirty { seq: s, .. } if *s == seq) {
+                    let Slot::Dirty { data, .. } = std::mem::replace(slot, Slot::Loading { stale: true }) else {
+                        continue;
+                    };
+                    *slot = Slot::Ready(data);
+                    c.dirty -= 1;
+                    c.ready += 1;
+                    c.order.push_back(p);
+                }
+            }
+        }
+        Self::evict(&mut c);
+    }
+
+    /// Drops the dirty copies of blocks [p, p+n).
+    pub fn discard(&self, p: u64, n: u64) {
+        let mut c = self.inner.lock();
+        if c.dirty == 0 {
+            return;
+        }
+        for b in p..p + n {
+            if matches!(c.slots.get(&b), Some(Slot::Dirty { .. })) {
+                c.slots.remove(&b);
+                c.dirty -= 1;
+            }
+        }
+    }
+
+    /// Dirty blocks held.
+    pub fn dirty_len(&self) -> usize {
+        self.inner.lock().dirty
+    }
+
+    fn evict(c: &mut CacheInner) {
+        while c.ready > Self::CAP {
+            let Some(p) = c.order.pop_front() else { break };
+            if matches!(c.slots.get(&p), Some(Slot::Ready(_))) {
+                c.slots.remove(&p);
+                c.ready -= 1;
+            }
         }
     }
 
@@ -280,13 +535,7 @@ impl GroupCache {
             c.order.push_back(p);
             c.ready += 1;
         }
-        while c.ready > Self::CAP {
-            let Some(p) = c.order.pop_front() else { break };
-            if matches!(c.slots.get(&p), Some(Slot::Ready(_))) {
-                c.slots.remove(&p);
-                c.ready -= 1;
-            }
-        }
+        Self::evict(&mut c);
     }
 
     /// Drops the claims of a read that failed.
@@ -302,7 +551,9 @@ impl GroupCache {
     /// Device blocks [p, p+n) were just written with `data` (zeros with
     /// None), or a write of them failed (`data` unknown: pass `failed`):
     /// cached copies take the new data (or go), copies being read are
-    /// marked stale.
+    /// marked stale. A dirty copy (a held write of the block) is replaced
+    /// by the data, clean, as no drain runs meanwhile; after a failed
+    /// write it stays dirty and the next drain writes it.
     pub fn written(&self, p: u64, n: u64, data: Option<&[u8]>, failed: bool) {
         let mut c = self.inner.lock();
         if c.slots.is_empty() {
@@ -311,6 +562,17 @@ impl GroupCache {
         for (i, b) in (p..p + n).enumerate() {
             match c.slots.get_mut(&b) {
                 Some(Slot::Loading { stale }) => *stale = true,
+                Some(Slot::Dirty { .. }) if failed => {}
+                Some(slot @ Slot::Dirty { .. }) => {
+                    let d: Box<[u8]> = match data {
+                        Some(d) => d[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE].into(),
+                        None => vec![0u8; BLOCK_SIZE].into(),
+                    };
+                    *slot = Slot::Ready(d);
+                    c.dirty -= 1;
+                    c.ready += 1;
+                    c.order.push_back(b);
+                }
                 Some(Slot::Ready(buf)) if !failed => match data {
                     Some(d) => buf.copy_from_slice(&d[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE]),
                     None => buf.fill(0),
@@ -324,10 +586,11 @@ impl GroupCache {
         }
     }
 
-    /// Empties the cache (blocks being read are left to their readers).
+    /// Empties the cache (blocks being read are left to their readers,
+    /// dirty blocks to the next drain).
     pub fn clear(&self) {
         let mut c = self.inner.lock();
-        c.slots.retain(|_, s| matches!(s, Slot::Loading { .. }));
+        c.slots.retain(|_, s| matches!(s, Slot::Loading { .. } | Slot::Dirty { .. }));
         c.order.clear();
         c.ready = 0;
     }
@@ -411,5 +674,85 @@ mod tests {
         assert!(!c.get(10, &mut out));
         c.clear();
         assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn held_blocks_leave_as_runs_and_a_newer_version_is_never_marked_clean() {
+        use crate::device::{Device, DeviceHandle, MemDevice};
+        use std::sync::Arc;
+        let mem = Arc::new(MemDevice::new("mem:0", 64 * BS as u64));
+        let dev = DeviceHandle::new(0, mem.clone() as Arc<dyn Device>);
+        let s = GroupSpace::default();
+        // Blocks 3..6 and 7, held out of order; 9 as zeros.
+        s.hold(&dev, 5, 1, Some(&[5u8; BS])).unwrap();
+        s.hold(&dev, 3, 2, Some(&[3u8; 2 * BS])).unwrap();
+        s.hold(&dev, 7, 1, Some(&[7u8; BS])).unwrap();
+        s.hold(&dev, 9, 1, None).unwrap();
+        let mut out = vec![0u8; 3 * BS];
+        assert_eq!(s.cache.get_many(3, 3, &mut out), vec![true, true, true]);
+        assert_eq!(out[2 * BS], 5);
+        let runs = s.cache.dirty_runs(DRAIN_RUN);
+        assert_eq!(runs.iter().map(|r| (r.0, r.2.len())).collect::<Vec<_>>(), vec![(3, 3), (7, 1), (9, 1)]);
+        let w0 = dev.stats.snapshot().writes;
+        s.drain(&dev).unwrap();
+        assert_eq!(dev.stats.snapshot().writes - w0, 3, "one request a run");
+        assert_eq!(s.dirty_blocks(), 0);
+        let mut b = vec![0u8; BS];
+        mem.read_at(&mut b, 4 * BS as u64).unwrap();
+        assert_eq!(b, vec![3u8; BS]);
+        // Drained blocks stay cached, clean: clear() drops them.
+        assert!(s.cache.get(4, &mut b));
+        s.cache.clear();
+        assert!(!s.cache.get(4, &mut b));
+
+        // A version held while a drain writes the one before stays dirty.
+        s.hold(&dev, 20, 1, Some(&[1u8; BS])).unwrap();
+        let runs = s.cache.dirty_runs(DRAIN_RUN);
+        s.hold(&dev, 20, 1, Some(&[2u8; BS])).unwrap();
+        s.cache.cleaned(&[(20, runs[0].2[0])]);
+        assert_eq!(s.dirty_blocks(), 1);
+        s.cache.clear();
+        assert!(s.cache.get(20, &mut b), "clear keeps held blocks");
+        assert_eq!(b, vec![2u8; BS]);
+        // A write through replaces a held copy, clean; a failed one keeps it.
+        s.hold(&dev, 21, 1, Some(&[4u8; BS])).unwrap();
+        s.cache.written(21, 1, None, true);
+        assert_eq!(s.dirty_blocks(), 2);
+        s.write_through(&dev, 20, 1, Some(&[8u8; BS])).unwrap();
+        assert_eq!(s.dirty_blocks(), 1);
+        assert!(s.cache.get(20, &mut b));
+        assert_eq!(b, vec![8u8; BS]);
+        // Forgotten (space given back at once) and discarded copies never
+        // reach the device.
+        s.forget(21, 1);
+        s.hold(&dev, 22, 1, Some(&[6u8; BS])).unwrap();
+        s.cache.discard(22, 1);
+        assert_eq!(s.dirty_blocks(), 0);
+        let w1 = dev.stats.snapshot().writes;
+        s.drain(&dev).unwrap();
+        assert_eq!(dev.stats.snapshot().writes, w1);
+    }
+
+    #[test]
+    fn a_failed_drain_keeps_its_blocks_held_for_the_next() {
+        use crate::device::{Device, DeviceHandle, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
+        use std::sync::Arc;
+        let plan = Arc::new(FaultPlan::default());
+        let mem = Arc::new(MemDevice::new("mem:0", 64 * BS as u64));
+        let dev = DeviceHandle::new(0, Arc::new(FaultDevice::new(mem.clone(), plan.clone())) as Arc<dyn Device>);
+        let s = GroupSpace::default();
+        s.hold(&dev, 1, 2, Some(&[9u8; 2 * BS])).unwrap();
+        plan.set(FaultSpec { write_errors: vec![(0, 64)], ..Default::default() });
+        assert!(s.drain(&dev).is_err());
+        assert_eq!(s.dirty_blocks(), 2);
+        // A device that takes no writes takes no new held writes either.
+        assert!(s.hold(&dev, 5, 1, Some(&[1u8; BS])).is_err());
+        plan.restore();
+        dev.set_state(DeviceState::Online);
+        s.drain(&dev).unwrap();
+        assert_eq!(s.dirty_blocks(), 0);
+        let mut b = vec![0u8; BS];
+        mem.read_at(&mut b, 2 * BS as u64).unwrap();
+        assert_eq!(b, vec![9u8; BS]);
     }
 }
