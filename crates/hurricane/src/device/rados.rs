@@ -188,6 +188,10 @@ impl Drop for RadosDevice {
     }
 }
 
+/// A piece of a request within one chunk: (chunk, offset in the object,
+/// offset in the caller's buffer, length).
+type Piece = (u64, u64, usize, usize);
+
 /// An operation in flight: its completion and the object it is on.
 struct Pending {
     comp: ffi::rados_completion_t,
@@ -264,7 +268,7 @@ impl RadosDevice {
 
     /// The pieces of `len` bytes at `offset`, one per chunk: (chunk, offset
     /// in the object, offset in the caller's buffer, length).
-    fn pieces(offset: u64, len: usize) -> impl Iterator<Item = (u64, u64, usize, usize)> {
+    fn pieces(offset: u64, len: usize) -> impl Iterator<Item = Piece> {
         let mut at = 0usize;
         std::iter::from_fn(move || {
             if at == len {
@@ -303,6 +307,51 @@ impl RadosDevice {
         }
     }
 
+    /// Submits one operation per chunk piece of `len` bytes at `offset`
+    /// (`submit(completion, object, offset in the object, offset in the
+    /// caller's buffer, length)`, returning librados' result), all before
+    /// waiting for any, then waits for every submitted one even if a later
+    /// submission failed: the caller's buffer is free again when this
+    /// returns. Returns the pieces and the bytes each operation reported.
+    fn each_piece(
+        &self,
+        op: &str,
+        offset: u64,
+        len: usize,
+        mut submit: impl FnMut(ffi::rados_completion_t, &CStr, u64, usize, usize) -> i32,
+    ) -> Result<(Vec<Piece>, Vec<usize>)> {
+        let pieces: Vec<_> = Self::pieces(offset, len).collect();
+        // Every name first: once an operation is submitted, nothing may
+        // return before it is waited for.
+        let oids = pieces.iter().map(|p| self.oid(p.0)).collect::<Result<Vec<_>>>()?;
+        let mut pending = Vec::with_capacity(pieces.len());
+        let mut submit_err = None;
+        for (&(_, in_obj, at, n), oid) in pieces.iter().zip(oids) {
+            let comp = match self.new_completion() {
+                Ok(c) => c,
+                Err(e) => {
+                    submit_err = Some(e);
+                    break;
+                }
+            };
+            let ret = submit(comp, &oid, in_obj, at, n);
+            if ret < 0 {
+                // SAFETY: the completion was never handed to an operation.
+                unsafe { ffi::rados_aio_release(comp) };
+                submit_err = Some(self.op_err(op, &oid, ret));
+                break;
+            }
+            pending.push(Pending { comp, oid, len: n });
+        }
+        let mut got = vec![0usize; pending.len()];
+        let waited = self.wait_all(op, pending, |i, n| got[i] = n as usize);
+        if let Some(e) = submit_err {
+            return Err(e);
+        }
+        waited?;
+        Ok((pieces, got))
+    }
+
     /// Waits for every operation; the first failure is the request's error
     /// (all are waited for first: the caller's buffer must outlive them).
     fn wait_all(&self, op: &str, pending: Vec<Pending>, mut on_done: impl FnMut(usize, i32)) -> Result<()> {
@@ -332,39 +381,14 @@ impl Device for RadosDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.check(offset, buf.len())?;
-        let pieces: Vec<_> = Self::pieces(offset, buf.len()).collect();
-        let mut pending = Vec::with_capacity(pieces.len());
         let base = buf.as_mut_ptr();
-        let mut submit_err = None;
-        // Every name first: once an operation is submitted, nothing may
-        // return before it is waited for.
-        let oids = pieces.iter().map(|p| self.oid(p.0)).collect::<Result<Vec<_>>>()?;
-        for (&(_, in_obj, at, n), oid) in pieces.iter().zip(oids) {
-            let comp = match self.new_completion() {
-                Ok(c) => c,
-                Err(e) => {
-                    submit_err = Some(e);
-                    break;
-                }
-            };
+        let (pieces, got) = self.each_piece("read", offset, buf.len(), |comp, oid, in_obj, at, n| {
             // SAFETY: the piece `at..at + n` lies inside `buf` (pieces cover
             // exactly 0..buf.len()), pieces do not overlap, and `buf` is
-            // borrowed until every submitted operation has been waited for.
-            let ret = unsafe { ffi::rados_aio_read(self.ioctx, oid.as_ptr(), comp, base.add(at).cast(), n, in_obj) };
-            if ret < 0 {
-                // SAFETY: the completion was never handed to an operation.
-                unsafe { ffi::rados_aio_release(comp) };
-                submit_err = Some(self.op_err("read", &oid, ret));
-                break;
-            }
-            pending.push(Pending { comp, oid, len: n });
-        }
-        let mut got = vec![0usize; pending.len()];
-        let waited = self.wait_all("read", pending, |i, n| got[i] = n as usize);
-        if let Some(e) = submit_err {
-            return Err(e);
-        }
-        waited?;
+            // borrowed until every submitted operation has been waited for
+            // (`each_piece` waits for all before it returns).
+            unsafe { ffi::rados_aio_read(self.ioctx, oid.as_ptr(), comp, base.add(at).cast(), n, in_obj) }
+        })?;
         // What an object does not hold (never written, or written only up
         // to a lower offset) reads as zeros.
         for (&(_, _, at, n), &g) in pieces.iter().zip(&got) {
@@ -375,35 +399,14 @@ impl Device for RadosDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.check(offset, buf.len())?;
-        let pieces: Vec<_> = Self::pieces(offset, buf.len()).collect();
-        let oids = pieces.iter().map(|p| self.oid(p.0)).collect::<Result<Vec<_>>>()?;
-        let mut pending = Vec::with_capacity(pieces.len());
-        let mut submit_err = None;
-        for (&(_, in_obj, at, n), oid) in pieces.iter().zip(oids) {
-            let comp = match self.new_completion() {
-                Ok(c) => c,
-                Err(e) => {
-                    submit_err = Some(e);
-                    break;
-                }
-            };
+        self.each_piece("write", offset, buf.len(), |comp, oid, in_obj, at, n| {
             let piece = &buf[at..at + n];
             // SAFETY: `piece` is valid for `n` bytes until the operation is
-            // waited for below (librados also copies it on submission).
-            let ret = unsafe { ffi::rados_aio_write(self.ioctx, oid.as_ptr(), comp, piece.as_ptr().cast(), n, in_obj) };
-            if ret < 0 {
-                // SAFETY: the completion was never handed to an operation.
-                unsafe { ffi::rados_aio_release(comp) };
-                submit_err = Some(self.op_err("write", &oid, ret));
-                break;
-            }
-            pending.push(Pending { comp, oid, len: n });
-        }
-        let waited = self.wait_all("write", pending, |_, _| {});
-        if let Some(e) = submit_err {
-            return Err(e);
-        }
-        waited
+            // waited for (`each_piece` waits for all before it returns;
+            // librados also copies it on submission).
+            unsafe { ffi::rados_aio_write(self.ioctx, oid.as_ptr(), comp, piece.as_ptr().cast(), n, in_obj) }
+        })
+        .map(drop)
     }
 
     fn flush(&self) -> Result<()> {
