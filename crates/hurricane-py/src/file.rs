@@ -1,7 +1,7 @@
 //! `RawFile`: an open instance (cursor, prefetch, locks) of one file, the
 //! engine side of `hurricane.File`.
 
-use crate::buffer::Held;
+use crate::buffer::{Held, Span};
 use crate::error::{closed, OrRaise};
 use hurricane::open::{LockMode, OpenFile, OpenSpec, RangeGuard};
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -43,6 +43,26 @@ impl RawFile {
         Ok(inner(&g).ino())
     }
 
+    /// Runs `io` on the instance over `buffer`'s bytes with the GIL
+    /// released: a read (`reading`: the file open for reading, the buffer
+    /// writable) or a write. The buffer is held until `io` has returned.
+    fn with_buffer<R: Send>(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        reading: bool,
+        io: impl FnOnce(&OpenFile, Span) -> hurricane::Result<R> + Send,
+    ) -> PyResult<R> {
+        self.check(!reading)?;
+        let held = Held::get(buffer, reading)?;
+        let span = held.span();
+        let g = self.open()?;
+        let f = inner(&g);
+        let r = py.detach(|| io(f, span)).or_raise();
+        drop(held);
+        r
+    }
+
     pub(crate) fn check(&self, write: bool) -> PyResult<()> {
         let (ok, what) = if write { (self.writable, "writing") } else { (self.readable, "reading") };
         if ok {
@@ -74,28 +94,14 @@ impl RawFile {
     /// memoryview, NumPy array) at the cursor, without copies; returns the
     /// count (0 at the end of the file).
     fn readinto(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<usize> {
-        self.check(false)?;
-        let held = Held::get(buffer, true)?;
-        let span = held.span();
-        let g = self.open()?;
-        let f = inner(&g);
-        // SAFETY: `held` is held until after the call.
-        let n = py.detach(|| f.read(unsafe { span.bytes_mut() })).or_raise()?;
-        drop(held);
-        Ok(n)
+        // SAFETY: `with_buffer` holds the buffer (writable) until `io` returns.
+        self.with_buffer(py, buffer, true, |f, span| f.read(unsafe { span.bytes_mut() }))
     }
 
     /// Reads into ``buffer`` at ``offset`` without moving the cursor.
     fn readinto_at(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>, offset: u64) -> PyResult<usize> {
-        self.check(false)?;
-        let held = Held::get(buffer, true)?;
-        let span = held.span();
-        let g = self.open()?;
-        let f = inner(&g);
-        // SAFETY: `held` is held until after the call.
-        let n = py.detach(|| f.read_at(unsafe { span.bytes_mut() }, offset)).or_raise()?;
-        drop(held);
-        Ok(n)
+        // SAFETY: `with_buffer` holds the buffer (writable) until `io` returns.
+        self.with_buffer(py, buffer, true, |f, span| f.read_at(unsafe { span.bytes_mut() }, offset))
     }
 
     /// Up to ``size`` bytes at the cursor (to the end of the file when
@@ -140,28 +146,14 @@ impl RawFile {
     /// Writes ``data`` (any bytes-like object) at the cursor (at the end in
     /// append mode); returns the count.
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<usize> {
-        self.check(true)?;
-        let held = Held::get(data, false)?;
-        let span = held.span();
-        let g = self.open()?;
-        let f = inner(&g);
-        // SAFETY: `held` is held until after the call.
-        let n = py.detach(|| f.write(unsafe { span.bytes() })).or_raise()?;
-        drop(held);
-        Ok(n)
+        // SAFETY: `with_buffer` holds the buffer until `io` returns.
+        self.with_buffer(py, data, false, |f, span| f.write(unsafe { span.bytes() }))
     }
 
     /// Writes ``data`` at ``offset`` without moving the cursor.
     fn write_at(&self, py: Python<'_>, data: &Bound<'_, PyAny>, offset: u64) -> PyResult<usize> {
-        self.check(true)?;
-        let held = Held::get(data, false)?;
-        let span = held.span();
-        let g = self.open()?;
-        let f = inner(&g);
-        // SAFETY: `held` is held until after the call.
-        let n = py.detach(|| f.write_at(unsafe { span.bytes() }, offset)).or_raise()?;
-        drop(held);
-        Ok(n)
+        // SAFETY: `with_buffer` holds the buffer until `io` returns.
+        self.with_buffer(py, data, false, |f, span| f.write_at(unsafe { span.bytes() }, offset))
     }
 
     /// Moves the cursor (whence 0: from the start, 1: from the cursor, 2:
