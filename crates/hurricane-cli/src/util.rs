@@ -217,24 +217,22 @@ pub fn interactive() -> bool {
 
 /// A byte-count bar on stderr (hidden unless stderr is a terminal).
 pub fn bytes_bar(total: u64, what: &str) -> ProgressBar {
-    if !interactive() {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new(total);
-    if let Ok(st) = ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}") {
-        pb.set_style(st.progress_chars("=> "));
-    }
-    pb.set_message(what.to_string());
-    pb
+    bar(total, what, "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
 }
 
 /// A file-count bar on stderr (hidden unless stderr is a terminal).
 pub fn files_bar(total: u64, what: &str) -> ProgressBar {
+    bar(total, what, "{msg} [{bar:30}] {pos}/{len} files eta {eta}")
+}
+
+/// A bar of `total` drawn with `template` on stderr (hidden unless stderr
+/// is a terminal).
+fn bar(total: u64, what: &str, template: &str) -> ProgressBar {
     if !interactive() {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::new(total);
-    if let Ok(st) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} files eta {eta}") {
+    if let Ok(st) = ProgressStyle::with_template(template) {
         pb.set_style(st.progress_chars("=> "));
     }
     pb.set_message(what.to_string());
