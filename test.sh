@@ -4,15 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 bash scripts/setup.sh
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
-# The rados device kind against a one-node Ceph cluster: only with
-# HURRICANE_CEPH=1 (setup.sh then installs Ceph and librados).
+# With HURRICANE_CEPH=1 (setup.sh then installs Ceph and librados) the
+# workspace is built once with the `rados` device kind, whose tests run
+# against a one-node Ceph cluster they start themselves.
+features=()
 if [ "${HURRICANE_CEPH:-0}" = 1 ]; then
-    cargo clippy -p hurricane --features rados --all-targets --locked -- -D warnings
-    cargo test -p hurricane --features rados --locked --test rados
+    features=(--features hurricane-cli/rados)
 fi
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked "${features[@]}" -- -D warnings
+cargo test --workspace --locked "${features[@]}"
 # The Python binding: its wheel built and its pytest suite run.
 bash scripts/python-tests.sh
 if [ -x fuzz/run-ci.sh ]; then bash fuzz/run-ci.sh; fi
