@@ -296,6 +296,19 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
             human(g.cached_blocks * 4096)
         );
     }
+    if g.held_blocks > 0 {
+        println!(
+            "colocate: {} held for group writes, {} written in {} group writes, {} held now{}",
+            human(g.held_blocks * 4096),
+            human(g.blocks_drained * 4096),
+            g.group_writes,
+            human(g.dirty_blocks * 4096),
+            match g.blocks_lost {
+                0 => String::new(),
+                n => format!(", {} LOST with a device that stopped taking writes", human(n * 4096)),
+            }
+        );
+    }
     println!(
         "\n{:<16} {:>12} {:>8} {:>11} {:>11} {:>12}",
         "request", "count", "errors", "avg us", "max us", "total ms"

@@ -38,7 +38,7 @@ fn put(pool: &Path, name: &str, bytes: &[u8], layout: &str) {
 }
 
 fn get(pool: &Path, name: &str) -> Result<Vec<u8>, String> {
-    let dest = pool.parent().unwrap().join(format!("got-{}", name.trim_start_matches('/')));
+    let dest = pool.parent().unwrap().join(format!("got-{}", name.trim_start_matches('/').replace('/', "-")));
     let _ = std::fs::remove_file(&dest);
     match hc(&["get", s(pool), name, s(&dest)]) {
         (0, _, _) => Ok(std::fs::read(&dest).unwrap()),
@@ -229,6 +229,57 @@ fn image_deleted_while_mounted() {
     let (code, text, rep) = status(&m.mnt);
     assert_eq!((code, rep.devices[2].state.as_str()), (1, "missing"), "{text}");
     m.unmount();
+}
+
+/// Small files' writes held for a group write when their device goes:
+/// the rest of the pool goes on committing, and only those files fail
+/// (their fsync once, their reads), naming the device.
+#[test]
+fn a_device_deleted_while_it_holds_small_file_writes_fails_only_their_files() {
+    require_fuse!();
+    let pool = Pool::new(3, "64M");
+    // No commit but the ones asked for, so the writes are still held when
+    // the image goes.
+    let m = pool.mount(&["cache=0", "commit_interval=600"]);
+    for (d, layout) in [("small", "colocate@2"), ("other", "extent@0")] {
+        std::fs::create_dir(m.path(d)).unwrap();
+        rustix::fs::setxattr(
+            m.path(d),
+            "user.hurricane.dir_layout",
+            layout.as_bytes(),
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+    }
+    std::fs::File::open(m.path("small")).unwrap().sync_all().unwrap();
+    for i in 0..8u64 {
+        std::fs::write(m.path(&format!("small/f{i}")), data(5000, i)).unwrap();
+    }
+    let (_, stats, _) = hc(&["stats", "--json", s(&m.mnt)]);
+    // Two blocks a file, all held.
+    assert!(stats.contains("\"dirty_blocks\": 16,"), "{stats}");
+    std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
+    let (_, text, rep) = status(&m.mnt);
+    assert_eq!(rep.devices[2].state, "missing", "{text}");
+    // An unrelated file commits.
+    std::fs::write(m.path("other/x"), data(20_000, 9)).unwrap();
+    std::fs::File::open(m.path("other/x")).unwrap().sync_all().unwrap();
+    // Each small file's fsync reports the loss, once; reads fail.
+    let e = std::fs::File::open(m.path("small/f0")).unwrap().sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    std::fs::File::open(m.path("small/f0")).unwrap().sync_all().unwrap();
+    uncache(&m.path("small/f1"));
+    assert_eq!(std::fs::read(m.path("small/f1")).unwrap_err().raw_os_error(), Some(libc::EIO));
+    let log = pool.log();
+    assert!(log.contains("held small-file writes lost") && log.contains("dev2.img"), "{log}");
+    // New files still commit, and the mount unmounts cleanly.
+    std::fs::write(m.path("other/y"), b"after the loss").unwrap();
+    std::fs::File::open(m.path("other/y")).unwrap().sync_all().unwrap();
+    m.unmount();
+    assert_eq!(get(&pool.dir, "/other/x").unwrap(), data(20_000, 9));
+    assert_eq!(get(&pool.dir, "/other/y").unwrap(), b"after the loss");
+    let e = get(&pool.dir, "/small/f2").unwrap_err();
+    assert!(e.contains("device 2") && e.contains("missing"), "{e}");
 }
 
 /// fio job arguments writing (or, with `verify_only`, only checking) a

@@ -459,6 +459,11 @@ impl HurricaneFuse {
                     blocks_read_ahead: g.blocks_read_ahead,
                     cache_hits: g.cache_hits,
                     cached_blocks: g.cached_blocks,
+                    held_blocks: g.held_blocks,
+                    group_writes: g.group_writes,
+                    blocks_drained: g.blocks_drained,
+                    dirty_blocks: g.dirty_blocks,
+                    blocks_lost: g.blocks_lost,
                 }
             },
         }
@@ -953,9 +958,9 @@ impl Filesystem for HurricaneFuse {
         self.empty(reply, Op::Releasedir, Instant::now(), Ok(()));
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
-        self.off_thread(Op::Fsyncdir, reply, move || fs.sync());
+        self.off_thread(Op::Fsyncdir, reply, move || fs.fsync(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

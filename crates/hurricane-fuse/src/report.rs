@@ -52,6 +52,19 @@ pub struct GroupReport {
     pub cache_hits: u64,
     /// Blocks the group caches hold now.
     pub cached_blocks: u64,
+    /// Small-file block writes held for a group write, the device writes
+    /// that took them out and the blocks those carried, the blocks held
+    /// now, and those given up with a device that stopped taking writes.
+    #[serde(default)]
+    pub held_blocks: u64,
+    #[serde(default)]
+    pub group_writes: u64,
+    #[serde(default)]
+    pub blocks_drained: u64,
+    #[serde(default)]
+    pub dirty_blocks: u64,
+    #[serde(default)]
+    pub blocks_lost: u64,
 }
 
 /// One device's log and cleaner counters (since the mount).

@@ -21,7 +21,8 @@
 //! - **Group writes.** A plain file write (`Fs::write`, inside
 //!   [`holding`]) of blocks that all lie in the file's first group, in a
 //!   file whose layout has no redundancy ([`may_hold`]: `colocate` under
-//!   nothing but `checksum`, `stripe` or `regions`), is *held*: its blocks
+//!   a `checksum` and nothing but `checksum`, `stripe` or `regions`), is
+//!   *held*: its blocks
 //!   go into the group cache as dirty blocks and the new runs are published
 //!   and recorded as usual. Held blocks leave in a drain, each run of
 //!   adjacent dirty blocks of the device in one request (C-FFS 2.3.3):
@@ -34,17 +35,25 @@
 //!   copy, or marking one being read stale) before its runs are published.
 //!
 //! Durability and errors of held writes: a write returns once its blocks
-//! are held and readable; a device error comes back from the drain, and
-//! a drain at commit that fails fails the commit (`sync`, `fsync`, the
-//! committer's next try), so no journal record names data that did not
-//! reach its device, and the blocks stay held and readable until a drain
-//! gets them out. Nothing is ever acknowledged as durable without being on
-//! the device. A layout with `replicate`, `parity`, `write-mostly` or
-//! `compress` above never holds: those parents judge a child write by its
-//! result when it is made (a copy that failed later could not be reported
-//! to the parent that counted it written). A device that stops taking
-//! writes while it holds blocks makes commits fail until it takes them
-//! again (is back or replaced); held blocks are never silently dropped.
+//! are held and readable; a device error comes back from the drain. A
+//! drain at commit that fails on a device still taking writes fails the
+//! commit (`sync`, `fsync`, the committer's next try): no journal record
+//! names data that did not reach its device, and the blocks stay held and
+//! readable until a drain gets them out. A device that no longer takes
+//! writes (missing, or faulted by the failed write) gives up what it held
+//! ([`drain_all`] returns it as [`LostWrites`]): the blocks are dropped,
+//! the commit goes on, and the files they were written for fail: reads of
+//! those blocks fail naming the device (as every other non-redundant block
+//! on it does), and each such file's next `fsync` reports the loss once
+//! (`Fs::fsync`), as the pool's next `sync` does. So a dead device fails
+//! its own files and never holds up the rest of the pool, and nothing is
+//! acknowledged as durable without being on the device. Only layouts with
+//! a `checksum` above the `colocate` hold ([`may_hold`]), so a block given
+//! up reads as a checksum error if the device comes back, never as what
+//! the block held before. A layout with `replicate`, `parity`,
+//! `write-mostly` or `compress` above never holds: those parents judge a
+//! child write by its result when it is made (a copy that failed later
+//! could not be reported to the parent that counted it written).
 //!
 //! Space given back at once drops its held copies first, and space freed
 //! through a journal batch is released only after that batch's commit has
@@ -144,30 +153,62 @@ pub fn holding<R>(f: impl FnOnce() -> R) -> R {
     crate::base::with_flag(&HOLD, f)
 }
 
-/// Whether writes to `layout` may be held: it has a `colocate` node and
-/// nothing but `colocate`, `extent`, `checksum`, `stripe` and `regions`
-/// (no parent that judges a child's write by its result when made).
+/// Whether writes to `layout` may be held: it has a `colocate` node, each
+/// under a `checksum`, and nothing but `colocate`, `extent`, `checksum`,
+/// `stripe` and `regions` (no parent that judges a child's write by its
+/// result when made). The checksum is what makes a held write that never
+/// reached its device (given up with a dead device, module docs) read as
+/// an error once the device is back, never as the block's earlier contents
+/// (a copy-on-write `checksum` puts every write in fresh space, whose old
+/// contents fail the new checksum).
 pub fn may_hold(layout: &Layout) -> bool {
-    let nodes = layout.nodes();
-    nodes.iter().any(|b| b.kind().name == TYPE.name)
-        && nodes.iter().all(|b| matches!(b.kind().name, "colocate" | "extent" | "checksum" | "stripe" | "regions"))
+    fn ok(b: &Arc<dyn Block>, checked: bool) -> bool {
+        match b.kind().name {
+            "colocate" => checked,
+            "extent" => true,
+            "checksum" => b.children().iter().all(|c| ok(c, true)),
+            "stripe" | "regions" => b.children().iter().all(|c| ok(c, checked)),
+            _ => false,
+        }
+    }
+    layout.nodes().iter().any(|b| b.kind().name == TYPE.name) && ok(layout.root(), false)
+}
+
+/// Held writes a device that stopped taking writes gave up (module docs):
+/// the files they were for, to be failed.
+#[derive(Debug)]
+pub struct LostWrites {
+    pub device: u32,
+    /// The inodes whose held blocks were dropped, sorted.
+    pub owners: Vec<u64>,
+    pub blocks: usize,
+    /// What the drain met, naming the device.
+    pub error: Error,
 }
 
 /// Writes every device's held blocks (module docs): before a journal
-/// record or checkpoint that may point at them. The first error is
-/// returned after every device was tried; what failed stays held.
-pub fn drain_all(storage: &crate::pool::Storage) -> Result<()> {
+/// record or checkpoint that may point at them. A device still taking
+/// writes that fails keeps what it holds and fails the call (the first
+/// error, after every device was tried); one that takes writes no more
+/// gives its held blocks up, and they come back as [`LostWrites`].
+pub fn drain_all(storage: &crate::pool::Storage) -> Result<Vec<LostWrites>> {
     let mut first = None;
+    let mut lost = Vec::new();
     for h in storage.devs.iter() {
         if let Some(s) = h.shared_if::<GroupSpace>() {
             if s.dirty_blocks() > 0 {
                 if let Err(e) = s.drain(h) {
-                    first.get_or_insert(e);
+                    match s.give_up(h) {
+                        (_, 0) => {
+                            first.get_or_insert(e);
+                        }
+                        (owners, blocks) => lost.push(LostWrites { device: h.index, owners, blocks, error: e }),
+                    }
                 }
             }
         }
     }
-    first.map_or(Ok(()), Err)
+    first.map_or(Ok(lost), Err)
 }
 
 /// Drains `dev`'s held blocks if it has any: before the device is read
@@ -204,6 +245,7 @@ pub fn stats(storage: &crate::pool::Storage) -> GroupStatsSnapshot {
             t.held_blocks += s.held_blocks;
             t.group_writes += s.group_writes;
             t.blocks_drained += s.blocks_drained;
+            t.blocks_lost += s.blocks_lost;
         }
     }
     t
@@ -236,7 +278,7 @@ impl Colocate {
         let hold = HOLD.with(|c| c.get()) && !UNCACHED.with(|c| c.get()) && fblk.saturating_add(n) <= self.group;
         let store = |dev: &DeviceHandle, p: u64, l: u64, data: Option<&[u8]>| {
             if hold {
-                space.hold(dev, p, l, data)
+                space.hold(dev, p, l, data, io.owner)
             } else {
                 space.write_through(dev, p, l, data)
             }

@@ -232,7 +232,7 @@ impl Fs {
         // The blocks left behind are free once this commits (also after a
         // failed move: what the pass did before it stands).
         if !opts.no_commit && (report.moved_blocks > 0 || report.segments > 0) {
-            self.sync()?;
+            self.commit_all()?;
         }
         match failed {
             Some(e) => Err(e),

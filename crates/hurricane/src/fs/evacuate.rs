@@ -209,7 +209,7 @@ impl Fs {
         self.move_fixed_regions(dev)?;
         self.adjust_default_layout(dev)?;
         // Nothing refers to it any more: out of the pool for good.
-        self.sync()?;
+        self.commit_all()?;
         self.set_persistent_state(dev, Some(DeviceState::Removed))?;
         self.checkpoint()?;
         tracing::info!("device {dev} ({}): removed ({} files moved)", h.name(), report.files_moved);

@@ -21,6 +21,7 @@ mod scrub;
 #[cfg(test)]
 mod tests;
 mod txn;
+mod write_errors;
 
 pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
 pub use clean::{CleanOptions, CleanPolicy, CleanProgress, CleanReport, LogStatsSnapshot};
@@ -196,6 +197,8 @@ pub(crate) struct Inner {
     pub(crate) logs_indexed: AtomicBool,
     /// Range locks of transactions and of writes to protected files (`txn`).
     pub(crate) txn_locks: txn::LockTable,
+    /// Held writes lost with their device, until fsync and sync report them.
+    write_errors: write_errors::WriteErrors,
 }
 
 /// An open pool. Clones share it.
@@ -645,6 +648,7 @@ impl Fs {
             cleaning: Mutex::new(()),
             logs_indexed: AtomicBool::new(false),
             txn_locks: Default::default(),
+            write_errors: Default::default(),
         });
         let fs = Fs { inner };
         // Plain log writes that reached the disk after the last record: a
@@ -908,13 +912,26 @@ impl Fs {
     }
 
     /// Makes everything done so far durable (group commit: concurrent
-    /// callers share one journal write).
+    /// callers share one journal write). Fails, once, if held small-file
+    /// writes were lost with their device since the last sync said so
+    /// (`write_errors.rs`).
     pub fn sync(&self) -> Result<()> {
+        self.commit_all()?;
+        self.inner.write_errors.take_for_sync().map_or(Ok(()), Err)
+    }
+
+    /// Makes everything done so far durable, reporting no earlier loss.
+    pub(crate) fn commit_all(&self) -> Result<()> {
         if self.inner.read_only {
             return Ok(());
         }
         let target = self.inner.gate.current_epoch();
         self.commit(target, false)
+    }
+
+    /// Fails, once, if held writes of `ino` were lost with their device.
+    pub(crate) fn take_write_error(&self, ino: Ino) -> Result<()> {
+        self.inner.write_errors.take_for(ino).map_or(Ok(()), Err)
     }
 
     /// Writes a full checkpoint of the meta-data and empties the journal.
@@ -997,8 +1014,12 @@ impl Fs {
         let inner = &*self.inner;
         // Small-file writes held for a group write reach their devices
         // first (blocks/colocate.rs): a failure fails the commit, before
-        // any record could point at data that is not there.
-        crate::blocks::colocate::drain_all(&inner.storage)?;
+        // any record could point at data that is not there. What a device
+        // that takes writes no more gave up fails its files instead.
+        let lost = crate::blocks::colocate::drain_all(&inner.storage)?;
+        if !lost.is_empty() {
+            inner.write_errors.note(&lost);
+        }
         // Ordered mode: data first, then the meta-data that points at it.
         // Verified mode when the batch's data writes were all made for
         // recovery to verify (journal/mod.rs): the record goes out with

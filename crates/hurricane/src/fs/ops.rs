@@ -1062,8 +1062,11 @@ impl Fs {
     }
 
     /// Makes one file durable: its data and every meta-data change so far.
-    pub fn fsync(&self, _ino: Ino) -> Result<()> {
-        self.sync()
+    /// Fails, once, if held writes of the file were lost with their device
+    /// (`write_errors.rs`).
+    pub fn fsync(&self, ino: Ino) -> Result<()> {
+        self.commit_all()?;
+        self.take_write_error(ino)
     }
 
     pub(crate) fn no_sink() -> &'static (dyn Fn(NodeRecord) + Sync) {

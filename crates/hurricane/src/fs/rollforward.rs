@@ -104,7 +104,7 @@ impl Fs {
             let g = self.inner.gate.enter();
             self.log(&g, &ends);
             drop(g);
-            self.sync()
+            self.commit_all()
         })();
         for (dev, alloc) in storage.devs.iter().zip(&storage.allocs) {
             if let Some(space) = dev.shared_if::<LogSpace>() {

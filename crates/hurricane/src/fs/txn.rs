@@ -391,7 +391,7 @@ impl Transaction {
             }
             r = self.apply(&st);
         }
-        let r = r.and_then(|logged| if logged { self.fs.sync() } else { Ok(()) });
+        let r = r.and_then(|logged| if logged { self.fs.commit_all() } else { Ok(()) });
         self.fs.inner.txn_locks.release(self.owner);
         r
     }

@@ -54,9 +54,16 @@
 //! released only after that batch's commit drained it.
 //!
 //! Errors. A drain that fails leaves its blocks dirty (readable, retried
-//! by the next drain) and returns the error, which fails the commit that
-//! asked for it: its journal record is not written (ordered mode) and the
-//! sync or fsync that waited for it reports the error.
+//! by the next drain) and returns the error. What the commit that asked for
+//! it does then depends on the device (`colocate::drain_all`): one still
+//! taking writes fails the commit (its journal record is not written, the
+//! sync or fsync that waited reports the error, and the next commit tries
+//! again); one that no longer takes writes (missing, faulted: a failed
+//! write faults a device) gives its held blocks up
+//! ([`GroupSpace::give_up`]): they are dropped, their owners (the inode
+//! each dirty block was written for) are reported so that their next fsync
+//! fails once, and the commit goes on, so a dead device fails its own
+//! files, never the pool's other changes.
 
 use crate::device::DeviceHandle;
 use crate::error::Result;
@@ -114,6 +121,7 @@ pub struct GroupStats {
     pub held_blocks: AtomicU64,
     pub group_writes: AtomicU64,
     pub blocks_drained: AtomicU64,
+    pub blocks_lost: AtomicU64,
 }
 
 /// A snapshot of [`GroupStats`].
@@ -139,6 +147,8 @@ pub struct GroupStatsSnapshot {
     pub blocks_drained: u64,
     /// Held blocks not drained yet.
     pub dirty_blocks: u64,
+    /// Held blocks dropped because their device stopped taking writes.
+    pub blocks_lost: u64,
 }
 
 impl GroupStats {
@@ -155,6 +165,7 @@ impl GroupStats {
             group_writes: g(&self.group_writes),
             blocks_drained: g(&self.blocks_drained),
             dirty_blocks: 0,
+            blocks_lost: g(&self.blocks_lost),
         }
     }
 }
@@ -259,13 +270,14 @@ impl GroupSpace {
     /// Holds blocks [p, p+n) of a write (`data`, or zeros with None) in
     /// the cache, to leave with their neighbours in the next drain. Drains
     /// first when the device holds too much (an error then is the
-    /// writer's, and nothing of its write is held).
-    pub(super) fn hold(&self, dev: &DeviceHandle, p: u64, n: u64, data: Option<&[u8]>) -> Result<()> {
+    /// writer's, and nothing of its write is held). `owner` is the inode
+    /// the write is for, reported if the blocks are given up.
+    pub(super) fn hold(&self, dev: &DeviceHandle, p: u64, n: u64, data: Option<&[u8]>, owner: u64) -> Result<()> {
         dev.check_writable()?;
         if self.cache.dirty_len() + n as usize > HOLD_BLOCKS {
             self.drain(dev)?;
         }
-        self.cache.hold(p, n, data);
+        self.cache.hold(p, n, data, owner);
         self.stats.held_blocks.fetch_add(n, Ordering::Relaxed);
         Ok(())
     }
@@ -324,6 +336,20 @@ impl GroupSpace {
         self.cache.discard(p, n);
     }
 
+    /// Drops every dirty block of a device that takes writes no more
+    /// (module docs: errors), after waiting for a drain under way: the
+    /// owners of what was dropped, sorted, and how many blocks. Nothing is
+    /// dropped while the device takes writes (a drain will get them out).
+    pub fn give_up(&self, dev: &DeviceHandle) -> (Vec<u64>, usize) {
+        if dev.state().writable() {
+            return (Vec::new(), 0);
+        }
+        let _o = self.order.write();
+        let (owners, n) = self.cache.drop_dirty();
+        self.stats.blocks_lost.fetch_add(n as u64, Ordering::Relaxed);
+        (owners, n)
+    }
+
     /// Dirty blocks held now.
     pub fn dirty_blocks(&self) -> usize {
         self.cache.dirty_len()
@@ -348,10 +374,11 @@ enum Slot {
     },
     Ready(Box<[u8]>),
     /// Written by a held write, not on the device yet; `seq` tells one
-    /// version from the next.
+    /// version from the next, `owner` is the inode it was written for.
     Dirty {
         data: Box<[u8]>,
         seq: u64,
+        owner: u64,
     },
 }
 
@@ -402,8 +429,9 @@ impl GroupCache {
             .collect()
     }
 
-    /// Blocks [p, p+n) take `data` (zeros with None) as dirty blocks.
-    pub fn hold(&self, p: u64, n: u64, data: Option<&[u8]>) {
+    /// Blocks [p, p+n) take `data` (zeros with None) as dirty blocks of
+    /// inode `owner`.
+    pub fn hold(&self, p: u64, n: u64, data: Option<&[u8]>, owner: u64) {
         let mut c = self.inner.lock();
         for (i, b) in (p..p + n).enumerate() {
             let block: Box<[u8]> = match data {
@@ -412,7 +440,7 @@ impl GroupCache {
             };
             c.seq += 1;
             let seq = c.seq;
-            match c.slots.insert(b, Slot::Dirty { data: block, seq }) {
+            match c.slots.insert(b, Slot::Dirty { data: block, seq, owner }) {
                 Some(Slot::Dirty { .. }) => {}
                 Some(Slot::Ready(_)) => {
                     c.ready -= 1;
@@ -436,7 +464,7 @@ impl GroupCache {
             .slots
             .iter()
             .filter_map(|(&p, s)| match s {
-                Slot::Dirty { data, seq } => Some((p, &data[..], *seq)),
+                Slot::Dirty { data, seq, .. } => Some((p, &data[..], *seq)),
                 _ => None,
             })
             .collect();
@@ -486,6 +514,28 @@ impl GroupCache {
                 c.dirty -= 1;
             }
         }
+    }
+
+    /// Drops every dirty block: the owners they were held for (sorted,
+    /// each once) and how many there were.
+    pub fn drop_dirty(&self) -> (Vec<u64>, usize) {
+        let mut c = self.inner.lock();
+        if c.dirty == 0 {
+            return (Vec::new(), 0);
+        }
+        let mut owners = Vec::new();
+        c.slots.retain(|_, s| match s {
+            Slot::Dirty { owner, .. } => {
+                owners.push(*owner);
+                false
+            }
+            _ => true,
+        });
+        let n = c.dirty;
+        c.dirty = 0;
+        owners.sort_unstable();
+        owners.dedup();
+        (owners, n)
     }
 
     /// Dirty blocks held.
@@ -684,10 +734,10 @@ mod tests {
         let dev = DeviceHandle::new(0, mem.clone() as Arc<dyn Device>);
         let s = GroupSpace::default();
         // Blocks 3..6 and 7, held out of order; 9 as zeros.
-        s.hold(&dev, 5, 1, Some(&[5u8; BS])).unwrap();
-        s.hold(&dev, 3, 2, Some(&[3u8; 2 * BS])).unwrap();
-        s.hold(&dev, 7, 1, Some(&[7u8; BS])).unwrap();
-        s.hold(&dev, 9, 1, None).unwrap();
+        s.hold(&dev, 5, 1, Some(&[5u8; BS]), 1).unwrap();
+        s.hold(&dev, 3, 2, Some(&[3u8; 2 * BS]), 1).unwrap();
+        s.hold(&dev, 7, 1, Some(&[7u8; BS]), 1).unwrap();
+        s.hold(&dev, 9, 1, None, 1).unwrap();
         let mut out = vec![0u8; 3 * BS];
         assert_eq!(s.cache.get_many(3, 3, &mut out), vec![true, true, true]);
         assert_eq!(out[2 * BS], 5);
@@ -706,16 +756,16 @@ mod tests {
         assert!(!s.cache.get(4, &mut b));
 
         // A version held while a drain writes the one before stays dirty.
-        s.hold(&dev, 20, 1, Some(&[1u8; BS])).unwrap();
+        s.hold(&dev, 20, 1, Some(&[1u8; BS]), 1).unwrap();
         let runs = s.cache.dirty_runs(DRAIN_RUN);
-        s.hold(&dev, 20, 1, Some(&[2u8; BS])).unwrap();
+        s.hold(&dev, 20, 1, Some(&[2u8; BS]), 1).unwrap();
         s.cache.cleaned(&[(20, runs[0].2[0])]);
         assert_eq!(s.dirty_blocks(), 1);
         s.cache.clear();
         assert!(s.cache.get(20, &mut b), "clear keeps held blocks");
         assert_eq!(b, vec![2u8; BS]);
         // A write through replaces a held copy, clean; a failed one keeps it.
-        s.hold(&dev, 21, 1, Some(&[4u8; BS])).unwrap();
+        s.hold(&dev, 21, 1, Some(&[4u8; BS]), 1).unwrap();
         s.cache.written(21, 1, None, true);
         assert_eq!(s.dirty_blocks(), 2);
         s.write_through(&dev, 20, 1, Some(&[8u8; BS])).unwrap();
@@ -725,7 +775,7 @@ mod tests {
         // Forgotten (space given back at once) and discarded copies never
         // reach the device.
         s.forget(21, 1);
-        s.hold(&dev, 22, 1, Some(&[6u8; BS])).unwrap();
+        s.hold(&dev, 22, 1, Some(&[6u8; BS]), 1).unwrap();
         s.cache.discard(22, 1);
         assert_eq!(s.dirty_blocks(), 0);
         let w1 = dev.stats.snapshot().writes;
@@ -741,12 +791,12 @@ mod tests {
         let mem = Arc::new(MemDevice::new("mem:0", 64 * BS as u64));
         let dev = DeviceHandle::new(0, Arc::new(FaultDevice::new(mem.clone(), plan.clone())) as Arc<dyn Device>);
         let s = GroupSpace::default();
-        s.hold(&dev, 1, 2, Some(&[9u8; 2 * BS])).unwrap();
+        s.hold(&dev, 1, 2, Some(&[9u8; 2 * BS]), 1).unwrap();
         plan.set(FaultSpec { write_errors: vec![(0, 64)], ..Default::default() });
         assert!(s.drain(&dev).is_err());
         assert_eq!(s.dirty_blocks(), 2);
         // A device that takes no writes takes no new held writes either.
-        assert!(s.hold(&dev, 5, 1, Some(&[1u8; BS])).is_err());
+        assert!(s.hold(&dev, 5, 1, Some(&[1u8; BS]), 1).is_err());
         plan.restore();
         dev.set_state(DeviceState::Online);
         s.drain(&dev).unwrap();
@@ -754,5 +804,37 @@ mod tests {
         let mut b = vec![0u8; BS];
         mem.read_at(&mut b, 2 * BS as u64).unwrap();
         assert_eq!(b, vec![9u8; BS]);
+    }
+
+    #[test]
+    fn a_device_that_takes_no_writes_gives_its_held_blocks_up_with_their_owners() {
+        use crate::device::{Device, DeviceHandle, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
+        use std::sync::Arc;
+        let plan = Arc::new(FaultPlan::default());
+        let mem = Arc::new(MemDevice::new("mem:0", 64 * BS as u64));
+        let dev = DeviceHandle::new(0, Arc::new(FaultDevice::new(mem.clone(), plan.clone())) as Arc<dyn Device>);
+        let s = GroupSpace::default();
+        s.hold(&dev, 1, 2, Some(&[9u8; 2 * BS]), 9).unwrap();
+        s.hold(&dev, 4, 1, Some(&[7u8; BS]), 7).unwrap();
+        s.hold(&dev, 5, 1, Some(&[9u8; BS]), 9).unwrap();
+        // A device taking writes keeps everything for the next drain.
+        assert_eq!(s.give_up(&dev), (vec![], 0));
+        assert_eq!(s.dirty_blocks(), 4);
+        plan.set(FaultSpec { write_error_rate: 1.0, ..Default::default() });
+        assert!(s.drain(&dev).is_err());
+        assert_eq!(dev.state(), DeviceState::Faulted);
+        assert_eq!(s.give_up(&dev), (vec![7, 9], 4));
+        assert_eq!(s.dirty_blocks(), 0);
+        assert_eq!(s.stats.snapshot().blocks_lost, 4);
+        let mut b = vec![0u8; BS];
+        assert!(!s.cache.get(4, &mut b), "a given-up block is not served");
+        // Back online, nothing of it reaches the device.
+        plan.restore();
+        dev.set_state(DeviceState::Online);
+        let w = dev.stats.snapshot().writes;
+        s.drain(&dev).unwrap();
+        assert_eq!(dev.stats.snapshot().writes, w);
+        mem.read_at(&mut b, 4 * BS as u64).unwrap();
+        assert_eq!(b, vec![0u8; BS]);
     }
 }
