@@ -12,7 +12,7 @@
 //! pinned; helpers are started with [`spawn`] (scoped) or call [`widen`]
 //! first thing, which puts them back on the remembered CPUs. Until
 //! something is remembered (the library, the offline commands) both cost
-//! nothing. This module depends on nothing else in the crate.
+//! nothing. This module depends on nothing else in the crate but `base`.
 
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use std::sync::OnceLock;
@@ -43,14 +43,20 @@ pub fn widen() {
     }
 }
 
-/// `scope.spawn(f)`, with the new thread on the remembered CPUs.
+/// `scope.spawn(f)`, with the new thread on the remembered CPUs and, if
+/// the caller reads from the media (`base::from_media`), reading so too.
 pub fn spawn<'scope, T: Send + 'scope>(
     scope: &'scope Scope<'scope, '_>,
     f: impl FnOnce() -> T + Send + 'scope,
 ) -> ScopedJoinHandle<'scope, T> {
+    let media = crate::base::reads_from_media();
     scope.spawn(move || {
         widen();
-        f()
+        if media {
+            crate::base::from_media(f)
+        } else {
+            f()
+        }
     })
 }
 

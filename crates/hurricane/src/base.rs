@@ -38,6 +38,24 @@ impl Cursor {
     }
 }
 
+thread_local! {
+    static FROM_MEDIA: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the device reads of the calling thread, and of the
+/// helpers it starts (`affinity::spawn` carries the flag over), made from
+/// the media where a device can: past the host's page cache, so a scrub
+/// verifies what the disks hold, not a cached copy, and copies nothing
+/// through the cache (`Device::read_at_uncached`).
+pub fn from_media<R>(f: impl FnOnce() -> R) -> R {
+    with_flag(&FROM_MEDIA, f)
+}
+
+/// Whether the calling thread is inside [`from_media`].
+pub fn reads_from_media() -> bool {
+    FROM_MEDIA.with(|c| c.get())
+}
+
 /// Runs `f` with the per-thread flag `key` set, and puts back what it was
 /// afterwards (on a panic too).
 pub fn with_flag<R>(key: &'static std::thread::LocalKey<std::cell::Cell<bool>>, f: impl FnOnce() -> R) -> R {

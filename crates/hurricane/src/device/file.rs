@@ -33,13 +33,20 @@ pub struct FileDevice {
     /// When the file was last checked (nanoseconds since `opened`).
     checked: AtomicU64,
     opened: Instant,
-    /// The same file opened again with `O_DIRECT`, for uncached writes;
-    /// None where the host's file system refuses it.
-    direct: OnceLock<Option<File>>,
+    /// The same file opened again with `O_DIRECT`, for uncached reads and
+    /// writes (`writable`: it takes writes too); None where the host's file
+    /// system refuses it.
+    direct: OnceLock<Option<Direct>>,
 }
 
-/// Uncached writes shorter than this go through the page cache: a direct
-/// write waits for the disk, which only large ones amortise.
+/// The descriptor of [`FileDevice::direct_file`].
+struct Direct {
+    file: File,
+    writable: bool,
+}
+
+/// Uncached requests shorter than this go through the page cache: a
+/// direct request waits for the disk, which only large ones amortise.
 const UNCACHED_MIN: usize = 256 << 10;
 /// Alignment of the memory, offset and length of a direct write (the
 /// largest logical block size of disks in use).
@@ -183,21 +190,37 @@ impl FileDevice {
     }
 
     /// The file opened with `O_DIRECT`, through its descriptor (the same
-    /// file even if renamed since), once; None where that is refused or the
-    /// device is read-only.
-    fn direct_file(&self) -> Option<&File> {
+    /// file even if renamed since), once: for reading and writing, or for
+    /// reading where the device is read-only; None where that is refused.
+    fn direct_file(&self) -> Option<&Direct> {
         self.direct
             .get_or_init(|| {
                 use std::os::fd::AsRawFd;
                 use std::os::unix::fs::OpenOptionsExt;
                 let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
-                let f = OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path);
-                if let Err(e) = &f {
-                    tracing::debug!(device = %self.name, error = %e, "no direct writes: the page cache takes them");
+                let open = |w: bool| OpenOptions::new().read(true).write(w).custom_flags(libc::O_DIRECT).open(&path);
+                match open(true).map(|file| Direct { file, writable: true }) {
+                    Err(e) if e.raw_os_error() == Some(libc::EACCES) || e.raw_os_error() == Some(libc::EROFS) => {
+                        open(false).map(|file| Direct { file, writable: false })
+                    }
+                    r => r,
                 }
-                f.ok()
+                .inspect_err(|e| {
+                    tracing::debug!(device = %self.name, error = %e, "no direct I/O: the page cache takes it all");
+                })
+                .ok()
             })
             .as_ref()
+    }
+
+    /// Whether a request of `len` bytes at `offset` from or to `ptr` may
+    /// go past the page cache: large enough, and aligned in memory, offset
+    /// and length.
+    fn direct_ok(ptr: *const u8, len: usize, offset: u64) -> bool {
+        len >= UNCACHED_MIN
+            && (ptr as usize).is_multiple_of(DIRECT_ALIGN)
+            && len.is_multiple_of(DIRECT_ALIGN)
+            && offset.is_multiple_of(DIRECT_ALIGN as u64)
     }
 
     pub fn open(path: &Path, writable: bool) -> Result<Self> {
@@ -252,6 +275,24 @@ impl Device for FileDevice {
         };
         self.guard(r)
     }
+    fn read_at_uncached(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let aligned = Self::direct_ok(buf.as_ptr(), buf.len(), offset);
+        let in_file = offset.checked_add(buf.len() as u64).is_some_and(|end| end <= self.size);
+        if let Some(d) = self.direct_file().filter(|_| aligned && in_file) {
+            if self.check_gone(false) {
+                return Err(self.gone_err());
+            }
+            match d.file.read_exact_at(buf, offset) {
+                Ok(()) => return Ok(()),
+                // An alignment the file system does not take, or an image
+                // shorter than it should be: the plain read serves it, or
+                // says what is wrong.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) || e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+                Err(e) => return self.guard(Err(Error::io(&self.name, e))),
+            }
+        }
+        self.read_at(buf, offset)
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         if self.check_gone(false) {
             return Err(self.gone_err());
@@ -260,15 +301,12 @@ impl Device for FileDevice {
         self.guard(r)
     }
     fn write_at_uncached(&self, buf: &[u8], offset: u64) -> Result<()> {
-        let aligned = buf.len() >= UNCACHED_MIN
-            && (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
-            && buf.len().is_multiple_of(DIRECT_ALIGN)
-            && offset.is_multiple_of(DIRECT_ALIGN as u64);
-        if let Some(f) = self.direct_file().filter(|_| aligned) {
+        let aligned = Self::direct_ok(buf.as_ptr(), buf.len(), offset);
+        if let Some(d) = self.direct_file().filter(|d| aligned && d.writable) {
             if self.check_gone(false) {
                 return Err(self.gone_err());
             }
-            match f.write_all_at(buf, offset) {
+            match d.file.write_all_at(buf, offset) {
                 // An alignment the file system does not take: the page
                 // cache takes the write instead.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
@@ -422,6 +460,64 @@ mod tests {
         let mut back = vec![0u8; 1 << 20];
         again.read_at(&mut back, 1 << 20).unwrap();
         assert!(back == big);
+    }
+
+    /// Reads inside `base::from_media` (a scrub's) come from the file past
+    /// the page cache, for its helper threads too, and see what a write
+    /// through the cache left; other reads are cached as before.
+    #[test]
+    fn media_reads_bypass_the_page_cache_and_see_every_write() {
+        use crate::device::DeviceHandle;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.img");
+        let size = 8u64 << 20;
+        let dev = Arc::new(FileDevice::create(&path, size).unwrap());
+        let data = pattern(size as usize, 21);
+        dev.write_at(&data, 0).unwrap();
+        dev.flush().unwrap();
+        rustix::fs::fadvise(&dev.file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        let h = DeviceHandle::new(0, dev.clone());
+        let mut backing = vec![0u8; (1 << 20) + DIRECT_ALIGN];
+        let at = backing.as_ptr().align_offset(DIRECT_ALIGN);
+        let buf = &mut backing[at..at + (1 << 20)];
+        let direct = dev.direct_file().is_some();
+        if !direct {
+            eprintln!("this file system refuses O_DIRECT: media reads go through the page cache");
+        }
+        crate::base::from_media(|| h.read_blocks(256, buf)).unwrap();
+        assert!(buf[..] == data[1 << 20..2 << 20]);
+        assert_eq!(cached(&dev.file, 1 << 20, 1 << 20), !direct, "a media read filled the page cache");
+        // A helper started inside reads from the media too.
+        let mut other = vec![0u8; (1 << 20) + DIRECT_ALIGN];
+        let at2 = other.as_ptr().align_offset(DIRECT_ALIGN);
+        let got = &mut other[at2..at2 + (1 << 20)];
+        crate::base::from_media(|| {
+            std::thread::scope(|s| crate::affinity::spawn(s, || h.read_blocks(512, got)).join().unwrap())
+        })
+        .unwrap();
+        assert!(got[..] == data[2 << 20..3 << 20]);
+        assert_eq!(cached(&dev.file, 2 << 20, 1 << 20), !direct, "a helper's media read filled the page cache");
+        // A write still in the page cache (not flushed) is what the media
+        // read returns.
+        let newer = pattern(1 << 20, 22);
+        dev.write_at(&newer, 1 << 20).unwrap();
+        crate::base::from_media(|| h.read_blocks(256, buf)).unwrap();
+        assert!(buf[..] == newer[..], "a media read missed a cached write");
+        // Plain reads are cached; short media reads too.
+        h.read_blocks(1024, buf).unwrap();
+        assert!(cached(&dev.file, 4 << 20, 1 << 20));
+        let mut small = vec![0u8; 8192];
+        crate::base::from_media(|| h.read_blocks(1600, &mut small)).unwrap();
+        assert_eq!(small[..], data[1600 * 4096..1602 * 4096]);
+        // A read-only open reads from the media as well.
+        drop(h);
+        drop(dev);
+        let ro = Arc::new(FileDevice::open(&path, false).unwrap());
+        rustix::fs::fadvise(&ro.file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        let h = DeviceHandle::new(0, ro.clone());
+        crate::base::from_media(|| h.read_blocks(768, buf)).unwrap();
+        assert!(buf[..] == data[3 << 20..4 << 20]);
+        assert_eq!(cached(&ro.file, 3 << 20, 1 << 20), !direct);
     }
 
     /// Streams that ask the host to read ahead (forward, slightly out of

@@ -46,6 +46,13 @@ pub trait Device: Send + Sync {
     fn write_at_uncached(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.write_at(buf, offset)
     }
+    /// A read of what the media holds (a scrub's): where the device can,
+    /// it bypasses the host's page cache, so the bytes come from the disk,
+    /// not a cached copy, and nothing is copied through the cache. The
+    /// default is `read_at`.
+    fn read_at_uncached(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.read_at(buf, offset)
+    }
     fn flush(&self) -> Result<()>;
     /// Gives back space that no longer holds data (e.g. punch a hole in an
     /// image file). Best effort: the default does nothing.
@@ -389,7 +396,12 @@ impl DeviceHandle {
         let _g = self.stats.begin();
         let dev = self.dev.read();
         self.check(&**dev, blk, buf.len())?;
-        if let Err(e) = dev.read_at(buf, blk << BLOCK_SHIFT) {
+        let r = if crate::base::reads_from_media() {
+            dev.read_at_uncached(buf, blk << BLOCK_SHIFT)
+        } else {
+            dev.read_at(buf, blk << BLOCK_SHIFT)
+        };
+        if let Err(e) = r {
             self.read_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.failed(&**dev, false);
             return Err(e);

@@ -248,7 +248,7 @@ impl Fs {
                     };
                     let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
                     // What the devices hold, not what a cache kept.
-                    let r = crate::blocks::colocate::uncached(|| lay.root().scrub(&io, &s, b, n));
+                    let r = from_media(|| lay.root().scrub(&io, &s, b, n));
                     let ops: Vec<Op> = std::mem::take(&mut *changes.lock())
                         .into_iter()
                         .map(|change| Op::Map { ino, change })
@@ -267,7 +267,7 @@ impl Fs {
                         repair,
                     };
                     let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
-                    crate::blocks::colocate::uncached(|| lay.root().scrub(&io, &s, b, n))
+                    from_media(|| lay.root().scrub(&io, &s, b, n))
                 };
                 if let Err(e) = r {
                     tracing::error!("scrub of inode {ino} blocks {b}+{n}: {e}");
@@ -594,6 +594,13 @@ fn parse_position(text: &str) -> std::result::Result<PositionRecord, String> {
         return Err(format!("block {block} past the largest file"));
     }
     Ok(PositionRecord { pool, rebuild, pos: ScrubPos { ino, block } })
+}
+
+/// Runs a scrub step reading what the devices hold: not the group cache
+/// of `colocate` (held writes are drained first), nor the host's page
+/// cache of image files (`base::from_media`).
+fn from_media<R>(f: impl FnOnce() -> R) -> R {
+    crate::base::from_media(|| crate::blocks::colocate::uncached(f))
 }
 
 #[cfg(test)]
