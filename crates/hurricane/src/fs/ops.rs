@@ -538,6 +538,9 @@ impl Fs {
         self.end_migration(ino, Error::NotFound(format!("inode {ino} was deleted during its migration")));
         let op = Op::Free { ino };
         self.state().apply(&op, l)?;
+        // Its number may be given to a new file, which must not inherit
+        // an unreported write error.
+        self.inner.write_errors.forget(ino);
         ops.push(op);
         Ok(())
     }

@@ -65,8 +65,49 @@ impl WriteErrors {
         g.by_ino.remove(&ino).map(Error::Device)
     }
 
+    /// Drops what was kept for `ino`, which is being freed.
+    pub(crate) fn forget(&self, ino: Ino) {
+        let mut g = self.inner.lock();
+        if !g.by_ino.is_empty() {
+            g.by_ino.remove(&ino);
+        }
+    }
+
     /// The error the pool's sync reports, once.
     pub(crate) fn take_for_sync(&self) -> Option<Error> {
         self.inner.lock().for_sync.take().map(Error::Device)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lost(device: u32, owners: &[u64]) -> LostWrites {
+        LostWrites {
+            device,
+            owners: owners.to_vec(),
+            blocks: owners.len() * 2,
+            error: Error::Device(format!("{device} (mem{device}) is faulted")),
+        }
+    }
+
+    #[test]
+    fn each_file_and_the_pool_hear_of_a_loss_once() {
+        let w = WriteErrors::default();
+        assert!(w.take_for(7).is_none() && w.take_for_sync().is_none());
+        w.note(&[lost(1, &[7, 9])]);
+        w.note(&[lost(2, &[9, 11])]);
+        let e = w.take_for(9).unwrap().to_string();
+        assert!(e.contains("inode 9") && e.contains("device 1"), "the first loss is kept: {e}");
+        assert!(w.take_for(9).is_none(), "reported once");
+        let e = w.take_for_sync().unwrap().to_string();
+        assert!(e.contains("device 1") && e.contains("device 2"), "{e}");
+        assert!(w.take_for_sync().is_none());
+        assert!(w.take_for(7).is_some());
+        // A freed inode's loss goes with it.
+        w.forget(11);
+        assert!(w.take_for(11).is_none());
+        assert!(w.take_for(3).is_none());
     }
 }
