@@ -248,7 +248,7 @@ impl Fs {
                     };
                     let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
                     // What the devices hold, not what a cache kept.
-                    let r = from_media(|| lay.root().scrub(&io, &s, b, n));
+                    let r = from_media(resilver_only, || lay.root().scrub(&io, &s, b, n));
                     let ops: Vec<Op> = std::mem::take(&mut *changes.lock())
                         .into_iter()
                         .map(|change| Op::Map { ino, change })
@@ -267,7 +267,7 @@ impl Fs {
                         repair,
                     };
                     let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
-                    from_media(|| lay.root().scrub(&io, &s, b, n))
+                    from_media(resilver_only, || lay.root().scrub(&io, &s, b, n))
                 };
                 if let Err(e) = r {
                     tracing::error!("scrub of inode {ino} blocks {b}+{n}: {e}");
@@ -597,10 +597,16 @@ fn parse_position(text: &str) -> std::result::Result<PositionRecord, String> {
 }
 
 /// Runs a scrub step reading what the devices hold: not the group cache
-/// of `colocate` (held writes are drained first), nor the host's page
+/// of `colocate` (held writes are drained first), nor, unless it only
+/// rebuilds (`resilver`: what it copies is verified on the way, and a
+/// survivor's cached copy serves as well as the disk's), the host's page
 /// cache of image files (`base::from_media`).
-fn from_media<R>(f: impl FnOnce() -> R) -> R {
-    crate::base::from_media(|| crate::blocks::colocate::uncached(f))
+fn from_media<R>(resilver: bool, f: impl FnOnce() -> R) -> R {
+    if resilver {
+        crate::blocks::colocate::uncached(f)
+    } else {
+        crate::base::from_media(|| crate::blocks::colocate::uncached(f))
+    }
 }
 
 #[cfg(test)]
