@@ -10,8 +10,9 @@ cargo test --workspace --locked
 # The rados device kind against a one-node Ceph cluster: only with
 # HURRICANE_CEPH=1 (setup.sh then installs Ceph and librados).
 if [ "${HURRICANE_CEPH:-0}" = 1 ]; then
-    cargo clippy -p hurricane --features rados --all-targets --locked -- -D warnings
+    cargo clippy -p hurricane-cli -p hurricane --features hurricane-cli/rados --all-targets --locked -- -D warnings
     cargo test -p hurricane --features rados --locked --test rados
+    cargo test -p hurricane-cli --features rados --locked --test fuse_rados
 fi
 # The Python binding: its wheel built and its pytest suite run.
 bash scripts/python-tests.sh

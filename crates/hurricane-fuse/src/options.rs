@@ -33,6 +33,9 @@ pub struct MountOptions {
     pub log: Option<PathBuf>,
     /// How often the engine commits its journal without an fsync.
     pub commit_interval: Option<Duration>,
+    /// How long the writer's lease of a pool with devices in a Ceph
+    /// cluster lasts without renewal (`lease=SECS`, default 30).
+    pub lease: Option<Duration>,
     /// Memory bound of the engine's block cache in bytes (0: none).
     pub cache_bytes: Option<u64>,
     /// Inodes the meta-data cache holds (`inode_cache=N`).
@@ -68,6 +71,7 @@ impl Default for MountOptions {
             attr_timeout: Duration::from_secs(60),
             log: None,
             commit_interval: None,
+            lease: None,
             cache_bytes: None,
             inode_cache: None,
             entry_cache: None,
@@ -179,6 +183,16 @@ impl MountOptions {
                             return Err("mount option commit_interval must be above 0".into());
                         }
                         o.commit_interval = Some(d);
+                    }
+                    "lease" => {
+                        let d = parse_secs(key, need()?)?;
+                        if d < hurricane::device::MIN_LEASE_DURATION {
+                            return Err(format!(
+                                "mount option lease: at least {} s (it is renewed every third of it)",
+                                hurricane::device::MIN_LEASE_DURATION.as_secs()
+                            ));
+                        }
+                        o.lease = Some(d);
                     }
                     "cache" => o.cache_bytes = Some(parse_size(key, need()?)?),
                     "inode_cache" => {
@@ -364,5 +378,10 @@ mod tests {
         assert!(MountOptions::parse(&["writeback_cache=1"]).is_err());
         assert!(MountOptions::parse(&["uring=1"]).is_err());
         assert!(MountOptions::parse(&["cache=99999999999T"]).is_err());
+        assert_eq!(MountOptions::parse(&["lease=3"]).unwrap().lease, Some(Duration::from_secs(3)));
+        assert_eq!(MountOptions::parse::<&str>(&[]).unwrap().lease, None);
+        for bad in ["lease=0.5", "lease=x", "lease"] {
+            assert!(MountOptions::parse(&[bad]).is_err(), "{bad}");
+        }
     }
 }

@@ -452,7 +452,7 @@ impl Device for RadosDevice {
 /// The name of the lock a writer of a pool holds.
 pub const LEASE_LOCK: &str = "hurricane-writer";
 /// How long a lease lasts without renewal, unless the caller says.
-pub const LEASE_DURATION: Duration = Duration::from_secs(30);
+pub const LEASE_DURATION: Duration = super::rados_spec::DEFAULT_LEASE_DURATION;
 /// librados' `LIBRADOS_LOCK_FLAG_MUST_RENEW`: renew a lock this client
 /// holds, and fail if it does not hold it any more.
 const LOCK_FLAG_MUST_RENEW: u8 = 2;
@@ -589,9 +589,8 @@ impl RadosLease {
         if ret == -libc::EBUSY || ret == -libc::EEXIST {
             let by = shared.holders().unwrap_or_else(|| "another client".into());
             return Err(Error::Busy(format!(
-                "{what}: the pool is open for writing elsewhere, by {by}; its lease expires {}s after that \
-                 writer stops renewing it",
-                duration.as_secs()
+                "{what}: the pool is open for writing elsewhere, by {by}; its lease expires once that writer \
+                 has stopped renewing it for the lease's duration"
             )));
         }
         if ret < 0 {
