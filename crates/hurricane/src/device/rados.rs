@@ -360,7 +360,8 @@ impl RadosDevice {
             let len = p.len;
             let oid = p.oid.clone();
             let ret = p.wait();
-            if ret < 0 && !(op == "read" && ret == -libc::ENOENT) {
+            // A missing object reads as zeros, and is already zeroed.
+            if ret < 0 && !(ret == -libc::ENOENT && (op == "read" || op == "zero")) {
                 first.get_or_insert_with(|| self.op_err(op, &oid, ret));
             } else {
                 on_done(i, if ret < 0 { 0 } else { ret.min(len as i32) });
@@ -416,6 +417,42 @@ impl Device for RadosDevice {
             return Err(Error::io(&self.name, io::Error::new(os_err(ret).kind(), format!("flush: {}", os_err(ret)))));
         }
         Ok(())
+    }
+
+    /// Zeroes without sending zeros: a chunk the range covers whole loses
+    /// its object (a missing object reads as zeros), a part of one is
+    /// zeroed in place by a RADOS `zero` operation. All go out together.
+    fn zero_range(&self, offset: u64, len: u64) -> Result<bool> {
+        let len = usize::try_from(len)
+            .map_err(|_| Error::Invalid(format!("{}: zeroing {len} bytes at {offset}", self.name)))?;
+        self.check(offset, len)?;
+        // Each `zero` is a write operation of its own, released once done.
+        let mut ops = Vec::new();
+        let r = self.each_piece("zero", offset, len, |comp, oid, in_obj, _, n| {
+            if in_obj == 0 && n as u64 == CHUNK {
+                // SAFETY: a live io context, a NUL-terminated name and a
+                // fresh completion, waited for by `each_piece`.
+                return unsafe { ffi::rados_aio_remove(self.ioctx, oid.as_ptr(), comp) };
+            }
+            // SAFETY: creates an empty operation, released below.
+            let op = unsafe { ffi::rados_create_write_op() };
+            if op.is_null() {
+                return -libc::ENOMEM;
+            }
+            ops.push(op);
+            // SAFETY: a live operation, io context and completion, and a
+            // NUL-terminated name; the operation outlives the wait.
+            unsafe {
+                ffi::rados_write_op_zero(op, in_obj, n as u64);
+                ffi::rados_aio_write_op_operate(op, self.ioctx, comp, oid.as_ptr(), std::ptr::null_mut(), 0)
+            }
+        });
+        for op in ops {
+            // SAFETY: every operation was waited for (`each_piece` returns
+            // only after all it submitted are done), and is released once.
+            unsafe { ffi::rados_release_write_op(op) };
+        }
+        r.map(|_| true)
     }
 
     /// Removes the objects of the chunks the range covers whole (they read
