@@ -144,6 +144,10 @@ fn fio_verifies_stripes_and_replicas_across_local_and_rados_devices() {
     let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
     assert_eq!(listed.lines().filter(|l| l.starts_with("device = rados:")).count(), 3, "{listed}");
     let m = pool.mount(&[]);
+    // Devices over the network: many requests served at once, by /dev/fuse
+    // threads rather than one io_uring queue per CPU.
+    let st = m.stats();
+    assert!(!st.transport.io_uring && st.threads >= 32, "{} threads, io_uring {}", st.threads, st.transport.io_uring);
     let layouts = [
         ("mirror", "replicate[extent@0,stripe(unit=64K)[extent@1,extent@2]]", "replicate["),
         ("rstripe", "stripe(unit=64K)[extent@1,extent@2,extent@3]", "stripe(unit=64K)["),

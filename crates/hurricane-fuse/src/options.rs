@@ -6,6 +6,11 @@ use fuser::{Config, MountOption, SessionACL};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Threads serving requests, at least, for a pool with devices over the
+/// network (`MountOptions::for_pool`): twice `rados bench`'s default
+/// operations in flight.
+pub const REMOTE_THREADS: usize = 32;
+
 /// What the `-o` options ask for.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
@@ -49,6 +54,9 @@ pub struct MountOptions {
     /// offers FUSE over io_uring (as root, the mount turns the kernel's
     /// `enable_uring` on); `nouring` keeps to /dev/fuse reads.
     pub uring: bool,
+    /// Whether `uring` or `nouring` was given (else the pool's devices
+    /// decide, see `for_pool`).
+    pub uring_chosen: bool,
     /// Let the kernel cache writes and send them later, merged
     /// (`writeback_cache`; off by default, see `docs/ARCHITECTURE.md`).
     pub writeback_cache: bool,
@@ -77,6 +85,7 @@ impl Default for MountOptions {
             entry_cache: None,
             meta_cache_bytes: None,
             uring: true,
+            uring_chosen: false,
             writeback_cache: false,
         }
     }
@@ -215,8 +224,8 @@ impl MountOptions {
                         }
                         o.meta_cache_bytes = Some(b);
                     }
-                    "uring" if val.is_none() => o.uring = true,
-                    "nouring" if val.is_none() => o.uring = false,
+                    "uring" if val.is_none() => (o.uring, o.uring_chosen) = (true, true),
+                    "nouring" if val.is_none() => (o.uring, o.uring_chosen) = (false, true),
                     "writeback_cache" if val.is_none() => o.writeback_cache = true,
                     "nowriteback_cache" if val.is_none() => o.writeback_cache = false,
                     "log" => o.log = Some(PathBuf::from(need()?)),
@@ -279,6 +288,24 @@ impl MountOptions {
         } else {
             NameCache::Searchable
         }
+    }
+
+    /// The options for a pool whose devices include some over the network
+    /// (`remote`: devices in a Ceph cluster) where the command line left
+    /// the choice open. Every request to such a device waits for a round
+    /// trip, so the mount serves many at once: /dev/fuse threads, at least
+    /// `REMOTE_THREADS` of them, rather than one io_uring queue per CPU,
+    /// whose thread serves one request at a time.
+    pub fn for_pool(mut self, remote: bool) -> MountOptions {
+        if remote {
+            if !self.uring_chosen {
+                self.uring = false;
+            }
+            if self.threads.is_none() && !self.uring {
+                self.threads = Some(self.thread_count().max(REMOTE_THREADS));
+            }
+        }
+        self
     }
 
     pub fn thread_count(&self) -> usize {
@@ -379,6 +406,16 @@ mod tests {
         assert!(MountOptions::parse(&["uring=1"]).is_err());
         assert!(MountOptions::parse(&["cache=99999999999T"]).is_err());
         assert_eq!(MountOptions::parse(&["lease=3"]).unwrap().lease, Some(Duration::from_secs(3)));
+        // A pool with devices over the network: many /dev/fuse threads,
+        // unless the command line chose.
+        let o = MountOptions::parse::<&str>(&[]).unwrap().for_pool(true);
+        assert!(!o.uring && o.thread_count() >= REMOTE_THREADS);
+        let o = MountOptions::parse::<&str>(&[]).unwrap().for_pool(false);
+        assert!(o.uring && o.threads.is_none());
+        let o = MountOptions::parse(&["uring"]).unwrap().for_pool(true);
+        assert!(o.uring && o.threads.is_none());
+        let o = MountOptions::parse(&["nouring,threads=5"]).unwrap().for_pool(true);
+        assert!(!o.uring && o.thread_count() == 5);
         assert_eq!(MountOptions::parse::<&str>(&[]).unwrap().lease, None);
         for bad in ["lease=0.5", "lease=x", "lease"] {
             assert!(MountOptions::parse(&[bad]).is_err(), "{bad}");

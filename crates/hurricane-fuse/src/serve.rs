@@ -145,6 +145,8 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         rep.rolled_forward.applied
     );
     let pool_name = pool.to_string_lossy().into_owned();
+    let remote = fs.storage().devs.iter().any(|d| hurricane::device::is_rados(&d.name()));
+    let o = &o.clone().for_pool(remote);
     let info = MountInfo {
         pool: pool_name.clone(),
         mountpoint: mnt.to_string_lossy().into_owned(),
