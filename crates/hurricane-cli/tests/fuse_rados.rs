@@ -427,3 +427,43 @@ fn kill_9_mid_write_then_another_host_takes_over_after_the_lease() {
     assert!(fs::read(m.path(&format!("w/synced-{i}"))).unwrap() == writer_data(i, n));
     m.unmount();
 }
+
+/// `device add` of a device in the cluster to a pool of image files: pool.conf
+/// names it as mkfs would (its prefix from the pool id and its index, the
+/// size of the pool's devices), the mount places files on it, they read back
+/// after a remount, and fsck finds the pool clean. A mounted pool is
+/// refused, saying why.
+#[test]
+fn device_add_puts_a_rados_device_in_a_pool_of_images() {
+    require_fuse!();
+    let pool = pool(&[Dev::Local, Dev::Local], "128M", "stripe(width=2)");
+    let m = pool.mount(&[]);
+    let before = data((3 << 20) + 5, 1);
+    fs::write(m.path("before"), &before).unwrap();
+    let (code, _, err) = run(&["device", "add", s(&m.mnt), &rados_device()]);
+    assert!(code != 0 && err.contains("pool unmounted"), "{code}: {err}");
+    m.unmount();
+
+    let out = hurricane(&["device", "add", s(&pool.dir), &rados_device()]);
+    assert!(out.starts_with("added device 2: rados:"), "{out}");
+    let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
+    let line = listed.lines().find(|l| l.starts_with("device = rados:")).unwrap_or_else(|| panic!("{listed}"));
+    assert!(line.starts_with(&format!("device = rados:{CEPH_POOL}/hurricane.")), "{line}");
+    assert!(line.contains(".2?conf=") && line.ends_with(&format!("&size={}", 128 << 20)), "{line}");
+
+    let m = pool.mount(&[]);
+    let f = m.path("mirrored");
+    fs::File::create(&f).unwrap();
+    setxattr(&f, "user.hurricane.layout", b"replicate[extent@0,extent@2]");
+    let body = data((5 << 20) + 77, 2);
+    fs::write(&f, &body).unwrap();
+    assert!(fs::read(&f).unwrap() == body);
+    let devs = written(&m);
+    assert!(devs[2].0.starts_with("rados:") && devs[2].1 >= 5 << 20, "{devs:?}");
+    m.unmount();
+    fsck_clean(&pool.dir);
+    let m = pool.mount(&[]);
+    assert!(fs::read(m.path("mirrored")).unwrap() == body);
+    assert!(fs::read(m.path("before")).unwrap() == before);
+    m.unmount();
+}
