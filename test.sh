@@ -6,7 +6,9 @@ cd "$(dirname "$0")"
 bash scripts/setup.sh
 # With HURRICANE_CEPH=1 (setup.sh then installs Ceph and librados) the
 # workspace is built once with the `rados` device kind, whose tests run
-# against a one-node Ceph cluster they start themselves.
+# against a one-node Ceph cluster they start themselves (the device kind
+# natively in crates/hurricane/tests/rados.rs, pools through a mount in
+# crates/hurricane-cli/tests/fuse_rados.rs).
 features=()
 if [ "${HURRICANE_CEPH:-0}" = 1 ]; then
     features=(--features hurricane-cli/rados)

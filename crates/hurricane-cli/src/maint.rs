@@ -210,7 +210,9 @@ pub enum DeviceCmd {
 pub struct AddArgs {
     /// Pool directory or mount point.
     pub target: PathBuf,
-    /// The new device: an image file or a block device.
+    /// The new device: an image file, a block device, or (to a pool
+    /// directory) a device in a Ceph cluster,
+    /// `rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`.
     pub new: PathBuf,
     /// Size of a new image file (e.g. 10G).
     #[arg(long, value_parser = parse_size)]
@@ -270,6 +272,9 @@ pub fn device(c: &DeviceCmd) -> CliResult {
 }
 
 fn add(a: &AddArgs) -> CliResult {
+    if let Some(spec) = a.new.to_str().filter(|n| hurricane::device::is_rados(n)) {
+        return add_rados(a, spec);
+    }
     let new = std::path::absolute(&a.new).map_err(|e| Fail::new(format!("{}: {e}", a.new.display())))?;
     let index = if is_pool(&a.target) {
         let dir = &a.target;
@@ -312,6 +317,41 @@ fn add(a: &AddArgs) -> CliResult {
         println!("{}", serde_json::json!({ "device": index, "path": new }));
     } else {
         println!("added device {index}: {}", new.display());
+    }
+    Ok(())
+}
+
+/// `device add POOL_DIR rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`: a
+/// device in a Ceph cluster, named as mkfs names them (the prefix from the
+/// pool id and the new device's index unless given, the size from the
+/// spec, `--size`, or the pool's largest device).
+fn add_rados(a: &AddArgs, name: &str) -> CliResult {
+    let dir = &a.target;
+    if !is_pool(dir) {
+        return Err(Fail::new(format!(
+            "{}: a device in a Ceph cluster is added to a pool directory, with the pool unmounted",
+            dir.display()
+        )));
+    }
+    let mut spec = hurricane::device::RadosSpec::parse(name)?;
+    spec.conf = std::fs::canonicalize(&spec.conf).map_err(|e| Fail::new(format!("{}: {e}", spec.conf.display())))?;
+    let _lock = PoolLock::take(dir, true)?;
+    let fs = Fs::open_dir(dir, Options::default())?;
+    let index = fs.storage().device_count();
+    spec.prefix.get_or_insert_with(|| hurricane::device::rados_spec::object_prefix(&fs.pool_id(), index));
+    let largest = fs.storage().devs.iter().map(|d| d.dev().size()).max();
+    spec.size = spec.size.or(a.size).or(largest);
+    let r = hurricane::device::RadosConnections::default().open_device(&spec).and_then(|dev| {
+        let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(PathBuf::from(spec.to_string())) };
+        fs.add_device(dev, &opts)
+    });
+    let c = fs.close();
+    let i = r?;
+    c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+    if a.json {
+        println!("{}", serde_json::json!({ "device": i, "path": spec.to_string() }));
+    } else {
+        println!("added device {i}: {spec}");
     }
     Ok(())
 }

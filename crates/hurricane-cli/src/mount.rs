@@ -34,7 +34,8 @@ pub struct MountArgs {
     /// Mount options, comma-separated, repeatable: allow_other, allow_root,
     /// ro, rw, nodev, nosuid, noexec, noatime, sync, dirsync, auto_unmount,
     /// fsname=NAME, subtype=NAME, threads=N, attr_timeout=SECS,
-    /// commit_interval=SECS, cache=SIZE (data blocks), inode_cache=N (inodes
+    /// commit_interval=SECS, lease=SECS (the writer's lease of a pool with
+    /// devices in a Ceph cluster), cache=SIZE (data blocks), inode_cache=N (inodes
     /// kept in memory), entry_cache=N (directory entries kept in memory),
     /// meta_cache=SIZE (meta-data store pages), log=FILE,
     /// nouring, default_permissions

@@ -135,8 +135,12 @@ impl HurricaneFuse {
     pub fn new(fs: Fs, ttl: Duration, names: NameCache, info: MountInfo, want_uring: bool, writeback: bool) -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
         // Two reads in flight per device keep every device busy while the
-        // one before is being copied out.
-        let readers = (fs.pool_info().devices as usize * 2).clamp(4, 32);
+        // one before is being copied out. A device in a Ceph cluster spreads
+        // its reads over many objects and OSDs, each read waiting for a
+        // round trip: as many in flight as the mount serves requests.
+        let remote = fs.storage().devs.iter().any(|d| hurricane::device::is_rados(&d.name()));
+        let readers =
+            if remote { crate::options::REMOTE_THREADS } else { (fs.pool_info().devices as usize * 2).clamp(4, 32) };
         let control = crate::control::Control::new(fs.clone(), std::path::PathBuf::from(&info.pool));
         let shared = Shared {
             fs,

@@ -6,6 +6,11 @@ use fuser::{Config, MountOption, SessionACL};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Threads serving requests, at least, for a pool with devices over the
+/// network (`MountOptions::for_pool`): twice `rados bench`'s default
+/// operations in flight.
+pub const REMOTE_THREADS: usize = 32;
+
 /// What the `-o` options ask for.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
@@ -33,6 +38,9 @@ pub struct MountOptions {
     pub log: Option<PathBuf>,
     /// How often the engine commits its journal without an fsync.
     pub commit_interval: Option<Duration>,
+    /// How long the writer's lease of a pool with devices in a Ceph
+    /// cluster lasts without renewal (`lease=SECS`, default 30).
+    pub lease: Option<Duration>,
     /// Memory bound of the engine's block cache in bytes (0: none).
     pub cache_bytes: Option<u64>,
     /// Inodes the meta-data cache holds (`inode_cache=N`).
@@ -46,6 +54,9 @@ pub struct MountOptions {
     /// offers FUSE over io_uring (as root, the mount turns the kernel's
     /// `enable_uring` on); `nouring` keeps to /dev/fuse reads.
     pub uring: bool,
+    /// Whether `uring` or `nouring` was given (else the pool's devices
+    /// decide, see `for_pool`).
+    pub uring_chosen: bool,
     /// Let the kernel cache writes and send them later, merged
     /// (`writeback_cache`; off by default, see `docs/ARCHITECTURE.md`).
     pub writeback_cache: bool,
@@ -68,11 +79,13 @@ impl Default for MountOptions {
             attr_timeout: Duration::from_secs(60),
             log: None,
             commit_interval: None,
+            lease: None,
             cache_bytes: None,
             inode_cache: None,
             entry_cache: None,
             meta_cache_bytes: None,
             uring: true,
+            uring_chosen: false,
             writeback_cache: false,
         }
     }
@@ -180,6 +193,16 @@ impl MountOptions {
                         }
                         o.commit_interval = Some(d);
                     }
+                    "lease" => {
+                        let d = parse_secs(key, need()?)?;
+                        if d < hurricane::device::MIN_LEASE_DURATION {
+                            return Err(format!(
+                                "mount option lease: at least {} s (it is renewed every third of it)",
+                                hurricane::device::MIN_LEASE_DURATION.as_secs()
+                            ));
+                        }
+                        o.lease = Some(d);
+                    }
                     "cache" => o.cache_bytes = Some(parse_size(key, need()?)?),
                     "inode_cache" => {
                         let v = need()?;
@@ -201,8 +224,8 @@ impl MountOptions {
                         }
                         o.meta_cache_bytes = Some(b);
                     }
-                    "uring" if val.is_none() => o.uring = true,
-                    "nouring" if val.is_none() => o.uring = false,
+                    "uring" if val.is_none() => (o.uring, o.uring_chosen) = (true, true),
+                    "nouring" if val.is_none() => (o.uring, o.uring_chosen) = (false, true),
                     "writeback_cache" if val.is_none() => o.writeback_cache = true,
                     "nowriteback_cache" if val.is_none() => o.writeback_cache = false,
                     "log" => o.log = Some(PathBuf::from(need()?)),
@@ -265,6 +288,24 @@ impl MountOptions {
         } else {
             NameCache::Searchable
         }
+    }
+
+    /// The options for a pool whose devices include some over the network
+    /// (`remote`: devices in a Ceph cluster) where the command line left
+    /// the choice open. Every request to such a device waits for a round
+    /// trip, so the mount serves many at once: /dev/fuse threads, at least
+    /// `REMOTE_THREADS` of them, rather than one io_uring queue per CPU,
+    /// whose thread serves one request at a time.
+    pub fn for_pool(mut self, remote: bool) -> MountOptions {
+        if remote {
+            if !self.uring_chosen {
+                self.uring = false;
+            }
+            if self.threads.is_none() && !self.uring {
+                self.threads = Some(self.thread_count().max(REMOTE_THREADS));
+            }
+        }
+        self
     }
 
     pub fn thread_count(&self) -> usize {
@@ -364,5 +405,20 @@ mod tests {
         assert!(MountOptions::parse(&["writeback_cache=1"]).is_err());
         assert!(MountOptions::parse(&["uring=1"]).is_err());
         assert!(MountOptions::parse(&["cache=99999999999T"]).is_err());
+        assert_eq!(MountOptions::parse(&["lease=3"]).unwrap().lease, Some(Duration::from_secs(3)));
+        // A pool with devices over the network: many /dev/fuse threads,
+        // unless the command line chose.
+        let o = MountOptions::parse::<&str>(&[]).unwrap().for_pool(true);
+        assert!(!o.uring && o.thread_count() >= REMOTE_THREADS);
+        let o = MountOptions::parse::<&str>(&[]).unwrap().for_pool(false);
+        assert!(o.uring && o.threads.is_none());
+        let o = MountOptions::parse(&["uring"]).unwrap().for_pool(true);
+        assert!(o.uring && o.threads.is_none());
+        let o = MountOptions::parse(&["nouring,threads=5"]).unwrap().for_pool(true);
+        assert!(!o.uring && o.thread_count() == 5);
+        assert_eq!(MountOptions::parse::<&str>(&[]).unwrap().lease, None);
+        for bad in ["lease=0.5", "lease=x", "lease"] {
+            assert!(MountOptions::parse(&[bad]).is_err(), "{bad}");
+        }
     }
 }

@@ -107,6 +107,9 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     if let Some(d) = o.commit_interval {
         opts.commit_interval = d;
     }
+    if let Some(d) = o.lease {
+        opts.lease_duration = d;
+    }
     if let Some(b) = o.cache_bytes {
         opts.cache_bytes = b;
     }
@@ -120,7 +123,11 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         opts.meta_cache_bytes = usize::try_from(b).unwrap_or(usize::MAX);
     }
     let fs = Fs::open_dir(&pool, opts).map_err(|e| {
-        let msg = e.to_string();
+        let mut msg = e.to_string();
+        // A pool another host writes: say so in the words scripts look for.
+        if matches!(e, hurricane::Error::Busy(_)) {
+            msg.push_str(" (EBUSY)");
+        }
         if msg.contains(&*pool.to_string_lossy()) {
             msg
         } else {
@@ -138,6 +145,8 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         rep.rolled_forward.applied
     );
     let pool_name = pool.to_string_lossy().into_owned();
+    let remote = fs.storage().devs.iter().any(|d| hurricane::device::is_rados(&d.name()));
+    let o = &o.clone().for_pool(remote);
     let info = MountInfo {
         pool: pool_name.clone(),
         mountpoint: mnt.to_string_lossy().into_owned(),

@@ -143,6 +143,37 @@ fn discard_removes_whole_chunks_only() {
     assert!(got[2 * c..] == data[2 * c..]);
 }
 
+/// Zeroing sends no zeros: whole chunks lose their objects, parts of
+/// chunks are zeroed in place; the rest stays, and never-written chunks
+/// stay absent.
+#[test]
+fn zero_range_zeroes_parts_and_removes_whole_chunks() {
+    let d = device("zero", 5 * CHUNK);
+    let data = pattern(7, (3 * CHUNK) as usize);
+    d.write_at(&data, 0).unwrap();
+    // Part of chunk 0, all of chunk 1, part of chunk 2; then a range over
+    // chunk 3 (part) and 4 (whole), never written.
+    let (at, len) = (CHUNK - 8192, CHUNK + 8192 + 12288);
+    assert!(d.zero_range(at, len).unwrap());
+    assert!(d.zero_range(3 * CHUNK + 4096, 2 * CHUNK - 4096).unwrap());
+    let mut got = vec![0xffu8; (5 * CHUNK) as usize];
+    d.read_at(&mut got, 0).unwrap();
+    let mut model = vec![0u8; got.len()];
+    model[..data.len()].copy_from_slice(&data);
+    model[at as usize..(at + len) as usize].fill(0);
+    assert!(got == model);
+    let objects = std::process::Command::new("rados")
+        .args(["-c", &conf().display().to_string(), "-p", POOL, "ls"])
+        .output()
+        .unwrap();
+    let objects = String::from_utf8_lossy(&objects.stdout);
+    let have = |chunk| objects.lines().any(|o| o == d.object_name(chunk));
+    assert!(have(0) && !have(1) && have(2), "chunk 1 removed, 0 and 2 kept: {objects}");
+    assert!(!have(4), "zeroing created an object never written");
+    let e = d.zero_range(4 * CHUNK, 2 * CHUNK).unwrap_err();
+    assert!(e.to_string().contains("past the end"), "{e}");
+}
+
 #[test]
 fn many_threads_keep_many_operations_in_flight() {
     let d = Arc::new(device("threads", 8 * CHUNK));

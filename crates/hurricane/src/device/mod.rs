@@ -19,7 +19,7 @@ pub use file::FileDevice;
 pub use mem::{CrashMode, MemDevice, MemDeviceState};
 #[cfg(feature = "rados")]
 pub use rados::{RadosCluster, RadosDevice, RadosLease, RadosOptions};
-pub use rados_spec::{is_rados, PoolLease, RadosConnections, RadosSpec};
+pub use rados_spec::{is_rados, PoolLease, RadosConnections, RadosSpec, DEFAULT_LEASE_DURATION, MIN_LEASE_DURATION};
 pub use sim::{SimDevice, SimParams};
 pub use stats::{DeviceStats, StatsSnapshot};
 

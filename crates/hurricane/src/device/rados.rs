@@ -360,7 +360,8 @@ impl RadosDevice {
             let len = p.len;
             let oid = p.oid.clone();
             let ret = p.wait();
-            if ret < 0 && !(op == "read" && ret == -libc::ENOENT) {
+            // A missing object reads as zeros, and is already zeroed.
+            if ret < 0 && !(ret == -libc::ENOENT && (op == "read" || op == "zero")) {
                 first.get_or_insert_with(|| self.op_err(op, &oid, ret));
             } else {
                 on_done(i, if ret < 0 { 0 } else { ret.min(len as i32) });
@@ -418,6 +419,42 @@ impl Device for RadosDevice {
         Ok(())
     }
 
+    /// Zeroes without sending zeros: a chunk the range covers whole loses
+    /// its object (a missing object reads as zeros), a part of one is
+    /// zeroed in place by a RADOS `zero` operation. All go out together.
+    fn zero_range(&self, offset: u64, len: u64) -> Result<bool> {
+        let len = usize::try_from(len)
+            .map_err(|_| Error::Invalid(format!("{}: zeroing {len} bytes at {offset}", self.name)))?;
+        self.check(offset, len)?;
+        // Each `zero` is a write operation of its own, released once done.
+        let mut ops = Vec::new();
+        let r = self.each_piece("zero", offset, len, |comp, oid, in_obj, _, n| {
+            if in_obj == 0 && n as u64 == CHUNK {
+                // SAFETY: a live io context, a NUL-terminated name and a
+                // fresh completion, waited for by `each_piece`.
+                return unsafe { ffi::rados_aio_remove(self.ioctx, oid.as_ptr(), comp) };
+            }
+            // SAFETY: creates an empty operation, released below.
+            let op = unsafe { ffi::rados_create_write_op() };
+            if op.is_null() {
+                return -libc::ENOMEM;
+            }
+            ops.push(op);
+            // SAFETY: a live operation, io context and completion, and a
+            // NUL-terminated name; the operation outlives the wait.
+            unsafe {
+                ffi::rados_write_op_zero(op, in_obj, n as u64);
+                ffi::rados_aio_write_op_operate(op, self.ioctx, comp, oid.as_ptr(), std::ptr::null_mut(), 0)
+            }
+        });
+        for op in ops {
+            // SAFETY: every operation was waited for (`each_piece` returns
+            // only after all it submitted are done), and is released once.
+            unsafe { ffi::rados_release_write_op(op) };
+        }
+        r.map(|_| true)
+    }
+
     /// Removes the objects of the chunks the range covers whole (they read
     /// as zeros again); parts of chunks are left as they are.
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
@@ -452,7 +489,7 @@ impl Device for RadosDevice {
 /// The name of the lock a writer of a pool holds.
 pub const LEASE_LOCK: &str = "hurricane-writer";
 /// How long a lease lasts without renewal, unless the caller says.
-pub const LEASE_DURATION: Duration = Duration::from_secs(30);
+pub const LEASE_DURATION: Duration = super::rados_spec::DEFAULT_LEASE_DURATION;
 /// librados' `LIBRADOS_LOCK_FLAG_MUST_RENEW`: renew a lock this client
 /// holds, and fail if it does not hold it any more.
 const LOCK_FLAG_MUST_RENEW: u8 = 2;
@@ -589,9 +626,8 @@ impl RadosLease {
         if ret == -libc::EBUSY || ret == -libc::EEXIST {
             let by = shared.holders().unwrap_or_else(|| "another client".into());
             return Err(Error::Busy(format!(
-                "{what}: the pool is open for writing elsewhere, by {by}; its lease expires {}s after that \
-                 writer stops renewing it",
-                duration.as_secs()
+                "{what}: the pool is open for writing elsewhere, by {by}; its lease expires once that writer \
+                 has stopped renewing it for the lease's duration"
             )));
         }
         if ret < 0 {

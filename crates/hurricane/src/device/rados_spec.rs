@@ -7,6 +7,7 @@ use super::Device;
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What starts a device name that is a rados device.
 pub const RADOS_SCHEME: &str = "rados:";
@@ -120,6 +121,13 @@ impl RadosConnections {
     }
 }
 
+/// How long a pool's writer's lease lasts without renewal unless the
+/// pool's opener says (`Options::lease_duration`).
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(30);
+
+/// The shortest lease a writer may take: renewals come every third of it.
+pub const MIN_LEASE_DURATION: Duration = Duration::from_secs(1);
+
 /// The lease a writer of a pool with devices in a Ceph cluster holds
 /// (`rados.rs`, "One writer at a time"): taken before the pool is opened
 /// for writing, held until it is closed. Other pools need none.
@@ -132,18 +140,26 @@ pub struct PoolLease {
 impl PoolLease {
     /// For a pool whose devices are `paths` (as pool.conf lists them),
     /// opened for writing: the lease on the object `PREFIX.lease` beside
-    /// its first rados device, or [`Error::Busy`] naming the writer that
-    /// holds it. Nothing for a pool without rados devices, or read-only.
-    pub fn take(paths: &[PathBuf], writable: bool) -> Result<PoolLease> {
+    /// its first rados device, lasting `duration` without renewal (at
+    /// least [`MIN_LEASE_DURATION`]), or [`Error::Busy`] naming the writer
+    /// that holds it. Nothing for a pool without rados devices, or
+    /// read-only.
+    pub fn take(paths: &[PathBuf], writable: bool, duration: Duration) -> Result<PoolLease> {
         let first = paths.iter().filter_map(|p| p.to_str()).find(|n| is_rados(n));
         let Some(name) = first.filter(|_| writable) else { return Ok(PoolLease::default()) };
+        if duration < MIN_LEASE_DURATION {
+            return Err(Error::Invalid(format!(
+                "a lease of {duration:?} is too short (at least {}s: it is renewed every third of it)",
+                MIN_LEASE_DURATION.as_secs()
+            )));
+        }
         let spec = RadosSpec::parse(name)?;
-        Self::take_for(&spec)
+        Self::take_for(&spec, duration)
     }
 
     #[cfg(feature = "rados")]
-    fn take_for(spec: &RadosSpec) -> Result<PoolLease> {
-        use super::rados::{RadosCluster, RadosLease, RadosOptions, LEASE_DURATION};
+    fn take_for(spec: &RadosSpec, duration: Duration) -> Result<PoolLease> {
+        use super::rados::{RadosCluster, RadosLease, RadosOptions};
         let Some(prefix) = &spec.prefix else {
             return Err(Error::Invalid(format!("{spec}: a pool's rados device needs its /PREFIX")));
         };
@@ -151,13 +167,13 @@ impl PoolLease {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string());
         let host = host.unwrap_or_else(|_| "unknown".into());
         let holder = format!("host {host} pid {}", std::process::id());
-        let lease = RadosLease::take(cluster, &spec.pool, &format!("{prefix}.lease"), &holder, LEASE_DURATION)?;
+        let lease = RadosLease::take(cluster, &spec.pool, &format!("{prefix}.lease"), &holder, duration)?;
         Ok(PoolLease { lease: Some(lease) })
     }
 
     /// Without the `rados` feature its devices do not open: no lease.
     #[cfg(not(feature = "rados"))]
-    fn take_for(_spec: &RadosSpec) -> Result<PoolLease> {
+    fn take_for(_spec: &RadosSpec, _duration: Duration) -> Result<PoolLease> {
         Ok(PoolLease::default())
     }
 

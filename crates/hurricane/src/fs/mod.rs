@@ -98,6 +98,11 @@ pub struct Options {
     pub entry_cache: usize,
     /// Threads that run prefetch requests (0: four per device, 4 to 64).
     pub io_threads: usize,
+    /// How long the writer's lease of a pool with devices in a Ceph
+    /// cluster lasts without renewal (docs/FORMAT.md, "Devices in RADOS"):
+    /// how soon another host may take over once this one dies. Renewed
+    /// every third of it.
+    pub lease_duration: Duration,
 }
 
 impl Default for Options {
@@ -111,6 +116,7 @@ impl Default for Options {
             meta_cache_bytes: DEFAULT_META_CACHE_BYTES,
             entry_cache: DEFAULT_ENTRY_CACHE,
             io_threads: 0,
+            lease_duration: crate::device::DEFAULT_LEASE_DURATION,
         }
     }
 }
@@ -751,7 +757,7 @@ impl Fs {
         let paths = pool::device_paths(dir)?;
         // One writer at a time for a pool in a cluster: the lease first,
         // before the journal is replayed or anything written.
-        let lease = crate::device::PoolLease::take(&paths, !opts.read_only)?;
+        let lease = crate::device::PoolLease::take(&paths, !opts.read_only, opts.lease_duration)?;
         let devs = pool::open_paths(&paths, !opts.read_only)?;
         // A pool made with `--sim` keeps its disk model in pool.conf.
         let mut devs = match pool::sim_params(dir)? {

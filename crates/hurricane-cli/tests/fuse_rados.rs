@@ -1,0 +1,469 @@
+//! Pools with devices in a Ceph cluster, through a real mount: rados
+//! devices mixed with local image files, fio verify on stripe and replicate
+//! layouts across both, the data checks of the other mount tests on a pool
+//! wholly in the cluster and on "another host" (a fresh pool directory
+//! holding only a copy of pool.conf), and a mount killed mid-write whose
+//! pool another host takes over once the writer's lease expires.
+//!
+//! The cluster is a one-node one started by `scripts/ceph-dev-cluster.sh`
+//! in a directory of this test process's own and stopped when the process
+//! exits. Needs the Debian packages ceph-mon, ceph-osd, ceph-common and
+//! librados-dev (`HURRICANE_CEPH=1 scripts/setup.sh`), FUSE and fio.
+#![cfg(feature = "rados")]
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod fuse_util;
+
+use fuse_util::*;
+use std::fs::{self, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The RADOS pool the dev cluster makes.
+const CEPH_POOL: &str = "hurricane";
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-dev-cluster.sh")
+}
+
+fn cluster_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("hurricane-fuse-rados-test-{}", std::process::id()))
+}
+
+extern "C" fn stop_cluster() {
+    let _ = Command::new(script()).arg("stop").arg(cluster_dir()).status();
+}
+
+/// The config of this process's cluster, started on first use.
+fn conf() -> &'static Path {
+    static CONF: OnceLock<PathBuf> = OnceLock::new();
+    CONF.get_or_init(|| {
+        let t = Instant::now();
+        let out = Command::new(script()).arg("start").arg(cluster_dir()).output().unwrap();
+        // SAFETY: registers a function without arguments that only runs a
+        // command; the test harness ends the process with `exit`, which
+        // runs it after every test.
+        unsafe { libc::atexit(stop_cluster) };
+        assert!(out.status.success(), "ceph-dev-cluster.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("dev cluster up in {:.1?}", t.elapsed());
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
+
+/// What `hurricane mkfs --device` takes for a device in the cluster (its
+/// object prefix from the pool id, its size from `--device-size`).
+fn rados_device() -> String {
+    format!("rados:{CEPH_POOL}?conf={}", conf().display())
+}
+
+/// One device of a test pool: an image file in the pool's temporary
+/// directory, or a device in the cluster.
+#[derive(Clone, Copy)]
+enum Dev {
+    Local,
+    Rados,
+}
+
+/// A pool over `devs` (mkfs with `--device` for each, files laid out as
+/// `layout` unless said otherwise), with a mount point.
+fn pool(devs: &[Dev], size: &str, layout: &str) -> Pool {
+    // SAFETY: umask has no preconditions (every FUSE test sets the same).
+    unsafe { libc::umask(0o022) };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pool");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let names: Vec<String> = devs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match d {
+            Dev::Local => s(&tmp.path().join(format!("img{i}"))).to_string(),
+            Dev::Rados => rados_device(),
+        })
+        .collect();
+    let mut args = vec!["mkfs", s(&dir), "--device-size", size, "--layout", layout];
+    for n in &names {
+        args.extend(["--device", n.as_str()]);
+    }
+    hurricane(&args);
+    Pool { tmp, dir, mnt }
+}
+
+/// Another host's view of `pool`: a fresh pool directory holding nothing
+/// but a copy of its pool.conf, and a mount point of its own.
+fn other_host(pool: &Pool, name: &str) -> (PathBuf, PathBuf) {
+    let dir = pool.tmp.path().join(format!("{name}-pool"));
+    let mnt = pool.tmp.path().join(format!("{name}-mnt"));
+    fs::create_dir(&dir).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    fs::copy(pool.dir.join("pool.conf"), dir.join("pool.conf")).unwrap();
+    (dir, mnt)
+}
+
+fn fsck_clean(dir: &Path) {
+    let out = hurricane(&["fsck", s(dir)]);
+    assert!(out.contains("consistent"), "{out}");
+}
+
+fn setxattr(p: &Path, name: &str, v: &[u8]) {
+    let (c, n) = (cpath(p), std::ffi::CString::new(name).unwrap());
+    // SAFETY: valid NUL-terminated strings and a buffer of v.len() bytes.
+    check(unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), 0) }).unwrap();
+}
+
+/// Bytes written to each device of a mount, by device name.
+fn written(m: &Mounted) -> Vec<(String, u64)> {
+    m.stats().devices.iter().map(|d| (d.name.clone(), d.write_bytes)).collect()
+}
+
+fn requirements() -> Option<&'static str> {
+    if !have("fio") {
+        return Some("fio is not installed");
+    }
+    None
+}
+
+/// A pool of a local image and three devices in the cluster: fio writes
+/// and verifies files replicated across the image and a stripe in the
+/// cluster, striped over the cluster's devices, and striped across both;
+/// the cluster's devices take the writes, and everything reads back after
+/// a remount.
+#[test]
+fn fio_verifies_stripes_and_replicas_across_local_and_rados_devices() {
+    require_fuse!();
+    if let Some(why) = requirements() {
+        eprintln!("SKIPPED {}: {why}", module_path!());
+        return;
+    }
+    let pool = pool(&[Dev::Local, Dev::Rados, Dev::Rados, Dev::Rados], "256M", "stripe(width=2)");
+    let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
+    assert_eq!(listed.lines().filter(|l| l.starts_with("device = rados:")).count(), 3, "{listed}");
+    let m = pool.mount(&[]);
+    // Devices over the network: many requests served at once, by /dev/fuse
+    // threads rather than one io_uring queue per CPU.
+    let st = m.stats();
+    assert!(!st.transport.io_uring && st.threads >= 32, "{} threads, io_uring {}", st.threads, st.transport.io_uring);
+    let layouts = [
+        ("mirror", "replicate[extent@0,stripe(unit=64K)[extent@1,extent@2]]", "replicate["),
+        ("rstripe", "stripe(unit=64K)[extent@1,extent@2,extent@3]", "stripe(unit=64K)["),
+        ("mstripe", "stripe(unit=128K)[extent@0,extent@3]", "stripe(unit=128K)["),
+    ];
+    let before = written(&m);
+    let mut files = Vec::new();
+    for (dir, spec, shown) in layouts {
+        let d = m.path(dir);
+        fs::create_dir(&d).unwrap();
+        setxattr(&d, "user.hurricane.dir_layout", spec.as_bytes());
+        for (rw, bs) in [("randwrite", "4k"), ("write", "1m"), ("randrw", "16k")] {
+            let (good, text) = fio_check(&d, rw, bs, "psync", "4m", &[]);
+            assert!(good, "{spec}: fio {rw} {bs}:\n{text}");
+        }
+        let f = d.join("plain");
+        let body = data((5 << 20) + 4321, dir.len() as u64);
+        fs::write(&f, &body).unwrap();
+        assert!(fs::read(&f).unwrap() == body, "{spec}");
+        let l = hurricane(&["layout", "get", s(&f)]);
+        assert!(l.contains(shown) && l.contains("extent@3") == spec.contains("extent@3"), "{spec}: {l}");
+        files.push((format!("{dir}/plain"), body));
+    }
+    // Every device took its share: the image and each device in the cluster.
+    let after = written(&m);
+    for ((name, b), (_, a)) in before.iter().zip(&after) {
+        assert!(a - b >= 4 << 20, "{name}: only {} bytes written by the test", a - b);
+    }
+    assert_eq!(after.iter().filter(|(n, _)| n.starts_with("rados:")).count(), 3, "{after:?}");
+    m.unmount();
+    fsck_clean(&pool.dir);
+
+    let m = pool.mount(&[]);
+    for (name, body) in &files {
+        assert!(fs::read(m.path(name)).unwrap() == *body, "{name} after a remount");
+    }
+    m.unmount();
+}
+
+/// A private copy of a real source tree (this crate's sources and tests).
+fn source_tree(into: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dst = into.join("src-tree");
+    fs::create_dir(&dst).unwrap();
+    ok("cp", &["-r", s(&src.join("src")), s(&src.join("tests")), s(&dst)]);
+    ok("sh", &["-c", &format!("cd '{}' && : > empty && mkdir -p deep/a/b/c && printf deep > deep/a/b/c/f", s(&dst))]);
+    dst
+}
+
+fn same_trees(a: &Path, b: &Path) {
+    let d = cmd("diff", &["-r", s(a), s(b)]);
+    assert!(
+        d.status.success(),
+        "trees differ:\n{}{}",
+        String::from_utf8_lossy(&d.stdout),
+        String::from_utf8_lossy(&d.stderr)
+    );
+}
+
+/// The data checks of the other mount tests on a pool wholly in the
+/// cluster (superblocks, journal and meta-file included): writes and reads
+/// across its 4 MiB objects, overwrites, truncates, renames, appends, and
+/// a tree copied with cp and compared with diff. After an unmount, the
+/// pool mounts from another directory that holds only a copy of pool.conf
+/// (another host) with everything intact.
+#[test]
+fn posix_data_on_a_pool_wholly_in_rados_and_from_another_host() {
+    require_fuse!();
+    let pool = pool(&[Dev::Rados, Dev::Rados, Dev::Rados], "256M", "stripe(unit=64K,width=3)");
+    let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
+    assert!(listed.lines().filter(|l| l.starts_with("device = ")).all(|l| l.contains("rados:")), "{listed}");
+    let src = source_tree(pool.tmp.path());
+    let m = pool.mount(&[]);
+    let p = |r: &str| m.path(r);
+
+    // Write and read back, across object boundaries.
+    let big = data((13 << 20) + 777, 1);
+    fs::write(p("big"), &big).unwrap();
+    assert!(fs::read(p("big")).unwrap() == big);
+
+    // Overwrites in place, some across a 4 MiB boundary.
+    let mut model = big.clone();
+    let f = OpenOptions::new().write(true).open(p("big")).unwrap();
+    for (i, at) in [0usize, 4 << 20, (4 << 20) - 1000, (8 << 20) + 65_000, (13 << 20) + 700].iter().enumerate() {
+        let piece = data(3000 + i * 997, 100 + i as u64);
+        f.write_all_at(&piece, *at as u64).unwrap();
+        let end = at + piece.len();
+        if end > model.len() {
+            model.resize(end, 0);
+        }
+        model[*at..end].copy_from_slice(&piece);
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    assert!(fs::read(p("big")).unwrap() == model, "overwrites");
+
+    // Truncate down to an odd size, then up: the new part reads as zeros.
+    let f = OpenOptions::new().write(true).open(p("big")).unwrap();
+    f.set_len((5 << 20) + 3).unwrap();
+    model.truncate((5 << 20) + 3);
+    assert!(fs::read(p("big")).unwrap() == model, "shrunk");
+    f.set_len(9 << 20).unwrap();
+    model.resize(9 << 20, 0);
+    drop(f);
+    assert!(fs::read(p("big")).unwrap() == model, "grown");
+
+    // Rename, within and across directories, over an existing name.
+    fs::create_dir_all(p("d1/d2")).unwrap();
+    fs::write(p("d1/victim"), b"replaced").unwrap();
+    fs::rename(p("big"), p("d1/d2/moved")).unwrap();
+    fs::rename(p("d1/d2/moved"), p("d1/victim")).unwrap();
+    assert!(!p("big").exists() && !p("d1/d2/moved").exists());
+    assert!(fs::read(p("d1/victim")).unwrap() == model, "renamed");
+
+    // Appends, in pieces that do not line up with anything.
+    let mut log = Vec::new();
+    for i in 0..40u64 {
+        let piece = data(10_000 + (i as usize * 7919) % 150_000, 200 + i);
+        let mut f = OpenOptions::new().create(true).append(true).open(p("d1/log")).unwrap();
+        f.write_all(&piece).unwrap();
+        log.extend_from_slice(&piece);
+    }
+    assert!(fs::read(p("d1/log")).unwrap() == log, "appended");
+
+    // A tree copied in with cp, compared with diff.
+    ok("cp", &["-r", s(&src), s(&p("tree"))]);
+    same_trees(&src, &p("tree"));
+    assert_eq!(ok("cat", &[s(&p("tree/deep/a/b/c/f"))]), "deep");
+    m.unmount();
+    fsck_clean(&pool.dir);
+
+    // Another host: only the cluster's config and the pool's name.
+    let (dir, mnt) = other_host(&pool, "other");
+    let m = Mounted::new(&dir, &mnt, &[]);
+    let p = |r: &str| m.path(r);
+    assert!(fs::read(p("d1/victim")).unwrap() == model, "from another host");
+    assert!(fs::read(p("d1/log")).unwrap() == log, "from another host");
+    same_trees(&src, &p("tree"));
+    // It writes too, and the first directory sees that afterwards.
+    fs::write(p("from-other"), b"written by the other host").unwrap();
+    m.unmount();
+    fsck_clean(&dir);
+    let m = pool.mount(&[]);
+    assert_eq!(fs::read(m.path("from-other")).unwrap(), b"written by the other host");
+    m.unmount();
+}
+
+/// Writes files one after another, fsyncs each, and prints its number
+/// once the fsync has returned; runs until the mount dies.
+const WRITER: &str = r#"
+import os, sys
+d = sys.argv[1]
+i = 0
+try:
+    while True:
+        n = 1000 + (i * 7919) % 300000
+        data = bytes((i * 31 + k * 7) % 251 for k in range(n))
+        fd = os.open(f"{d}/synced-{i}", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        print(i, n, flush=True)
+        # And one file that is never fsync'd.
+        with open(f"{d}/unsynced-{i}", "wb") as f:
+            f.write(data)
+        i += 1
+except OSError:
+    pass
+"#;
+
+fn writer_data(i: usize, n: usize) -> Vec<u8> {
+    (0..n).map(|k| ((i * 31 + k * 7) % 251) as u8).collect()
+}
+
+/// The lease the test mounts hold, in seconds: renewed every third of it.
+const LEASE_S: u64 = 4;
+
+/// A mount killed mid-write (its host died): another host's mount is
+/// refused with EBUSY naming the dead writer while its lease lives, and
+/// accepted once it has expired; it replays the journal, and every file
+/// fsync'd before the kill is there, whole. fsck finds the pool clean.
+#[test]
+fn kill_9_mid_write_then_another_host_takes_over_after_the_lease() {
+    require_fuse!();
+    let pool = pool(&[Dev::Rados, Dev::Rados], "256M", "stripe(unit=64K,width=2)");
+    let lease = format!("lease={LEASE_S}");
+    let m = pool.mount(&[&lease, "commit_interval=0.2"]);
+    fs::create_dir(m.path("w")).unwrap();
+    let mut writer = Command::new(python_bin())
+        .args(["-c", WRITER, s(&m.path("w"))])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = writer.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let mut it = line.split(' ').map(|x| x.parse::<usize>().unwrap());
+            let _ = tx.send((it.next().unwrap(), it.next().unwrap()));
+        }
+    });
+    // Kill the server once some files are fsync'd, while more are written.
+    let mut synced = Vec::new();
+    while synced.len() < 8 {
+        synced.push(rx.recv_timeout(Duration::from_secs(60)).expect("the writer stopped fsyncing"));
+    }
+    let dead = m.pid;
+    m.kill9();
+    let killed = Instant::now();
+    let _ = writer.wait();
+    reader.join().unwrap();
+    synced.extend(rx.try_iter());
+
+    // Another host mounts: refused while the lease lives, naming the dead
+    // writer; accepted once it has expired.
+    let (dir, mnt) = other_host(&pool, "other");
+    let mut refusals = 0;
+    let m = loop {
+        let (code, _, err) = run(&["mount", s(&dir), s(&mnt), "-o", &lease]);
+        if code == 0 {
+            break Mounted::attach(&mnt);
+        }
+        assert!(
+            err.contains("open for writing elsewhere")
+                && err.contains("(EBUSY)")
+                && err.contains(&format!("pid {dead}")),
+            "refused, but not for the lease of process {dead}: {err}"
+        );
+        assert!(!is_fuse_mount(&mnt));
+        refusals += 1;
+        assert!(
+            killed.elapsed() < Duration::from_secs(LEASE_S * 5),
+            "still refused {:?} after the kill",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let took = killed.elapsed();
+    eprintln!("taken over {took:.1?} after the kill, {refusals} mounts refused before");
+    assert!(refusals > 0, "the mount was accepted at once, while the dead writer's lease still lived");
+    // The lease lived at least two thirds of its duration past the kill
+    // (renewed every third of it).
+    assert!(took >= Duration::from_secs(LEASE_S) * 2 / 3 - Duration::from_millis(300), "taken over after {took:?}");
+    let log = fs::read_to_string(dir.join("hurricane-mount.log")).unwrap();
+    let opened = log.lines().find(|l| l.contains("opened:")).unwrap_or_else(|| panic!("{log}"));
+    let ops: usize = opened
+        .split("recovered (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a recovery: {opened}"));
+    assert!(ops > 0, "no journal replayed: {opened}");
+
+    for &(i, n) in &synced {
+        let got = fs::read(m.path(&format!("w/synced-{i}"))).unwrap_or_else(|e| panic!("synced-{i} lost: {e}"));
+        assert!(got == writer_data(i, n), "synced-{i} damaged");
+    }
+    // Files never fsync'd are absent, or a prefix of what was written.
+    for e in fs::read_dir(m.path("w")).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if let Some(i) = name.strip_prefix("unsynced-").and_then(|x| x.parse::<usize>().ok()) {
+            let got = fs::read(m.path(&format!("w/{name}"))).unwrap();
+            let n = 1000 + (i * 7919) % 300000;
+            assert!(got.len() <= n && got == writer_data(i, n)[..got.len()], "{name} holds data it was never given");
+        }
+    }
+    // The new writer holds the lease: the first directory is refused now,
+    // naming it.
+    let (code, _, err) = run(&["mount", s(&pool.dir), s(&pool.mnt)]);
+    assert!(code != 0 && err.contains(&format!("pid {}", m.pid)), "{code}: {err}");
+    m.unmount();
+    fsck_clean(&dir);
+    fsck_clean(&pool.dir);
+    let m = pool.mount(&[]);
+    let (i, n) = synced[synced.len() - 1];
+    assert!(fs::read(m.path(&format!("w/synced-{i}"))).unwrap() == writer_data(i, n));
+    m.unmount();
+}
+
+/// `device add` of a device in the cluster to a pool of image files: pool.conf
+/// names it as mkfs would (its prefix from the pool id and its index, the
+/// size of the pool's devices), the mount places files on it, they read back
+/// after a remount, and fsck finds the pool clean. A mounted pool is
+/// refused, saying why.
+#[test]
+fn device_add_puts_a_rados_device_in_a_pool_of_images() {
+    require_fuse!();
+    let pool = pool(&[Dev::Local, Dev::Local], "128M", "stripe(width=2)");
+    let m = pool.mount(&[]);
+    let before = data((3 << 20) + 5, 1);
+    fs::write(m.path("before"), &before).unwrap();
+    let (code, _, err) = run(&["device", "add", s(&m.mnt), &rados_device()]);
+    assert!(code != 0 && err.contains("pool unmounted"), "{code}: {err}");
+    m.unmount();
+
+    let out = hurricane(&["device", "add", s(&pool.dir), &rados_device()]);
+    assert!(out.starts_with("added device 2: rados:"), "{out}");
+    let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
+    let line = listed.lines().find(|l| l.starts_with("device = rados:")).unwrap_or_else(|| panic!("{listed}"));
+    assert!(line.starts_with(&format!("device = rados:{CEPH_POOL}/hurricane.")), "{line}");
+    assert!(line.contains(".2?conf=") && line.ends_with(&format!("&size={}", 128 << 20)), "{line}");
+
+    let m = pool.mount(&[]);
+    let f = m.path("mirrored");
+    fs::File::create(&f).unwrap();
+    setxattr(&f, "user.hurricane.layout", b"replicate[extent@0,extent@2]");
+    let body = data((5 << 20) + 77, 2);
+    fs::write(&f, &body).unwrap();
+    assert!(fs::read(&f).unwrap() == body);
+    let devs = written(&m);
+    assert!(devs[2].0.starts_with("rados:") && devs[2].1 >= 5 << 20, "{devs:?}");
+    m.unmount();
+    fsck_clean(&pool.dir);
+    let m = pool.mount(&[]);
+    assert!(fs::read(m.path("mirrored")).unwrap() == body);
+    assert!(fs::read(m.path("before")).unwrap() == before);
+    m.unmount();
+}
