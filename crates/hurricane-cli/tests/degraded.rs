@@ -241,23 +241,15 @@ fn a_device_deleted_while_it_holds_small_file_writes_fails_only_their_files() {
     // No commit but the ones asked for, so the writes are still held when
     // the image goes.
     let m = pool.mount(&["cache=0", "commit_interval=600"]);
-    for (d, layout) in [("small", "colocate@2"), ("other", "extent@0")] {
-        std::fs::create_dir(m.path(d)).unwrap();
-        rustix::fs::setxattr(
-            m.path(d),
-            "user.hurricane.dir_layout",
-            layout.as_bytes(),
-            rustix::fs::XattrFlags::empty(),
-        )
-        .unwrap();
-    }
+    m.dir_with_layout("small", "colocate@2");
+    m.dir_with_layout("other", "extent@0");
     std::fs::File::open(m.path("small")).unwrap().sync_all().unwrap();
     for i in 0..8u64 {
         std::fs::write(m.path(&format!("small/f{i}")), data(5000, i)).unwrap();
     }
-    let (_, stats, _) = hc(&["stats", "--json", s(&m.mnt)]);
     // Two blocks a file, all held.
-    assert!(stats.contains("\"dirty_blocks\": 16,"), "{stats}");
+    let g = m.stats().groups;
+    assert_eq!((g.held_blocks, g.dirty_blocks), (16, 16), "{g:?}");
     std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
     let (_, text, rep) = status(&m.mnt);
     assert_eq!(rep.devices[2].state, "missing", "{text}");
@@ -329,14 +321,7 @@ fn fio_verifies_through_a_device_deleted_mid_run_and_a_replacement() {
     let m = pool.mount(&["cache=0"]);
     let dirs = [("r", "replicate[extent@1,extent@2]"), ("p", "parity(data=2,parity=1)[extent@0,extent@1,extent@2]")];
     for (d, layout) in dirs {
-        std::fs::create_dir(m.path(d)).unwrap();
-        rustix::fs::setxattr(
-            m.path(d),
-            "user.hurricane.dir_layout",
-            layout.as_bytes(),
-            rustix::fs::XattrFlags::empty(),
-        )
-        .unwrap();
+        m.dir_with_layout(d, layout);
     }
     let runs: Vec<_> = dirs
         .iter()

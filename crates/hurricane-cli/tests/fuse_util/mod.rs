@@ -320,6 +320,18 @@ impl Mounted {
         stats_json(&self.mnt)
     }
 
+    /// Makes directory `rel` with `layout` as the default of new files in it.
+    pub fn dir_with_layout(&self, rel: &str, layout: &str) {
+        std::fs::create_dir(self.path(rel)).unwrap();
+        rustix::fs::setxattr(
+            self.path(rel),
+            "user.hurricane.dir_layout",
+            layout.as_bytes(),
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+    }
+
     /// Clean unmount through `hurricane umount` (waits for the server).
     pub fn unmount(mut self) {
         hurricane(&["umount", s(&self.mnt)]);

@@ -783,13 +783,23 @@ mod tests {
         assert_eq!(dev.stats.snapshot().writes, w1);
     }
 
-    #[test]
-    fn a_failed_drain_keeps_its_blocks_held_for_the_next() {
-        use crate::device::{Device, DeviceHandle, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
+    /// A 64-block memory device behind a fault plan: the plan, the memory
+    /// (to look at what reached it) and the handle.
+    fn faulty_device(
+    ) -> (std::sync::Arc<crate::device::FaultPlan>, std::sync::Arc<crate::device::MemDevice>, crate::device::DeviceHandle)
+    {
+        use crate::device::{Device, DeviceHandle, FaultDevice, FaultPlan, MemDevice};
         use std::sync::Arc;
         let plan = Arc::new(FaultPlan::default());
         let mem = Arc::new(MemDevice::new("mem:0", 64 * BS as u64));
         let dev = DeviceHandle::new(0, Arc::new(FaultDevice::new(mem.clone(), plan.clone())) as Arc<dyn Device>);
+        (plan, mem, dev)
+    }
+
+    #[test]
+    fn a_failed_drain_keeps_its_blocks_held_for_the_next() {
+        use crate::device::{Device, DeviceState, FaultSpec};
+        let (plan, mem, dev) = faulty_device();
         let s = GroupSpace::default();
         s.hold(&dev, 1, 2, Some(&[9u8; 2 * BS]), 1).unwrap();
         plan.set(FaultSpec { write_errors: vec![(0, 64)], ..Default::default() });
@@ -808,11 +818,8 @@ mod tests {
 
     #[test]
     fn a_device_that_takes_no_writes_gives_its_held_blocks_up_with_their_owners() {
-        use crate::device::{Device, DeviceHandle, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
-        use std::sync::Arc;
-        let plan = Arc::new(FaultPlan::default());
-        let mem = Arc::new(MemDevice::new("mem:0", 64 * BS as u64));
-        let dev = DeviceHandle::new(0, Arc::new(FaultDevice::new(mem.clone(), plan.clone())) as Arc<dyn Device>);
+        use crate::device::{Device, DeviceState, FaultSpec};
+        let (plan, mem, dev) = faulty_device();
         let s = GroupSpace::default();
         s.hold(&dev, 1, 2, Some(&[9u8; 2 * BS]), 9).unwrap();
         s.hold(&dev, 4, 1, Some(&[7u8; BS]), 7).unwrap();
