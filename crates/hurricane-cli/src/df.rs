@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct DfArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     /// Sizes in KiB, MiB, GiB instead of bytes.
     #[arg(short = 'h', long = "human-readable")]

@@ -38,6 +38,7 @@ fn out() -> std::io::BufWriter<std::io::StdoutLock<'static>> {
 
 #[derive(Args, Debug)]
 pub struct LsArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     /// Directory or file in the pool (default: /).
     #[arg(default_value = "/")]
@@ -108,6 +109,7 @@ pub fn ls(a: &LsArgs) -> CliResult {
 
 #[derive(Args, Debug)]
 pub struct MkdirArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     pub path: String,
     /// Make missing parents too; no error if it exists.
@@ -170,6 +172,7 @@ pub fn mkdir(a: &MkdirArgs) -> CliResult {
 
 #[derive(Args, Debug)]
 pub struct PutArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     /// Local file (or directory, with -r); `-` reads standard input.
     pub local: PathBuf,
@@ -352,6 +355,7 @@ fn read_full(src: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
 
 #[derive(Args, Debug)]
 pub struct GetArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     /// File (or directory, with -r) in the pool.
     pub path: String,
@@ -444,6 +448,7 @@ fn copy_out(fs: &Fs, path: &str, w: &mut dyn Write, pb: &ProgressBar) -> CliResu
 
 #[derive(Args, Debug)]
 pub struct CatArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     /// Files in the pool, written one after another.
     #[arg(required = true)]
@@ -464,6 +469,7 @@ pub fn cat(a: &CatArgs) -> CliResult {
 
 #[derive(Args, Debug)]
 pub struct RmArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     #[arg(required = true)]
     pub paths: Vec<String>,
@@ -504,6 +510,7 @@ fn remove_tree(fs: &Fs, path: &str) -> CliResult {
 
 #[derive(Args, Debug)]
 pub struct MvArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     pub from: String,
     /// New name; an existing directory receives FROM's name.
@@ -528,6 +535,7 @@ pub fn mv(a: &MvArgs) -> CliResult {
 
 #[derive(Args, Debug)]
 pub struct StatArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     #[arg(required = true)]
     pub paths: Vec<String>,

@@ -16,6 +16,7 @@ pub const EXIT_PROBLEMS: i32 = 4;
     after_help = "Exit status: 0 consistent; 1 the pool could not be checked; 3 problems found and all repaired; 4 problems remain (or, with --data, damaged file data was found)."
 )]
 pub struct FsckArgs {
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     /// Repair what can be repaired (opens the pool read-write); also
     /// regroups `colocate` files whose small-file blocks were scattered over

@@ -56,12 +56,14 @@ pub struct SetArgs {
 pub fn run(c: &LayoutCmd) -> CliResult {
     match c {
         LayoutCmd::Get(a) => match a.args.as_slice() {
-            [pool, path] => get_pool(pool, &path.to_string_lossy()),
+            [pool, path] => get_pool(&crate::util::pool_arg(&pool.to_string_lossy())?, &path.to_string_lossy()),
             [mounted] => get_mounted(mounted),
             _ => Err(Fail::code(2, "layout get takes POOL_DIR PATH, or MOUNTED_PATH")),
         },
         LayoutCmd::Set(a) => match a.args.as_slice() {
-            [pool, path, spec] => set_pool(Path::new(pool), path, &crate::util::spec_arg(spec)?, a.migrate),
+            [pool, path, spec] => {
+                set_pool(&crate::util::pool_arg(pool)?, path, &crate::util::spec_arg(spec)?, a.migrate)
+            }
             [mounted, spec] => set_mounted(Path::new(mounted), &crate::util::spec_arg(spec)?, a.migrate),
             _ => Err(Fail::code(2, "layout set takes POOL_DIR PATH SPEC, or MOUNTED_PATH SPEC")),
         },

@@ -28,6 +28,7 @@ Exit status: 0 everything verified (repairs included); 1 the scrub could not run
 4 some data is unrecoverable (the files are listed).")]
 pub struct ScrubArgs {
     /// Pool directory or mount point.
+    #[arg(value_parser = crate::util::pool_arg)]
     pub target: PathBuf,
     /// Verify at most this many bytes per second (e.g. 100M).
     #[arg(long, value_parser = parse_size)]
@@ -73,6 +74,7 @@ pub fn migrate(a: &MigrateArgs) -> CliResult {
     hurricane::layout::parse(&a.layout)?;
     let (files, bytes) = match a.args.as_slice() {
         [pool, path] => {
+            let pool = &crate::util::pool_arg(&pool.to_string_lossy())?;
             let path = crate::files::abs(&path.to_string_lossy());
             let opts = MigrateOptions { rate: a.rate, ..Default::default() };
             let r = offline(pool, true, "migrate", |fs, bar| {
@@ -118,6 +120,7 @@ pub struct RegroupArgs {
 pub fn regroup(a: &RegroupArgs) -> CliResult {
     let (files, regrouped, blocks) = match a.args.as_slice() {
         [pool, path] => {
+            let pool = &crate::util::pool_arg(&pool.to_string_lossy())?;
             let path = crate::files::abs(&path.to_string_lossy());
             let r = offline_with(pool, true, files_bar(0, "regroup"), |fs, bar| {
                 Ok(fs.regroup_tree(&path, a.recursive, None, &|p| bar(p.files_done, p.files_total))?)
@@ -146,6 +149,7 @@ The cleaner also runs by itself when a device's clean segments run low; this run
 Online (the root of a mount, root only) the mount runs it; offline (POOL_DIR) it runs here.")]
 pub struct CleanArgs {
     /// A pool directory, or the root of a mount.
+    #[arg(value_parser = crate::util::pool_arg)]
     pub target: PathBuf,
     /// Which segments first: cost-benefit ((1-u)*age/(1+u)) or greedy (emptiest).
     #[arg(long, default_value = "cost-benefit", value_parser = ["cost-benefit", "greedy"])]
@@ -209,6 +213,7 @@ pub enum DeviceCmd {
 #[derive(Args, Debug)]
 pub struct AddArgs {
     /// Pool directory or mount point.
+    #[arg(value_parser = crate::util::pool_arg)]
     pub target: PathBuf,
     /// The new device: an image file, a block device, or (to a pool
     /// directory) a device in a Ceph cluster,
@@ -230,6 +235,7 @@ or a crash) goes on when the command is run again. The journal's and the meta-da
 the device move too, which needs a device besides the one holding the other copy.")]
 pub struct RemoveArgs {
     /// Pool directory or mount point.
+    #[arg(value_parser = crate::util::pool_arg)]
     pub target: PathBuf,
     /// The device to remove: its index or its path.
     pub dev: String,
@@ -244,6 +250,7 @@ pub struct RemoveArgs {
 Files with no redundancy on a lost device are listed as unrecoverable (exit status 4).")]
 pub struct ReplaceArgs {
     /// Pool directory or mount point.
+    #[arg(value_parser = crate::util::pool_arg)]
     pub target: PathBuf,
     /// The device replaced: its index or its path.
     pub old: Option<String>,

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 #[derive(Args, Debug)]
 pub struct MkfsArgs {
     /// Pool directory (created if missing); it records the pool's devices.
+    /// Or, for a pool with devices in a Ceph cluster,
+    /// `rados:CEPHPOOL/NAME?conf=PATH`: the pool NAME, found by that name
+    /// from any host.
     pub pool: PathBuf,
     /// Number of image files (dev0.img, dev1.img, ...) to make in POOL_DIR.
     #[arg(short = 'n', long, conflicts_with = "device")]
@@ -38,17 +41,55 @@ pub struct MkfsArgs {
     /// the default), or not (`off`).
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     pub checksum: bool,
+    /// The pool's name in its Ceph cluster, for a pool with devices there
+    /// (default: POOL_DIR's name): other hosts open it as
+    /// `rados:CEPHPOOL/NAME?conf=PATH`.
+    #[arg(long)]
+    pub name: Option<String>,
     /// Overwrite a pool that POOL_DIR already holds.
     #[arg(short = 'f', long)]
     pub force: bool,
 }
 
 pub fn run(a: &MkfsArgs) -> CliResult {
-    let conf = a.pool.join(pool::POOL_FILE);
-    if conf.exists() && !a.force {
+    match a.pool.to_str().filter(|p| hurricane::device::is_rados(p)) {
+        Some(locator) => run_named(a, locator),
+        None => run_in(a, &a.pool, a.name.clone(), a.force),
+    }
+}
+
+/// `mkfs rados:CEPHPOOL/NAME?conf=PATH --device rados:...`: the pool
+/// directory is this host's one for NAME; the name must be free in the
+/// cluster (the directory may hold an older pool's description).
+fn run_named(a: &MkfsArgs, locator: &str) -> CliResult {
+    let loc = pool::published::Locator::parse(locator)?;
+    if a.name.as_ref().is_some_and(|n| *n != loc.name) {
+        return Err(Fail::code(
+            2,
+            format!("--name {} and the pool's name {} differ", a.name.as_deref().unwrap_or(""), loc.name),
+        ));
+    }
+    let home = a.device.iter().filter_map(|d| d.to_str()).find(|d| hurricane::device::is_rados(d));
+    let home = home.map(hurricane::device::RadosSpec::parse).transpose()?;
+    if home.as_ref().is_none_or(|h| h.pool != loc.pool) {
+        return Err(Fail::code(
+            2,
+            format!(
+                "{locator}: the pool's first device must be in RADOS pool {} (--device rados:{}?conf=...)",
+                loc.pool, loc.pool
+            ),
+        ));
+    }
+    let dir = loc.dir(&pool::published::local_root());
+    run_in(a, &dir, Some(loc.name), true)
+}
+
+fn run_in(a: &MkfsArgs, dir: &Path, name: Option<String>, force: bool) -> CliResult {
+    let conf = dir.join(pool::POOL_FILE);
+    if conf.exists() && !force {
         return Err(Fail::new(format!(
             "{}: already holds a pool ({}); use --force to overwrite it",
-            a.pool.display(),
+            dir.display(),
             pool::POOL_FILE
         )));
     }
@@ -65,6 +106,7 @@ pub fn run(a: &MkfsArgs) -> CliResult {
         default_layout: a.layout.clone(),
         meta_layout: a.meta_layout.clone(),
         checksum: a.checksum,
+        name,
     };
     let pb = spinner("formatting");
     let made: Vec<PathBuf> = match (a.devices, a.device.is_empty()) {
@@ -73,9 +115,9 @@ pub fn run(a: &MkfsArgs) -> CliResult {
             if n == 0 {
                 return Err(Fail::code(2, "--devices must be at least 1"));
             }
-            let paths: Vec<PathBuf> = (0..n).map(|i| a.pool.join(format!("dev{i}.img"))).collect();
+            let paths: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("dev{i}.img"))).collect();
             let fresh: Vec<PathBuf> = paths.iter().filter(|p| !p.exists()).cloned().collect();
-            match Fs::mkfs_dir(&a.pool, n, size, &opts) {
+            match Fs::mkfs_dir(dir, n, size, &opts) {
                 Ok(p) => p,
                 Err(e) => {
                     // Leave no half-made images behind.
@@ -88,21 +130,24 @@ pub fn run(a: &MkfsArgs) -> CliResult {
         }
         (None, false) => {
             let fresh: Vec<PathBuf> = a.device.iter().filter(|p| !p.exists()).cloned().collect();
-            if let Err(e) = Fs::mkfs_devices(&a.pool, &a.device, a.device_size, &opts) {
+            if let Err(e) = Fs::mkfs_devices(dir, &a.device, a.device_size, &opts) {
                 for p in fresh {
                     let _ = std::fs::remove_file(p);
                 }
                 return Err(e.into());
             }
-            pool::device_paths(&a.pool)?
+            pool::device_paths(dir)?
         }
         _ => return Err(Fail::code(2, "give --devices N --device-size SIZE, or --device PATH (repeated)")),
     };
     pb.finish_and_clear();
     if a.sim.is_some() {
-        pool::set_sim(&a.pool, sim.as_ref())?;
+        pool::set_sim(dir, sim.as_ref())?;
     }
-    println!("{}", summary(&a.pool, &made)?);
+    println!("{}", summary(dir, &made)?);
+    if let Some(loc) = pool::published::locator_of(dir)? {
+        println!("Other hosts open it as {loc} (their own config path in place of this one).");
+    }
     if let Some(p) = &sim {
         println!("Every device is timed as a simulated disk: {p}.");
     }

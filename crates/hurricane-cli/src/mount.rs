@@ -24,7 +24,9 @@ const LOG_LIMIT: u64 = 8 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct MountArgs {
-    /// Pool directory.
+    /// Pool directory, or a pool found by name in a Ceph cluster:
+    /// `rados:CEPHPOOL/NAME?conf=PATH`.
+    #[arg(value_parser = crate::util::pool_arg)]
     pub pool: PathBuf,
     /// Where to mount it.
     pub mountpoint: PathBuf,
@@ -357,5 +359,6 @@ pub fn mount_helper_main(args: &[String]) -> Result<(), String> {
     if fake {
         return Ok(());
     }
-    mount(&MountArgs { pool: PathBuf::from(pool), mountpoint: PathBuf::from(mountpoint), foreground: false, options })
+    let pool = crate::util::pool_arg(&pool)?;
+    mount(&MountArgs { pool, mountpoint: PathBuf::from(mountpoint), foreground: false, options })
 }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     /// Pool directory, or the mount point of a mounted pool.
+    #[arg(value_parser = crate::util::pool_arg)]
     pub target: PathBuf,
     /// Print the report as JSON.
     #[arg(long)]

@@ -253,6 +253,18 @@ pub fn spinner(what: &str) -> ProgressBar {
     pb
 }
 
+/// A POOL argument: a pool directory (or a mount point), or a pool found
+/// by name in a Ceph cluster, `rados:CEPHPOOL/NAME?conf=PATH`, which
+/// becomes this host's directory for it, brought up to date from the
+/// cluster (`hurricane::pool::published`).
+pub fn pool_arg(s: &str) -> Result<std::path::PathBuf, String> {
+    if !hurricane::device::is_rados(s) {
+        return Ok(std::path::PathBuf::from(s));
+    }
+    let root = hurricane::pool::published::local_root();
+    hurricane::pool::published::locate(s, &root).map_err(|e| e.to_string())
+}
+
 /// An advisory lock on a pool directory, held while a command uses it:
 /// several readers, or one writer. Mounts take it too, so a command refuses
 /// a mounted pool instead of racing the mount.

@@ -1,8 +1,8 @@
 //! Pools with devices in a Ceph cluster, through a real mount: rados
 //! devices mixed with local image files, fio verify on stripe and replicate
 //! layouts across both, the data checks of the other mount tests on a pool
-//! wholly in the cluster and on "another host" (a fresh pool directory
-//! holding only a copy of pool.conf), and a mount killed mid-write whose
+//! wholly in the cluster and on "another host" (given only a config file
+//! for the cluster and the pool's name), and a mount killed mid-write whose
 //! pool another host takes over once the writer's lease expires.
 //!
 //! The cluster is a one-node one started by `scripts/ceph-dev-cluster.sh`
@@ -86,7 +86,10 @@ fn pool(devs: &[Dev], size: &str, layout: &str) -> Pool {
             Dev::Rados => rados_device(),
         })
         .collect();
-    let mut args = vec!["mkfs", s(&dir), "--device-size", size, "--layout", layout];
+    // Each pool's name in the cluster is its own (the tests share one).
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let name = format!("t{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let mut args = vec!["mkfs", s(&dir), "--device-size", size, "--layout", layout, "--name", &name];
     for n in &names {
         args.extend(["--device", n.as_str()]);
     }
@@ -94,15 +97,71 @@ fn pool(devs: &[Dev], size: &str, layout: &str) -> Pool {
     Pool { tmp, dir, mnt }
 }
 
-/// Another host's view of `pool`: a fresh pool directory holding nothing
-/// but a copy of its pool.conf, and a mount point of its own.
-fn other_host(pool: &Pool, name: &str) -> (PathBuf, PathBuf) {
-    let dir = pool.tmp.path().join(format!("{name}-pool"));
-    let mnt = pool.tmp.path().join(format!("{name}-mnt"));
-    fs::create_dir(&dir).unwrap();
+/// Another host: a config file of its own for the cluster (a copy), a
+/// mount point, and a directory for the pools it finds by name (its
+/// `HURRICANE_POOLS`), empty.
+struct OtherHost {
+    /// The pool as this host names it: `rados:CEPHPOOL/NAME?conf=ITS_CONF`.
+    locator: String,
+    /// Where it keeps its pool directories.
+    root: PathBuf,
+    /// Its directory for the pool, once a command has found the pool.
+    dir: PathBuf,
+    conf: PathBuf,
+    mnt: PathBuf,
+}
+
+fn other_host(pool: &Pool, host: &str) -> OtherHost {
+    let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
+    let name = listed.lines().find_map(|l| l.strip_prefix("name = ")).unwrap_or_else(|| panic!("{listed}"));
+    let its_conf = pool.tmp.path().join(format!("{host}-ceph.conf"));
+    fs::copy(conf(), &its_conf).unwrap();
+    let root = pool.tmp.path().join(format!("{host}-pools"));
+    let mnt = pool.tmp.path().join(format!("{host}-mnt"));
     fs::create_dir(&mnt).unwrap();
-    fs::copy(pool.dir.join("pool.conf"), dir.join("pool.conf")).unwrap();
-    (dir, mnt)
+    OtherHost {
+        locator: format!("rados:{CEPH_POOL}/{name}?conf={}", its_conf.display()),
+        dir: root.join(CEPH_POOL).join(name),
+        root,
+        conf: its_conf,
+        mnt,
+    }
+}
+
+impl OtherHost {
+    /// `hurricane ARGS` on this host: (exit code, stdout, stderr).
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let o = Command::new(BIN)
+            .args(args)
+            .env("HURRICANE_POOLS", &self.root)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        (o.status.code().unwrap_or(-1), text(o.stdout), text(o.stderr))
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.run(args);
+        assert_eq!(code, 0, "hurricane {args:?}: {err}");
+        out
+    }
+
+    /// Mounts the pool found by name, with `opts`.
+    fn mount(&self, opts: &[&str]) -> Mounted {
+        let mut args = vec!["mount", &self.locator, s(&self.mnt)];
+        for o in opts {
+            args.extend(["-o", o]);
+        }
+        self.ok(&args);
+        Mounted::attach(&self.mnt)
+    }
+
+    fn fsck_clean(&self) {
+        let out = self.ok(&["fsck", &self.locator]);
+        assert!(out.contains("consistent"), "{out}");
+    }
 }
 
 fn fsck_clean(dir: &Path) {
@@ -280,16 +339,26 @@ fn posix_data_on_a_pool_wholly_in_rados_and_from_another_host() {
     fsck_clean(&pool.dir);
 
     // Another host: only the cluster's config and the pool's name.
-    let (dir, mnt) = other_host(&pool, "other");
-    let m = Mounted::new(&dir, &mnt, &[]);
+    let other = other_host(&pool, "other");
+    assert!(!other.root.exists());
+    let m = other.mount(&[]);
     let p = |r: &str| m.path(r);
     assert!(fs::read(p("d1/victim")).unwrap() == model, "from another host");
     assert!(fs::read(p("d1/log")).unwrap() == log, "from another host");
     same_trees(&src, &p("tree"));
+    // Its directory for the pool reaches the cluster through its config.
+    let listed = fs::read_to_string(other.dir.join("pool.conf")).unwrap();
+    let devices: Vec<&str> = listed.lines().filter(|l| l.starts_with("device = ")).collect();
+    assert_eq!(devices.len(), 3, "{listed}");
+    let its_conf = format!("conf={}&", fs::canonicalize(&other.conf).unwrap().display());
+    assert!(devices.iter().all(|l| l.contains(&its_conf)), "{listed}");
     // It writes too, and the first directory sees that afterwards.
     fs::write(p("from-other"), b"written by the other host").unwrap();
     m.unmount();
-    fsck_clean(&dir);
+    other.fsck_clean();
+    // A name the cluster does not know is refused, saying so.
+    let (code, _, err) = other.run(&["mount", &other.locator.replacen("/t", "/nobody-t", 1), s(&other.mnt)]);
+    assert!(code != 0 && err.contains("no pool named nobody-t"), "{code}: {err}");
     let m = pool.mount(&[]);
     assert_eq!(fs::read(m.path("from-other")).unwrap(), b"written by the other host");
     m.unmount();
@@ -364,12 +433,12 @@ fn kill_9_mid_write_then_another_host_takes_over_after_the_lease() {
 
     // Another host mounts: refused while the lease lives, naming the dead
     // writer; accepted once it has expired.
-    let (dir, mnt) = other_host(&pool, "other");
+    let other = other_host(&pool, "other");
     let mut refusals = 0;
     let m = loop {
-        let (code, _, err) = run(&["mount", s(&dir), s(&mnt), "-o", &lease]);
+        let (code, _, err) = other.run(&["mount", &other.locator, s(&other.mnt), "-o", &lease]);
         if code == 0 {
-            break Mounted::attach(&mnt);
+            break Mounted::attach(&other.mnt);
         }
         assert!(
             err.contains("open for writing elsewhere")
@@ -377,7 +446,7 @@ fn kill_9_mid_write_then_another_host_takes_over_after_the_lease() {
                 && err.contains(&format!("pid {dead}")),
             "refused, but not for the lease of process {dead}: {err}"
         );
-        assert!(!is_fuse_mount(&mnt));
+        assert!(!is_fuse_mount(&other.mnt));
         refusals += 1;
         assert!(
             killed.elapsed() < Duration::from_secs(LEASE_S * 5),
@@ -392,7 +461,7 @@ fn kill_9_mid_write_then_another_host_takes_over_after_the_lease() {
     // The lease lived at least two thirds of its duration past the kill
     // (renewed every third of it).
     assert!(took >= Duration::from_secs(LEASE_S) * 2 / 3 - Duration::from_millis(300), "taken over after {took:?}");
-    let log = fs::read_to_string(dir.join("hurricane-mount.log")).unwrap();
+    let log = fs::read_to_string(other.dir.join("hurricane-mount.log")).unwrap();
     let opened = log.lines().find(|l| l.contains("opened:")).unwrap_or_else(|| panic!("{log}"));
     let ops: usize = opened
         .split("recovered (")
@@ -420,7 +489,7 @@ fn kill_9_mid_write_then_another_host_takes_over_after_the_lease() {
     let (code, _, err) = run(&["mount", s(&pool.dir), s(&pool.mnt)]);
     assert!(code != 0 && err.contains(&format!("pid {}", m.pid)), "{code}: {err}");
     m.unmount();
-    fsck_clean(&dir);
+    other.fsck_clean();
     fsck_clean(&pool.dir);
     let m = pool.mount(&[]);
     let (i, n) = synced[synced.len() - 1];
@@ -466,4 +535,49 @@ fn device_add_puts_a_rados_device_in_a_pool_of_images() {
     assert!(fs::read(m.path("mirrored")).unwrap() == body);
     assert!(fs::read(m.path("before")).unwrap() == before);
     m.unmount();
+}
+
+/// `hurricane mkfs rados:CEPHPOOL/NAME?conf=PATH --device rados:...`: a
+/// pool made by name, with no directory given; every command finds it by
+/// that name, on the host that made it and on another; the name cannot be
+/// taken twice, and the description lives where the first device does.
+#[test]
+fn a_pool_made_by_name_is_used_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let here = tmp.path().join("pools");
+    let name = format!("made-{}", std::process::id());
+    let locator = format!("rados:{CEPH_POOL}/{name}?conf={}", conf().display());
+    let run = |root: &Path, args: &[&str]| {
+        let o = Command::new(BIN).args(args).env("HURRICANE_POOLS", root).stdin(Stdio::null()).output().unwrap();
+        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        (o.status.code().unwrap_or(-1), text(o.stdout), text(o.stderr))
+    };
+    let dev = rados_device();
+    let mkfs = ["mkfs", &locator, "--device", &dev, "--device", &dev, "--device-size", "64M"];
+    let (code, out, err) = run(&here, &mkfs);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("Other hosts open it as rados:{CEPH_POOL}/{name}?conf=")), "{out}");
+    assert!(here.join(CEPH_POOL).join(&name).join("pool.conf").is_file());
+    let local = tmp.path().join("local-file");
+    fs::write(&local, b"put by name").unwrap();
+    let (code, _, err) = run(&here, &["put", &locator, s(&local), "/f"]);
+    assert_eq!(code, 0, "{err}");
+
+    // Another host: nothing but the name (and the config).
+    let there = tmp.path().join("there");
+    let (code, out, err) = run(&there, &["cat", &locator, "/f"]);
+    assert_eq!((code, out.as_str()), (0, "put by name"), "{err}");
+    let (code, out, err) = run(&there, &["df", &locator]);
+    assert!(code == 0 && out.contains("rados:"), "{out}{err}");
+
+    // Taken: refused, from any host, and nothing there changes.
+    let (code, _, err) = run(&there, &mkfs);
+    assert!(code != 0 && err.contains(&format!("a pool named {name} is already")), "{code}: {err}");
+    let (code, out, _) = run(&here, &["cat", &locator, "/f"]);
+    assert_eq!((code, out.as_str()), (0, "put by name"));
+    // The description lives beside the first device: in its RADOS pool.
+    let (code, _, err) = run(&here, &["mkfs", &locator.replacen(CEPH_POOL, "elsewhere", 1), "--device", &dev]);
+    assert!(code == 2 && err.contains("first device must be in RADOS pool elsewhere"), "{code}: {err}");
+    let (code, _, err) = run(&there, &["ls", &format!("rados:{CEPH_POOL}/.bad?conf={}", conf().display())]);
+    assert!(code != 0 && err.contains("not a pool name"), "{code}: {err}");
 }

@@ -41,6 +41,7 @@ fn format_options(
         default_layout: layout,
         meta_layout,
         checksum,
+        name: None,
     })
 }
 

@@ -338,7 +338,7 @@ fn an_osd_down_is_an_error_naming_the_object() {
 #[test]
 fn a_pool_directory_names_rados_devices() {
     let dir = tempfile::tempdir().unwrap();
-    let pool_dir = dir.path().join("pool");
+    let pool_dir = dir.path().join("names");
     let conf = conf().display().to_string();
     let paths = vec![
         dir.path().join("img0"),
@@ -439,7 +439,7 @@ fn a_lease_taken_away_is_lost() {
 #[test]
 fn a_pool_in_the_cluster_has_one_writer() {
     let dir = tempfile::tempdir().unwrap();
-    let pool_dir = dir.path().join("pool");
+    let pool_dir = dir.path().join("one-writer");
     let conf = conf().display().to_string();
     let paths =
         vec![PathBuf::from(format!("rados:{POOL}?conf={conf}")), PathBuf::from(format!("rados:{POOL}?conf={conf}"))];
@@ -470,7 +470,7 @@ fn a_pool_in_the_cluster_has_one_writer() {
 #[test]
 fn a_pool_whose_lease_is_lost_is_written_no_more() {
     let dir = tempfile::tempdir().unwrap();
-    let pool_dir = dir.path().join("pool");
+    let pool_dir = dir.path().join("lease-lost");
     let conf = conf().display().to_string();
     let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf}"))];
     Fs::mkfs_devices(&pool_dir, &paths, Some(32 * MB), &FormatOptions::default()).unwrap();
@@ -501,4 +501,70 @@ fn a_pool_whose_lease_is_lost_is_written_no_more() {
     let e = fs.sync().unwrap_err();
     assert!(e.to_string().contains("lease"), "{e}");
     assert_eq!(fs.read_file("/before").unwrap(), b"kept", "reads go on");
+}
+
+/// A pool with devices in the cluster is found by name: mkfs describes it
+/// in the cluster under its directory's name (refusing a name taken),
+/// another host makes its own directory from `rados:POOL/NAME?conf=PATH`
+/// alone, with its own config path, and a device added on one host reaches
+/// the other's directory when it next opens the pool.
+#[test]
+fn a_pool_is_found_by_name_from_another_host() {
+    use hurricane::pool::published::{locate, locator_of};
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("by-name");
+    let conf_s = conf().display().to_string();
+    let dev = |size: &str| PathBuf::from(format!("rados:{POOL}?conf={conf_s}{size}"));
+    Fs::mkfs_devices(&pool_dir, &[dev(""), dev("")], Some(32 * MB), &FormatOptions::default()).unwrap();
+    let locator = locator_of(&pool_dir).unwrap().unwrap();
+    assert_eq!(locator, format!("rados:{POOL}/by-name?conf={}", std::fs::canonicalize(conf()).unwrap().display()));
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    fs.write_file("/f", b"made on the first host", None).unwrap();
+    fs.close().unwrap();
+
+    // The name is taken, from any directory; another name is not.
+    let e = Fs::mkfs_devices(&dir.path().join("x/by-name"), &[dev("")], Some(32 * MB), &FormatOptions::default())
+        .unwrap_err();
+    assert!(matches!(e, Error::Exists(_)) && e.to_string().contains("a pool named by-name is already"), "{e}");
+    assert!(!dir.path().join("x/by-name/pool.conf").exists(), "nothing made for a refused name");
+
+    // The other host: its own copy of the cluster's config, nothing else.
+    let other_conf = dir.path().join("other-ceph.conf");
+    std::fs::copy(conf(), &other_conf).unwrap();
+    let other_conf = std::fs::canonicalize(&other_conf).unwrap();
+    let root = dir.path().join("other-host");
+    let other = locate(&format!("rados:{POOL}/by-name?conf={}", other_conf.display()), &root).unwrap();
+    assert_eq!(other, root.join(POOL).join("by-name"));
+    let listed = std::fs::read_to_string(other.join("pool.conf")).unwrap();
+    let devices: Vec<&str> = listed.lines().filter(|l| l.starts_with("device = ")).collect();
+    assert_eq!(devices.len(), 2, "{listed}");
+    assert!(devices.iter().all(|l| l.contains(&format!("conf={}&", other_conf.display()))), "{listed}");
+    let fs = Fs::open_dir(&other, quiet()).unwrap();
+    assert_eq!(fs.read_file("/f").unwrap(), b"made on the first host");
+    // A device added there.
+    let mut spec = hurricane::device::RadosSpec::parse(&format!("rados:{POOL}?conf={}", other_conf.display())).unwrap();
+    spec.prefix = Some(hurricane::device::rados_spec::object_prefix(&fs.pool_id(), 2));
+    spec.size = Some(32 * MB);
+    let new = hurricane::device::RadosConnections::default().open_device(&spec).unwrap();
+    let opts = hurricane::fs::AddOptions { pool_dir: Some(other.clone()), path: Some(PathBuf::from(spec.to_string())) };
+    assert_eq!(fs.add_device(new, &opts).unwrap(), 2);
+    fs.write_file("/g", b"made on the other host", None).unwrap();
+    fs.close().unwrap();
+    drop(fs);
+
+    // The first host's directory takes the new device list when it opens.
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    assert_eq!(fs.storage().device_count(), 3);
+    assert_eq!(fs.read_file("/g").unwrap(), b"made on the other host");
+    check_clean(&fs, "a pool found by name");
+    fs.close().unwrap();
+    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
+    let devices: Vec<&str> = listed.lines().filter(|l| l.starts_with("device = ")).collect();
+    assert_eq!(devices.len(), 3, "{listed}");
+    assert!(devices.iter().all(|l| l.contains(&format!("conf={conf_s}&"))), "this host's config: {listed}");
+    assert!(listed.contains("revision = 2"), "{listed}");
+
+    // A name nobody took.
+    let e = locate(&format!("rados:{POOL}/nobody?conf={conf_s}"), &root).unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)) && e.to_string().contains("no pool named nobody"), "{e}");
 }

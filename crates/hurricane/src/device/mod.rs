@@ -10,6 +10,8 @@ mod file;
 mod mem;
 #[cfg(feature = "rados")]
 pub mod rados;
+#[cfg(feature = "rados")]
+pub mod rados_objects;
 pub mod rados_spec;
 pub mod sim;
 mod stats;

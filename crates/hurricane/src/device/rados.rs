@@ -63,7 +63,7 @@ impl Default for RadosOptions {
 
 /// A connection to a Ceph cluster, shared by the devices in its pools.
 pub struct RadosCluster {
-    handle: ffi::rados_t,
+    pub(super) handle: ffi::rados_t,
     conf: String,
 }
 
@@ -82,11 +82,11 @@ impl Drop for RadosCluster {
     }
 }
 
-fn os_err(ret: i32) -> io::Error {
+pub(super) fn os_err(ret: i32) -> io::Error {
     io::Error::from_raw_os_error(-ret)
 }
 
-fn cstring(s: &str, what: &str) -> Result<CString> {
+pub(super) fn cstring(s: &str, what: &str) -> Result<CString> {
     CString::new(s).map_err(|_| Error::Invalid(format!("{what} {s:?} contains a NUL byte")))
 }
 

@@ -121,6 +121,43 @@ impl RadosConnections {
     }
 }
 
+/// The whole object `object` of the RADOS pool `pool` in the cluster of
+/// `conf`, or None when there is none (small objects: a pool's
+/// description).
+pub fn read_object(conf: &std::path::Path, pool: &str, object: &str) -> Result<Option<Vec<u8>>> {
+    #[cfg(feature = "rados")]
+    {
+        super::rados_objects::RadosObjects::connect(conf, pool)?.read(object)
+    }
+    #[cfg(not(feature = "rados"))]
+    {
+        Err(no_rados(conf, pool, object))
+    }
+}
+
+/// Replaces the object `object` of the RADOS pool `pool` in the cluster of
+/// `conf` with `data`, atomically; with `exclusive`, [`Error::Exists`] if
+/// it is there.
+pub fn write_object(conf: &std::path::Path, pool: &str, object: &str, data: &[u8], exclusive: bool) -> Result<()> {
+    #[cfg(feature = "rados")]
+    {
+        super::rados_objects::RadosObjects::connect(conf, pool)?.write(object, data, exclusive)
+    }
+    #[cfg(not(feature = "rados"))]
+    {
+        let _ = (data, exclusive);
+        Err(no_rados(conf, pool, object))
+    }
+}
+
+#[cfg(not(feature = "rados"))]
+fn no_rados(conf: &std::path::Path, pool: &str, object: &str) -> Error {
+    Error::NotSupported(format!(
+        "rados:{pool}/{object} (cluster of {}): this build has no rados devices (cargo feature rados)",
+        conf.display()
+    ))
+}
+
 /// How long a pool's writer's lease lasts without renewal unless the
 /// pool's opener says (`Options::lease_duration`).
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(30);

@@ -68,11 +68,15 @@ pub struct FormatOptions {
     /// New files get a `checksum` block above every per-device leaf of
     /// their layout (default: on).
     pub checksum: bool,
+    /// The pool's name in its Ceph cluster, for a pool with rados devices
+    /// (`pool::published`): other hosts find it as
+    /// `rados:CEPHPOOL/NAME?conf=PATH`. Default: the pool directory's name.
+    pub name: Option<String>,
 }
 
 impl Default for FormatOptions {
     fn default() -> Self {
-        FormatOptions { journal_size: None, default_layout: None, meta_layout: None, checksum: true }
+        FormatOptions { journal_size: None, default_layout: None, meta_layout: None, checksum: true, name: None }
     }
 }
 
@@ -709,14 +713,33 @@ impl Fs {
             devs.push(Arc::new(crate::device::FileDevice::create(p, size)?));
         }
         Fs::format(devs, opts)?;
-        pool::write_pool_file(dir, &paths)?;
+        pool::write_pool_file(dir, &paths, None)?;
         Ok(paths)
     }
 
     /// Makes a pool on the given files or block devices, or devices in a
     /// Ceph cluster (`rados:POOL[/PREFIX]?conf=PATH[&size=SIZE]`, with the
-    /// `rados` feature); records them in `dir`.
+    /// `rados` feature); records them in `dir`. A pool with rados devices
+    /// is also described in its cluster under its name (`opts.name`, else
+    /// the directory's name), which must be free there.
     pub fn mkfs_devices(dir: &Path, paths: &[PathBuf], size: Option<u64>, opts: &FormatOptions) -> Result<()> {
+        let home = paths.iter().filter_map(|p| p.to_str()).find(|n| crate::device::is_rados(n));
+        let name = match home {
+            Some(home) => {
+                let name = match &opts.name {
+                    Some(n) => n.clone(),
+                    None => dir.file_name().and_then(|n| n.to_str()).map(str::to_string).ok_or_else(|| {
+                        Error::Invalid(format!("{}: give the pool a name for its cluster", dir.display()))
+                    })?,
+                };
+                let mut spec = crate::device::RadosSpec::parse(home)?;
+                spec.conf =
+                    std::fs::canonicalize(&spec.conf).map_err(|e| Error::io(spec.conf.display().to_string(), e))?;
+                pool::published::check_free(&spec, &name)?;
+                Some(name)
+            }
+            None => None,
+        };
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
         let mut devs: Vec<Arc<dyn Device>> = Vec::new();
         let mut abs = Vec::new();
@@ -749,11 +772,19 @@ impl Fs {
             abs.push(std::fs::canonicalize(p).map_err(|e| Error::io(p.display().to_string(), e))?);
         }
         Fs::format_as(devs, opts, pool_id)?;
-        pool::write_pool_file(dir, &abs)
+        pool::write_pool_file(dir, &abs, name.as_deref().map(|n| (n, &pool_id)))
     }
 
     /// Opens the pool described by a pool directory.
     pub fn open_dir(dir: &Path, opts: Options) -> Result<Fs> {
+        // A pool found by name in its cluster: the device list as the
+        // cluster has it now (another host may have added a device).
+        if let Err(e) = pool::published::sync(dir) {
+            tracing::warn!(
+                "{}: the pool's description in its cluster: {e}; opened as the directory lists it",
+                dir.display()
+            );
+        }
         let paths = pool::device_paths(dir)?;
         // One writer at a time for a pool in a cluster: the lease first,
         // before the journal is replayed or anything written.

@@ -2,6 +2,7 @@
 //! directory names its devices, and the identity checks made on open.
 
 pub mod alloc;
+pub mod published;
 pub mod superblock;
 mod table;
 
@@ -188,18 +189,17 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Whether a (trimmed) line of `pool.conf` names a device: anything but
-/// blank lines, comments, `sim =`, `fault =` and `numa =` lines.
+/// blank lines, comments, and `sim =`, `fault =`, `numa =`, `name =`, `id =`
+/// and `revision =` lines.
 pub fn is_device_line(line: &str) -> bool {
     !(line.is_empty()
         || line.starts_with('#')
-        || sim_line(line).is_some()
-        || fault_line(line).is_some()
-        || numa_line(line).is_some())
+        || ["sim", "fault", "numa", "name", "id", "revision"].iter().any(|k| published::setting(line, k).is_some()))
 }
 
 /// The value of a `numa = DEV NODE` line.
 fn numa_line(line: &str) -> Option<&str> {
-    line.strip_prefix("numa")?.trim_start().strip_prefix('=').map(str::trim)
+    published::setting(line, "numa")
 }
 
 /// The NUMA nodes a pool directory gives its devices (`numa = DEV NODE`
@@ -222,9 +222,18 @@ pub fn numa_nodes(dir: &Path) -> Result<Vec<(u32, u32)>> {
     Ok(out)
 }
 
+/// Replaces `pool.conf` with `text` (a changed device list): written as
+/// [`write_pool_text`] does, and for a pool found by name in its cluster,
+/// with its revision raised and published there (`published`).
+pub fn replace_pool_file(dir: &Path, text: &str) -> Result<()> {
+    let text = published::next_revision(text)?;
+    write_pool_text(dir, &text)?;
+    published::publish(&text, false)
+}
+
 /// Replaces `pool.conf` with `text`: a temporary file, synced, renamed over
 /// it, and the directory synced, so a crash leaves the old list or the new.
-pub fn replace_pool_file(dir: &Path, text: &str) -> Result<()> {
+pub fn write_pool_text(dir: &Path, text: &str) -> Result<()> {
     let f = dir.join(POOL_FILE);
     let tmp = dir.join(format!("{POOL_FILE}.tmp"));
     let write = || -> std::io::Result<()> {
@@ -240,12 +249,12 @@ pub fn replace_pool_file(dir: &Path, text: &str) -> Result<()> {
 
 /// The value of a `sim = SPEC` line.
 fn sim_line(line: &str) -> Option<&str> {
-    line.strip_prefix("sim")?.trim_start().strip_prefix('=').map(str::trim)
+    published::setting(line, "sim")
 }
 
 /// The value of a `fault = DEV SPEC` line.
 fn fault_line(line: &str) -> Option<&str> {
-    line.strip_prefix("fault")?.trim_start().strip_prefix('=').map(str::trim)
+    published::setting(line, "fault")
 }
 
 /// The faults a pool directory asks to inject (`fault = DEV SPEC` lines in
@@ -291,18 +300,24 @@ pub fn set_sim(dir: &Path, p: Option<&crate::device::SimParams>) -> Result<()> {
     if let Some(p) = p {
         out.push_str(&format!("{NOTE}\nsim = {p}\n"));
     }
-    std::fs::write(&f, out).map_err(|e| Error::io(f.display().to_string(), e))
+    replace_pool_file(dir, &out)
 }
 
-/// Writes the pool directory's device list.
-pub fn write_pool_file(dir: &Path, paths: &[PathBuf]) -> Result<()> {
+/// Writes a new pool directory's device list. `named`: the pool's name and
+/// id, for a pool with devices in a Ceph cluster, whose description is
+/// then published there under that name (`published`; refused if the name
+/// is taken).
+pub fn write_pool_file(dir: &Path, paths: &[PathBuf], named: Option<(&str, &[u8; 16])>) -> Result<()> {
     let mut s = String::from("# Hurricane pool: one device a line, in device order\n");
     for p in paths {
         let rel = p.strip_prefix(dir).unwrap_or(p);
         s.push_str(&format!("device = {}\n", rel.display()));
     }
-    let f = dir.join(POOL_FILE);
-    std::fs::write(&f, s).map_err(|e| Error::io(f.display().to_string(), e))
+    if let Some((name, id)) = named {
+        s.push_str(&published::naming_lines(name, id));
+    }
+    write_pool_text(dir, &s)?;
+    published::publish(&s, true)
 }
 
 /// Opens the named device files (and rados devices, `rados:...`). One that does not exist or cannot be
