@@ -9,8 +9,8 @@ use hurricane::fs::{AddOptions, MigrateOptions, RemoveOptions, ReplaceOptions, R
 use hurricane::units::human;
 use hurricane::{Fs, Options};
 use hurricane_fuse::control::{
-    open_new_device, open_replacement, resolve_device, JobState, Request, ScrubSummary, Status, CONTROL_XATTR,
-    SCRUB_POSITION_FILE,
+    open_new, open_new_device, open_replacement, resolve_device, JobState, Request, ScrubSummary, Status,
+    CONTROL_XATTR, SCRUB_POSITION_FILE,
 };
 use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
@@ -215,9 +215,8 @@ pub struct AddArgs {
     /// Pool directory or mount point.
     #[arg(value_parser = crate::util::pool_arg)]
     pub target: PathBuf,
-    /// The new device: an image file, a block device, or (to a pool
-    /// directory) a device in a Ceph cluster,
-    /// `rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`.
+    /// The new device: an image file, a block device, or a device in a
+    /// Ceph cluster, `rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`.
     pub new: PathBuf,
     /// Size of a new image file (e.g. 10G).
     #[arg(long, value_parser = parse_size)]
@@ -254,7 +253,10 @@ pub struct ReplaceArgs {
     pub target: PathBuf,
     /// The device replaced: its index or its path.
     pub old: Option<String>,
-    /// The new device: an image file or a block device.
+    /// The new device: an image file, a block device, or a device in a
+    /// Ceph cluster, `rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]` (its
+    /// objects named after the pool id, the device's index and, for a
+    /// replacement, the first free generation: `hurricane.ID.INDEX.K`).
     pub new: Option<PathBuf>,
     /// Rebuild from redundancy even if OLD still reads.
     #[arg(long)]
@@ -328,37 +330,36 @@ fn add(a: &AddArgs) -> CliResult {
     Ok(())
 }
 
-/// `device add POOL_DIR rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`: a
-/// device in a Ceph cluster, named as mkfs names them (the prefix from the
-/// pool id and the new device's index unless given, the size from the
-/// spec, `--size`, or the pool's largest device).
+/// `device add POOL rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`: a
+/// device in a Ceph cluster, offline or through the mount, its objects
+/// named as `rados_spec::new_device` says (after the pool id and the new
+/// device's index unless given), its size from the spec, `--size`, or the
+/// pool's largest device.
 fn add_rados(a: &AddArgs, name: &str) -> CliResult {
-    let dir = &a.target;
-    if !is_pool(dir) {
-        return Err(Fail::new(format!(
-            "{}: a device in a Ceph cluster is added to a pool directory, with the pool unmounted",
-            dir.display()
-        )));
-    }
-    let mut spec = hurricane::device::RadosSpec::parse(name)?;
-    spec.conf = std::fs::canonicalize(&spec.conf).map_err(|e| Fail::new(format!("{}: {e}", spec.conf.display())))?;
-    let _lock = PoolLock::take(dir, true)?;
-    let fs = Fs::open_dir(dir, Options::default())?;
-    let index = fs.storage().device_count();
-    spec.prefix.get_or_insert_with(|| hurricane::device::rados_spec::object_prefix(&fs.pool_id(), index));
-    let largest = fs.storage().devs.iter().map(|d| d.dev().size()).max();
-    spec.size = spec.size.or(a.size).or(largest);
-    let r = hurricane::device::RadosConnections::default().open_device(&spec).and_then(|dev| {
-        let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(PathBuf::from(spec.to_string())) };
-        fs.add_device(dev, &opts)
-    });
-    let c = fs.close();
-    let i = r?;
-    c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
-    if a.json {
-        println!("{}", serde_json::json!({ "device": i, "path": spec.to_string() }));
+    let (index, listed) = if is_pool(&a.target) {
+        let dir = &a.target;
+        let _lock = PoolLock::take(dir, true)?;
+        let fs = Fs::open_dir(dir, Options::default())?;
+        let index = fs.storage().device_count();
+        let largest = fs.storage().devs.iter().map(|d| d.dev().size()).max().unwrap_or(0);
+        let r = open_new(name, &fs.pool_id(), index, a.size.unwrap_or(largest)).map_err(Fail::new).and_then(
+            |(dev, path)| {
+                let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(path.clone()) };
+                Ok((fs.add_device(dev, &opts)?, path))
+            },
+        );
+        let c = fs.close();
+        let r = r?;
+        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
+        (r.0, r.1.display().to_string())
     } else {
-        println!("added device {i}: {spec}");
+        let st = online(&a.target, &Request::Add { new: name.to_string(), size: a.size })?;
+        (st.device.ok_or_else(|| Fail::new("the mount did not say which device was added"))?, name.to_string())
+    };
+    if a.json {
+        println!("{}", serde_json::json!({ "device": index, "path": listed }));
+    } else {
+        println!("added device {index}: {listed}");
     }
     Ok(())
 }
@@ -471,7 +472,12 @@ fn replace(a: &ReplaceArgs) -> CliResult {
     let (Some(old), Some(new)) = (&a.old, &a.new) else {
         return Err(Fail::code(2, "device replace needs OLD and NEW (or --resume)"));
     };
-    let new = std::path::absolute(new).map_err(|e| Fail::new(format!("{}: {e}", new.display())))?;
+    // A device in a Ceph cluster is named, not a path.
+    let rados = new.to_str().filter(|n| hurricane::device::is_rados(n)).map(str::to_string);
+    let new = match &rados {
+        Some(n) => PathBuf::from(n),
+        None => std::path::absolute(new).map_err(|e| Fail::new(format!("{}: {e}", new.display())))?,
+    };
     if !is_pool(&a.target) {
         let req = Request::Replace {
             old: old.clone(),
@@ -490,17 +496,19 @@ fn replace(a: &ReplaceArgs) -> CliResult {
         return Err(Fail::new(format!("{}: already a device of this pool", new.display())));
     }
     let lock = PoolLock::take(dir, true)?;
-    if old_path.exists() {
+    let new_name = new.to_string_lossy().into_owned();
+    if let Ok(old_dev) = hurricane::pool::open_device(old_path, false) {
         // The pool opens with it: copy it (or rebuild, if asked or failing).
-        let size = std::fs::metadata(old_path).map(|m| m.len()).unwrap_or(0);
-        let size = hurricane::device::FileDevice::open(old_path, false)
-            .map(|d| {
-                use hurricane::device::Device;
-                d.size()
-            })
-            .unwrap_or(size);
-        let dev = open_replacement(&new, size)?;
+        let size = old_dev.size();
+        drop(old_dev);
         let fs = Fs::open_dir(dir, Options::default())?;
+        let (dev, new) = match open_replacement(&new_name, &fs.pool_id(), idx, size) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = fs.close();
+                return Err(Fail::new(e));
+            }
+        };
         let pb = bytes_bar(0, "replace");
         let opts = ReplaceOptions {
             pool_dir: Some(dir.clone()),
@@ -524,16 +532,12 @@ fn replace(a: &ReplaceArgs) -> CliResult {
     }
     // The old device is gone: the new one takes its place resilvering,
     // then a scrub rebuilds it.
-    let size = paths
-        .iter()
-        .filter_map(|p| hurricane::device::FileDevice::open(p, false).ok())
-        .map(|d| {
-            use hurricane::device::Device;
-            d.size()
-        })
-        .max()
-        .ok_or_else(|| Fail::new("no device of the pool is there"))?;
-    drop(open_replacement(&new, size)?);
+    let devs = hurricane::pool::open_paths(&paths, false)?;
+    let size = devs.iter().filter(|d| !d.gone()).map(|d| d.size()).max();
+    let size = size.ok_or_else(|| Fail::new("no device of the pool is there"))?;
+    let (sb, _) = hurricane::pool::identify(devs)?;
+    let (dev, new) = open_replacement(&new_name, &sb.pool_id, idx, size)?;
+    drop(dev);
     hurricane::fs::prepare_offline_replacement(dir, idx, &new)?;
     let fs = Fs::open_dir(dir, Options::default())?;
     if let Some(c) = fs.report().double_claims.iter().find(|c| c.contains(&format!("device {idx} "))) {

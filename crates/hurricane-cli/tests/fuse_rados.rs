@@ -497,11 +497,11 @@ fn kill_9_mid_write_then_another_host_takes_over_after_the_lease() {
     m.unmount();
 }
 
-/// `device add` of a device in the cluster to a pool of image files: pool.conf
-/// names it as mkfs would (its prefix from the pool id and its index, the
-/// size of the pool's devices), the mount places files on it, they read back
-/// after a remount, and fsck finds the pool clean. A mounted pool is
-/// refused, saying why.
+/// `device add` of a device in the cluster to a mounted pool of image
+/// files: pool.conf names it as mkfs would (its prefix from the pool id and
+/// its index, the size of the pool's devices), the mount places files on
+/// it, they read back after a remount, and fsck finds the pool clean. An
+/// offline add of a second one goes the same way.
 #[test]
 fn device_add_puts_a_rados_device_in_a_pool_of_images() {
     require_fuse!();
@@ -509,18 +509,13 @@ fn device_add_puts_a_rados_device_in_a_pool_of_images() {
     let m = pool.mount(&[]);
     let before = data((3 << 20) + 5, 1);
     fs::write(m.path("before"), &before).unwrap();
-    let (code, _, err) = run(&["device", "add", s(&m.mnt), &rados_device()]);
-    assert!(code != 0 && err.contains("pool unmounted"), "{code}: {err}");
-    m.unmount();
-
-    let out = hurricane(&["device", "add", s(&pool.dir), &rados_device()]);
+    let out = hurricane(&["device", "add", s(&m.mnt), &rados_device()]);
     assert!(out.starts_with("added device 2: rados:"), "{out}");
     let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
     let line = listed.lines().find(|l| l.starts_with("device = rados:")).unwrap_or_else(|| panic!("{listed}"));
     assert!(line.starts_with(&format!("device = rados:{CEPH_POOL}/hurricane.")), "{line}");
     assert!(line.contains(".2?conf=") && line.ends_with(&format!("&size={}", 128 << 20)), "{line}");
 
-    let m = pool.mount(&[]);
     let f = m.path("mirrored");
     fs::File::create(&f).unwrap();
     setxattr(&f, "user.hurricane.layout", b"replicate[extent@0,extent@2]");
@@ -535,6 +530,70 @@ fn device_add_puts_a_rados_device_in_a_pool_of_images() {
     assert!(fs::read(m.path("mirrored")).unwrap() == body);
     assert!(fs::read(m.path("before")).unwrap() == before);
     m.unmount();
+    let out = hurricane(&["device", "add", s(&pool.dir), &format!("{}&size=64M", rados_device())]);
+    assert!(out.starts_with("added device 3: rados:") && out.contains(".3?conf="), "{out}");
+    assert!(out.trim_end().ends_with(&format!("&size={}", 64 << 20)), "{out}");
+    fsck_clean(&pool.dir);
+}
+
+/// The prefix of device `i` in pool.conf.
+fn prefix_of(dir: &Path, i: usize) -> String {
+    let listed = fs::read_to_string(dir.join("pool.conf")).unwrap();
+    let line = listed.lines().filter(|l| l.starts_with("device = ")).nth(i).unwrap_or_else(|| panic!("{listed}"));
+    let name = line.strip_prefix(&format!("device = rados:{CEPH_POOL}/")).unwrap_or_else(|| panic!("{line}"));
+    name.split('?').next().unwrap().to_string()
+}
+
+/// `device replace` with a device in the cluster: a rados device replaced
+/// by another offline (copied; the new one's objects named after the slot's
+/// next generation, `.2.1`, never the old objects), a local image replaced
+/// by a rados device through the mount, and a lost image rebuilt onto a
+/// rados device offline (`.1`). Files stay whole through each, and fsck
+/// finds the pool clean. A prefix that holds a device is refused.
+#[test]
+fn device_replace_puts_rados_devices_in_place_of_others() {
+    require_fuse!();
+    let pool = pool(&[Dev::Local, Dev::Local, Dev::Rados], "64M", "replicate[extent@0,extent@2]");
+    let m = pool.mount(&[]);
+    let files: Vec<(String, Vec<u8>)> =
+        (0..4).map(|i| (format!("f{i}"), data((1 << 20) * i + 4321, i as u64))).collect();
+    for (n, d) in &files {
+        fs::write(m.path(n), d).unwrap();
+    }
+    m.unmount();
+    let check = |what: &str| {
+        let m = pool.mount(&[]);
+        for (n, d) in &files {
+            assert!(fs::read(m.path(n)).unwrap() == *d, "{n} after {what}");
+        }
+        m.unmount();
+        fsck_clean(&pool.dir);
+    };
+    let old2 = prefix_of(&pool.dir, 2);
+    assert!(old2.ends_with(".2"), "{old2}");
+
+    // A rados device by another, offline: copied.
+    let (code, _, err) =
+        run(&["device", "replace", s(&pool.dir), "2", &rados_device().replacen("?", &format!("/{old2}?"), 1)]);
+    assert!(code != 0 && err.contains("hold a device already"), "{code}: {err}");
+    hurricane(&["device", "replace", s(&pool.dir), "2", &rados_device()]);
+    assert_eq!(prefix_of(&pool.dir, 2), format!("{old2}.1"));
+    check("a rados device replaced by another");
+
+    // A local image by a rados device, through the mount.
+    let m = pool.mount(&[]);
+    hurricane(&["device", "replace", s(&m.mnt), "0", &rados_device()]);
+    m.unmount();
+    assert_eq!(prefix_of(&pool.dir, 0), old2.replace(".2", ".0"));
+    check("an image replaced by a rados device online");
+
+    // A lost image rebuilt onto a rados device, offline.
+    fs::remove_file(pool.tmp.path().join("img1")).unwrap();
+    hurricane(&["device", "replace", s(&pool.dir), "1", &rados_device()]);
+    assert_eq!(prefix_of(&pool.dir, 1), old2.replace(".2", ".1"));
+    check("a lost image rebuilt onto a rados device");
+    let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
+    assert_eq!(listed.lines().filter(|l| l.starts_with("device = rados:")).count(), 3, "{listed}");
 }
 
 /// `hurricane mkfs rados:CEPHPOOL/NAME?conf=PATH --device rados:...`: a

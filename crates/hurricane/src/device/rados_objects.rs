@@ -62,6 +62,20 @@ impl RadosObjects {
         Error::io(&what, io::Error::new(cause.kind(), format!("{op}: {cause}")))
     }
 
+    /// Whether the object `name` is there.
+    pub fn exists(&self, name: &str) -> Result<bool> {
+        let oid = cstring(name, "object name")?;
+        let (mut size, mut mtime) = (0u64, 0 as libc::time_t);
+        // SAFETY: a live context, a NUL-terminated name and valid places
+        // for the size and time.
+        let ret = unsafe { ffi::rados_stat(self.ioctx, oid.as_ptr(), &mut size, &mut mtime) };
+        match ret {
+            0.. => Ok(true),
+            r if r == -libc::ENOENT => Ok(false),
+            r => Err(self.err("stat", name, r)),
+        }
+    }
+
     /// The whole object `name`, or None when there is none.
     pub fn read(&self, name: &str) -> Result<Option<Vec<u8>>> {
         let oid = cstring(name, "object name")?;

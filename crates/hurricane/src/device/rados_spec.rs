@@ -86,6 +86,69 @@ pub fn object_prefix(pool_id: &[u8; 16], index: u32) -> String {
     format!("hurricane.{hex}.{index}")
 }
 
+/// The most replacements one device index is named for
+/// ([`new_device`]'s `.K` suffixes).
+const MAX_GENERATIONS: u32 = 1000;
+
+/// A new device for slot `index` of the pool `pool_id` in a Ceph cluster
+/// (`device add`, `device replace`), named by `name`
+/// (`rados:POOL[/PREFIX]?conf=PATH[&size=SIZE]`), `size` bytes unless the
+/// name says. Its objects' prefix is the name's, else the first of
+/// `hurricane.<id>.<index>`, `hurricane.<id>.<index>.1`, `.2`, ... whose
+/// first chunk's object is absent: every device writes its superblocks to
+/// its first chunk, so a prefix that has one held a device, and a
+/// replacement must not find a former device's stale objects (old journal
+/// records among them). A given prefix that held a device is refused.
+/// Returns the device and its name for pool.conf (prefix, size and the
+/// config's full path written out).
+pub fn new_device(name: &str, pool_id: &[u8; 16], index: u32, size: u64) -> Result<(Arc<dyn Device>, RadosSpec)> {
+    let mut spec = RadosSpec::parse(name)?;
+    spec.conf = std::fs::canonicalize(&spec.conf).map_err(|e| Error::io(spec.conf.display().to_string(), e))?;
+    spec.size = Some(spec.size.unwrap_or(size));
+    let first_chunk = |prefix: &str| format!("{prefix}.{:016x}", 0);
+    let used = |prefix: &str| object_exists(&spec.conf, &spec.pool, &first_chunk(prefix));
+    match &spec.prefix {
+        Some(p) => {
+            if used(p)? {
+                return Err(Error::Exists(format!(
+                    "rados:{}/{p}: these objects hold a device already (its first chunk {} is there)",
+                    spec.pool,
+                    first_chunk(p)
+                )));
+            }
+        }
+        None => {
+            let base = object_prefix(pool_id, index);
+            let mut found = None;
+            for k in 0..MAX_GENERATIONS {
+                let p = if k == 0 { base.clone() } else { format!("{base}.{k}") };
+                if !used(&p)? {
+                    found = Some(p);
+                    break;
+                }
+            }
+            spec.prefix = Some(found.ok_or_else(|| {
+                Error::Exists(format!("rados:{}/{base}: {MAX_GENERATIONS} devices named after it already", spec.pool))
+            })?);
+        }
+    }
+    let dev = RadosConnections::default().open_device(&spec)?;
+    Ok((dev, spec))
+}
+
+/// Whether the object `object` of the RADOS pool `pool` in the cluster of
+/// `conf` is there.
+pub fn object_exists(conf: &std::path::Path, pool: &str, object: &str) -> Result<bool> {
+    #[cfg(feature = "rados")]
+    {
+        super::rados_objects::RadosObjects::connect(conf, pool)?.exists(object)
+    }
+    #[cfg(not(feature = "rados"))]
+    {
+        Err(no_rados(conf, pool, object))
+    }
+}
+
 /// The cluster connections the rados devices of one pool share: one per
 /// config file.
 #[derive(Default)]

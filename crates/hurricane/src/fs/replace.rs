@@ -23,7 +23,7 @@
 
 use super::scrub::{ScrubOptions, ScrubProgress, ScrubReport};
 use super::Fs;
-use crate::device::{Device, DeviceState, FileDevice, BLOCK_SIZE};
+use crate::device::{Device, DeviceState, BLOCK_SIZE};
 use crate::error::{Error, Result};
 use crate::pool::{self, Superblock, RESERVED_BLOCKS};
 use parking_lot::RwLock;
@@ -331,8 +331,8 @@ fn newest_superblock(devs: &[(u32, Arc<dyn Device>)], skip: u32) -> Result<Super
 }
 
 /// For a pool that is not open and whose device `old` is gone: makes `new`
-/// (an image file or block device at least as large) its replacement in
-/// the resilvering state, before the pool is opened. Opening then finds the
+/// (an image file, a block device or a rados device, at least as large)
+/// its replacement in the resilvering state, before the pool is opened. Opening then finds the
 /// new device; a scrub rebuilds it (`Fs::scrub` finishes a resilver).
 /// Order: the new device's superblock, pool.conf, the others' superblocks;
 /// a crash at any point leaves a pool that opens as before or resilvering.
@@ -341,14 +341,15 @@ pub fn prepare_offline_replacement(dir: &Path, old: u32, new_path: &Path) -> Res
     if old as usize >= paths.len() {
         return Err(Error::Invalid(format!("device {old}: the pool has {} devices", paths.len())));
     }
-    let mut others: Vec<(u32, Arc<dyn Device>)> = Vec::new();
-    for (i, p) in paths.iter().enumerate() {
-        if i as u32 != old && p.exists() {
-            others.push((i as u32, Arc::new(FileDevice::open(p, true)?)));
-        }
-    }
-    let new = FileDevice::open(new_path, true)?;
-    prepare_replacement(&others, old, &new, &|| set_device_path(dir, old, new_path))
+    // The devices that are there, wherever they are (rados devices too).
+    let others: Vec<(u32, Arc<dyn Device>)> = pool::open_paths(&paths, true)?
+        .into_iter()
+        .enumerate()
+        .filter(|(i, d)| *i as u32 != old && !d.gone())
+        .map(|(i, d)| (i as u32, d))
+        .collect();
+    let new = pool::open_device(new_path, true)?;
+    prepare_replacement(&others, old, &*new, &|| set_device_path(dir, old, new_path))
 }
 
 /// [`prepare_offline_replacement`] on devices: `others` are the pool's

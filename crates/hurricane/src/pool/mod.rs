@@ -354,6 +354,16 @@ pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Devic
         .collect())
 }
 
+/// Opens the one device `path` names (an image file, a block device, or
+/// `rados:...`), failing when it cannot (where [`open_paths`] would take it
+/// as missing).
+pub fn open_device(path: &Path, writable: bool) -> Result<Arc<dyn Device>> {
+    match path.to_str().filter(|n| crate::device::is_rados(n)) {
+        Some(name) => crate::device::RadosConnections::default().open_device(&crate::device::RadosSpec::parse(name)?),
+        None => Ok(Arc::new(FileDevice::open(path, writable)?)),
+    }
+}
+
 /// Reads and cross-checks the superblocks of `devs`; returns the newest
 /// valid superblock and the devices ordered by their index. Refuses
 /// foreign, duplicated and newer-format devices and devices whose
