@@ -568,3 +568,54 @@ fn a_pool_is_found_by_name_from_another_host() {
     let e = locate(&format!("rados:{POOL}/nobody?conf={conf_s}"), &root).unwrap_err();
     assert!(matches!(e, Error::NotFound(_)) && e.to_string().contains("no pool named nobody"), "{e}");
 }
+
+/// The objects of the RADOS pool whose names start with `prefix`.
+fn objects_of(prefix: &str) -> usize {
+    let out = std::process::Command::new("rados")
+        .args(["-c", &conf().display().to_string(), "-p", POOL, "ls"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(prefix)).count()
+}
+
+/// Space a pool frees goes back to the cluster once the free is durable:
+/// deleting a large file removes the objects of the chunks it held whole,
+/// and what is written after reads back.
+#[test]
+fn freed_space_goes_back_to_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("gives-back");
+    let conf_s = conf().display().to_string();
+    let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf_s}"))];
+    let opts = FormatOptions { default_layout: Some("extent".into()), ..Default::default() };
+    Fs::mkfs_devices(&pool_dir, &paths, Some(256 * MB), &opts).unwrap();
+    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
+    let prefix = listed
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("device = rados:{POOL}/"))?.split('?').next())
+        .unwrap()
+        .to_string();
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    let big = pattern(7, 48 * MB as usize);
+    fs.write_file("/big", &big, None).unwrap();
+    fs.write_file("/small", b"stays", None).unwrap();
+    fs.sync().unwrap();
+    let full = objects_of(&prefix);
+    assert!(full >= 12, "48 MiB in 4 MiB objects: {full}");
+    fs.remove("/big").unwrap();
+    fs.sync().unwrap();
+    let after = objects_of(&prefix);
+    assert!(after + 10 <= full, "{full} objects before the delete, {after} after");
+    // The space is used again, and reads back.
+    let again = pattern(8, 20 * MB as usize);
+    fs.write_file("/again", &again, None).unwrap();
+    fs.sync().unwrap();
+    assert!(fs.read_file("/again").unwrap() == again);
+    assert_eq!(fs.read_file("/small").unwrap(), b"stays");
+    check_clean(&fs, "after space went back to the cluster");
+    fs.close().unwrap();
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    assert!(fs.read_file("/again").unwrap() == again);
+    fs.close().unwrap();
+}

@@ -332,6 +332,9 @@ impl Device for FaultDevice {
         self.enter()?;
         self.inner.flush()
     }
+    fn reclaims_freed(&self) -> bool {
+        self.inner.reclaims_freed()
+    }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         if self.plan.is_missing() {
             return Err(self.missing_err());

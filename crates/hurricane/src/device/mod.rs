@@ -61,6 +61,14 @@ pub trait Device: Send + Sync {
     fn discard(&self, _offset: u64, _len: u64) -> Result<()> {
         Ok(())
     }
+    /// Whether space the pool frees is given back to this device
+    /// (`discard`) as soon as the free is durable: a device whose free
+    /// space costs something elsewhere (a Ceph cluster's objects). No by
+    /// default: each discard is a request, and an image file's holes
+    /// fragment it.
+    fn reclaims_freed(&self) -> bool {
+        false
+    }
     /// Makes `len` bytes at `offset` read as zeros without writing them,
     /// keeping the space allocated (an image file's `FALLOC_FL_ZERO_RANGE`,
     /// a block device's write-zeroes). `Ok(false)`: not offered here, and

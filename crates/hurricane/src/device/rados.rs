@@ -455,6 +455,11 @@ impl Device for RadosDevice {
         r.map(|_| true)
     }
 
+    /// Space the pool frees goes back to the cluster: objects cost there.
+    fn reclaims_freed(&self) -> bool {
+        true
+    }
+
     /// Removes the objects of the chunks the range covers whole (they read
     /// as zeros again); parts of chunks are left as they are.
     fn discard(&self, offset: u64, len: u64) -> Result<()> {

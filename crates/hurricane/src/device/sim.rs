@@ -494,6 +494,9 @@ impl Device for SimDevice {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
+    fn reclaims_freed(&self) -> bool {
+        self.inner.reclaims_freed()
+    }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.inner.discard(offset, len)
     }

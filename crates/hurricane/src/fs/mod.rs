@@ -1034,8 +1034,19 @@ impl Fs {
             captured.as_secs_f64() * 1e3,
             (t0.elapsed() - captured).as_secs_f64() * 1e3
         );
-        for a in &inner.storage.allocs {
-            a.release(batch.epoch);
+        // Freed space goes back to the devices that want it (a Ceph
+        // cluster's objects), now that the frees are durable.
+        for (a, d) in inner.storage.allocs.iter().zip(inner.storage.devs.iter()) {
+            let dev = d.dev();
+            if d.state().writable() && dev.reclaims_freed() {
+                a.release_with(batch.epoch, |s, l| {
+                    if let Err(e) = dev.discard(s * BLOCK_SIZE as u64, l * BLOCK_SIZE as u64) {
+                        tracing::debug!(device = d.index, "giving back freed space: {e}");
+                    }
+                });
+            } else {
+                a.release(batch.epoch);
+            }
         }
         let mut c = inner.committed.lock();
         *c = (*c).max(batch.epoch);

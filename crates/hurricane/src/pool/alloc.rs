@@ -334,6 +334,13 @@ impl Allocator {
 
     /// Releases the deferred frees of every batch up to `committed`.
     pub fn release(&self, committed: u64) {
+        self.release_with(committed, |_, _| {});
+    }
+
+    /// [`Allocator::release`], handing each range (start, blocks) to
+    /// `discard` before it becomes free: nothing can be placed there until
+    /// it returns, so a discard never meets a new owner's writes.
+    pub fn release_with(&self, committed: u64, discard: impl Fn(u64, u64)) {
         let ready: Vec<_> = {
             let mut d = self.deferred.lock();
             let (ready, keep): (Vec<_>, Vec<_>) = d.drain(..).partition(|&(e, _, _)| e <= committed);
@@ -341,6 +348,7 @@ impl Allocator {
             ready
         };
         for (_, s, l) in ready {
+            discard(s, l);
             self.free_now(s, l);
         }
     }
