@@ -103,6 +103,8 @@ pub struct Shared {
     want_uring: bool,
     /// Ask the kernel for its writeback cache at init (`-o writeback_cache`).
     want_writeback: bool,
+    /// The kernel's background request limit (`MountOptions::max_background`).
+    max_background: u16,
     /// The io_uring queues serve every request but FORGET and INTERRUPT.
     rings_ready: std::sync::atomic::AtomicBool,
     /// Requests served through each CPU's io_uring queue.
@@ -132,7 +134,14 @@ fn first_handle() -> u64 {
 }
 
 impl HurricaneFuse {
-    pub fn new(fs: Fs, ttl: Duration, names: NameCache, info: MountInfo, want_uring: bool, writeback: bool) -> Self {
+    pub fn new(
+        fs: Fs,
+        ttl: Duration,
+        names: NameCache,
+        info: MountInfo,
+        o: &crate::MountOptions,
+        want_uring: bool,
+    ) -> Self {
         let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
         // Two reads in flight per device keep every device busy while the
         // one before is being copied out. A device in a Ceph cluster spreads
@@ -153,7 +162,8 @@ impl HurricaneFuse {
             started: Instant::now(),
             negotiated: Mutex::new(Vec::new()),
             want_uring,
-            want_writeback: writeback,
+            want_writeback: o.writeback_cache,
+            max_background: o.max_background,
             rings_ready: std::sync::atomic::AtomicBool::new(false),
             ring_requests: (0..crate::workers::possible_cpus()).map(|_| Default::default()).collect(),
             readers: Workers::new(readers),
@@ -482,8 +492,8 @@ impl Filesystem for HurricaneFuse {
         if let Err(max) = cfg.set_max_readahead(MAX_READAHEAD) {
             let _ = cfg.set_max_readahead(max);
         }
-        let _ = cfg.set_max_background(64);
-        let _ = cfg.set_congestion_threshold(48);
+        let _ = cfg.set_max_background(self.max_background);
+        let _ = cfg.set_congestion_threshold(self.max_background / 4 * 3);
         // POSIX record locks and flock locks stay with the kernel: its lock
         // manager is exact for a single-host mount, wakes F_SETLKW waiters
         // on signals, detects deadlocks, and drops a process's locks on any

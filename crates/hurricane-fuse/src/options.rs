@@ -11,6 +11,14 @@ use std::time::Duration;
 /// operations in flight.
 pub const REMOTE_THREADS: usize = 32;
 
+/// Requests the kernel keeps in flight in the background (read-ahead,
+/// releases) before it counts the mount congested at three quarters of it
+/// and skips read-ahead: for local devices, and (`for_pool`) for devices
+/// over the network, where each request waits for a round trip and 16
+/// sequential readers each keep several 1 MiB reads in flight.
+pub const LOCAL_BACKGROUND: u16 = 64;
+pub const REMOTE_BACKGROUND: u16 = 256;
+
 /// What the `-o` options ask for.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
@@ -60,6 +68,9 @@ pub struct MountOptions {
     /// Let the kernel cache writes and send them later, merged
     /// (`writeback_cache`; off by default, see `docs/ARCHITECTURE.md`).
     pub writeback_cache: bool,
+    /// The kernel's background request limit (`LOCAL_BACKGROUND`, or
+    /// `REMOTE_BACKGROUND` by `for_pool`).
+    pub max_background: u16,
 }
 
 impl Default for MountOptions {
@@ -87,6 +98,7 @@ impl Default for MountOptions {
             uring: true,
             uring_chosen: false,
             writeback_cache: false,
+            max_background: LOCAL_BACKGROUND,
         }
     }
 }
@@ -298,6 +310,7 @@ impl MountOptions {
     /// whose thread serves one request at a time.
     pub fn for_pool(mut self, remote: bool) -> MountOptions {
         if remote {
+            self.max_background = self.max_background.max(REMOTE_BACKGROUND);
             if !self.uring_chosen {
                 self.uring = false;
             }
@@ -409,7 +422,7 @@ mod tests {
         // A pool with devices over the network: many /dev/fuse threads,
         // unless the command line chose.
         let o = MountOptions::parse::<&str>(&[]).unwrap().for_pool(true);
-        assert!(!o.uring && o.thread_count() >= REMOTE_THREADS);
+        assert!(!o.uring && o.thread_count() >= REMOTE_THREADS && o.max_background == REMOTE_BACKGROUND);
         let o = MountOptions::parse::<&str>(&[]).unwrap().for_pool(false);
         assert!(o.uring && o.threads.is_none());
         let o = MountOptions::parse(&["uring"]).unwrap().for_pool(true);

@@ -153,7 +153,7 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         threads: o.thread_count(),
     };
     let want_uring = o.uring && crate::uring::kernel_allows(true);
-    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.name_cache(), info, want_uring, o.writeback_cache);
+    let fuse = HurricaneFuse::new(fs.clone(), o.attr_timeout, o.name_cache(), info, o, want_uring);
     let handlers = fuse.secondary();
     let config = o.fuser_config(&pool_name);
     let mut session = match fuser::Session::new(fuse, &mnt, &config) {
