@@ -169,8 +169,10 @@ impl Pool {
         }
     }
 
-    /// Opens the pool whose devices are recorded in ``directory`` (replaying
-    /// its journal if it was not closed cleanly). ``cache_size`` bounds the
+    /// Opens the pool whose devices are recorded in ``directory``, or the
+    /// pool found by name in a Ceph cluster,
+    /// ``"rados:CEPHPOOL/NAME?conf=PATH"`` (builds with the ``rados``
+    /// feature), replaying its journal if it was not closed cleanly. ``cache_size`` bounds the
     /// data-block cache (bytes or text such as ``"256M"``).
     #[staticmethod]
     #[pyo3(signature = (directory, *, read_only=false, cache_size=None))]
@@ -182,7 +184,17 @@ impl Pool {
     ) -> PyResult<Pool> {
         let opts = options(read_only, cache_size)?;
         let origin = directory.display().to_string();
-        let fs = py.detach(|| Fs::open_dir(&directory, opts)).or_raise()?;
+        let fs = py
+            .detach(|| {
+                // A pool found by name in a Ceph cluster: this host's
+                // directory for it, brought up to date from the cluster.
+                let dir = match directory.to_str().filter(|d| hurricane::device::is_rados(d)) {
+                    Some(loc) => hurricane::pool::published::locate(loc, &hurricane::pool::published::local_root())?,
+                    None => directory.clone(),
+                };
+                Fs::open_dir(&dir, opts)
+            })
+            .or_raise()?;
         Ok(Pool::wrap(fs, origin))
     }
 
