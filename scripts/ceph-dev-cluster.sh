@@ -5,6 +5,7 @@
 #   scripts/ceph-dev-cluster.sh start DIR [POOL...]   prints DIR/ceph.conf
 #   scripts/ceph-dev-cluster.sh stop DIR
 #   scripts/ceph-dev-cluster.sh status DIR
+#   scripts/ceph-dev-cluster.sh pause|resume DIR
 #
 # `start` runs one monitor (mon.a) and one OSD (osd.0) from DIR, both on
 # 127.0.0.1 only, with no authentication (auth_*_required = none) and pools of
@@ -25,6 +26,11 @@
 # files, checked against their command lines; SIGKILL, as nothing in them is
 # kept), waits for them to exit, and removes DIR.
 #
+# `pause` stops the OSD where it stands (SIGSTOP) and `resume` lets it go on
+# (SIGCONT): a stalled OSD, which clients see as operations that do not
+# complete, for the tests of timeouts. (A memstore OSD killed and restarted
+# would come back empty.)
+#
 # The daemons come from Debian's ceph-mon, ceph-osd and ceph-common
 # (`HURRICANE_CEPH=1 scripts/setup.sh` installs them); they run as the
 # calling user, without systemd, their logs in DIR/log.
@@ -38,7 +44,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 start|stop|status DIR [POOL...]" >&2
+    echo "usage: $0 start|stop|status|pause|resume DIR [POOL...]" >&2
     exit 2
 }
 [ $# -ge 2 ] || usage
@@ -210,6 +216,13 @@ stop)
     kill_daemons
     rm -rf "$dir"
     rm -f "$dir.lock"
+    ;;
+pause | resume)
+    p=$(daemon_pid osd.0) || {
+        echo "$0: no OSD runs from $dir" >&2
+        exit 1
+    }
+    if [ "$cmd" = pause ]; then kill -STOP "$p"; else kill -CONT "$p"; fi
     ;;
 status)
     daemon_pid mon.a >/dev/null && daemon_pid osd.0 >/dev/null || {

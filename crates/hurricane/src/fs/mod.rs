@@ -757,8 +757,11 @@ impl Fs {
         let paths = pool::device_paths(dir)?;
         // One writer at a time for a pool in a cluster: the lease first,
         // before the journal is replayed or anything written.
-        let lease = crate::device::PoolLease::take(&paths, !opts.read_only, opts.lease_duration)?;
-        let devs = pool::open_paths(&paths, !opts.read_only)?;
+        // On the connection the devices then use: a writer fenced by the
+        // next one loses its devices' writes with its lease.
+        let mut rados = crate::device::RadosConnections::default();
+        let lease = crate::device::PoolLease::take(&paths, !opts.read_only, opts.lease_duration, &mut rados)?;
+        let devs = pool::open_paths_with(&paths, !opts.read_only, &mut rados)?;
         // A pool made with `--sim` keeps its disk model in pool.conf.
         let mut devs = match pool::sim_params(dir)? {
             Some(p) => crate::device::SimDevice::wrap_all(devs, &p),
