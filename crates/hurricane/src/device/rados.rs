@@ -20,7 +20,26 @@
 //! holder; a host that dies stops renewing, and the lock expires after its
 //! duration so another host can open the pool and replay its journal. A
 //! holder whose renewal fails (the lock expired, or was broken) has lost the
-//! pool: it stops writing (`is_lost`).
+//! pool: it stops writing (`is_lost`). A renewal that fails for a reason
+//! that may pass (a timeout, a full pool) is tried again until a whole
+//! duration has passed since the last one that succeeded.
+//!
+//! Fencing: a holder that stalled past its lease (a paused process, a
+//! partition) does not know it lost the pool until it runs again, and may
+//! have writes in flight. So the holder records its client address in the
+//! lease object (`LEASE_WRITER_XATTR`), and the next holder blocklists that
+//! address before it replays the journal: the OSDs refuse the old holder's
+//! operations from then on. The lease and the pool's devices share one
+//! connection (`RadosConnections`), so this fences the devices' writes.
+//!
+//! Errors from the cluster say what happened and to which object: an
+//! operation its OSD does not answer within `rados_osd_op_timeout` (the
+//! config file's, else `RadosOptions::op_timeout`) fails as timed out; a
+//! full pool fails writes at once with `NoSpace` (librados would wait for
+//! room without a timeout; the io contexts set FULL_TRY); a blocklisted
+//! client is told it was fenced. Timeouts and full pools are transient
+//! (`Device::transient`): they do not fault the device, and later requests
+//! are tried.
 //!
 //! librados is reached through the `ceph` crate's bindings, behind the
 //! `rados` cargo feature.
