@@ -29,7 +29,8 @@
 # `pause` stops the OSD where it stands (SIGSTOP) and `resume` lets it go on
 # (SIGCONT): a stalled OSD, which clients see as operations that do not
 # complete, for the tests of timeouts. (A memstore OSD killed and restarted
-# would come back empty.)
+# would come back empty.) Keep a pause under about 40 s: see
+# osd_heartbeat_grace below.
 #
 # The daemons come from Debian's ceph-mon, ceph-osd and ceph-common
 # (`HURRICANE_CEPH=1 scripts/setup.sh` installs them); they run as the
@@ -171,6 +172,14 @@ mon_warn_on_pool_no_redundancy = false
 mon_warn_on_insecure_global_id_reclaim_allowed = false
 mon_data_avail_warn = 1
 mon_data_avail_crit = 0
+# A placement group serves reads only while its read lease lasts
+# (osd_pool_default_read_lease_ratio x osd_heartbeat_grace, 16 s by
+# default); an OSD stopped for longer (`pause`) comes back with its leases
+# lapsed, and with no peer to renew them its placement groups may stay
+# "laggy", serving nothing, for minutes. A longer grace (a 48 s lease) lets
+# the tests stall the OSD for half a minute. One OSD has no peers to mark it
+# down, so nothing else changes.
+osd_heartbeat_grace = 60
 run_dir = $dir/run
 pid_file = $dir/run/\$name.pid
 admin_socket = $dir/run/\$name.\$pid.asok

@@ -789,11 +789,16 @@ fn a_writer_stalled_past_its_lease_is_fenced_by_the_host_that_takes_over() {
         let _ = tx.send(r);
     });
     let r = rx.recv_timeout(Duration::from_secs(60)).expect("the old writer's write hangs");
-    assert!(r.is_err(), "the fenced writer wrote through its open file");
-    let r = write_and_fsync(m.path("late"), data(1 << 20, 30), Duration::from_secs(60));
-    assert!(r.is_err(), "the fenced writer wrote a new file");
+    let e = r.expect_err("the fenced writer wrote through its open file");
+    eprintln!("the fenced writer's write through its open file: {e}");
+    let e = write_and_fsync(m.path("late"), data(1 << 20, 30), Duration::from_secs(60))
+        .expect_err("the fenced writer wrote a new file");
+    eprintln!("the fenced writer's new file: {e}");
     let old_log = pool.log();
     assert!(old_log.contains("the lease could not be renewed"), "{old_log}");
+    for l in old_log.lines().filter(|l| l.contains("lease") || l.contains("blocklisted")).take(6) {
+        eprintln!("the fenced writer's log: {l}");
+    }
     let (code, _, err) = run(&["umount", s(&m.mnt)]);
     eprintln!("umount of the fenced writer: {code}: {err}");
     drop(m);
