@@ -626,11 +626,14 @@ const ERROR_POOLS: [(&str, &[Dev], &str); 2] = [
 
 /// The OSD stops mid-write (SIGSTOP; a memstore OSD restarted would come
 /// back empty) while the mount's clients have a 3 s operation timeout
-/// (`rados_osd_op_timeout` in the config pool.conf names): a write and
-/// fsync fail with EIO within seconds, not a hang, and the mount's log
-/// names the object and says it timed out. Once the OSD goes on (SIGCONT)
-/// writes and fsyncs work again in the same mount; everything fsync'd
-/// before is intact, after a remount too, and fsck finds the pool clean.
+/// (`rados_osd_op_timeout` in the config pool.conf names): a write fails
+/// with EIO after one timeout, not one per piece of it and not a hang, and
+/// the mount's log names the object and says it timed out; an fsync whose
+/// journal record cannot reach the cluster fails with EIO too. Once the
+/// OSD goes on (SIGCONT) writes and fsyncs work again in the same mount,
+/// the change the failed commit held goes out with the next one;
+/// everything fsync'd before is intact, after a remount too, and fsck
+/// finds the pool clean.
 /// On a pool with local journal and meta-data and on one wholly in the
 /// cluster. The mounts hold a 60 s lease: a writer that cannot renew its
 /// lease for its whole duration gives the pool up (read-only until it is
@@ -654,10 +657,27 @@ fn an_osd_stalled_mid_write_fails_writes_with_eio_then_they_go_on() {
         let t = Instant::now();
         let r = write_and_fsync(m.path("during"), data(1 << 20, 9), Duration::from_secs(120));
         let took = t.elapsed();
+        // A change of meta-data only (held in memory), then an fsync of its
+        // directory: its journal record cannot be written where the
+        // journal is in the cluster.
+        fs::create_dir(m.path("dir-during")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = m.path("");
+        std::thread::spawn(move || {
+            let _ = tx.send(fs::File::open(&root).and_then(|d| d.sync_all()));
+        });
+        let synced = rx.recv_timeout(Duration::from_secs(120)).expect("an fsync to a stalled OSD hangs");
         cluster.script("resume");
+        eprintln!("{what}: fsync of the root directory while stalled: {synced:?}");
+        if devs.iter().all(|d| matches!(d, Dev::Rados)) {
+            let e = synced.expect_err("a journal record written to a stalled OSD");
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}");
+        }
         let e = r.expect_err("a write and fsync to a stalled OSD succeeded");
         eprintln!("{what}: failed after {took:.1?}: {e}");
         assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}");
+        // A few timeouts, not one per piece of the write.
+        assert!(took < Duration::from_secs(20), "{what}: took {took:?} to fail");
         let log = pool.log();
         let line = log.lines().find(|l| l.contains("of object hurricane.") && l.contains("timed out"));
         let line = line.unwrap_or_else(|| panic!("{what}: no timeout of an object in the log:\n{log}"));
@@ -671,12 +691,15 @@ fn an_osd_stalled_mid_write_fails_writes_with_eio_then_they_go_on() {
         for (name, body) in &kept {
             assert!(read_soon(&pool, &m.path(name)) == *body, "{what}: {name}");
         }
+        // The change the failed commit held went out with a later one.
+        fs::File::open(m.path("")).unwrap().sync_all().unwrap();
         m.unmount();
         fsck_clean(&pool.dir);
         let m = pool.mount(&[]);
         for (name, body) in &kept {
             assert!(fs::read(m.path(name)).unwrap() == *body, "{what}: {name} after a remount");
         }
+        assert!(m.path("dir-during").is_dir(), "{what}: the directory made during the stall");
         m.unmount();
     }
 }
