@@ -5,6 +5,7 @@
 #   scripts/ceph-dev-cluster.sh start DIR [POOL...]   prints DIR/ceph.conf
 #   scripts/ceph-dev-cluster.sh stop DIR
 #   scripts/ceph-dev-cluster.sh status DIR
+#   scripts/ceph-dev-cluster.sh pause|resume DIR
 #
 # `start` runs one monitor (mon.a) and one OSD (osd.0) from DIR, both on
 # 127.0.0.1 only, with no authentication (auth_*_required = none) and pools of
@@ -25,6 +26,12 @@
 # files, checked against their command lines; SIGKILL, as nothing in them is
 # kept), waits for them to exit, and removes DIR.
 #
+# `pause` stops the OSD where it stands (SIGSTOP) and `resume` lets it go on
+# (SIGCONT): a stalled OSD, which clients see as operations that do not
+# complete, for the tests of timeouts. (A memstore OSD killed and restarted
+# would come back empty.) Keep a pause under about 40 s: see
+# osd_heartbeat_grace below.
+#
 # The daemons come from Debian's ceph-mon, ceph-osd and ceph-common
 # (`HURRICANE_CEPH=1 scripts/setup.sh` installs them); they run as the
 # calling user, without systemd, their logs in DIR/log.
@@ -38,7 +45,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 start|stop|status DIR [POOL...]" >&2
+    echo "usage: $0 start|stop|status|pause|resume DIR [POOL...]" >&2
     exit 2
 }
 [ $# -ge 2 ] || usage
@@ -165,6 +172,14 @@ mon_warn_on_pool_no_redundancy = false
 mon_warn_on_insecure_global_id_reclaim_allowed = false
 mon_data_avail_warn = 1
 mon_data_avail_crit = 0
+# A placement group serves reads only while its read lease lasts
+# (osd_pool_default_read_lease_ratio x osd_heartbeat_grace, 16 s by
+# default); an OSD stopped for longer (`pause`) comes back with its leases
+# lapsed, and with no peer to renew them its placement groups may stay
+# "laggy", serving nothing, for minutes. A longer grace (a 48 s lease) lets
+# the tests stall the OSD for half a minute. One OSD has no peers to mark it
+# down, so nothing else changes.
+osd_heartbeat_grace = 60
 run_dir = $dir/run
 pid_file = $dir/run/\$name.pid
 admin_socket = $dir/run/\$name.\$pid.asok
@@ -210,6 +225,13 @@ stop)
     kill_daemons
     rm -rf "$dir"
     rm -f "$dir.lock"
+    ;;
+pause | resume)
+    p=$(daemon_pid osd.0) || {
+        echo "$0: no OSD runs from $dir" >&2
+        exit 1
+    }
+    if [ "$cmd" = pause ]; then kill -STOP "$p"; else kill -CONT "$p"; fi
     ;;
 status)
     daemon_pid mon.a >/dev/null && daemon_pid osd.0 >/dev/null || {

@@ -342,12 +342,10 @@ fn add_rados(a: &AddArgs, name: &str) -> CliResult {
         let fs = Fs::open_dir(dir, Options::default())?;
         let index = fs.storage().device_count();
         let largest = fs.storage().devs.iter().map(|d| d.dev().size()).max().unwrap_or(0);
-        let r = open_new(name, &fs.pool_id(), index, a.size.unwrap_or(largest)).map_err(Fail::new).and_then(
-            |(dev, path)| {
-                let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(path.clone()) };
-                Ok((fs.add_device(dev, &opts)?, path))
-            },
-        );
+        let r = open_new(&fs, name, index, a.size.unwrap_or(largest)).map_err(Fail::new).and_then(|(dev, path)| {
+            let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(path.clone()) };
+            Ok((fs.add_device(dev, &opts)?, path))
+        });
         let c = fs.close();
         let r = r?;
         c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
@@ -502,7 +500,7 @@ fn replace(a: &ReplaceArgs) -> CliResult {
         let size = old_dev.size();
         drop(old_dev);
         let fs = Fs::open_dir(dir, Options::default())?;
-        let (dev, new) = match open_replacement(&new_name, &fs.pool_id(), idx, size) {
+        let (dev, new) = match open_replacement(&fs, &new_name, idx, size) {
             Ok(x) => x,
             Err(e) => {
                 let _ = fs.close();
@@ -536,7 +534,22 @@ fn replace(a: &ReplaceArgs) -> CliResult {
     let size = devs.iter().filter(|d| !d.gone()).map(|d| d.size()).max();
     let size = size.ok_or_else(|| Fail::new("no device of the pool is there"))?;
     let (sb, _) = hurricane::pool::identify(devs)?;
-    let (dev, new) = open_replacement(&new_name, &sb.pool_id, idx, size)?;
+    // Opened here only to be named and checked: the pool opens it again.
+    let (dev, new) = match new_name.as_str() {
+        n if hurricane::device::is_rados(n) => {
+            let mut conns = hurricane::device::RadosConnections::default();
+            let (dev, spec) = hurricane::device::rados_spec::new_device(n, &sb.pool_id, idx, size, &mut conns)?;
+            (dev, PathBuf::from(spec.to_string()))
+        }
+        _ => (hurricane_fuse::control::open_new_device(&new, size)?, new.clone()),
+    };
+    if dev.size() < size {
+        return Err(Fail::new(format!(
+            "{}: {} bytes, smaller than the device it replaces ({size} bytes)",
+            new.display(),
+            dev.size()
+        )));
+    }
     drop(dev);
     hurricane::fs::prepare_offline_replacement(dir, idx, &new)?;
     let fs = Fs::open_dir(dir, Options::default())?;

@@ -3,7 +3,11 @@
 //! layouts across both, the data checks of the other mount tests on a pool
 //! wholly in the cluster and on "another host" (given only a config file
 //! for the cluster and the pool's name), and a mount killed mid-write whose
-//! pool another host takes over once the writer's lease expires.
+//! pool another host takes over once the writer's lease expires. Errors
+//! from the cluster: an OSD stalled mid-write (EIO naming the object, then
+//! writes go on once it is back), a full pool (ENOSPC, then writes go on
+//! once it has room), and a writer stalled past its lease, fenced by the
+//! host that took the pool over.
 //!
 //! The cluster is a one-node one started by `scripts/ceph-dev-cluster.sh`
 //! in a directory of this test process's own and stopped when the process
@@ -58,7 +62,91 @@ fn conf() -> &'static Path {
 /// What `hurricane mkfs --device` takes for a device in the cluster (its
 /// object prefix from the pool id, its size from `--device-size`).
 fn rados_device() -> String {
-    format!("rados:{CEPH_POOL}?conf={}", conf().display())
+    rados_device_on(conf())
+}
+
+/// [`rados_device`] in the cluster of the config file `conf`.
+fn rados_device_on(conf: &Path) -> String {
+    format!("rados:{CEPH_POOL}?conf={}", conf.display())
+}
+
+/// A cluster of one test's own, for a test that stalls or fills it (the
+/// others share `conf()`, and run beside it): started in a directory of
+/// its own, stopped when dropped.
+struct OwnCluster {
+    dir: PathBuf,
+    conf: PathBuf,
+}
+
+impl OwnCluster {
+    fn start(name: &str) -> OwnCluster {
+        let dir = PathBuf::from(format!("{}-{name}", cluster_dir().display()));
+        let out = Command::new(script()).arg("start").arg(&dir).output().unwrap();
+        let c = OwnCluster { dir, conf: PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()) };
+        assert!(out.status.success(), "ceph-dev-cluster.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
+        c
+    }
+
+    /// `scripts/ceph-dev-cluster.sh CMD DIR`.
+    fn script(&self, cmd: &str) {
+        let st = Command::new(script()).arg(cmd).arg(&self.dir).status().unwrap();
+        assert!(st.success(), "ceph-dev-cluster.sh {cmd} failed");
+    }
+
+    fn ceph(&self, args: &[&str]) -> String {
+        let mut a = vec!["-c", s(&self.conf)];
+        a.extend(args);
+        ok("ceph", &a)
+    }
+
+    /// A copy of the cluster's config with `lines` added for clients.
+    fn conf_with(&self, lines: &[&str]) -> PathBuf {
+        let mut text = fs::read_to_string(&self.conf).unwrap();
+        text.push_str("\n[client]\n");
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        let p = self.dir.join("client.conf");
+        fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Whether the RADOS pool of the tests is flagged full.
+    fn pool_full(&self) -> bool {
+        let detail = self.ceph(&["osd", "pool", "ls", "detail"]);
+        let line = detail.lines().find(|l| l.contains(&format!("'{CEPH_POOL}'"))).unwrap_or_else(|| panic!("{detail}"));
+        line.split(" flags ")
+            .nth(1)
+            .and_then(|f| f.split(' ').next())
+            .is_some_and(|f| f.split(',').any(|x| x == "full"))
+    }
+
+    /// Fills the cluster (`full`) or gives it room again: its full ratio
+    /// set below or back above what its OSD holds, then waits until the
+    /// pool's full flag says so (the OSD reports its use every few seconds).
+    fn set_full(&self, full: bool) {
+        let ratios = if full { ["0.0005", "0.0008", "0.001"] } else { ["0.85", "0.90", "0.95"] };
+        for (what, r) in ["set-nearfull-ratio", "set-backfillfull-ratio", "set-full-ratio"].iter().zip(ratios) {
+            self.ceph(&["osd", what, r]);
+        }
+        let t = Instant::now();
+        while self.pool_full() != full {
+            assert!(
+                t.elapsed() < Duration::from_secs(90),
+                "the pool's full flag is not {full} after {:?}",
+                t.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).arg("resume").arg(&self.dir).status();
+        let _ = Command::new(script()).arg("stop").arg(&self.dir).status();
+    }
 }
 
 /// One device of a test pool: an image file in the pool's temporary
@@ -72,6 +160,11 @@ enum Dev {
 /// A pool over `devs` (mkfs with `--device` for each, files laid out as
 /// `layout` unless said otherwise), with a mount point.
 fn pool(devs: &[Dev], size: &str, layout: &str) -> Pool {
+    pool_on(conf(), devs, size, layout)
+}
+
+/// [`pool`], its devices in the cluster of the config file `conf`.
+fn pool_on(conf: &Path, devs: &[Dev], size: &str, layout: &str) -> Pool {
     // SAFETY: umask has no preconditions (every FUSE test sets the same).
     unsafe { libc::umask(0o022) };
     let tmp = tempfile::tempdir().unwrap();
@@ -83,7 +176,7 @@ fn pool(devs: &[Dev], size: &str, layout: &str) -> Pool {
         .enumerate()
         .map(|(i, d)| match d {
             Dev::Local => s(&tmp.path().join(format!("img{i}"))).to_string(),
-            Dev::Rados => rados_device(),
+            Dev::Rados => rados_device_on(conf),
         })
         .collect();
     // Each pool's name in the cluster is its own (the tests share one).
@@ -639,4 +732,283 @@ fn a_pool_made_by_name_is_used_by_name() {
     assert!(code == 2 && err.contains("first device must be in RADOS pool elsewhere"), "{code}: {err}");
     let (code, _, err) = run(&there, &["ls", &format!("rados:{CEPH_POOL}/.bad?conf={}", conf().display())]);
     assert!(code != 0 && err.contains("not a pool name"), "{code}: {err}");
+}
+
+/// Writes `body` to `path` and fsyncs it, in a thread of its own: the first
+/// error, or a test failure if neither came within `limit` (a hang).
+fn write_and_fsync(path: PathBuf, body: Vec<u8>, limit: Duration) -> std::io::Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let shown = path.display().to_string();
+    std::thread::spawn(move || {
+        let r = (|| {
+            let mut f = fs::File::create(&path)?;
+            f.write_all(&body)?;
+            f.sync_all()
+        })();
+        let _ = tx.send(r);
+    });
+    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("{shown}: neither written nor failed within {limit:?}"))
+}
+
+/// [`write_and_fsync`] until it succeeds (a cluster back from a stall takes
+/// a moment to take writes again), for at most `limit`.
+fn write_and_fsync_soon(pool: &Pool, path: &Path, body: &[u8], limit: Duration) {
+    let t = Instant::now();
+    loop {
+        match write_and_fsync(path.to_path_buf(), body.to_vec(), limit) {
+            Ok(()) => return,
+            Err(e) if t.elapsed() < limit => {
+                eprintln!("{}: {e}; trying again", path.display());
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => {
+                panic!("{}: still failing {:?} after: {e}; the log:\n{}", path.display(), t.elapsed(), pool.log())
+            }
+        }
+    }
+}
+
+/// Reads `path`, trying again for a while on EIO: an OSD just back from a
+/// stall may at first take longer than a short operation timeout to answer
+/// (on a loaded test machine).
+fn read_soon(pool: &Pool, path: &Path) -> Vec<u8> {
+    let t = Instant::now();
+    loop {
+        match fs::read(path) {
+            Ok(b) => return b,
+            Err(e) if e.raw_os_error() == Some(libc::EIO) && t.elapsed() < Duration::from_secs(30) => {
+                eprintln!("{}: {e}; trying again", path.display());
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("{}: {e}; the log:\n{}", path.display(), pool.log()),
+        }
+    }
+}
+
+/// The two pools the error tests run on: journal and meta-data on local
+/// images with file data striped over devices in the cluster, and one
+/// wholly in the cluster.
+const ERROR_POOLS: [(&str, &[Dev], &str); 2] = [
+    (
+        "local journal and meta-data",
+        &[Dev::Local, Dev::Local, Dev::Rados, Dev::Rados],
+        "stripe(unit=64K)[extent@2,extent@3]",
+    ),
+    ("wholly in the cluster", &[Dev::Rados, Dev::Rados], "stripe(unit=64K,width=2)"),
+];
+
+/// The OSD stops mid-write (SIGSTOP; a memstore OSD restarted would come
+/// back empty) while the mount's clients have a 3 s operation timeout
+/// (`rados_osd_op_timeout` in the config pool.conf names): a write fails
+/// with EIO after one timeout, not one per piece of it and not a hang, and
+/// the mount's log names the object and says it timed out; an fsync whose
+/// journal record cannot reach the cluster fails with EIO too. Once the
+/// OSD goes on (SIGCONT) writes and fsyncs work again in the same mount,
+/// the change the failed commit held goes out with the next one;
+/// everything fsync'd before is intact, after a remount too, and fsck
+/// finds the pool clean.
+/// On a pool with local journal and meta-data and on one wholly in the
+/// cluster. The mounts hold a 60 s lease: a writer that cannot renew its
+/// lease for its whole duration gives the pool up (read-only until it is
+/// mounted again), as another host may have taken it over by then.
+#[test]
+fn an_osd_stalled_mid_write_fails_writes_with_eio_then_they_go_on() {
+    require_fuse!();
+    let cluster = OwnCluster::start("stall");
+    let conf = cluster.conf_with(&["rados_osd_op_timeout = 3"]);
+    for (what, devs, layout) in ERROR_POOLS {
+        let pool = pool_on(&conf, devs, "256M", layout);
+        let m = pool.mount(&["lease=60"]);
+        let mut kept = Vec::new();
+        for i in 0..3 {
+            let (name, body) = (format!("before-{i}"), data((3 << 20) + i * 1000, i as u64));
+            write_and_fsync(m.path(&name), body.clone(), Duration::from_secs(60)).unwrap();
+            kept.push((name, body));
+        }
+
+        cluster.script("pause");
+        let t = Instant::now();
+        let r = write_and_fsync(m.path("during"), data(1 << 20, 9), Duration::from_secs(120));
+        let took = t.elapsed();
+        // A change of meta-data only (held in memory), then an fsync of its
+        // directory: its journal record cannot be written where the
+        // journal is in the cluster.
+        fs::create_dir(m.path("dir-during")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = m.path("");
+        std::thread::spawn(move || {
+            let _ = tx.send(fs::File::open(&root).and_then(|d| d.sync_all()));
+        });
+        let synced = rx.recv_timeout(Duration::from_secs(120)).expect("an fsync to a stalled OSD hangs");
+        cluster.script("resume");
+        eprintln!("{what}: fsync of the root directory while stalled: {synced:?}");
+        if devs.iter().all(|d| matches!(d, Dev::Rados)) {
+            let e = synced.expect_err("a journal record written to a stalled OSD");
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}");
+        }
+        let e = r.expect_err("a write and fsync to a stalled OSD succeeded");
+        eprintln!("{what}: failed after {took:.1?}: {e}");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}");
+        // A few timeouts, not one per piece of the write.
+        assert!(took < Duration::from_secs(20), "{what}: took {took:?} to fail");
+        let log = pool.log();
+        let line = log.lines().find(|l| l.contains("of object hurricane.") && l.contains("timed out"));
+        let line = line.unwrap_or_else(|| panic!("{what}: no timeout of an object in the log:\n{log}"));
+        assert!(line.contains("rados_osd_op_timeout") && line.contains("does not answer"), "{what}: {line}");
+        assert!(!log.contains("panicked"), "{what}: {log}");
+
+        // Back: the same mount writes again, and kept everything.
+        let after = data((2 << 20) + 17, 10);
+        write_and_fsync_soon(&pool, &m.path("after"), &after, Duration::from_secs(60));
+        kept.push(("after".into(), after));
+        for (name, body) in &kept {
+            assert!(read_soon(&pool, &m.path(name)) == *body, "{what}: {name}");
+        }
+        // The change the failed commit held went out with a later one.
+        fs::File::open(m.path("")).unwrap().sync_all().unwrap();
+        m.unmount();
+        fsck_clean(&pool.dir);
+        let m = pool.mount(&[]);
+        for (name, body) in &kept {
+            assert!(fs::read(m.path(name)).unwrap() == *body, "{what}: {name} after a remount");
+        }
+        assert!(m.path("dir-during").is_dir(), "{what}: the directory made during the stall");
+        m.unmount();
+    }
+}
+
+/// The cluster fills up (its OSD past its full ratio, so the RADOS pool is
+/// flagged full, as one over its quota is): writes fail with ENOSPC at
+/// once rather than wait for room, the mount's log names the object and
+/// says the pool is full; once there is room again the same mount writes
+/// again, everything fsync'd before is intact, and fsck finds the pool
+/// clean. (Pool quotas need a manager daemon to count what a pool holds,
+/// which the dev cluster does not run; a pool over its quota fails the
+/// same way, with EDQUOT from the cluster.)
+#[test]
+fn a_full_pool_fails_writes_with_enospc_then_they_go_on() {
+    require_fuse!();
+    let cluster = OwnCluster::start("full");
+    for (what, devs, layout) in ERROR_POOLS {
+        let pool = pool_on(&cluster.conf, devs, "256M", layout);
+        let m = pool.mount(&[]);
+        let mut kept = Vec::new();
+        for i in 0..3 {
+            let (name, body) = (format!("before-{i}"), data((3 << 20) + i * 1000, i as u64));
+            write_and_fsync(m.path(&name), body.clone(), Duration::from_secs(60)).unwrap();
+            kept.push((name, body));
+        }
+
+        cluster.set_full(true);
+        let t = Instant::now();
+        let r = write_and_fsync(m.path("during"), data(5 << 20, 9), Duration::from_secs(60));
+        let took = t.elapsed();
+        let e = r.expect_err("a write and fsync to a full pool succeeded");
+        eprintln!("{what}: failed after {took:.1?}: {e}");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{what}: {e}");
+        assert!(took < Duration::from_secs(20), "{what}: took {took:?} to fail");
+        let log = pool.log();
+        let line = log.lines().find(|l| l.contains("is full")).unwrap_or_else(|| panic!("{what}: {log}"));
+        assert!(line.contains("of object hurricane.") && line.contains("RADOS pool"), "{what}: {line}");
+        // Reads go on.
+        assert!(fs::read(m.path("before-0")).unwrap() == kept[0].1, "{what}");
+
+        cluster.set_full(false);
+        let after = data((2 << 20) + 17, 10);
+        write_and_fsync_soon(&pool, &m.path("after"), &after, Duration::from_secs(60));
+        kept.push(("after".into(), after));
+        for (name, body) in &kept {
+            assert!(fs::read(m.path(name)).unwrap() == *body, "{what}: {name}");
+        }
+        m.unmount();
+        fsck_clean(&pool.dir);
+        let m = pool.mount(&[]);
+        for (name, body) in &kept {
+            assert!(fs::read(m.path(name)).unwrap() == *body, "{what}: {name} after a remount");
+        }
+        m.unmount();
+    }
+}
+
+/// A writer stalls (SIGSTOP) past its lease; another host takes the pool
+/// over once the lease has expired, and blocklists the stalled writer's
+/// client address before it replays the journal. When the stalled writer
+/// goes on (SIGCONT), its writes through a file it held open and to new
+/// files fail; the new host's data is intact, none of the old writer's
+/// late writes reach the pool, and fsck finds it clean.
+#[test]
+fn a_writer_stalled_past_its_lease_is_fenced_by_the_host_that_takes_over() {
+    require_fuse!();
+    let pool = pool(&[Dev::Rados, Dev::Rados], "256M", "stripe(unit=64K,width=2)");
+    let lease = format!("lease={LEASE_S}");
+    let m = pool.mount(&[&lease]);
+    let mut kept = Vec::new();
+    for i in 0..3 {
+        let (name, body) = (format!("before-{i}"), data((1 << 20) + i * 1000, i as u64));
+        write_and_fsync(m.path(&name), body.clone(), Duration::from_secs(60)).unwrap();
+        kept.push((name, body));
+    }
+    let held = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(m.path("held")).unwrap();
+    held.write_all_at(b"before the stall", 0).unwrap();
+    held.sync_all().unwrap();
+    kept.push(("held".into(), b"before the stall".to_vec()));
+
+    let old = m.pid;
+    // SAFETY: signalling the mount this test started.
+    unsafe { libc::kill(old as i32, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    let other = other_host(&pool, "other");
+    let new = loop {
+        let (code, _, err) = other.run(&["mount", &other.locator, s(&other.mnt), "-o", &lease]);
+        if code == 0 {
+            break Mounted::attach(&other.mnt);
+        }
+        assert!(err.contains("open for writing elsewhere") && err.contains(&format!("pid {old}")), "{err}");
+        assert!(stopped.elapsed() < Duration::from_secs(LEASE_S * 5), "still refused {:?} after", stopped.elapsed());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let log = fs::read_to_string(other.dir.join("hurricane-mount.log")).unwrap();
+    assert!(log.contains("did not release the pool: blocklisting it"), "{log}");
+    for (name, body) in &kept {
+        assert!(fs::read(new.path(name)).unwrap() == *body, "{name} on the new host");
+    }
+    let fresh = data((2 << 20) + 5, 20);
+    write_and_fsync(new.path("new-host"), fresh.clone(), Duration::from_secs(60)).unwrap();
+    kept.push(("new-host".into(), fresh));
+
+    // The old writer goes on: everything it tries fails.
+    // SAFETY: as above.
+    unsafe { libc::kill(old as i32, libc::SIGCONT) };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = held.write_all_at(b"written late!!!!", 0).and_then(|_| held.sync_all());
+        let _ = tx.send(r);
+    });
+    let r = rx.recv_timeout(Duration::from_secs(60)).expect("the old writer's write hangs");
+    let e = r.expect_err("the fenced writer wrote through its open file");
+    eprintln!("the fenced writer's write through its open file: {e}");
+    let e = write_and_fsync(m.path("late"), data(1 << 20, 30), Duration::from_secs(60))
+        .expect_err("the fenced writer wrote a new file");
+    eprintln!("the fenced writer's new file: {e}");
+    let old_log = pool.log();
+    assert!(old_log.contains("the lease could not be renewed"), "{old_log}");
+    for l in old_log.lines().filter(|l| l.contains("lease") || l.contains("blocklisted")).take(6) {
+        eprintln!("the fenced writer's log: {l}");
+    }
+    let (code, _, err) = run(&["umount", s(&m.mnt)]);
+    eprintln!("umount of the fenced writer: {code}: {err}");
+    drop(m);
+
+    // The new host's data is intact, and nothing of the old writer's late.
+    for (name, body) in &kept {
+        assert!(fs::read(new.path(name)).unwrap() == *body, "{name} after the old writer went on");
+    }
+    assert!(!new.path("late").exists(), "the fenced writer's file reached the pool");
+    new.unmount();
+    other.fsck_clean();
+    let m = other.mount(&[]);
+    for (name, body) in &kept {
+        assert!(fs::read(m.path(name)).unwrap() == *body, "{name} after a remount");
+    }
+    m.unmount();
 }

@@ -284,7 +284,7 @@ fn run(
         Request::Replace { old, new, rebuild, rate } => {
             let old = resolve_device(fs, old)?;
             let size = fs.storage().devs[old as usize].blocks() * 4096;
-            let (dev, new_path) = open_replacement(new, &fs.pool_id(), old, size)?;
+            let (dev, new_path) = open_replacement(fs, new, old, size)?;
             let opts = ReplaceOptions {
                 pool_dir: Some(dir.to_path_buf()),
                 new_path: Some(new_path),
@@ -316,7 +316,7 @@ fn run(
         }
         Request::Add { new, size } => {
             let size = size.unwrap_or_else(|| fs.storage().devs.iter().map(|d| d.blocks()).max().unwrap_or(0) * 4096);
-            let (dev, path) = open_new(new, &fs.pool_id(), fs.storage().device_count(), size)?;
+            let (dev, path) = open_new(fs, new, fs.storage().device_count(), size)?;
             let opts = AddOptions { pool_dir: Some(dir.to_path_buf()), path: Some(path) };
             let i = fs.add_device(dev, &opts).map_err(|e| e.to_string())?;
             status.lock().device = Some(i);
@@ -431,16 +431,17 @@ pub fn resolve_device(fs: &Fs, old: &str) -> Result<u32, String> {
     Err(format!("{old}: not a device of this pool"))
 }
 
-/// The new device `new` names for slot `index` of the pool `pool_id`: an
+/// The new device `new` names for slot `index` of the pool `fs`: an
 /// image file made with `size` bytes when there is none, an existing file
 /// or block device, or a device in a Ceph cluster
 /// (`rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`, its objects named as
 /// `hurricane::device::rados_spec::new_device` says, `size` bytes unless
 /// it says). Returns it and what pool.conf calls it.
-pub fn open_new(new: &str, pool_id: &[u8; 16], index: u32, size: u64) -> Result<(Arc<dyn Device>, PathBuf), String> {
+pub fn open_new(fs: &Fs, new: &str, index: u32, size: u64) -> Result<(Arc<dyn Device>, PathBuf), String> {
     if hurricane::device::is_rados(new) {
-        let (dev, spec) =
-            hurricane::device::rados_spec::new_device(new, pool_id, index, size).map_err(|e| e.to_string())?;
+        let mut conns = fs.rados_connections();
+        let (dev, spec) = hurricane::device::rados_spec::new_device(new, &fs.pool_id(), index, size, &mut conns)
+            .map_err(|e| e.to_string())?;
         return Ok((dev, PathBuf::from(spec.to_string())));
     }
     let path = PathBuf::from(new);
@@ -449,13 +450,8 @@ pub fn open_new(new: &str, pool_id: &[u8; 16], index: u32, size: u64) -> Result<
 
 /// The replacement of device `index` (of `size` bytes) that `new` names,
 /// as [`open_new`] opens it; refused if smaller.
-pub fn open_replacement(
-    new: &str,
-    pool_id: &[u8; 16],
-    index: u32,
-    size: u64,
-) -> Result<(Arc<dyn Device>, PathBuf), String> {
-    let (dev, name) = open_new(new, pool_id, index, size)?;
+pub fn open_replacement(fs: &Fs, new: &str, index: u32, size: u64) -> Result<(Arc<dyn Device>, PathBuf), String> {
+    let (dev, name) = open_new(fs, new, index, size)?;
     if dev.size() < size {
         return Err(format!(
             "{}: {} bytes, smaller than the device it replaces ({size} bytes)",

@@ -10,6 +10,10 @@ pub(crate) fn errno(e: hurricane::Error) -> Errno {
     let n = e.errno();
     if n == libc::EIO {
         tracing::warn!("I/O error: {e}");
+    } else if n == libc::ENOSPC {
+        // Said in the log too: which device refused, and why (a RADOS pool
+        // over its quota names the object and the quota).
+        tracing::warn!("{e}");
     }
     Errno::from_i32(n)
 }

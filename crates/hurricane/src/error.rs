@@ -81,6 +81,12 @@ impl Error {
         Error::Io { path: path.into(), source }
     }
 
+    /// A device that did not answer in time (a device over the network):
+    /// trying more of the same request would wait out the same timeout.
+    pub fn is_timed_out(&self) -> bool {
+        matches!(self, Error::Io { source, .. } | Error::RawIo(source) if source.kind() == io::ErrorKind::TimedOut)
+    }
+
     /// The POSIX error number a file-system client should see.
     pub fn errno(&self) -> i32 {
         use Error::*;

@@ -619,3 +619,46 @@ fn freed_space_goes_back_to_the_cluster() {
     assert!(fs.read_file("/again").unwrap() == again);
     fs.close().unwrap();
 }
+
+/// Fencing: a holder that stopped renewing (stalled past its lease) is
+/// blocklisted by the next holder, through the address it recorded in the
+/// lease object, before the next holder writes: the old holder's
+/// connection, and so the devices opened on it, can write nothing more,
+/// with an error that says why. A lease released cleanly leaves no address,
+/// and the next holder fences nobody.
+#[test]
+fn the_next_holder_fences_a_holder_that_did_not_release_the_lease() {
+    use hurricane::device::rados::LEASE_WRITER_XATTR;
+    use hurricane::device::RadosLease;
+    let prefix = fresh_prefix("fence");
+    let object = format!("{prefix}.lease");
+    let d = Duration::from_millis(1500);
+    let old = RadosCluster::connect(conf(), &RadosOptions::default()).unwrap();
+    let dev = RadosDevice::open(old.clone(), POOL, &prefix, 8 * MB).unwrap();
+    dev.write_at(b"before", 0).unwrap();
+    let lease = RadosLease::take(old.clone(), POOL, &object, "host old pid 1", d).unwrap();
+    let got = std::process::Command::new("rados")
+        .args(["-c", &conf().display().to_string(), "-p", POOL, "getxattr", &object, LEASE_WRITER_XATTR])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&got.stdout).trim(), old.addrs().unwrap());
+
+    // The old holder stalls: it renews no more, but its connection lives.
+    lease.abandon();
+    std::thread::sleep(d + Duration::from_millis(700));
+    let new = RadosCluster::connect(conf(), &RadosOptions::default()).unwrap();
+    let taken = RadosLease::take(new.clone(), POOL, &object, "host new pid 2", d).unwrap();
+    let e = dev.write_at(b"too late", 0).unwrap_err().to_string();
+    assert!(e.contains("blocklisted") && e.contains(&format!("{prefix}.0000000000000000")), "{e}");
+    let fresh = RadosDevice::open(new.clone(), POOL, &prefix, 8 * MB).unwrap();
+    let mut buf = [0u8; 6];
+    fresh.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"before");
+
+    // Released cleanly: the next holder fences nobody (its own connection
+    // goes on writing).
+    drop(taken);
+    let again = RadosLease::take(cluster(), POOL, &object, "host third pid 3", d).unwrap();
+    fresh.write_at(b"still", 0).unwrap();
+    drop(again);
+}

@@ -109,12 +109,18 @@ pub(super) fn dispatch<S: Send>(
     parallel: bool,
     f: &(dyn Fn(usize, u64, S) -> Result<()> + Sync),
 ) -> Result<()> {
+    // A piece that timed out (a device over the network that does not
+    // answer) fails the request; the pieces after it, which would each wait
+    // out the same timeout, are not tried.
     let run = |(c, pieces): (usize, Vec<(u64, S)>)| -> Result<()> {
         let mut res = Ok(());
         for (cb, piece) in pieces {
             let r = f(c, cb, piece);
             if res.is_ok() {
                 res = r;
+            }
+            if res.as_ref().is_err_and(Error::is_timed_out) {
+                break;
             }
         }
         res
@@ -125,6 +131,9 @@ pub(super) fn dispatch<S: Send>(
             let r = run(g);
             if res.is_ok() {
                 res = r;
+            }
+            if res.as_ref().is_err_and(Error::is_timed_out) {
+                break;
             }
         }
         return res;

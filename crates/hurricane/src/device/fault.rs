@@ -347,6 +347,10 @@ impl Device for FaultDevice {
     fn gone_now(&self) -> bool {
         self.plan.is_missing() || self.inner.gone_now()
     }
+    /// Injected faults are not transient; what the device under says is.
+    fn transient(&self, e: &crate::Error) -> bool {
+        self.inner.transient(e)
+    }
 }
 
 #[cfg(test)]

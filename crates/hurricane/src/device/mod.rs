@@ -82,6 +82,15 @@ pub trait Device: Send + Sync {
     fn gone(&self) -> bool {
         false
     }
+    /// Whether `e`, an error this device returned, may pass by itself with
+    /// nothing lost on the device (a device over the network whose server
+    /// did not answer in time, a cluster that is full): the request fails,
+    /// but the device is not faulted for it and later requests are tried.
+    /// What a failed write did not write is the caller's to know (its
+    /// error), and redundancy above records the ranges a copy missed.
+    fn transient(&self, _e: &crate::Error) -> bool {
+        false
+    }
     /// Like `gone`, but looks again now where `gone` may give a recent
     /// answer (what `hurricane status` asks).
     fn gone_now(&self) -> bool {
@@ -387,11 +396,16 @@ impl DeviceHandle {
     /// What an error from the device means for its state: a device that
     /// says it is gone is Missing; a failed write or flush makes it Faulted
     /// (data that should be on it is not, so it must not serve reads until
-    /// it is resilvered); a failed read is only counted (the redundancy
+    /// it is resilvered), unless the device says the error may pass
+    /// ([`Device::transient`]); a failed read is only counted (the redundancy
     /// above heals it, and a device with some bad sectors still holds the
     /// rest of its data).
-    fn failed(&self, dev: &dyn Device, write: bool) {
+    fn failed(&self, dev: &dyn Device, write: bool, e: &crate::Error) {
         let cur = self.state();
+        if write && dev.transient(e) {
+            tracing::debug!(device = self.index, "write failed, not faulted (the cause may pass): {e}");
+            return;
+        }
         if dev.gone() {
             if cur != DeviceState::Removed {
                 self.set_state(DeviceState::Missing);
@@ -413,7 +427,7 @@ impl DeviceHandle {
         };
         if let Err(e) = r {
             self.read_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.failed(&**dev, false);
+            self.failed(&**dev, false, &e);
             return Err(e);
         }
         self.stats.read(buf.len());
@@ -435,7 +449,7 @@ impl DeviceHandle {
         };
         if let Err(e) = r {
             self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.failed(&**dev, true);
+            self.failed(&**dev, true, &e);
             return Err(e);
         }
         self.stats.write(buf.len());
@@ -462,7 +476,7 @@ impl DeviceHandle {
                 Ok(false) => {}
                 Err(e) => {
                     self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.failed(&**dev, true);
+                    self.failed(&**dev, true, &e);
                     return Err(e);
                 }
             }
@@ -521,7 +535,7 @@ impl DeviceHandle {
         if let Err(e) = dev.flush() {
             self.unflushed.fetch_or(was, std::sync::atomic::Ordering::AcqRel);
             self.write_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.failed(&*dev, true);
+            self.failed(&*dev, true, &e);
             return Err(e);
         }
         Ok(())

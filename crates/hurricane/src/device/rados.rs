@@ -20,7 +20,26 @@
 //! holder; a host that dies stops renewing, and the lock expires after its
 //! duration so another host can open the pool and replay its journal. A
 //! holder whose renewal fails (the lock expired, or was broken) has lost the
-//! pool: it stops writing (`is_lost`).
+//! pool: it stops writing (`is_lost`). A renewal that fails for a reason
+//! that may pass (a timeout, a full pool) is tried again until a whole
+//! duration has passed since the last one that succeeded.
+//!
+//! Fencing: a holder that stalled past its lease (a paused process, a
+//! partition) does not know it lost the pool until it runs again, and may
+//! have writes in flight. So the holder records its client address in the
+//! lease object (`LEASE_WRITER_XATTR`), and the next holder blocklists that
+//! address before it replays the journal: the OSDs refuse the old holder's
+//! operations from then on. The lease and the pool's devices share one
+//! connection (`RadosConnections`), so this fences the devices' writes.
+//!
+//! Errors from the cluster say what happened and to which object: an
+//! operation its OSD does not answer within `rados_osd_op_timeout` (the
+//! config file's, else `RadosOptions::op_timeout`) fails as timed out; a
+//! full pool fails writes at once with `NoSpace` (librados would wait for
+//! room without a timeout; the io contexts set FULL_TRY); a blocklisted
+//! client is told it was fenced. Timeouts and full pools are transient
+//! (`Device::transient`): they do not fault the device, and later requests
+//! are tried.
 //!
 //! librados is reached through the `ceph` crate's bindings, behind the
 //! `rados` cargo feature.
@@ -37,6 +56,15 @@ use std::time::Duration;
 
 /// Bytes of the device per RADOS object.
 pub const CHUNK: u64 = 4 << 20;
+
+// librados calls the `ceph` crate does not bind (librados.h of Pacific,
+// 16.2, and later; the crate binds only the older `rados_blacklist_add`).
+#[link(name = "rados", kind = "dylib")]
+extern "C" {
+    fn rados_blocklist_add(cluster: ffi::rados_t, client_address: *mut libc::c_char, expire_seconds: u32) -> i32;
+    fn rados_getaddrs(cluster: ffi::rados_t, addrs: *mut *mut libc::c_char) -> i32;
+    fn rados_set_pool_full_try(io: ffi::rados_ioctx_t);
+}
 
 /// How a cluster connection behaves where its config file says nothing.
 #[derive(Debug, Clone)]
@@ -65,6 +93,8 @@ impl Default for RadosOptions {
 pub struct RadosCluster {
     pub(super) handle: ffi::rados_t,
     conf: String,
+    /// The operation timeout in force (`rados_osd_op_timeout`), for messages.
+    op_timeout: f64,
 }
 
 // SAFETY: a `rados_t` is a handle to librados' thread-safe client; the
@@ -106,7 +136,7 @@ impl RadosCluster {
             return Err(fail("cannot create a client", ret));
         }
         // From here the handle is shut down on every path.
-        let cluster = RadosCluster { handle, conf: conf_s.clone() };
+        let mut cluster = RadosCluster { handle, conf: conf_s.clone(), op_timeout: 0.0 };
         // SAFETY: a created, unconnected handle and a NUL-terminated path.
         let ret = unsafe { ffi::rados_conf_read_file(cluster.handle, path.as_ptr()) };
         if ret < 0 {
@@ -123,6 +153,7 @@ impl RadosCluster {
         {
             cluster.set("client_mount_timeout", &opts.connect_timeout.as_secs_f64().to_string())?;
         }
+        cluster.op_timeout = cluster.get("rados_osd_op_timeout").and_then(|v| v.parse().ok()).unwrap_or(0.0);
         // SAFETY: a created handle with its configuration read.
         let ret = unsafe { ffi::rados_connect(cluster.handle) };
         if ret < 0 {
@@ -134,6 +165,45 @@ impl RadosCluster {
     /// The path of the config file the cluster was reached through.
     pub fn conf(&self) -> &str {
         &self.conf
+    }
+
+    /// This client's address, as the cluster sees it and as
+    /// `rados_blocklist_add` takes it (`127.0.0.1:0/NONCE`): one per
+    /// connection, so blocklisting it fences this connection and no other.
+    pub fn addrs(&self) -> Result<String> {
+        let mut out: *mut libc::c_char = std::ptr::null_mut();
+        // SAFETY: a connected handle and a valid place for the string,
+        // which librados allocates and `rados_buffer_free` releases.
+        let ret = unsafe { rados_getaddrs(self.handle, &mut out) };
+        if ret < 0 || out.is_null() {
+            return Err(Error::Device(format!("rados cluster of {}: no client address: {}", self.conf, os_err(ret))));
+        }
+        // SAFETY: librados returned a NUL-terminated string, released once.
+        let s = unsafe {
+            let s = CStr::from_ptr(out).to_string_lossy().into_owned();
+            ffi::rados_buffer_free(out);
+            s
+        };
+        Ok(s)
+    }
+
+    /// Blocklists the client at `addr` (another process's connection): the
+    /// OSDs refuse its operations from the next map on (`EBLOCKLISTED`),
+    /// for librados' default time (`mon_osd_blocklist_default_expire`, an
+    /// hour). Returns once this client has the map that says so.
+    pub fn blocklist(&self, addr: &str) -> Result<()> {
+        let a = cstring(addr, "client address")?;
+        // SAFETY: a connected handle and a NUL-terminated string librados
+        // only reads (the binding takes it as mutable).
+        let ret = unsafe { rados_blocklist_add(self.handle, a.as_ptr().cast_mut(), 0) };
+        if ret < 0 {
+            return Err(Error::Device(format!(
+                "rados cluster of {}: cannot blocklist the client at {addr}: {}",
+                self.conf,
+                os_err(ret)
+            )));
+        }
+        Ok(())
     }
 
     fn get(&self, option: &str) -> Option<String> {
@@ -233,6 +303,12 @@ impl RadosDevice {
         if ret < 0 {
             return Err(Error::Device(format!("{name}: cannot open pool {pool}: {}", os_err(ret))));
         }
+        // A write to a full pool (over its quota, or its OSDs full) would
+        // otherwise wait, without a timeout, until it is not full any more:
+        // with FULL_TRY it fails at once with EDQUOT or ENOSPC, which the
+        // file system reports (deletes still go through, freeing space).
+        // SAFETY: a live io context.
+        unsafe { rados_set_pool_full_try(ioctx) };
         Ok(RadosDevice { cluster, ioctx, name, prefix: prefix.to_string(), size })
     }
 
@@ -293,15 +369,42 @@ impl RadosDevice {
         Ok(comp)
     }
 
-    /// The error of operation `op` on object `oid`.
+    /// The error of operation `op` on object `oid`: what the cluster said,
+    /// in words that say what to do about it.
     fn op_err(&self, op: &str, oid: &CStr, ret: i32) -> Error {
         let oid = oid.to_string_lossy();
         let cause = os_err(ret);
         match -ret {
-            libc::ENOSPC | libc::EDQUOT => Error::NoSpace(format!("{} (object {oid}: {cause})", self.name)),
+            libc::EDQUOT => Error::NoSpace(format!(
+                "{}: {op} of object {oid} refused: the RADOS pool is over its quota ({cause}; \
+                 `ceph osd pool set-quota` raises it)",
+                self.name
+            )),
+            libc::ENOSPC => Error::NoSpace(format!(
+                "{}: {op} of object {oid} refused: the RADOS pool is full, its OSDs are full ({cause})",
+                self.name
+            )),
             libc::ETIMEDOUT => Error::io(
                 &self.name,
-                io::Error::new(io::ErrorKind::TimedOut, format!("{op} of object {oid} timed out (is its OSD up?)")),
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{op} of object {oid} timed out after {}s (rados_osd_op_timeout): its OSD does not \
+                         answer (down, stalled or unreachable)",
+                        self.cluster.op_timeout
+                    ),
+                ),
+            ),
+            // EBLOCKLISTED, which librados returns as ESHUTDOWN.
+            libc::ESHUTDOWN => Error::io(
+                &self.name,
+                io::Error::new(
+                    cause.kind(),
+                    format!(
+                        "{op} of object {oid} refused: this client is blocklisted (fenced) by the cluster; \
+                         another host has taken the pool over"
+                    ),
+                ),
             ),
             _ => Error::io(&self.name, io::Error::new(cause.kind(), format!("{op} of object {oid}: {cause}"))),
         }
@@ -374,6 +477,17 @@ impl RadosDevice {
 impl Device for RadosDevice {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// An OSD that did not answer in time (stalled, restarting, a network
+    /// partition) and a full pool are the cluster's state, not damage to
+    /// this device: the request fails, and the next is tried.
+    fn transient(&self, e: &Error) -> bool {
+        match e {
+            Error::NoSpace(_) => true,
+            Error::Io { source, .. } => source.kind() == io::ErrorKind::TimedOut,
+            _ => false,
+        }
     }
 
     fn size(&self) -> u64 {
@@ -498,16 +612,22 @@ pub const LEASE_DURATION: Duration = super::rados_spec::DEFAULT_LEASE_DURATION;
 /// librados' `LIBRADOS_LOCK_FLAG_MUST_RENEW`: renew a lock this client
 /// holds, and fail if it does not hold it any more.
 const LOCK_FLAG_MUST_RENEW: u8 = 2;
+/// The extended attribute of the lease object that names the holder's
+/// client address while it holds the lease (removed on a clean release):
+/// the next holder blocklists that address before it writes anything.
+pub const LEASE_WRITER_XATTR: &str = "hurricane.writer";
 
 /// The exclusive right to write a pool, held in the cluster (module docs).
 /// Dropping it stops the renewals and releases the lock.
 pub struct RadosLease {
     shared: Arc<LeaseShared>,
     renewer: Option<std::thread::JoinHandle<()>>,
+    /// Left to expire rather than released (`abandon`).
+    abandoned: bool,
 }
 
 struct LeaseShared {
-    _cluster: Arc<RadosCluster>,
+    cluster: Arc<RadosCluster>,
     ioctx: ffi::rados_ioctx_t,
     /// What is locked, for messages: `rados:POOL/OBJECT`.
     what: String,
@@ -611,11 +731,15 @@ impl RadosLease {
         if ret < 0 {
             return Err(Error::Device(format!("{what}: cannot open pool {pool}: {}", os_err(ret))));
         }
+        // Renewals in a full pool fail (and are tried again) rather than
+        // wait until it is not full (`RadosDevice::open`).
+        // SAFETY: a live io context.
+        unsafe { rados_set_pool_full_try(ioctx) };
         // The cookie tells holders apart: this process, and this lease in it.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let cookie = format!("{holder} lease {}", NEXT.fetch_add(1, Ordering::Relaxed));
         let shared = Arc::new(LeaseShared {
-            _cluster: cluster,
+            cluster,
             ioctx,
             what: what.clone(),
             oid: cstring(object, "lease object")?,
@@ -641,12 +765,62 @@ impl RadosLease {
                 io::Error::new(os_err(ret).kind(), format!("cannot take the lease: {}", os_err(ret))),
             ));
         }
-        let s = shared.clone();
+        // Held. If this process dropped it here, the lock is released.
+        let mut lease = RadosLease { shared, renewer: None, abandoned: false };
+        lease.fence_previous()?;
+        let s = lease.shared.clone();
         let renewer = std::thread::Builder::new()
             .name("hurricane-lease".into())
             .spawn(move || renew(&s))
             .map_err(|e| Error::io(&what, e))?;
-        Ok(RadosLease { shared, renewer: Some(renewer) })
+        lease.renewer = Some(renewer);
+        Ok(lease)
+    }
+
+    /// Fences the previous holder, if it did not release the lease (it
+    /// died, or stalled past its lease and may wake up and write again):
+    /// the address it recorded is blocklisted, so the OSDs refuse anything
+    /// it still sends, before this holder replays the journal or writes.
+    /// Then records this holder's own address for the next one.
+    fn fence_previous(&mut self) -> Result<()> {
+        let s = &*self.shared;
+        let own = s.cluster.addrs()?;
+        let xattr = cstring(LEASE_WRITER_XATTR, "xattr name")?;
+        let mut buf = vec![0u8; 512];
+        // SAFETY: a live io context, NUL-terminated names and a buffer
+        // valid for `buf.len()` bytes.
+        let n =
+            unsafe { ffi::rados_getxattr(s.ioctx, s.oid.as_ptr(), xattr.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && n != -libc::ENOENT && n != -libc::ENODATA {
+            return Err(Error::io(
+                &s.what,
+                io::Error::new(os_err(n).kind(), format!("cannot read the previous holder: {}", os_err(n))),
+            ));
+        }
+        let prev = String::from_utf8_lossy(&buf[..n.max(0) as usize]).trim().to_string();
+        // The same address is this very connection taking the lease again
+        // (it abandoned it): nothing to fence.
+        if !prev.is_empty() && prev != own {
+            tracing::warn!(
+                "{}: the previous writer (client at {prev}) did not release the pool: blocklisting it so that \
+                 it can write no more",
+                s.what
+            );
+            s.cluster.blocklist(&prev).map_err(|e| {
+                Error::Device(format!("{}: cannot fence the previous writer, so not taking over: {e}", s.what))
+            })?;
+        }
+        // SAFETY: a live io context, NUL-terminated names and a value of
+        // `own.len()` bytes.
+        let ret =
+            unsafe { ffi::rados_setxattr(s.ioctx, s.oid.as_ptr(), xattr.as_ptr(), own.as_ptr().cast(), own.len()) };
+        if ret < 0 {
+            return Err(Error::io(
+                &s.what,
+                io::Error::new(os_err(ret).kind(), format!("cannot record this holder: {}", os_err(ret))),
+            ));
+        }
+        Ok(())
     }
 
     /// Whether the lease was lost (a renewal failed): the pool must not be
@@ -668,6 +842,7 @@ impl RadosLease {
     /// Stops renewing without releasing the lock, as a host that died
     /// would: the lock expires after its duration (tests).
     pub fn abandon(mut self) {
+        self.abandoned = true;
         self.stop_renewer();
         // The lock is left to expire; the io context goes with `shared`.
         self.shared.lost.store(true, Ordering::Release);
@@ -685,33 +860,65 @@ impl RadosLease {
 }
 
 /// The renewer: every third of the duration, renew (only while still held).
+/// A renewal that fails for a reason that may pass (the OSD does not answer
+/// in time, the pool is full) is tried again, every tenth of the duration,
+/// until the lease may have expired since the last renewal that succeeded:
+/// then another host may have it, and it is lost. One the cluster refuses
+/// for good (the lock is not this client's any more, or this client is
+/// blocklisted) loses it at once.
 fn renew(s: &LeaseShared) {
     let period = s.duration / 3;
+    let mut renewed = std::time::Instant::now();
+    let mut wait = period;
     loop {
         let Ok(guard) = s.stop.lock() else { return };
-        let Ok((stop, _)) = s.wake.wait_timeout_while(guard, period, |stop| !*stop) else { return };
+        let Ok((stop, _)) = s.wake.wait_timeout_while(guard, wait, |stop| !*stop) else { return };
         if *stop {
             return;
         }
         drop(stop);
         let ret = s.lock(LOCK_FLAG_MUST_RENEW);
-        if ret < 0 {
-            s.lost.store(true, Ordering::Release);
-            tracing::error!(
-                "{}: the lease could not be renewed ({}): this process no longer writes the pool",
-                s.what,
-                os_err(ret)
-            );
-            return;
+        if ret >= 0 {
+            renewed = std::time::Instant::now();
+            wait = period;
+            continue;
         }
+        let lapsed = renewed.elapsed() >= s.duration;
+        let transient = matches!(-ret, libc::ETIMEDOUT | libc::ENOSPC | libc::EDQUOT | libc::EAGAIN | libc::EINTR);
+        if transient && !lapsed {
+            tracing::warn!(
+                "{}: the lease could not be renewed ({}); trying again while it lasts ({:.1?} since the last renewal)",
+                s.what,
+                os_err(ret),
+                renewed.elapsed()
+            );
+            wait = s.duration / 10;
+            continue;
+        }
+        s.lost.store(true, Ordering::Release);
+        let why = match -ret {
+            libc::ESHUTDOWN => "this client was blocklisted: another host took the pool over".to_string(),
+            libc::ENOENT | libc::EBUSY => "the lock is not this client's any more".to_string(),
+            _ if lapsed => format!("{}, and {:.1?} passed since the last renewal", os_err(ret), renewed.elapsed()),
+            _ => os_err(ret).to_string(),
+        };
+        tracing::error!("{}: the lease could not be renewed ({why}): this process no longer writes the pool", s.what);
+        return;
     }
 }
 
 impl Drop for RadosLease {
     fn drop(&mut self) {
-        let abandoned = self.renewer.is_none();
         self.stop_renewer();
-        if !abandoned && !self.is_lost() {
+        if !self.abandoned && !self.is_lost() {
+            // A clean release: nobody to fence after this holder.
+            if let Ok(x) = CString::new(LEASE_WRITER_XATTR) {
+                // SAFETY: a live io context and NUL-terminated strings.
+                let ret = unsafe { ffi::rados_rmxattr(self.shared.ioctx, self.shared.oid.as_ptr(), x.as_ptr()) };
+                if ret < 0 && ret != -libc::ENOENT && ret != -libc::ENODATA {
+                    tracing::warn!("{}: clearing the holder's address: {}", self.shared.what, os_err(ret));
+                }
+            }
             // SAFETY: a live io context and NUL-terminated strings.
             let ret = unsafe {
                 ffi::rados_unlock(

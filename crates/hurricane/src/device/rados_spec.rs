@@ -99,9 +99,17 @@ const MAX_GENERATIONS: u32 = 1000;
 /// its first chunk, so a prefix that has one held a device, and a
 /// replacement must not find a former device's stale objects (old journal
 /// records among them). A given prefix that held a device is refused.
-/// Returns the device and its name for pool.conf (prefix, size and the
-/// config's full path written out).
-pub fn new_device(name: &str, pool_id: &[u8; 16], index: u32, size: u64) -> Result<(Arc<dyn Device>, RadosSpec)> {
+/// Opened through `conns` (an open pool's, `Fs::rados_connections`, so
+/// that fencing its writer covers the new device too). Returns the device
+/// and its name for pool.conf (prefix, size and the config's full path
+/// written out).
+pub fn new_device(
+    name: &str,
+    pool_id: &[u8; 16],
+    index: u32,
+    size: u64,
+    conns: &mut RadosConnections,
+) -> Result<(Arc<dyn Device>, RadosSpec)> {
     let mut spec = RadosSpec::parse(name)?;
     spec.conf = std::fs::canonicalize(&spec.conf).map_err(|e| Error::io(spec.conf.display().to_string(), e))?;
     spec.size = Some(spec.size.unwrap_or(size));
@@ -132,7 +140,7 @@ pub fn new_device(name: &str, pool_id: &[u8; 16], index: u32, size: u64) -> Resu
             })?);
         }
     }
-    let dev = RadosConnections::default().open_device(&spec)?;
+    let dev = conns.open_device(&spec)?;
     Ok((dev, spec))
 }
 
@@ -149,8 +157,10 @@ pub fn object_exists(conf: &std::path::Path, pool: &str, object: &str) -> Result
     }
 }
 
-/// The cluster connections the rados devices of one pool share: one per
-/// config file.
+/// The cluster connections the rados devices of one pool, and its writer's
+/// lease, share: one per config file. One connection is one client address
+/// to the cluster, so the next writer's blocklisting of the address the
+/// lease recorded fences the devices' writes too (`rados.rs`).
 #[derive(Default)]
 pub struct RadosConnections {
     #[cfg(feature = "rados")]
@@ -162,19 +172,25 @@ impl RadosConnections {
     /// connecting to its cluster unless a device before it did.
     #[cfg(feature = "rados")]
     pub fn open_device(&mut self, spec: &RadosSpec) -> Result<Arc<dyn Device>> {
-        use super::rados::{RadosCluster, RadosDevice, RadosOptions};
+        use super::rados::RadosDevice;
         let (Some(prefix), Some(size)) = (&spec.prefix, spec.size) else {
             return Err(Error::Invalid(format!("{spec}: a pool's rados device needs its /PREFIX and size=SIZE")));
         };
-        let cluster = match self.open.iter().find(|(c, _)| *c == spec.conf) {
-            Some((_, c)) => c.clone(),
-            None => {
-                let c = RadosCluster::connect(&spec.conf, &RadosOptions::default())?;
-                self.open.push((spec.conf.clone(), c.clone()));
-                c
-            }
-        };
+        let cluster = self.cluster(&spec.conf)?;
         Ok(Arc::new(RadosDevice::open(cluster, &spec.pool, prefix, size)?))
+    }
+
+    /// The connection to the cluster of the config file `conf`, made on
+    /// first use.
+    #[cfg(feature = "rados")]
+    pub fn cluster(&mut self, conf: &std::path::Path) -> Result<Arc<super::rados::RadosCluster>> {
+        use super::rados::{RadosCluster, RadosOptions};
+        if let Some((_, c)) = self.open.iter().find(|(c, _)| c == conf) {
+            return Ok(c.clone());
+        }
+        let c = RadosCluster::connect(conf, &RadosOptions::default())?;
+        self.open.push((conf.to_path_buf(), c.clone()));
+        Ok(c)
     }
 
     /// A build without the `rados` feature opens no rados device.
@@ -243,8 +259,15 @@ impl PoolLease {
     /// its first rados device, lasting `duration` without renewal (at
     /// least [`MIN_LEASE_DURATION`]), or [`Error::Busy`] naming the writer
     /// that holds it. Nothing for a pool without rados devices, or
-    /// read-only.
-    pub fn take(paths: &[PathBuf], writable: bool, duration: Duration) -> Result<PoolLease> {
+    /// read-only. The lease is taken on the connection of `conns` that the
+    /// pool's devices are then opened through: a previous writer that did
+    /// not release it is fenced (blocklisted) before this returns.
+    pub fn take(
+        paths: &[PathBuf],
+        writable: bool,
+        duration: Duration,
+        conns: &mut RadosConnections,
+    ) -> Result<PoolLease> {
         let first = paths.iter().filter_map(|p| p.to_str()).find(|n| is_rados(n));
         let Some(name) = first.filter(|_| writable) else { return Ok(PoolLease::default()) };
         if duration < MIN_LEASE_DURATION {
@@ -254,16 +277,16 @@ impl PoolLease {
             )));
         }
         let spec = RadosSpec::parse(name)?;
-        Self::take_for(&spec, duration)
+        Self::take_for(&spec, duration, conns)
     }
 
     #[cfg(feature = "rados")]
-    fn take_for(spec: &RadosSpec, duration: Duration) -> Result<PoolLease> {
-        use super::rados::{RadosCluster, RadosLease, RadosOptions};
+    fn take_for(spec: &RadosSpec, duration: Duration, conns: &mut RadosConnections) -> Result<PoolLease> {
+        use super::rados::RadosLease;
         let Some(prefix) = &spec.prefix else {
             return Err(Error::Invalid(format!("{spec}: a pool's rados device needs its /PREFIX")));
         };
-        let cluster = RadosCluster::connect(&spec.conf, &RadosOptions::default())?;
+        let cluster = conns.cluster(&spec.conf)?;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string());
         let host = host.unwrap_or_else(|_| "unknown".into());
         let holder = format!("host {host} pid {}", std::process::id());
@@ -273,7 +296,7 @@ impl PoolLease {
 
     /// Without the `rados` feature its devices do not open: no lease.
     #[cfg(not(feature = "rados"))]
-    fn take_for(_spec: &RadosSpec, _duration: Duration) -> Result<PoolLease> {
+    fn take_for(_spec: &RadosSpec, _duration: Duration, _conns: &mut RadosConnections) -> Result<PoolLease> {
         Ok(PoolLease::default())
     }
 

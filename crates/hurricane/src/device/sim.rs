@@ -500,6 +500,9 @@ impl Device for SimDevice {
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.inner.discard(offset, len)
     }
+    fn transient(&self, e: &crate::Error) -> bool {
+        self.inner.transient(e)
+    }
 }
 
 #[cfg(test)]

@@ -186,6 +186,10 @@ pub(crate) struct Inner {
     /// `open_dir`, released by `close`), and the flag set if it is lost.
     lease: Mutex<Option<crate::device::PoolLease>>,
     lease_lost: std::sync::OnceLock<Arc<AtomicBool>>,
+    /// The connections to Ceph clusters the lease and the rados devices
+    /// share (`open_dir`): a device added later opens on them too, so the
+    /// next writer's fencing covers it.
+    rados: Mutex<crate::device::RadosConnections>,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The background cleaner of `log` blocks (`clean.rs`).
     cleaner: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -643,6 +647,7 @@ impl Fs {
             closed: AtomicBool::new(false),
             lease: Mutex::new(None),
             lease_lost: std::sync::OnceLock::new(),
+            rados: Mutex::new(crate::device::RadosConnections::default()),
             committer: Mutex::new(None),
             cleaner: Mutex::new(None),
             report: Mutex::new(report),
@@ -788,8 +793,11 @@ impl Fs {
         let paths = pool::device_paths(dir)?;
         // One writer at a time for a pool in a cluster: the lease first,
         // before the journal is replayed or anything written.
-        let lease = crate::device::PoolLease::take(&paths, !opts.read_only, opts.lease_duration)?;
-        let devs = pool::open_paths(&paths, !opts.read_only)?;
+        // On the connection the devices then use: a writer fenced by the
+        // next one loses its devices' writes with its lease.
+        let mut rados = crate::device::RadosConnections::default();
+        let lease = crate::device::PoolLease::take(&paths, !opts.read_only, opts.lease_duration, &mut rados)?;
+        let devs = pool::open_paths_with(&paths, !opts.read_only, &mut rados)?;
         // A pool made with `--sim` keeps its disk model in pool.conf.
         let mut devs = match pool::sim_params(dir)? {
             Some(p) => crate::device::SimDevice::wrap_all(devs, &p),
@@ -813,6 +821,7 @@ impl Fs {
             let _ = fs.inner.lease_lost.set(flag);
         }
         *fs.inner.lease.lock() = Some(lease);
+        *fs.inner.rados.lock() = rados;
         // Each device's NUMA node: pool.conf's, else what sysfs says.
         for (h, p) in fs.inner.storage.devs.iter().zip(&paths) {
             let node =
@@ -824,6 +833,13 @@ impl Fs {
 
     pub fn report(&self) -> OpenReport {
         self.inner.report.lock().clone()
+    }
+
+    /// The connections to Ceph clusters this pool's lease and rados devices
+    /// use: a device added to the pool opens on them
+    /// (`device::rados_spec::new_device`).
+    pub fn rados_connections(&self) -> parking_lot::MutexGuard<'_, crate::device::RadosConnections> {
+        self.inner.rados.lock()
     }
 
     /// Whether the pool was opened read-only.

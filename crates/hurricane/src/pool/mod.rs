@@ -324,7 +324,16 @@ pub fn write_pool_file(dir: &Path, paths: &[PathBuf], named: Option<(&str, &[u8;
 /// opened is logged and stands as a [`MissingDevice`] placeholder, so the
 /// pool can open degraded (`identify` gives it its slot).
 pub fn open_paths(paths: &[PathBuf], writable: bool) -> Result<Vec<Arc<dyn Device>>> {
-    let mut rados = crate::device::RadosConnections::default();
+    open_paths_with(paths, writable, &mut crate::device::RadosConnections::default())
+}
+
+/// [`open_paths`], rados devices opened through the connections `rados`
+/// (those the pool's lease was taken on).
+pub fn open_paths_with(
+    paths: &[PathBuf],
+    writable: bool,
+    rados: &mut crate::device::RadosConnections,
+) -> Result<Vec<Arc<dyn Device>>> {
     Ok(paths
         .iter()
         .enumerate()
