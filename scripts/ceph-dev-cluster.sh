@@ -174,7 +174,7 @@ mon_data_avail_warn = 1
 mon_data_avail_crit = 0
 # A placement group serves reads only while its read lease lasts
 # (osd_pool_default_read_lease_ratio x osd_heartbeat_grace, 16 s by
-# default); an OSD stopped for longer (`pause`) comes back with its leases
+# default); an OSD stopped for longer (by pause) comes back with its leases
 # lapsed, and with no peer to renew them its placement groups may stay
 # "laggy", serving nothing, for minutes. A longer grace (a 48 s lease) lets
 # the tests stall the OSD for half a minute. One OSD has no peers to mark it
