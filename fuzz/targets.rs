@@ -34,7 +34,23 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("superblock_open", superblock_open),
     ("scrub_pos", scrub_pos),
     ("log_summary", log_summary),
+    ("pool_description", pool_description),
 ];
+
+/// A pool's description as read from its Ceph cluster (the object
+/// `hurricane.pool.NAME`), taken as a host's pool.conf.
+pub fn pool_description(data: &[u8]) {
+    use hurricane::pool::published::{take, Locator};
+    let loc = Locator { pool: "hfs".into(), name: "web".into(), conf: "/etc/ceph/mine.conf".into() };
+    let local = "# this host\nnuma = 0 1\n";
+    if let Ok((text, d)) = take(data, &loc, local) {
+        // What is taken names this pool, and taking it again changes nothing.
+        assert_eq!(d.name.as_deref(), Some("web"));
+        let (again, d2) = take(text.as_bytes(), &loc, local).expect("a description taken once is taken again");
+        assert_eq!(again, text, "pool description round trip");
+        assert_eq!((d2.id, d2.revision), (d.id, d.revision));
+    }
+}
 
 /// A block read where a `log` summary may stand (roll-forward's walk).
 pub fn log_summary(data: &[u8]) {

@@ -464,6 +464,13 @@ fn a_pool_in_the_cluster_has_one_writer() {
     fs.close().unwrap();
 }
 
+/// The object prefix of the first rados device of the pool directory `dir`.
+fn first_prefix(dir: &Path) -> String {
+    let listed = std::fs::read_to_string(dir.join("pool.conf")).unwrap();
+    let line = listed.lines().find_map(|l| l.strip_prefix(&format!("device = rados:{POOL}/")));
+    line.and_then(|l| l.split('?').next()).unwrap_or_else(|| panic!("{listed}")).to_string()
+}
+
 /// A writer that lost its lease (its lock removed behind its back) stops
 /// writing the pool at its next renewal: writes and commits fail as on a
 /// read-only pool, naming the lease.
@@ -474,12 +481,7 @@ fn a_pool_whose_lease_is_lost_is_written_no_more() {
     let conf = conf().display().to_string();
     let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf}"))];
     Fs::mkfs_devices(&pool_dir, &paths, Some(32 * MB), &FormatOptions::default()).unwrap();
-    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
-    let prefix = listed
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("device = rados:{POOL}/"))?.split('?').next())
-        .unwrap()
-        .to_string();
+    let prefix = first_prefix(&pool_dir);
     let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
     fs.write_file("/before", b"kept", None).unwrap();
     fs.sync().unwrap();
@@ -590,12 +592,7 @@ fn freed_space_goes_back_to_the_cluster() {
     let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf_s}"))];
     let opts = FormatOptions { default_layout: Some("extent".into()), ..Default::default() };
     Fs::mkfs_devices(&pool_dir, &paths, Some(256 * MB), &opts).unwrap();
-    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
-    let prefix = listed
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("device = rados:{POOL}/"))?.split('?').next())
-        .unwrap()
-        .to_string();
+    let prefix = first_prefix(&pool_dir);
     let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
     let big = pattern(7, 48 * MB as usize);
     fs.write_file("/big", &big, None).unwrap();

@@ -91,7 +91,7 @@ impl Default for RadosOptions {
 
 /// A connection to a Ceph cluster, shared by the devices in its pools.
 pub struct RadosCluster {
-    pub(super) handle: ffi::rados_t,
+    handle: ffi::rados_t,
     conf: String,
     /// The operation timeout in force (`rados_osd_op_timeout`), for messages.
     op_timeout: f64,
@@ -206,6 +206,29 @@ impl RadosCluster {
         Ok(())
     }
 
+    /// A new io context on the RADOS pool `pool` (for `what`, in messages),
+    /// destroyed by its owner. A write in it to a full pool (over its
+    /// quota, or its OSDs full) fails at once with EDQUOT or ENOSPC, which
+    /// the file system reports, where librados would otherwise wait without
+    /// a timeout until the pool is not full (`rados_set_pool_full_try`;
+    /// deletes still go through, freeing space).
+    pub(super) fn io_context(&self, pool: &str, what: &str) -> Result<ffi::rados_ioctx_t> {
+        let pool_c = cstring(pool, "RADOS pool name")?;
+        let mut ioctx: ffi::rados_ioctx_t = std::ptr::null_mut();
+        // SAFETY: a connected cluster handle, a NUL-terminated pool name and
+        // a valid place for the new context.
+        let ret = unsafe { ffi::rados_ioctx_create(self.handle, pool_c.as_ptr(), &mut ioctx) };
+        if ret == -libc::ENOENT {
+            return Err(Error::Device(format!("{what}: the cluster of {} has no pool {pool}", self.conf)));
+        }
+        if ret < 0 {
+            return Err(Error::Device(format!("{what}: cannot open pool {pool}: {}", os_err(ret))));
+        }
+        // SAFETY: a live io context.
+        unsafe { rados_set_pool_full_try(ioctx) };
+        Ok(ioctx)
+    }
+
     fn get(&self, option: &str) -> Option<String> {
         let name = CString::new(option).ok()?;
         let mut buf = vec![0u8; 256];
@@ -292,23 +315,7 @@ impl RadosDevice {
         if prefix.is_empty() || prefix.contains('\0') {
             return Err(Error::Invalid(format!("{name}: object prefix must be a non-empty string without NUL")));
         }
-        let pool_c = cstring(pool, "RADOS pool name")?;
-        let mut ioctx: ffi::rados_ioctx_t = std::ptr::null_mut();
-        // SAFETY: a connected cluster handle, a NUL-terminated pool name and
-        // a valid place for the new context.
-        let ret = unsafe { ffi::rados_ioctx_create(cluster.handle, pool_c.as_ptr(), &mut ioctx) };
-        if ret == -libc::ENOENT {
-            return Err(Error::Device(format!("{name}: the cluster of {} has no pool {pool}", cluster.conf)));
-        }
-        if ret < 0 {
-            return Err(Error::Device(format!("{name}: cannot open pool {pool}: {}", os_err(ret))));
-        }
-        // A write to a full pool (over its quota, or its OSDs full) would
-        // otherwise wait, without a timeout, until it is not full any more:
-        // with FULL_TRY it fails at once with EDQUOT or ENOSPC, which the
-        // file system reports (deletes still go through, freeing space).
-        // SAFETY: a live io context.
-        unsafe { rados_set_pool_full_try(ioctx) };
+        let ioctx = cluster.io_context(pool, &name)?;
         Ok(RadosDevice { cluster, ioctx, name, prefix: prefix.to_string(), size })
     }
 
@@ -723,18 +730,9 @@ impl RadosLease {
         duration: Duration,
     ) -> Result<RadosLease> {
         let what = format!("rados:{pool}/{object}");
-        let pool_c = cstring(pool, "RADOS pool name")?;
-        let mut ioctx: ffi::rados_ioctx_t = std::ptr::null_mut();
-        // SAFETY: a connected cluster handle, a NUL-terminated pool name and
-        // a valid place for the new context.
-        let ret = unsafe { ffi::rados_ioctx_create(cluster.handle, pool_c.as_ptr(), &mut ioctx) };
-        if ret < 0 {
-            return Err(Error::Device(format!("{what}: cannot open pool {pool}: {}", os_err(ret))));
-        }
         // Renewals in a full pool fail (and are tried again) rather than
-        // wait until it is not full (`RadosDevice::open`).
-        // SAFETY: a live io context.
-        unsafe { rados_set_pool_full_try(ioctx) };
+        // wait until it is not full (`RadosCluster::io_context`).
+        let ioctx = cluster.io_context(pool, &what)?;
         // The cookie tells holders apart: this process, and this lease in it.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let cookie = format!("{holder} lease {}", NEXT.fetch_add(1, Ordering::Relaxed));

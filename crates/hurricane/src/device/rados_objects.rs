@@ -42,17 +42,7 @@ impl RadosObjects {
     /// The RADOS pool `pool` of the cluster `conf` names.
     pub fn connect(conf: &Path, pool: &str) -> Result<RadosObjects> {
         let cluster = RadosCluster::connect(conf, &super::RadosOptions::default())?;
-        let pool_c = cstring(pool, "RADOS pool name")?;
-        let mut ioctx: ffi::rados_ioctx_t = std::ptr::null_mut();
-        // SAFETY: a connected cluster handle, a NUL-terminated pool name and
-        // a valid place for the new context.
-        let ret = unsafe { ffi::rados_ioctx_create(cluster.handle, pool_c.as_ptr(), &mut ioctx) };
-        if ret == -libc::ENOENT {
-            return Err(Error::NotFound(format!("the cluster of {} has no RADOS pool {pool}", conf.display())));
-        }
-        if ret < 0 {
-            return Err(Error::Device(format!("RADOS pool {pool} of {}: {}", conf.display(), os_err(ret))));
-        }
+        let ioctx = cluster.io_context(pool, &format!("rados:{pool}"))?;
         Ok(RadosObjects { _cluster: cluster, ioctx, pool: pool.to_string() })
     }
 

@@ -67,17 +67,19 @@ fn device_of(line: &str) -> &str {
 }
 
 /// What a pool.conf text says of its pool's place in a cluster.
-#[derive(Debug, Default)]
-struct Described {
-    name: Option<String>,
-    id: Option<String>,
-    revision: u64,
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Description {
+    pub name: Option<String>,
+    pub id: Option<String>,
+    pub revision: u64,
     /// The first rados device: where the description lives.
-    home: Option<RadosSpec>,
+    pub home: Option<RadosSpec>,
 }
 
-fn describe(text: &str) -> Result<Described> {
-    let mut d = Described::default();
+/// Reads what a pool.conf text says of its pool's place in a cluster,
+/// refusing a bad name, revision or rados device line.
+pub fn describe(text: &str) -> Result<Description> {
+    let mut d = Description::default();
     for line in text.lines().map(str::trim) {
         if let Some(v) = setting(line, "name") {
             check_name(v)?;
@@ -185,15 +187,12 @@ pub fn sync(dir: &Path) -> Result<()> {
     let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
     let local = describe(&text)?;
     let (Some(name), Some(home)) = (&local.name, &local.home) else { return Ok(()) };
-    let obj = object_name(name);
-    let Some(bytes) = crate::device::rados_spec::read_object(&home.conf, &home.pool, &obj)? else {
+    let Some(bytes) = crate::device::rados_spec::read_object(&home.conf, &home.pool, &object_name(name))? else {
         tracing::info!("{}: the cluster has no copy of this pool's description: published again", f.display());
         return publish(&text, false);
     };
-    let theirs = String::from_utf8(bytes)
-        .map_err(|_| Error::corrupt(format!("rados:{}/{obj}", home.pool), "not text"))
-        .and_then(|t| describe(&t).map(|d| (t, d)));
-    let (their_text, theirs) = theirs?;
+    let here = Locator { pool: home.pool.clone(), name: name.clone(), conf: home.conf.clone() };
+    let (fresh, theirs) = take(&bytes, &here, &text)?;
     if theirs.id != local.id {
         tracing::warn!(
             "{}: the name {name} in RADOS pool {} belongs to another pool now (id {}): this directory's \
@@ -208,10 +207,6 @@ pub fn sync(dir: &Path) -> Result<()> {
         return publish(&text, false);
     }
     if theirs.revision > local.revision {
-        let their_home = theirs.home.ok_or_else(|| {
-            Error::corrupt(format!("rados:{}/{obj}", home.pool), "a pool description without a rados device")
-        })?;
-        let fresh = shared_lines(&their_text, &their_home.conf, &home.conf)? + &local_lines(&text);
         tracing::info!(
             "{}: the device list changed elsewhere (revision {} to {}): taken from the cluster",
             f.display(),
@@ -221,6 +216,24 @@ pub fn sync(dir: &Path) -> Result<()> {
         return super::write_pool_text(dir, &fresh);
     }
     Ok(())
+}
+
+/// The cluster's description of the pool `loc` names (`bytes`, its object
+/// as read), checked and made this host's: it must be text naming `loc`'s
+/// pool, with a first rados device (its home) in `loc`'s RADOS pool. Every
+/// device line that named the home's config names `loc.conf` instead, and
+/// this host's own lines of `local` (an earlier pool.conf: `numa`, `fault`,
+/// comments) follow. Returns the new pool.conf and what it describes.
+pub fn take(bytes: &[u8], loc: &Locator, local: &str) -> Result<(String, Description)> {
+    let what = format!("rados:{}/{}", loc.pool, object_name(&loc.name));
+    let text = std::str::from_utf8(bytes).map_err(|_| Error::corrupt(&what, "not text"))?;
+    let d = describe(text)?;
+    let home = d.home.as_ref().ok_or_else(|| Error::corrupt(&what, "a pool description without a rados device"))?;
+    if home.pool != loc.pool || d.name.as_deref() != Some(loc.name.as_str()) {
+        return Err(Error::corrupt(&what, "describes a pool of another name or RADOS pool"));
+    }
+    let fresh = shared_lines(text, &home.conf, &loc.conf)? + &local_lines(local);
+    Ok((fresh, d))
 }
 
 /// How other hosts find the pool of directory `dir`
@@ -287,24 +300,17 @@ pub fn local_root() -> PathBuf {
 /// cluster's copy of its description under `root`, every device in the
 /// description's home cluster reached through `conf`.
 pub fn locate(locator: &str, root: &Path) -> Result<PathBuf> {
-    let loc = Locator::parse(locator)?;
-    let conf = std::fs::canonicalize(&loc.conf).map_err(|e| Error::io(loc.conf.display().to_string(), e))?;
+    let mut loc = Locator::parse(locator)?;
+    loc.conf = std::fs::canonicalize(&loc.conf).map_err(|e| Error::io(loc.conf.display().to_string(), e))?;
     let obj = object_name(&loc.name);
-    let what = format!("rados:{}/{obj}", loc.pool);
-    let Some(bytes) = crate::device::rados_spec::read_object(&conf, &loc.pool, &obj)? else {
+    let Some(bytes) = crate::device::rados_spec::read_object(&loc.conf, &loc.pool, &obj)? else {
         return Err(Error::NotFound(format!(
             "no pool named {} in RADOS pool {} of {} (no object {obj})",
             loc.name,
             loc.pool,
-            conf.display()
+            loc.conf.display()
         )));
     };
-    let text = String::from_utf8(bytes).map_err(|_| Error::corrupt(&what, "not text"))?;
-    let d = describe(&text)?;
-    let home = d.home.ok_or_else(|| Error::corrupt(&what, "a pool description without a rados device"))?;
-    if home.pool != loc.pool || d.name.as_deref() != Some(loc.name.as_str()) {
-        return Err(Error::corrupt(&what, "describes a pool of another name or RADOS pool"));
-    }
     let dir = loc.dir(root);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
     let f = dir.join(POOL_FILE);
@@ -313,7 +319,7 @@ pub fn locate(locator: &str, root: &Path) -> Result<PathBuf> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(f.display().to_string(), e)),
     };
-    let fresh = shared_lines(&text, &home.conf, &conf)? + &old.as_deref().map(local_lines).unwrap_or_default();
+    let (fresh, _) = take(&bytes, &loc, old.as_deref().unwrap_or(""))?;
     if old.as_deref() != Some(fresh.as_str()) {
         super::write_pool_text(&dir, &fresh)?;
     }
@@ -377,6 +383,25 @@ device = rados:other/x?conf=/b/ceph.conf&size=64\nnuma = 0 1\nsim = hdd\nname = 
             let e = Locator::parse(bad).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("rados:CEPHPOOL/NAME?conf=PATH"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn takes_a_description_for_this_host_and_refuses_another_pools() {
+        let loc = Locator { pool: "hfs".into(), name: "web".into(), conf: PathBuf::from("/mine.conf") };
+        let (text, d) = take(TEXT.as_bytes(), &loc, "# here\nnuma = 1 0\nsim = x\n").unwrap();
+        assert_eq!((d.revision, d.id.as_deref()), (3, Some("ab")));
+        assert!(text.contains("hurricane.ab.1?conf=/mine.conf") && text.ends_with("# here\nnuma = 1 0\n"), "{text}");
+        assert!(!text.contains("numa = 0 1"), "the other host's numa line is not taken: {text}");
+        assert_eq!(take(text.as_bytes(), &loc, "# here\nnuma = 1 0\n").unwrap().0, text, "taken twice");
+        for (l, why) in [
+            (Locator { name: "db".into(), ..loc.clone() }, "another name"),
+            (Locator { pool: "x".into(), ..loc.clone() }, "another name"),
+        ] {
+            let e = take(TEXT.as_bytes(), &l, "").unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+        assert!(take(b"\xff\xfe", &loc, "").unwrap_err().to_string().contains("not text"));
+        assert!(take(b"name = web\n", &loc, "").unwrap_err().to_string().contains("without a rados device"));
     }
 
     #[test]
