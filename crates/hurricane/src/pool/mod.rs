@@ -224,11 +224,18 @@ pub fn numa_nodes(dir: &Path) -> Result<Vec<(u32, u32)>> {
 
 /// Replaces `pool.conf` with `text` (a changed device list): written as
 /// [`write_pool_text`] does, and for a pool found by name in its cluster,
-/// with its revision raised and published there (`published`).
+/// with its revision raised and published there (`published`; a failed
+/// publication is logged and made again at the next open).
 pub fn replace_pool_file(dir: &Path, text: &str) -> Result<()> {
     let text = published::next_revision(text)?;
     write_pool_text(dir, &text)?;
-    published::publish(&text, false)
+    // The change is made (the devices and this directory have it): a
+    // cluster that cannot take the new description now gets it when the
+    // pool is next opened here (`published::sync`).
+    if let Err(e) = published::publish(&text, false) {
+        tracing::warn!("{}: the pool's description in its cluster is not updated yet: {e}", dir.display());
+    }
+    Ok(())
 }
 
 /// Replaces `pool.conf` with `text`: a temporary file, synced, renamed over
