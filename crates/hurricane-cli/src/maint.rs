@@ -9,8 +9,8 @@ use hurricane::fs::{AddOptions, MigrateOptions, RemoveOptions, ReplaceOptions, R
 use hurricane::units::human;
 use hurricane::{Fs, Options};
 use hurricane_fuse::control::{
-    open_new, open_new_device, open_replacement, resolve_device, JobState, Request, ScrubSummary, Status,
-    CONTROL_XATTR, SCRUB_POSITION_FILE,
+    open_new, open_replacement, resolve_device, JobState, Request, ScrubSummary, Status, CONTROL_XATTR,
+    SCRUB_POSITION_FILE,
 };
 use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
@@ -280,79 +280,43 @@ pub fn device(c: &DeviceCmd) -> CliResult {
     }
 }
 
+/// `device add POOL|MOUNT NEW`: NEW an image file (made with `--size`, or
+/// the size of the pool's largest device, if missing), a block device, or
+/// a device in a Ceph cluster (`rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`,
+/// its objects named as `rados_spec::new_device` says), offline or through
+/// the mount.
 fn add(a: &AddArgs) -> CliResult {
-    if let Some(spec) = a.new.to_str().filter(|n| hurricane::device::is_rados(n)) {
-        return add_rados(a, spec);
-    }
-    let new = std::path::absolute(&a.new).map_err(|e| Fail::new(format!("{}: {e}", a.new.display())))?;
-    let index = if is_pool(&a.target) {
+    let rados = a.new.to_str().is_some_and(hurricane::device::is_rados);
+    let new = match rados {
+        true => a.new.clone(),
+        false => std::path::absolute(&a.new).map_err(|e| Fail::new(format!("{}: {e}", a.new.display())))?,
+    };
+    let name = new.to_string_lossy().into_owned();
+    let (index, listed) = if is_pool(&a.target) {
         let dir = &a.target;
-        let paths = hurricane::pool::device_paths(dir)?;
-        if paths.iter().any(|p| same_file(p, &new)) {
+        if !rados && hurricane::pool::device_paths(dir)?.iter().any(|p| same_file(p, &new)) {
             return Err(Fail::new(format!("{}: already a device of this pool", new.display())));
         }
         let _lock = PoolLock::take(dir, true)?;
-        let size = match a.size {
-            Some(s) => s,
-            None => paths
-                .iter()
-                .filter_map(|p| hurricane::device::FileDevice::open(p, false).ok())
-                .map(|d| {
-                    use hurricane::device::Device;
-                    d.size()
-                })
-                .max()
-                .ok_or_else(|| Fail::new("no device of the pool is there"))?,
-        };
-        let created = !new.exists();
-        let dev = open_new_device(&new, size)?;
+        let created = !rados && !new.exists();
         let fs = Fs::open_dir(dir, Options::default())?;
-        let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(new.clone()) };
-        let r = fs.add_device(dev, &opts);
+        let index = fs.storage().device_count();
+        let largest = fs.storage().devs.iter().map(|d| d.dev().size()).max().unwrap_or(0);
+        let r = open_new(&fs, &name, index, a.size.unwrap_or(largest)).map_err(Fail::new).and_then(|(dev, path)| {
+            let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(path.clone()) };
+            Ok((fs.add_device(dev, &opts)?, path))
+        });
         let c = fs.close();
         if r.is_err() && created {
             // Nothing refers to an image this command made.
             let _ = std::fs::remove_file(&new);
         }
-        let i = r?;
+        let (i, path) = r?;
         c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
-        i
+        (i, path.display().to_string())
     } else {
-        let req = Request::Add { new: new.to_string_lossy().into_owned(), size: a.size };
-        let st = online(&a.target, &req)?;
-        st.device.ok_or_else(|| Fail::new("the mount did not say which device was added"))?
-    };
-    if a.json {
-        println!("{}", serde_json::json!({ "device": index, "path": new }));
-    } else {
-        println!("added device {index}: {}", new.display());
-    }
-    Ok(())
-}
-
-/// `device add POOL rados:CEPHPOOL[/PREFIX]?conf=PATH[&size=SIZE]`: a
-/// device in a Ceph cluster, offline or through the mount, its objects
-/// named as `rados_spec::new_device` says (after the pool id and the new
-/// device's index unless given), its size from the spec, `--size`, or the
-/// pool's largest device.
-fn add_rados(a: &AddArgs, name: &str) -> CliResult {
-    let (index, listed) = if is_pool(&a.target) {
-        let dir = &a.target;
-        let _lock = PoolLock::take(dir, true)?;
-        let fs = Fs::open_dir(dir, Options::default())?;
-        let index = fs.storage().device_count();
-        let largest = fs.storage().devs.iter().map(|d| d.dev().size()).max().unwrap_or(0);
-        let r = open_new(&fs, name, index, a.size.unwrap_or(largest)).map_err(Fail::new).and_then(|(dev, path)| {
-            let opts = AddOptions { pool_dir: Some(dir.clone()), path: Some(path.clone()) };
-            Ok((fs.add_device(dev, &opts)?, path))
-        });
-        let c = fs.close();
-        let r = r?;
-        c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
-        (r.0, r.1.display().to_string())
-    } else {
-        let st = online(&a.target, &Request::Add { new: name.to_string(), size: a.size })?;
-        (st.device.ok_or_else(|| Fail::new("the mount did not say which device was added"))?, name.to_string())
+        let st = online(&a.target, &Request::Add { new: name.clone(), size: a.size })?;
+        (st.device.ok_or_else(|| Fail::new("the mount did not say which device was added"))?, name)
     };
     if a.json {
         println!("{}", serde_json::json!({ "device": index, "path": listed }));
