@@ -593,8 +593,9 @@ fn kill_9_mid_write_then_another_host_takes_over_after_the_lease() {
 /// `device add` of a device in the cluster to a mounted pool of image
 /// files: pool.conf names it as mkfs would (its prefix from the pool id and
 /// its index, the size of the pool's devices), the mount places files on
-/// it, they read back after a remount, and fsck finds the pool clean. An
-/// offline add of a second one goes the same way.
+/// it, they read back after a remount, and fsck finds the pool clean. The
+/// first device in the cluster names the pool there, so another host finds
+/// it by name. An offline add of a second one goes the same way.
 #[test]
 fn device_add_puts_a_rados_device_in_a_pool_of_images() {
     require_fuse!();
@@ -623,6 +624,13 @@ fn device_add_puts_a_rados_device_in_a_pool_of_images() {
     assert!(fs::read(m.path("mirrored")).unwrap() == body);
     assert!(fs::read(m.path("before")).unwrap() == before);
     m.unmount();
+    // The first device in the cluster named the pool there, after its
+    // directory: another host finds it by that name.
+    let listed = fs::read_to_string(pool.dir.join("pool.conf")).unwrap();
+    assert!(listed.contains("\nname = pool\n") && listed.contains("\nrevision = 1\n"), "{listed}");
+    let other = other_host(&pool, "other");
+    let out = other.ok(&["ls", &other.locator, "/"]);
+    assert!(out.contains("mirrored") && out.contains("before"), "{out}");
     let out = hurricane(&["device", "add", s(&pool.dir), &format!("{}&size=64M", rados_device())]);
     assert!(out.starts_with("added device 3: rados:") && out.contains(".3?conf="), "{out}");
     assert!(out.trim_end().ends_with(&format!("&size={}", 64 << 20)), "{out}");

@@ -67,6 +67,8 @@ impl Fs {
         // 2. The pool's device list.
         if let (Some(dir), Some(p)) = (&opts.pool_dir, &opts.path) {
             add_device_path(dir, p)?;
+            // A pool's first device in a Ceph cluster names it there.
+            pool::published::name_after_add(dir, &sb.pool_id)?;
         }
         // 3. The slot, then every superblock. What the open pool holds in
         // memory matches the device's superblock from here on, whatever the

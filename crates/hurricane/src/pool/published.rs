@@ -179,6 +179,35 @@ pub(super) fn publish(text: &str, create: bool) -> Result<()> {
     }
 }
 
+/// After a device was added to the pool of directory `dir` (id
+/// `pool_id`): if it is the pool's first rados device, the pool takes the
+/// directory's name in that device's cluster, as mkfs would have named it.
+/// A name that is taken, or that is not a pool name, leaves the pool
+/// unnamed, with a warning: the device is added either way.
+pub fn name_after_add(dir: &Path, pool_id: &[u8; 16]) -> Result<()> {
+    let f = dir.join(POOL_FILE);
+    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let d = describe(&text)?;
+    let (None, Some(home)) = (&d.name, &d.home) else { return Ok(()) };
+    let Some(name) = dir.file_name().and_then(|n| n.to_str()) else { return Ok(()) };
+    let named = check_free(home, name).and_then(|()| {
+        let mut out = text.clone();
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&naming_lines(name, pool_id));
+        publish(&out, true)?;
+        super::write_pool_text(dir, &out)
+    });
+    if let Err(e) = named {
+        tracing::warn!(
+            "{}: the pool has no name in its cluster ({e}): other hosts cannot find it by name",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// Brings the pool directory `dir` and its cluster's copy of its
 /// description to the same revision (module docs). Nothing for a pool
 /// without a name.
