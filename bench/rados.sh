@@ -22,7 +22,14 @@
 # Results: bench/results/rados/rados.jsonl (RESULTS=DIR for another place),
 # medians and ratios on stdout. BENCH_DIR=DIR holds the cluster and the
 # pool directory; CEPH_DEV_OSD_BYTES sizes the OSD's memory store (6 GiB).
-# MOUNT_OPTS=OPTS mounts with `-o OPTS`. A/B against another version:
+# MOUNT_OPTS=OPTS mounts with `-o OPTS`. Each run measures the mount
+# twice: as files open by default (system "hurricane", reads through the
+# page cache and its readahead) and with the open policy
+# `cache=none,prefetch=none` on the root directory (system
+# "hurricane-nocache": every request reaches the mount as fio made it, 4
+# MiB reads as 1 MiB requests one after another, nothing read ahead);
+# NOCACHE_SPEC=SPEC sets another policy there, NOCACHE=0 leaves the second
+# system out. A/B against another version:
 # BASE=DIR, a directory holding that version's `hurricane` (built with
 # --features rados); every run then also measures it, as system
 # "hurricane-base".
@@ -84,12 +91,15 @@ rados_run() {
     record rados-bench "$run" "$w" "$r" "$rw" "$rr"
 }
 
-hurricane_run() { # system binary run
-    local sys=$1 bin=$2 run=$3 devs=()
+hurricane_run() { # system binary run [open spec of the root]
+    local sys=$1 bin=$2 run=$3 spec=${4:-} devs=()
     rm -rf "$work/pool" "$work/mnt"; mkdir -p "$work/mnt"
     for _ in 1 2 3 4; do devs+=(--device "rados:hurricane?conf=$conf"); done
     "$bin" mkfs "$work/pool" "${devs[@]}" --device-size 16G --layout 'stripe(width=4)' >/dev/null
     mount_
+    if [ -n "$spec" ]; then
+        python3 -c 'import os,sys; os.setxattr(sys.argv[1], "user.hurricane.open", sys.argv[2].encode())' "$work/mnt" "$spec"
+    fi
     read -r w _ < <(fio_job seq write 4M "${per_job}M" --end_fsync=1)
     remount
     read -r r _ < <(fio_job seq read 4M "${per_job}M")
@@ -109,6 +119,7 @@ fresh() { scripts/ceph-dev-cluster.sh stop "$work/ceph"; conf=$(scripts/ceph-dev
 for run in $(seq "$runs"); do
     fresh; rados_run "$run"
     fresh; hurricane_run hurricane "$hc" "$run"
+    if [ "${NOCACHE:-1}" != 0 ]; then fresh; hurricane_run hurricane-nocache "$hc" "$run" "${NOCACHE_SPEC:-cache=none,prefetch=none}"; fi
     if [ -n "${BASE:-}" ]; then fresh; hurricane_run hurricane-base "$BASE/hurricane" "$run"; fi
 done
 scripts/ceph-dev-cluster.sh stop "$work/ceph"
@@ -116,7 +127,7 @@ python3 - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = ["seq_write_mibs", "seq_read_mibs", "rand_write_iops", "rand_read_iops"]
-systems = [s for s in ("rados-bench", "hurricane", "hurricane-base") if any(r["system"] == s for r in rows)]
+systems = [s for s in ("rados-bench", "hurricane", "hurricane-nocache", "hurricane-base") if any(r["system"] == s for r in rows)]
 med = {s: {k: statistics.median(r[k] for r in rows if r["system"] == s) for k in keys} for s in systems}
 n = sum(1 for r in rows if r["system"] == "hurricane")
 print(f"medians of {n} runs, {rows[0]['qd']} requests in flight; ratio: of rados bench")

@@ -919,6 +919,64 @@ fn read_only_mount_and_helper() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no FUSE"));
 }
 
+/// `cache=none` takes the kernel's page cache away from a file's handles
+/// (those of files created under a directory with it too): every read
+/// reaches the mount, the same bytes read again included, while a
+/// page-cached file's repeated reads do not; shared mappings still work
+/// and what they write is what the next read returns.
+#[test]
+fn cache_none_opens_bypass_the_page_cache() {
+    require_fuse!();
+    let pool = Pool::new(2, "256M");
+    let m = pool.mount(&[]);
+    fs::create_dir(m.path("direct")).unwrap();
+    setxattr(&m.path("direct"), "user.hurricane.open", b"cache=none", 0).unwrap();
+    let spec = getxattr(&m.path("direct"), "user.hurricane.open", 256).unwrap();
+    assert_eq!(spec, b"cursor=shared,prefetch=adaptive,locks=none,cache=none");
+    assert_eq!(errno(setxattr(&m.path("direct"), "user.hurricane.open", b"cache=sometimes", 0)), EINVAL);
+    let body = data(1 << 20, 5);
+    fs::write(m.path("direct/f"), &body).unwrap();
+    fs::write(m.path("cached"), &body).unwrap();
+    let reads = || stats_json(&m.path("")).ops.get("read").map_or(0, |o| o.count);
+    let mut counts = Vec::new();
+    for name in ["cached", "direct/f"] {
+        assert_eq!(fs::read(m.path(name)).unwrap(), body, "{name}");
+        let before = reads();
+        for _ in 0..3 {
+            assert_eq!(fs::read(m.path(name)).unwrap(), body, "{name}");
+        }
+        counts.push(reads() - before);
+    }
+    assert!(counts[1] >= 3 && counts[0] < counts[1], "reads reaching the mount, cached and cache=none: {counts:?}");
+
+    // A shared mapping of a cache=none file.
+    let f = OpenOptions::new().read(true).write(true).open(m.path("direct/f")).unwrap();
+    // SAFETY: a fresh shared mapping of 8 KiB of an open file of 1 MiB,
+    // written and synced through its own pointer, then unmapped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+        let s = std::slice::from_raw_parts_mut(p.cast::<u8>(), 8192);
+        assert_eq!(s, &body[..8192]);
+        s[100..105].copy_from_slice(b"HELLO");
+        assert_eq!(libc::msync(p, 8192, libc::MS_SYNC), 0, "msync: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::munmap(p, 8192), 0);
+    }
+    let mut want = body.clone();
+    want[100..105].copy_from_slice(b"HELLO");
+    assert_eq!(fs::read(m.path("direct/f")).unwrap(), want);
+    drop(f);
+    m.unmount();
+    pool.fsck_clean();
+}
+
 /// Reads through the mount use the file's open composition (HFS 3.1):
 /// `user.hurricane.open` when set on it or on a directory above it, else
 /// the kernel's readahead; the policies fill the engine's cache ahead of a

@@ -28,6 +28,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
     TimeOrNow, WriteFlags,
 };
+use hurricane::open::PageCache;
 use hurricane::{Attr, Creds, Fs, SetAttr};
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -517,6 +518,9 @@ impl Filesystem for HurricaneFuse {
             ("async_read", InitFlags::FUSE_ASYNC_READ),
             ("big_writes", InitFlags::FUSE_BIG_WRITES),
             ("max_pages", InitFlags::FUSE_MAX_PAGES),
+            // Shared mappings of handles opened without the page cache
+            // (`cache=none`, transaction-protected files) go through it.
+            ("direct_io_allow_mmap", InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP),
         ];
         let uring = self.want_uring.then_some(("over_io_uring", InitFlags::FUSE_OVER_IO_URING));
         let writeback = self.want_writeback.then_some(("writeback_cache", InitFlags::FUSE_WRITEBACK_CACHE));
@@ -780,14 +784,20 @@ impl Filesystem for HurricaneFuse {
                 self.fs.open_inode(ino).map_err(errno)?;
                 return Ok((self.handles.insert(ino, f, None), true));
             }
-            if a.is_file() && f & libc::O_ACCMODE != libc::O_WRONLY {
-                // Reads through this handle use the file's open policy.
-                let spec = self.fs.open_policy_for(ino);
+            if !a.is_file() {
+                self.fs.open_inode(ino).map_err(errno)?;
+                return Ok((self.handles.insert(ino, f, None), false));
+            }
+            // The file's open policy: whether the page cache stands in
+            // front of this handle, and how its reads prefetch.
+            let spec = self.fs.open_policy_for(ino);
+            let direct = spec.cache == PageCache::None;
+            if f & libc::O_ACCMODE != libc::O_WRONLY {
                 let of = hurricane::open::OpenFile::from_ino(&self.fs, ino, true, false, spec).map_err(errno)?;
-                return Ok((self.handles.insert(ino, f, Some(of)), false));
+                return Ok((self.handles.insert(ino, f, Some(of)), direct));
             }
             self.fs.open_inode(ino).map_err(errno)?;
-            Ok((self.handles.insert(ino, f, None), false))
+            Ok((self.handles.insert(ino, f, None), direct))
         })();
         let r2 = r.as_ref().map(|_| ()).map_err(|e| *e);
         self.done(Op::Open, t0, &r2);
@@ -1127,13 +1137,20 @@ impl Filesystem for HurricaneFuse {
                 Err(e) => return Err(e),
             };
             self.fs.open_inode(a.ino).map_err(errno)?;
-            Ok((a, self.handles.insert(a.ino, flags, None)))
+            // A handle of a `cache=none` file (its directory's policy, for
+            // a new one) writes past the page cache from the first write.
+            // (Its reads, if any, go unprefetched: a new file is written first.)
+            let open = match self.fs.open_policy_for(a.ino).cache {
+                PageCache::None => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
+                PageCache::Page => FopenFlags::FOPEN_NOFLUSH,
+            };
+            Ok((a, self.handles.insert(a.ino, flags, None), open))
         })();
         self.done(Op::Create, t0, &r);
         match r {
             // One timeout for the name and the attributes: in a directory
             // whose names are not kept, the attributes are not either.
-            Ok((a, fh)) => reply.created(&self.name_ttl(parent.0), &file_attr(&a), GEN, fh, FopenFlags::FOPEN_NOFLUSH),
+            Ok((a, fh, open)) => reply.created(&self.name_ttl(parent.0), &file_attr(&a), GEN, fh, open),
             Err(e) => reply.error(e),
         }
     }

@@ -9,10 +9,11 @@
 //!           | "prefetch=" ( "none" | "next" | "adaptive"
 //!                         | "distance(" "d=" N [",a=" N] [",per=" ("file"|"thread")] ")" )
 //!           | "locks=" ("none" | "auto")
+//!           | "cache=" ("page" | "none")
 //! ```
 //!
 //! Missing items take their defaults (`cursor=shared,prefetch=adaptive,
-//! locks=none`). `Display` prints the canonical form with every item, which
+//! locks=none,cache=page`). `Display` prints the canonical form with every item, which
 //! parses back to the same spec.
 
 use crate::error::{Error, Result};
@@ -76,12 +77,31 @@ pub enum LockPolicy {
     Auto,
 }
 
+/// Whether the kernel's page cache stands between programs and an instance
+/// opened through the mount. The native API has no page cache: there the
+/// choice has no effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PageCache {
+    /// Reads fill the kernel's page cache (with its readahead) and are
+    /// served from it again; writes pass through it to the engine.
+    #[default]
+    Page,
+    /// Every read and write of the instance reaches the engine as the
+    /// program made it (as with `O_DIRECT`, without its alignment rules),
+    /// several in flight for a large one, and the instance's prefetch
+    /// policy does the reading ahead. For streams larger than memory, or
+    /// from devices across a network, where filling and evicting the page
+    /// cache costs more than the data is reused.
+    None,
+}
+
 /// An open composition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpenSpec {
     pub cursor: CursorKind,
     pub prefetch: Prefetch,
     pub locks: LockPolicy,
+    pub cache: PageCache,
 }
 
 impl OpenSpec {
@@ -121,7 +141,14 @@ impl OpenSpec {
                         _ => return Err(bad(format!("locks={v}: expected none or auto"))),
                     }
                 }
-                _ => return Err(bad(format!("unknown key {k:?} (known: cursor, prefetch, locks)"))),
+                "cache" => {
+                    spec.cache = match v {
+                        "page" => PageCache::Page,
+                        "none" => PageCache::None,
+                        _ => return Err(bad(format!("cache={v}: expected page or none"))),
+                    }
+                }
+                _ => return Err(bad(format!("unknown key {k:?} (known: cursor, prefetch, locks, cache)"))),
             }
             seen.push(k);
         }
@@ -246,9 +273,18 @@ impl fmt::Display for LockPolicy {
     }
 }
 
+impl fmt::Display for PageCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PageCache::Page => "page",
+            PageCache::None => "none",
+        })
+    }
+}
+
 impl fmt::Display for OpenSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cursor={},prefetch={},locks={}", self.cursor, self.prefetch, self.locks)
+        write!(f, "cursor={},prefetch={},locks={},cache={}", self.cursor, self.prefetch, self.locks, self.cache)
     }
 }
 
@@ -273,7 +309,7 @@ mod tests {
         let s = OpenSpec::parse("cursor=per-thread,prefetch=distance(d=30,a=5)").unwrap();
         assert_eq!(s.cursor, CursorKind::PerThread);
         assert_eq!(s.prefetch, Prefetch::Distance { d: 30, a: 5, scope: Scope::File });
-        assert_eq!(s.to_string(), "cursor=per-thread,prefetch=distance(d=30,a=5),locks=none");
+        assert_eq!(s.to_string(), "cursor=per-thread,prefetch=distance(d=30,a=5),locks=none,cache=page");
         assert_eq!(OpenSpec::parse(&s.to_string()).unwrap(), s);
         assert_eq!(OpenSpec::parse("").unwrap(), OpenSpec::default());
         assert_eq!(OpenSpec::parse(" prefetch = adaptive ").unwrap().prefetch, Prefetch::Adaptive);
@@ -281,6 +317,9 @@ mod tests {
         let t = OpenSpec::parse("prefetch=distance(d=4,per=thread)").unwrap();
         assert_eq!(t.prefetch, Prefetch::Distance { d: 4, a: 1, scope: Scope::Thread });
         assert_eq!(OpenSpec::parse(&t.to_string()).unwrap(), t);
+        let c = OpenSpec::parse("cache=none").unwrap();
+        assert_eq!(c, OpenSpec { cache: PageCache::None, ..Default::default() });
+        assert_eq!(OpenSpec::parse(&c.to_string()).unwrap(), c);
         for p in [Prefetch::None, Prefetch::NextBlock, Prefetch::Adaptive] {
             let s = OpenSpec { prefetch: p, ..Default::default() };
             assert_eq!(OpenSpec::parse(&s.to_string()).unwrap(), s);
@@ -303,6 +342,8 @@ mod tests {
             ("cursor", "not key=value"),
             ("cursor=shared,cursor=shared", "given twice"),
             ("locks=maybe", "expected none or auto"),
+            ("cache=sometimes", "expected page or none"),
+            ("cache=none,cache=page", "given twice"),
         ] {
             let e = OpenSpec::parse(bad).unwrap_err().to_string();
             assert!(e.contains(says) && e.contains("open spec"), "{bad}: {e}");

@@ -401,7 +401,10 @@ fn open_specs_are_checked_stored_and_inherited() {
     assert_eq!(fs.default_open_spec(f).unwrap(), OpenSpec::default());
     // A directory's spec applies beneath it, canonical when read back.
     fs.setxattr(&root, a, key, b"prefetch = distance(d=30, a=5) ,cursor=per-thread\n", 0).unwrap();
-    assert_eq!(fs.getxattr(&root, a, key).unwrap(), b"cursor=per-thread,prefetch=distance(d=30,a=5),locks=none");
+    assert_eq!(
+        fs.getxattr(&root, a, key).unwrap(),
+        b"cursor=per-thread,prefetch=distance(d=30,a=5),locks=none,cache=page"
+    );
     assert_eq!(fs.default_open_spec(b).unwrap().cursor, CursorKind::PerThread);
     let of = OpenFile::open(&fs, "/a/b/f").unwrap();
     assert_eq!(of.spec().prefetch, Prefetch::Distance { d: 30, a: 5, scope: hurricane::open::Scope::File });
@@ -412,7 +415,7 @@ fn open_specs_are_checked_stored_and_inherited() {
     assert_eq!(fs.open_policy_for(f), of.spec());
     of.set_prefetch(Prefetch::Adaptive);
     of.set_cursor(CursorKind::PerThread);
-    assert_eq!(of.spec().to_string(), "cursor=per-thread,prefetch=adaptive,locks=auto");
+    assert_eq!(of.spec().to_string(), "cursor=per-thread,prefetch=adaptive,locks=auto,cache=page");
     let mut buf = [0u8; 5];
     assert_eq!(of.read(&mut buf).unwrap(), 5);
     assert_eq!(&buf, b"hello");

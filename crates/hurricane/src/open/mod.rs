@@ -63,12 +63,17 @@
 //! A mounted file without its own attribute gets no engine prefetch: the
 //! kernel's readahead already streams it in large requests and its page
 //! cache keeps what was read, so a second prefetcher under them would only
-//! copy every block once more through the block cache.
+//! copy every block once more through the block cache. With `cache=none`
+//! the mount opens the handle without the page cache (`FOPEN_DIRECT_IO`):
+//! every read and write arrives as the program made it, and the
+//! instance's prefetch policy is the only one reading ahead.
 
 mod locks;
 mod prefetch;
 
-pub use crate::open_spec::{check_xattr, CursorKind, LockPolicy, OpenSpec, Prefetch, Scope, MAX_AMOUNT, MAX_DISTANCE};
+pub use crate::open_spec::{
+    check_xattr, CursorKind, LockPolicy, OpenSpec, PageCache, Prefetch, Scope, MAX_AMOUNT, MAX_DISTANCE,
+};
 pub use locks::{LockMode, RangeGuard, RangeLocks};
 pub use prefetch::{Pattern, PrefetchState, Request};
 
@@ -228,6 +233,8 @@ struct Instance {
     devices: u64,
     locks: RangeLocks,
     lock_auto: AtomicBool,
+    /// `cache=none` (the mount reads this at open; nothing else does).
+    no_page_cache: AtomicBool,
     reads: AtomicU64,
     prefetch_requests: AtomicU64,
     prefetch_blocks: AtomicU64,
@@ -373,6 +380,7 @@ impl OpenFile {
             devices,
             locks: RangeLocks::new(),
             lock_auto: AtomicBool::new(spec.locks == LockPolicy::Auto),
+            no_page_cache: AtomicBool::new(spec.cache == PageCache::None),
             reads: AtomicU64::new(0),
             prefetch_requests: AtomicU64::new(0),
             prefetch_blocks: AtomicU64::new(0),
@@ -403,6 +411,7 @@ impl OpenFile {
             cursor: self.cursor_kind(),
             prefetch: self.inner.prefetch.read().policy(),
             locks: if self.inner.lock_auto.load(Ordering::Relaxed) { LockPolicy::Auto } else { LockPolicy::None },
+            cache: if self.inner.no_page_cache.load(Ordering::Relaxed) { PageCache::None } else { PageCache::Page },
         }
     }
 
@@ -411,6 +420,8 @@ impl OpenFile {
         self.set_cursor(spec.cursor);
         self.set_prefetch(spec.prefetch);
         self.set_locks(spec.locks);
+        // Recorded only: the mount chose the kernel's caching at open.
+        self.inner.no_page_cache.store(spec.cache == PageCache::None, Ordering::Relaxed);
     }
 
     /// Changes the prefetch policy (its windows start afresh).
