@@ -431,78 +431,292 @@ fn truncates_unlinks_and_punches_before_the_sync_drop_held_blocks() {
     check_clean(&fs, "after truncates and unlinks");
 }
 
+/// A memory device whose writes time out while `stalled` is set, as a
+/// device in a Ceph cluster does when its OSD does not answer: an error
+/// the device calls transient, so the pool does not fault it.
+struct Stalling {
+    mem: std::sync::Arc<hurricane::device::MemDevice>,
+    stalled: std::sync::atomic::AtomicBool,
+}
+
+impl hurricane::device::Device for Stalling {
+    fn name(&self) -> &str {
+        self.mem.name()
+    }
+    fn size(&self) -> u64 {
+        self.mem.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> hurricane::Result<()> {
+        self.mem.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> hurricane::Result<()> {
+        if self.stalled.load(std::sync::atomic::Ordering::SeqCst) {
+            let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time");
+            return Err(hurricane::Error::io(format!("{} (write at {offset})", self.mem.name()), e));
+        }
+        self.mem.write_at(buf, offset)
+    }
+    fn flush(&self) -> hurricane::Result<()> {
+        self.mem.flush()
+    }
+    fn transient(&self, e: &hurricane::Error) -> bool {
+        e.is_timed_out()
+    }
+}
+
+/// `n` memory devices of 32 MiB: the memories (to cut power on), and
+/// devices over them for the pool, each behind a fault plan; device
+/// `stalling`, if any, also behind a [`Stalling`] switch.
+#[allow(clippy::type_complexity)]
+fn fault_pool(
+    n: usize,
+    stalling: Option<usize>,
+) -> (
+    Vec<std::sync::Arc<hurricane::device::MemDevice>>,
+    Vec<std::sync::Arc<hurricane::device::FaultPlan>>,
+    Option<std::sync::Arc<Stalling>>,
+    Fs,
+) {
+    use hurricane::device::{Device, FaultDevice, FaultPlan, MemDevice};
+    use std::sync::Arc;
+    let mems: Vec<Arc<MemDevice>> = (0..n).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 32 * MB))).collect();
+    let plans: Vec<Arc<FaultPlan>> = (0..n).map(|_| Arc::new(FaultPlan::default())).collect();
+    let stall = stalling.map(|i| Arc::new(Stalling { mem: mems[i].clone(), stalled: Default::default() }));
+    let devs: Vec<Arc<dyn Device>> = (0..n)
+        .map(|i| {
+            let under: Arc<dyn Device> = match &stall {
+                Some(s) if stalling == Some(i) => s.clone(),
+                _ => mems[i].clone(),
+            };
+            Arc::new(FaultDevice::new(under, plans[i].clone())) as Arc<dyn Device>
+        })
+        .collect();
+    Fs::format(devs.clone(), &hurricane::FormatOptions::default()).unwrap();
+    let fs = Fs::open(devs, common::quiet()).unwrap();
+    (mems, plans, stall, fs)
+}
+
+/// The pool as a power cut now leaves it, reopened on plain memory
+/// devices (each device back as it was).
+fn cut_and_open(mems: &[std::sync::Arc<hurricane::device::MemDevice>]) -> Fs {
+    use hurricane::device::{CrashMode, Device, MemDevice};
+    let after: Vec<std::sync::Arc<dyn Device>> = mems
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            std::sync::Arc::new(MemDevice::from_image(format!("mem{i}"), m.crash_image(CrashMode::DropAll)))
+                as std::sync::Arc<dyn Device>
+        })
+        .collect();
+    Fs::open(after, common::quiet()).unwrap()
+}
+
 #[test]
 fn a_device_dying_with_held_writes_fails_its_files_once_and_commits_go_on() {
-    use hurricane::device::{CrashMode, Device, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
-    use std::sync::Arc;
-    let mems: Vec<Arc<MemDevice>> = (0..2).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 32 * MB))).collect();
-    let plans: Vec<Arc<FaultPlan>> = (0..2).map(|_| Arc::new(FaultPlan::default())).collect();
-    let devs = |mems: &[Arc<MemDevice>]| -> Vec<Arc<dyn Device>> {
-        mems.iter()
-            .zip(&plans)
-            .map(|(m, p)| Arc::new(FaultDevice::new(m.clone(), p.clone())) as Arc<dyn Device>)
-            .collect()
-    };
-    Fs::format(devs(&mems), &hurricane::FormatOptions::default()).unwrap();
-    let fs = Fs::open(devs(&mems), common::quiet()).unwrap();
+    use hurricane::device::{DeviceState, FaultSpec};
+    let (mems, plans, _, fs) = fault_pool(2, None);
     dir_with_default(&fs, "/d", "colocate@1");
     dir_with_default(&fs, "/e", "extent@0");
     for i in 0..16 {
         fs.write_file(&format!("/d/a{i}"), &pattern(i, BS), None).unwrap();
     }
     fs.sync().unwrap();
-    // The next files are held; then device 1 fails every write.
+    // The next files are held; in the same interval, a file on the
+    // healthy device and a new directory.
     for i in 0..16 {
         fs.write_file(&format!("/d/b{i}"), &pattern(100 + i, BS), None).unwrap();
     }
+    fs.write_file("/e/h", &pattern(5, 5 * BS), None).unwrap();
+    fs.mkdir_path("/e/m", 0o755).unwrap();
     assert_eq!(fs.group_stats().dirty_blocks, 16);
-    let (a0, b0) = (fs.open_file("/d/a0").unwrap().ino(), fs.open_file("/d/b0").unwrap().ino());
+    let (a0, b0, b1) = (
+        fs.open_file("/d/a0").unwrap().ino(),
+        fs.open_file("/d/b0").unwrap().ino(),
+        fs.open_file("/d/b1").unwrap().ino(),
+    );
+    // Read while held: the pool's block cache keeps a copy.
+    assert_eq!(fs.read_file("/d/b0").unwrap(), pattern(100, BS));
+    // Device 1 fails every write (EIO) from now on.
     plans[1].set(FaultSpec { write_error_rate: 1.0, ..Default::default() });
     let e = fs.sync().expect_err("the pool's sync reports the lost group write");
+    assert_eq!(e.errno(), libc::EIO, "{e}");
     assert!(e.to_string().contains("device 1"), "{e}");
-    assert_ne!(fs.storage().devs[1].state(), DeviceState::Online);
+    assert_eq!(fs.storage().devs[1].state(), DeviceState::Faulted);
+    // That sync committed everything else: a power cut now keeps the
+    // file on device 0 and the new directory.
+    {
+        let cut = cut_and_open(&mems);
+        assert_eq!(cut.read_file("/e/h").unwrap(), pattern(5, 5 * BS), "written beside the lost files");
+        assert!(cut.stat("/e/m").is_ok());
+        assert_eq!(cut.read_file("/d/a5").unwrap(), pattern(5, BS));
+        let e = cut.read_file("/d/b5").expect_err("never on its device: fails its checksum");
+        assert!(matches!(e, hurricane::Error::Checksum(_)), "{e}");
+        check_clean(&cut, "cut after the loss");
+    }
     // Given up: nothing is held for a device that takes no writes, and the
-    // files fail naming the device, never with other bytes.
+    // files fail naming the device, never with other bytes (not even the
+    // copy read while it was held).
     let g = fs.group_stats();
     assert_eq!((g.dirty_blocks, g.blocks_lost), (0, 16), "{g:?}");
     for i in 0..16 {
         let e = fs.read_file(&format!("/d/b{i}")).expect_err("a lost file reads as an error");
+        assert_eq!(e.errno(), libc::EIO, "b{i}: {e}");
         assert!(e.to_string().contains("1 (mem1)"), "b{i}: {e}");
     }
     // Each file's fsync says so once; files with nothing lost, and the
     // pool's next sync, have nothing to say.
     let e = fs.fsync(b0).expect_err("b0's fsync reports its lost writes");
+    assert_eq!(e.errno(), libc::EIO, "{e}");
     assert!(e.to_string().contains("device 1"), "{e}");
     fs.fsync(b0).unwrap();
     fs.fsync(a0).unwrap();
     fs.sync().unwrap();
-    // The rest of the pool commits as before: a file on device 0, a new
-    // directory, a rename.
+    assert_eq!(fs.fsync(b1).expect_err("b1's own report waited for it").errno(), libc::EIO);
+    fs.fsync(b1).unwrap();
+    // New writes to the dead device fail when made; the rest of the pool
+    // commits as before: a file on device 0, a new directory, a rename.
+    assert!(fs.write_file("/d/c", &pattern(9, BS), None).is_err());
     fs.write_file("/e/x", &pattern(7, 3 * BS), None).unwrap();
     fs.mkdir_path("/e/sub", 0o755).unwrap();
     fs.rename_path("/d/a3", "/d/a3-renamed").unwrap();
     fs.sync().unwrap();
     // A power cut, then device 1 back as it was: everything committed is
-    // there; the lost files fail their checksums, never show old contents.
-    let after: Vec<Arc<dyn Device>> = mems
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            Arc::new(MemDevice::from_image(format!("mem{i}"), m.crash_image(CrashMode::DropAll))) as Arc<dyn Device>
-        })
-        .collect();
+    // there; the lost files fail their checksums, never show old contents;
+    // no space is leaked or claimed twice.
+    let fs2 = cut_and_open(&mems);
     drop(fs);
-    let fs = Fs::open(after, common::quiet()).unwrap();
+    let fs = fs2;
     for i in (0..16).filter(|&i| i != 3) {
         assert_eq!(fs.read_file(&format!("/d/a{i}")).unwrap(), pattern(i, BS), "synced a{i}");
     }
     assert_eq!(fs.read_file("/d/a3-renamed").unwrap(), pattern(3, BS));
     assert_eq!(fs.read_file("/e/x").unwrap(), pattern(7, 3 * BS));
+    assert_eq!(fs.read_file("/e/h").unwrap(), pattern(5, 5 * BS));
     assert!(fs.stat("/e/sub").is_ok());
     for i in 0..16 {
         let e = fs.read_file(&format!("/d/b{i}")).expect_err("never written: fails its checksum");
         assert!(matches!(e, hurricane::Error::Checksum(_)), "b{i}: {e}");
     }
+    check_clean(&fs, "reopened after the loss");
+    // Removing the lost files gives their space back, and new files on it
+    // read as what they were written with.
+    for i in 0..16 {
+        fs.remove(&format!("/d/b{i}")).unwrap();
+    }
+    fs.sync().unwrap();
+    for i in 0..16 {
+        fs.write_file(&format!("/d/n{i}"), &pattern(300 + i, BS), None).unwrap();
+    }
+    fs.sync().unwrap();
+    for i in 0..16 {
+        assert_eq!(fs.read_file(&format!("/d/n{i}")).unwrap(), pattern(300 + i, BS), "n{i}");
+    }
+    check_clean(&fs, "after the lost files were removed");
+}
+
+#[test]
+fn a_dead_devices_lost_writes_are_reported_even_when_another_device_fails_the_commit() {
+    use hurricane::device::{DeviceState, FaultSpec};
+    use std::sync::atomic::Ordering::SeqCst;
+    let (mems, plans, stall, fs) = fault_pool(3, Some(1));
+    let stall = stall.unwrap();
+    dir_with_default(&fs, "/slow", "colocate@1");
+    dir_with_default(&fs, "/dead", "colocate@2");
+    fs.sync().unwrap();
+    for i in 0..4 {
+        fs.write_file(&format!("/slow/f{i}"), &pattern(i, BS), None).unwrap();
+        fs.write_file(&format!("/dead/f{i}"), &pattern(50 + i, BS), None).unwrap();
+    }
+    assert_eq!(fs.group_stats().dirty_blocks, 8);
+    let dead0 = fs.open_file("/dead/f0").unwrap().ino();
+    let slow0 = fs.open_file("/slow/f0").unwrap().ino();
+    // Device 1 times out, device 2 dies: the commit fails for device 1,
+    // and device 2's blocks are given up all the same.
+    stall.stalled.store(true, SeqCst);
+    plans[2].set(FaultSpec { write_error_rate: 1.0, ..Default::default() });
+    let e = fs.sync().expect_err("device 1's held writes did not get out");
+    assert!(e.is_timed_out(), "{e}");
+    assert_eq!(fs.storage().devs[1].state(), DeviceState::Online);
+    assert_eq!(fs.storage().devs[2].state(), DeviceState::Faulted);
+    let g = fs.group_stats();
+    assert_eq!((g.dirty_blocks, g.blocks_lost), (4, 4), "{g:?}");
+    // The dead device's files hear of it, however the commit ended.
+    let e = fs.fsync(dead0).expect_err("the commit itself fails while device 1 stalls");
+    assert!(e.is_timed_out(), "{e}");
+    stall.stalled.store(false, SeqCst);
+    let e = fs.fsync(dead0).expect_err("dead0's writes were lost");
+    assert_eq!(e.errno(), libc::EIO, "{e}");
+    assert!(e.to_string().contains("device 2"), "{e}");
+    fs.fsync(dead0).unwrap();
+    fs.fsync(slow0).unwrap();
+    let e = fs.sync().expect_err("the pool's sync reports the loss once");
+    assert!(e.to_string().contains("device 2"), "{e}");
+    fs.sync().unwrap();
+    assert_eq!(fs.group_stats().dirty_blocks, 0);
+    let fs2 = cut_and_open(&mems);
+    drop(fs);
+    for i in 0..4 {
+        assert_eq!(fs2.read_file(&format!("/slow/f{i}")).unwrap(), pattern(i, BS), "slow f{i}");
+        assert!(fs2.read_file(&format!("/dead/f{i}")).is_err(), "dead f{i}");
+    }
+    check_clean(&fs2, "after the cut");
+}
+
+#[test]
+fn a_device_timing_out_at_commit_fails_the_sync_loses_nothing_and_the_next_sync_writes_everything() {
+    use hurricane::device::DeviceState;
+    use std::sync::atomic::Ordering::SeqCst;
+    let (mems, _, stall, fs) = fault_pool(2, Some(1));
+    let stall = stall.unwrap();
+    dir_with_default(&fs, "/d", "colocate@1");
+    dir_with_default(&fs, "/e", "extent@0");
+    for i in 0..16 {
+        fs.write_file(&format!("/d/a{i}"), &pattern(i, BS), None).unwrap();
+    }
+    fs.sync().unwrap();
+    for i in 0..16 {
+        fs.write_file(&format!("/d/b{i}"), &pattern(100 + i, BS), None).unwrap();
+    }
+    fs.write_file("/e/x", &pattern(7, 2 * BS), None).unwrap();
+    let b0 = fs.open_file("/d/b0").unwrap().ino();
+    // Device 1 stops answering in time: a transient error. The commit
+    // fails, nothing held is dropped, the device is not faulted.
+    stall.stalled.store(true, SeqCst);
+    let e = fs.sync().expect_err("the commit must report the failed group write");
+    assert!(e.is_timed_out(), "{e}");
+    assert_eq!(fs.storage().devs[1].state(), DeviceState::Online);
+    let g = fs.group_stats();
+    assert_eq!((g.dirty_blocks, g.blocks_lost), (16, 0), "nothing held is dropped: {g:?}");
+    for i in 0..16 {
+        assert_eq!(fs.read_file(&format!("/d/b{i}")).unwrap(), pattern(100 + i, BS), "b{i} still readable");
+    }
+    assert!(fs.fsync(b0).unwrap_err().is_timed_out());
+    // A power cut now: everything synced is there; nothing names the
+    // files whose data never reached the device, and nothing of the
+    // failed commit is half there.
+    {
+        let cut = cut_and_open(&mems);
+        for i in 0..16 {
+            assert_eq!(cut.read_file(&format!("/d/a{i}")).unwrap(), pattern(i, BS), "synced a{i}");
+            assert!(cut.read_file(&format!("/d/b{i}")).is_err(), "b{i} was never committed");
+        }
+        assert!(cut.read_file("/e/x").is_err(), "/e/x was in the failed commit");
+        check_clean(&cut, "after the cut");
+    }
+    // The device answers again: the next commit writes what was held, and
+    // no file has a loss to report.
+    stall.stalled.store(false, SeqCst);
+    fs.sync().unwrap();
+    assert_eq!(fs.group_stats().dirty_blocks, 0);
+    fs.fsync(b0).unwrap();
+    let fs2 = cut_and_open(&mems);
+    drop(fs);
+    for i in 0..16 {
+        assert_eq!(fs2.read_file(&format!("/d/a{i}")).unwrap(), pattern(i, BS), "a{i}");
+        assert_eq!(fs2.read_file(&format!("/d/b{i}")).unwrap(), pattern(100 + i, BS), "b{i} after the retry");
+    }
+    assert_eq!(fs2.read_file("/e/x").unwrap(), pattern(7, 2 * BS));
+    check_clean(&fs2, "after the retry");
 }
 
 #[test]

@@ -240,3 +240,8 @@ fn degraded() {
 fn directory() {
     ci("directory");
 }
+
+#[test]
+fn colocate() {
+    ci("colocate");
+}

@@ -35,22 +35,51 @@
 //!   copy, or marking one being read stale) before its runs are published.
 //!
 //! Durability and errors of held writes: a write returns once its blocks
-//! are held and readable; a device error comes back from the drain. A
-//! drain at commit that fails on a device still taking writes fails the
-//! commit (`sync`, `fsync`, the committer's next try): no journal record
-//! names data that did not reach its device, and the blocks stay held and
-//! readable until a drain gets them out. A device that no longer takes
-//! writes (missing, or faulted by the failed write) gives up what it held
-//! ([`drain_all`] returns it as [`LostWrites`]): the blocks are dropped,
-//! the commit goes on, and the files they were written for fail: reads of
-//! those blocks fail naming the device (as every other non-redundant block
-//! on it does), and each such file's next `fsync` reports the loss once
-//! (`Fs::fsync`), as the pool's next `sync` does. So a dead device fails
-//! its own files and never holds up the rest of the pool, and nothing is
-//! acknowledged as durable without being on the device. Only layouts with
-//! a `checksum` above the `colocate` hold ([`may_hold`]), so a block given
-//! up reads as a checksum error if the device comes back, never as what
-//! the block held before. A layout with `replicate`, `parity`,
+//! are held and readable; a device error comes back from the drain. Each
+//! held block carries its owner (the inode it was written for). What a
+//! drain at commit that failed does next is decided by the device's state
+//! after the failure, which is where the pool draws the line between an
+//! error that may pass and a dead device (`DeviceHandle::failed`):
+//!
+//! - **Retry: the device still takes writes.** The error was one the
+//!   device calls transient ([`Device::transient`](crate::device::Device::transient):
+//!   a request that timed out, [`Error::is_timed_out`], or a full cluster,
+//!   ENOSPC, on a device in a Ceph cluster), so nothing on it is lost and
+//!   it was not faulted. The commit fails (`sync`, `fsync`, the committer's
+//!   next try): no journal record names data that did not reach its
+//!   device, and the blocks stay held and readable until a drain gets them
+//!   out, as a failed commit keeps its batch for the next. This is also
+//!   what happens when a device that went away is back, or replaced (a
+//!   replacement being resilvered takes writes), before the next drain:
+//!   the drain writes what was held, and nothing is lost. The pool
+//!   commits nothing while such a device holds blocks it cannot write,
+//!   which costs little more than the error already does: a timeout that
+//!   outlasts the writer's lease makes the mount refuse writes anyway, and
+//!   a full cluster fails the pool's other writes there too.
+//! - **Give up: the device takes writes no more.** Any other write error
+//!   (EIO, a local disk's error of any kind) faulted it; a device that says
+//!   it is gone is missing; or it was faulted, missing or removed before
+//!   the drain. It cannot serve reads again before it is resilvered or the
+//!   pool reopened, and its writes fail at once, so holding its blocks
+//!   could only stop every commit of the pool. [`drain_all`] drops them
+//!   ([`GroupSpace::give_up`]) and returns them as [`LostWrites`], even
+//!   when another device fails the commit; the commit goes on, so the
+//!   other files' changes and the meta-data commit. The files they were
+//!   written for fail: reads of those blocks fail naming the device (as
+//!   every other non-redundant block on it does; the pool's block cache
+//!   drops the files' blocks, `Fs::write_batch`), and each such file's
+//!   next `fsync` reports the loss once (EIO, `fs/write_errors.rs`, as
+//!   Linux's errseq does), as the pool's next `sync` does. The blocks stay
+//!   allocated to their files, mapped as their records say: no space is
+//!   leaked or freed twice, and it is freed as any block is when the file
+//!   is truncated or removed.
+//!
+//! So a dead device fails its own files and never holds up the rest of
+//! the pool, and nothing is acknowledged as durable without being on the
+//! device. Only layouts with a `checksum` above the `colocate` hold
+//! ([`may_hold`]), so a block given up reads as a checksum error if the
+//! device comes back, never as what the space held before (free space or
+//! another file's old data). A layout with `replicate`, `parity`,
 //! `write-mostly` or `compress` above never holds: those parents judge a
 //! child write by its result when it is made (a copy that failed later
 //! could not be reported to the parent that counted it written).
@@ -187,13 +216,14 @@ pub struct LostWrites {
 }
 
 /// Writes every device's held blocks (module docs): before a journal
-/// record or checkpoint that may point at them. A device still taking
-/// writes that fails keeps what it holds and fails the call (the first
-/// error, after every device was tried); one that takes writes no more
-/// gives its held blocks up, and they come back as [`LostWrites`].
-pub fn drain_all(storage: &crate::pool::Storage) -> Result<Vec<LostWrites>> {
+/// record or checkpoint that may point at them. Every device is tried. One
+/// that takes writes no more gives its held blocks up, and they are pushed
+/// to `lost` (whatever the call returns: dropped blocks must fail their
+/// files even when another device fails the commit). One still taking
+/// writes that fails (a transient error) keeps what it holds and fails the
+/// call with the first such error.
+pub fn drain_all(storage: &crate::pool::Storage, lost: &mut Vec<LostWrites>) -> Result<()> {
     let mut first = None;
-    let mut lost = Vec::new();
     for h in storage.devs.iter() {
         if let Some(s) = h.shared_if::<GroupSpace>() {
             if s.dirty_blocks() > 0 {
@@ -208,7 +238,7 @@ pub fn drain_all(storage: &crate::pool::Storage) -> Result<Vec<LostWrites>> {
             }
         }
     }
-    first.map_or(Ok(lost), Err)
+    first.map_or(Ok(()), Err)
 }
 
 /// Drains `dev`'s held blocks if it has any: before the device is read

@@ -1080,10 +1080,19 @@ impl Fs {
         // first (blocks/colocate.rs): a failure fails the commit, before
         // any record could point at data that is not there. What a device
         // that takes writes no more gave up fails its files instead.
-        let lost = crate::blocks::colocate::drain_all(&inner.storage)?;
+        let mut lost = Vec::new();
+        let drained = crate::blocks::colocate::drain_all(&inner.storage, &mut lost);
         if !lost.is_empty() {
             inner.write_errors.note(&lost);
+            // Their files' blocks cached above the layout go too: a read
+            // of a lost block fails from now on, never shows data no
+            // device holds (a read under way claimed its slot before it
+            // read the group cache, so it is marked stale here).
+            for ino in lost.iter().flat_map(|l| l.owners.iter()) {
+                inner.cache.invalidate_from(*ino, 0);
+            }
         }
+        drained?;
         // Ordered mode: data first, then the meta-data that points at it.
         // Verified mode when the batch's data writes were all made for
         // recovery to verify (journal/mod.rs): the record goes out with

@@ -55,15 +55,19 @@
 //!
 //! Errors. A drain that fails leaves its blocks dirty (readable, retried
 //! by the next drain) and returns the error. What the commit that asked for
-//! it does then depends on the device (`colocate::drain_all`): one still
-//! taking writes fails the commit (its journal record is not written, the
-//! sync or fsync that waited reports the error, and the next commit tries
-//! again); one that no longer takes writes (missing, faulted: a failed
-//! write faults a device) gives its held blocks up
-//! ([`GroupSpace::give_up`]): they are dropped, their owners (the inode
-//! each dirty block was written for) are reported so that their next fsync
-//! fails once, and the commit goes on, so a dead device fails its own
-//! files, never the pool's other changes.
+//! it does then depends on the device's state after the failure
+//! (`colocate::drain_all`; the rule and why are in `colocate.rs`): one
+//! still taking writes (the error was transient: a timeout, a full
+//! cluster) fails the commit (its journal record is not written, the sync
+//! or fsync that waited reports the error, and the next commit tries
+//! again); one that no longer takes writes (faulted by the failed write,
+//! missing, removed) gives its held blocks up ([`GroupSpace::give_up`]):
+//! they are dropped, their owners (the inode each dirty block was written
+//! for) are reported so that their next fsync fails once, and the commit
+//! goes on, so a dead device fails its own files, never the pool's other
+//! changes. Dropping a dirty block changes no allocation: the space stays
+//! its file's, and a block freed through the commit's batch is released
+//! after it as before, so nothing is leaked or freed twice.
 
 use crate::device::DeviceHandle;
 use crate::error::Result;
