@@ -131,12 +131,12 @@ systems = [s for s in ("rados-bench", "hurricane", "hurricane-nocache", "hurrica
 med = {s: {k: statistics.median(r[k] for r in rows if r["system"] == s) for k in keys} for s in systems}
 n = sum(1 for r in rows if r["system"] == "hurricane")
 print(f"medians of {n} runs, {rows[0]['qd']} requests in flight; ratio: of rados bench")
-print(f"{'':18}" + "".join(f"{s:>16}{'ratio':>7}" if s != "rados-bench" else f"{s:>14}" for s in systems))
+print(f"{'':18}" + "".join(f"{s:>19}{'ratio':>7}" if s != "rados-bench" else f"{s:>14}" for s in systems))
 for k in keys:
     a = med["rados-bench"][k]
     line = f"{k:18}{a:14,.1f}"
     for s in systems[1:]:
         b = med[s][k]
-        line += f"{b:16,.1f}{b / a if a else 0:7.2f}"
+        line += f"{b:19,.1f}{b / a if a else 0:7.2f}"
     print(line)
 PY
