@@ -816,9 +816,9 @@ const ERROR_POOLS: [(&str, &[Dev], &str); 2] = [
 /// everything fsync'd before is intact, after a remount too, and fsck
 /// finds the pool clean.
 /// On a pool with local journal and meta-data and on one wholly in the
-/// cluster. The mounts hold a 60 s lease: a writer that cannot renew its
-/// lease for its whole duration gives the pool up (read-only until it is
-/// mounted again), as another host may have taken it over by then.
+/// cluster. The mounts hold a 60 s lease, longer than the stall: a writer
+/// that cannot renew its lease for its whole duration refuses writes until
+/// it takes the lease back (tests/rados.rs covers that).
 #[test]
 fn an_osd_stalled_mid_write_fails_writes_with_eio_then_they_go_on() {
     require_fuse!();
@@ -883,6 +883,50 @@ fn an_osd_stalled_mid_write_fails_writes_with_eio_then_they_go_on() {
         assert!(m.path("dir-during").is_dir(), "{what}: the directory made during the stall");
         m.unmount();
     }
+}
+
+/// The OSD stalls for longer than the mount's lease (3 s, with a 1 s
+/// operation timeout): the mount counts the lease lost and refuses writes
+/// (EROFS) or fails them (EIO) while the cluster does not answer; once it
+/// answers, the mount takes the lease back (no other host held the pool)
+/// and the same mount writes again, keeping everything, and says so in its
+/// log.
+#[test]
+fn a_mount_whose_lease_lapsed_in_a_stall_writes_again_when_the_cluster_answers() {
+    require_fuse!();
+    let cluster = OwnCluster::start("lapse");
+    let conf = cluster.conf_with(&["rados_osd_op_timeout = 1"]);
+    let pool = pool_on(&conf, &[Dev::Rados, Dev::Rados], "256M", "stripe(unit=64K,width=2)");
+    let m = pool.mount(&["lease=3"]);
+    let before = data((1 << 20) + 5, 1);
+    write_and_fsync(m.path("before"), before.clone(), Duration::from_secs(60)).unwrap();
+
+    cluster.script("pause");
+    let t = Instant::now();
+    while !pool.log().contains("writes are refused until it is taken back") && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let lapsed = pool.log().contains("writes are refused until it is taken back");
+    let during = fs::write(m.path("during"), b"x");
+    cluster.script("resume");
+    assert!(lapsed, "no lapsed lease in the log:\n{}", pool.log());
+    let e = during.expect_err("a write while the lease was lost");
+    assert!(matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EIO)), "{e}");
+
+    let t = Instant::now();
+    while !pool.log().contains("the lease is back") && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(pool.log().contains("the lease is back"), "the lease was not taken back:\n{}", pool.log());
+    let after = data((2 << 20) + 3, 2);
+    write_and_fsync_soon(&pool, &m.path("after"), &after, Duration::from_secs(60));
+    assert!(read_soon(&pool, &m.path("before")) == before);
+    assert!(read_soon(&pool, &m.path("after")) == after);
+    m.unmount();
+    fsck_clean(&pool.dir);
+    let m = pool.mount(&[]);
+    assert!(fs::read(m.path("after")).unwrap() == after, "after a remount");
+    m.unmount();
 }
 
 /// The cluster fills up (its OSD past its full ratio, so the RADOS pool is

@@ -295,6 +295,13 @@ impl OwnCluster {
         (guard, PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
     }
 
+    /// `ceph-dev-cluster.sh pause|resume`: the OSD stopped where it
+    /// stands, or let go on.
+    fn osd(&self, cmd: &str) {
+        let ok = std::process::Command::new(script()).arg(cmd).arg(&self.0).status().unwrap();
+        assert!(ok.success(), "ceph-dev-cluster.sh {cmd}");
+    }
+
     fn kill_osd(&self) {
         let pid = std::fs::read_to_string(self.0.join("run/osd.0.pid")).unwrap();
         let ok = std::process::Command::new("kill").arg("-KILL").arg(pid.trim()).status().unwrap();
@@ -430,6 +437,68 @@ fn a_lease_taken_away_is_lost() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(lease.is_lost(), "the renewal after the removal failed");
+}
+
+/// A holder whose cluster stalls for longer than its lease (the OSD does
+/// not answer) counts the lease lost while it cannot renew it, and takes
+/// it back once the cluster answers, since no other host took the pool
+/// over meanwhile; held again, it refuses a second holder as before. A
+/// holder that another host took the pool from stays lost (see the
+/// fencing test below: the next holder blocklists it).
+#[test]
+fn a_lease_lapsed_in_a_stall_is_taken_back_when_the_cluster_answers() {
+    use hurricane::device::RadosLease;
+    let (own, conf) = OwnCluster::start("lapse");
+    let opts = RadosOptions { op_timeout: Duration::from_secs(1), ..RadosOptions::default() };
+    let cluster = RadosCluster::connect(&conf, &opts).unwrap();
+    let d = Duration::from_secs(3);
+    let object = "lapse.lease";
+    let lease = RadosLease::take(cluster.clone(), POOL, object, "host alpha pid 1", d).unwrap();
+    let wait_for = |lost: bool, limit: Duration| {
+        let t = std::time::Instant::now();
+        while lease.is_lost() != lost && t.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        lease.is_lost() == lost
+    };
+    own.osd("pause");
+    let lapsed = wait_for(true, d * 4);
+    own.osd("resume");
+    assert!(lapsed, "the lease was not counted lost after {:?} without the cluster", d * 4);
+    assert!(wait_for(false, Duration::from_secs(30)), "the lease was not taken back once the cluster answered");
+    // Held again, and renewed.
+    std::thread::sleep(d * 2);
+    assert!(!lease.is_lost());
+    let other = RadosCluster::connect(&conf, &opts).unwrap();
+    match RadosLease::take(other, POOL, object, "host beta pid 2", d) {
+        Err(e @ Error::Busy(_)) => assert!(e.to_string().contains("host alpha pid 1"), "{e}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a second holder while the first one holds the lease again"),
+    }
+    drop(lease);
+
+    // Fenced while it could not renew (as a host taking the pool over
+    // fences it): never taken back.
+    let fenced = RadosCluster::connect(&conf, &opts).unwrap();
+    let lease = RadosLease::take(fenced.clone(), POOL, "fenced.lease", "host gamma pid 3", d).unwrap();
+    own.osd("pause");
+    let t = std::time::Instant::now();
+    while !lease.is_lost() && t.elapsed() < d * 4 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let lapsed = lease.is_lost();
+    let fenced_by = other_blocklists(&conf, &opts, &fenced);
+    own.osd("resume");
+    assert!(lapsed, "the lease was not counted lost after {:?} without the cluster", d * 4);
+    fenced_by.unwrap();
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(lease.is_lost(), "a fenced holder took its lease back");
+}
+
+/// Blocklists `victim`'s address from a connection of its own.
+fn other_blocklists(conf: &Path, opts: &RadosOptions, victim: &RadosCluster) -> hurricane::Result<()> {
+    let addr = victim.addrs()?;
+    RadosCluster::connect(conf, opts)?.blocklist(&addr)
 }
 
 /// A pool with devices in the cluster opens for writing in one place at a

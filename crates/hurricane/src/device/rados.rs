@@ -22,7 +22,13 @@
 //! holder whose renewal fails (the lock expired, or was broken) has lost the
 //! pool: it stops writing (`is_lost`). A renewal that fails for a reason
 //! that may pass (a timeout, a full pool) is tried again until a whole
-//! duration has passed since the last one that succeeded.
+//! duration has passed since the last one that succeeded. Past that, the
+//! holder stops writing too, but goes on trying to take the lock again
+//! while the cluster does not answer; once it answers, the holder takes
+//! the pool back only if no other host held it meanwhile: it holds the
+//! lock again and the lease object still records this holder's own
+//! address (every holder records its own when it takes the pool over, and
+//! a clean release removes it). Otherwise the pool stays lost, for good.
 //!
 //! Fencing: a holder that stalled past its lease (a paused process, a
 //! partition) does not know it lost the pool until it runs again, and may
@@ -675,6 +681,71 @@ impl LeaseShared {
         }
     }
 
+    /// After the lease lapsed (no renewal for its duration, the cluster
+    /// not answering): holds the lock again (renewed if the lock still
+    /// names this holder, taken afresh if it expired and went), and then
+    /// keeps it only if the lease object still records this client's
+    /// address. Any other holder since would have recorded its own (or
+    /// removed it on a clean release), and would have blocklisted this
+    /// client, whose calls then fail for good.
+    fn regain(&self) -> Regain {
+        let mut ret = self.lock(LOCK_FLAG_MUST_RENEW);
+        if ret == -libc::ENOENT {
+            ret = self.lock(0);
+        }
+        if ret < 0 {
+            return if transient(ret) {
+                Regain::Again(os_err(ret).to_string())
+            } else {
+                let by = self.holders().map_or(String::new(), |h| format!(", held by {h}"));
+                Regain::Never(format!("{}{by}", os_err(ret)))
+            };
+        }
+        let own = match self.cluster.addrs() {
+            Ok(a) => a,
+            Err(e) => return self.give_back(format!("this client's address: {e}")),
+        };
+        match self.writer() {
+            Ok(w) if w == own => Regain::Regained,
+            Ok(w) if w.is_empty() => {
+                self.give_back("the lease object records no writer: another host held the pool and released it".into())
+            }
+            Ok(w) => self.give_back(format!("the lease object records another writer, the client at {w}")),
+            // Held: the next try renews it and reads again.
+            Err(ret) if transient(ret) => Regain::Again(format!("reading the writer: {}", os_err(ret))),
+            Err(ret) => self.give_back(format!("reading the writer: {}", os_err(ret))),
+        }
+    }
+
+    /// Releases a lock taken back in vain.
+    fn give_back(&self, why: String) -> Regain {
+        // SAFETY: a live io context and NUL-terminated strings.
+        let ret = unsafe { ffi::rados_unlock(self.ioctx, self.oid.as_ptr(), self.name.as_ptr(), self.cookie.as_ptr()) };
+        if ret < 0 && ret != -libc::ENOENT {
+            tracing::warn!("{}: releasing the lease: {}", self.what, os_err(ret));
+        }
+        Regain::Never(why)
+    }
+
+    /// The writer's address recorded on the lease object ("" if none), or
+    /// the error of reading it.
+    fn writer(&self) -> std::result::Result<String, i32> {
+        let xattr = CString::new(LEASE_WRITER_XATTR).map_err(|_| -libc::EINVAL)?;
+        let mut buf = vec![0u8; 512];
+        // SAFETY: a live io context, NUL-terminated names and a buffer
+        // valid for `buf.len()` bytes.
+        let n = unsafe {
+            ffi::rados_getxattr(self.ioctx, self.oid.as_ptr(), xattr.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        };
+        if n == -libc::ENOENT || n == -libc::ENODATA {
+            return Ok(String::new());
+        }
+        if n < 0 {
+            return Err(n);
+        }
+        Ok(String::from_utf8_lossy(&buf[..n as usize]).trim().to_string())
+    }
+
     /// Who holds the lock now, in words ("client.4123 (HOST pid PID) at
     /// ADDR"), or None when nobody does.
     fn holders(&self) -> Option<String> {
@@ -784,18 +855,12 @@ impl RadosLease {
         let s = &*self.shared;
         let own = s.cluster.addrs()?;
         let xattr = cstring(LEASE_WRITER_XATTR, "xattr name")?;
-        let mut buf = vec![0u8; 512];
-        // SAFETY: a live io context, NUL-terminated names and a buffer
-        // valid for `buf.len()` bytes.
-        let n =
-            unsafe { ffi::rados_getxattr(s.ioctx, s.oid.as_ptr(), xattr.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 && n != -libc::ENOENT && n != -libc::ENODATA {
-            return Err(Error::io(
+        let prev = s.writer().map_err(|n| {
+            Error::io(
                 &s.what,
                 io::Error::new(os_err(n).kind(), format!("cannot read the previous holder: {}", os_err(n))),
-            ));
-        }
-        let prev = String::from_utf8_lossy(&buf[..n.max(0) as usize]).trim().to_string();
+            )
+        })?;
         // The same address is this very connection taking the lease again
         // (it abandoned it): nothing to fence.
         if !prev.is_empty() && prev != own {
@@ -857,24 +922,42 @@ impl RadosLease {
     }
 }
 
+/// Errors of a lock call that may pass: the cluster did not answer in
+/// time, or the pool is full.
+fn transient(ret: i32) -> bool {
+    matches!(-ret, libc::ETIMEDOUT | libc::ENOSPC | libc::EDQUOT | libc::EAGAIN | libc::EINTR)
+}
+
+/// What an attempt to take a lapsed lease back found.
+enum Regain {
+    Regained,
+    /// The cluster did not answer: try again.
+    Again(String),
+    /// Another host held the pool, or this client was fenced: lost for good.
+    Never(String),
+}
+
 /// The renewer: every third of the duration, renew (only while still held).
 /// A renewal that fails for a reason that may pass (the OSD does not answer
 /// in time, the pool is full) is tried again, every tenth of the duration,
 /// until the lease may have expired since the last renewal that succeeded:
-/// then another host may have it, and it is lost. One the cluster refuses
-/// for good (the lock is not this client's any more, or this client is
-/// blocklisted) loses it at once.
+/// then another host may have it, so it is lost, and the renewer tries to
+/// take it back ([`LeaseShared::regain`]) until the cluster answers. One
+/// the cluster refuses for good (the lock is not this client's any more,
+/// or this client is blocklisted) loses it at once and for good.
 fn renew(s: &LeaseShared) {
     let period = s.duration / 3;
     let mut renewed = std::time::Instant::now();
     let mut wait = period;
+    let sleep = |wait: Duration| -> bool {
+        let Ok(guard) = s.stop.lock() else { return false };
+        let Ok((stop, _)) = s.wake.wait_timeout_while(guard, wait, |stop| !*stop) else { return false };
+        !*stop
+    };
     loop {
-        let Ok(guard) = s.stop.lock() else { return };
-        let Ok((stop, _)) = s.wake.wait_timeout_while(guard, wait, |stop| !*stop) else { return };
-        if *stop {
+        if !sleep(wait) {
             return;
         }
-        drop(stop);
         let ret = s.lock(LOCK_FLAG_MUST_RENEW);
         if ret >= 0 {
             renewed = std::time::Instant::now();
@@ -882,8 +965,7 @@ fn renew(s: &LeaseShared) {
             continue;
         }
         let lapsed = renewed.elapsed() >= s.duration;
-        let transient = matches!(-ret, libc::ETIMEDOUT | libc::ENOSPC | libc::EDQUOT | libc::EAGAIN | libc::EINTR);
-        if transient && !lapsed {
+        if transient(ret) && !lapsed {
             tracing::warn!(
                 "{}: the lease could not be renewed ({}); trying again while it lasts ({:.1?} since the last renewal)",
                 s.what,
@@ -900,8 +982,44 @@ fn renew(s: &LeaseShared) {
             _ if lapsed => format!("{}, and {:.1?} passed since the last renewal", os_err(ret), renewed.elapsed()),
             _ => os_err(ret).to_string(),
         };
-        tracing::error!("{}: the lease could not be renewed ({why}): this process no longer writes the pool", s.what);
-        return;
+        if !transient(ret) {
+            tracing::error!(
+                "{}: the lease could not be renewed ({why}): this process no longer writes the pool",
+                s.what
+            );
+            return;
+        }
+        tracing::error!(
+            "{}: the lease could not be renewed ({why}): writes are refused until it is taken back, which \
+             happens when the cluster answers again if no other host took the pool over meanwhile",
+            s.what
+        );
+        // Lapsed in a stall: take it back once the cluster answers.
+        loop {
+            if !sleep(s.duration / 10) {
+                return;
+            }
+            match s.regain() {
+                Regain::Regained => break,
+                Regain::Again(why) => tracing::debug!("{}: the lease is not back yet ({why})", s.what),
+                Regain::Never(why) => {
+                    tracing::error!(
+                        "{}: the lease cannot be taken back ({why}): this process no longer writes the pool",
+                        s.what
+                    );
+                    return;
+                }
+            }
+        }
+        tracing::warn!(
+            "{}: the lease is back after {:.1?} without a renewal, and no other host held the pool meanwhile: \
+             writes go on",
+            s.what,
+            renewed.elapsed()
+        );
+        renewed = std::time::Instant::now();
+        s.lost.store(false, Ordering::Release);
+        wait = period;
     }
 }
 
