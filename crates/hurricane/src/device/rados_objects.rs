@@ -39,9 +39,14 @@ impl Drop for RadosObjects {
 }
 
 impl RadosObjects {
-    /// The RADOS pool `pool` of the cluster `conf` names.
+    /// The RADOS pool `pool` of the cluster `conf` names, on a connection
+    /// of its own.
     pub fn connect(conf: &Path, pool: &str) -> Result<RadosObjects> {
-        let cluster = RadosCluster::connect(conf, &super::RadosOptions::default())?;
+        RadosObjects::on(RadosCluster::connect(conf, &super::RadosOptions::default())?, pool)
+    }
+
+    /// The RADOS pool `pool` through an open connection.
+    pub fn on(cluster: Arc<RadosCluster>, pool: &str) -> Result<RadosObjects> {
         let ioctx = cluster.io_context(pool, &format!("rados:{pool}"))?;
         Ok(RadosObjects { _cluster: cluster, ioctx, pool: pool.to_string() })
     }

@@ -147,14 +147,7 @@ pub fn new_device(
 /// Whether the object `object` of the RADOS pool `pool` in the cluster of
 /// `conf` is there.
 pub fn object_exists(conf: &std::path::Path, pool: &str, object: &str) -> Result<bool> {
-    #[cfg(feature = "rados")]
-    {
-        super::rados_objects::RadosObjects::connect(conf, pool)?.exists(object)
-    }
-    #[cfg(not(feature = "rados"))]
-    {
-        Err(no_rados(conf, pool, object))
-    }
+    RadosConnections::default().object_exists(conf, pool, object)
 }
 
 /// The cluster connections the rados devices of one pool, and its writer's
@@ -198,35 +191,64 @@ impl RadosConnections {
     pub fn open_device(&mut self, spec: &RadosSpec) -> Result<Arc<dyn Device>> {
         Err(Error::NotSupported(format!("{spec}: this build has no rados devices (cargo feature rados)")))
     }
+
+    /// [`read_object`] through these connections.
+    pub fn read_object(&mut self, conf: &std::path::Path, pool: &str, object: &str) -> Result<Option<Vec<u8>>> {
+        #[cfg(feature = "rados")]
+        {
+            super::rados_objects::RadosObjects::on(self.cluster(conf)?, pool)?.read(object)
+        }
+        #[cfg(not(feature = "rados"))]
+        {
+            Err(no_rados(conf, pool, object))
+        }
+    }
+
+    /// [`write_object`] through these connections.
+    pub fn write_object(
+        &mut self,
+        conf: &std::path::Path,
+        pool: &str,
+        object: &str,
+        data: &[u8],
+        exclusive: bool,
+    ) -> Result<()> {
+        #[cfg(feature = "rados")]
+        {
+            super::rados_objects::RadosObjects::on(self.cluster(conf)?, pool)?.write(object, data, exclusive)
+        }
+        #[cfg(not(feature = "rados"))]
+        {
+            let _ = (data, exclusive);
+            Err(no_rados(conf, pool, object))
+        }
+    }
+
+    /// [`object_exists`] through these connections.
+    pub fn object_exists(&mut self, conf: &std::path::Path, pool: &str, object: &str) -> Result<bool> {
+        #[cfg(feature = "rados")]
+        {
+            super::rados_objects::RadosObjects::on(self.cluster(conf)?, pool)?.exists(object)
+        }
+        #[cfg(not(feature = "rados"))]
+        {
+            Err(no_rados(conf, pool, object))
+        }
+    }
 }
 
 /// The whole object `object` of the RADOS pool `pool` in the cluster of
 /// `conf`, or None when there is none (small objects: a pool's
 /// description).
 pub fn read_object(conf: &std::path::Path, pool: &str, object: &str) -> Result<Option<Vec<u8>>> {
-    #[cfg(feature = "rados")]
-    {
-        super::rados_objects::RadosObjects::connect(conf, pool)?.read(object)
-    }
-    #[cfg(not(feature = "rados"))]
-    {
-        Err(no_rados(conf, pool, object))
-    }
+    RadosConnections::default().read_object(conf, pool, object)
 }
 
 /// Replaces the object `object` of the RADOS pool `pool` in the cluster of
 /// `conf` with `data`, atomically; with `exclusive`, [`Error::Exists`] if
 /// it is there.
 pub fn write_object(conf: &std::path::Path, pool: &str, object: &str, data: &[u8], exclusive: bool) -> Result<()> {
-    #[cfg(feature = "rados")]
-    {
-        super::rados_objects::RadosObjects::connect(conf, pool)?.write(object, data, exclusive)
-    }
-    #[cfg(not(feature = "rados"))]
-    {
-        let _ = (data, exclusive);
-        Err(no_rados(conf, pool, object))
-    }
+    RadosConnections::default().write_object(conf, pool, object, data, exclusive)
 }
 
 #[cfg(not(feature = "rados"))]

@@ -784,7 +784,9 @@ impl Fs {
     pub fn open_dir(dir: &Path, opts: Options) -> Result<Fs> {
         // A pool found by name in its cluster: the device list as the
         // cluster has it now (another host may have added a device).
-        if let Err(e) = pool::published::sync(dir) {
+        // Through the connections the lease and the devices then use.
+        let mut rados = crate::device::RadosConnections::default();
+        if let Err(e) = pool::published::sync(dir, &mut rados) {
             tracing::warn!(
                 "{}: the pool's description in its cluster: {e}; opened as the directory lists it",
                 dir.display()
@@ -795,7 +797,6 @@ impl Fs {
         // before the journal is replayed or anything written.
         // On the connection the devices then use: a writer fenced by the
         // next one loses its devices' writes with its lease.
-        let mut rados = crate::device::RadosConnections::default();
         let lease = crate::device::PoolLease::take(&paths, !opts.read_only, opts.lease_duration, &mut rados)?;
         let devs = pool::open_paths_with(&paths, !opts.read_only, &mut rados)?;
         // A pool made with `--sim` keeps its disk model in pool.conf.

@@ -25,7 +25,7 @@
 //!   it.
 
 use super::{is_device_line, POOL_FILE};
-use crate::device::{is_rados, RadosSpec};
+use crate::device::{is_rados, RadosConnections, RadosSpec};
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -169,11 +169,16 @@ fn taken(home: &RadosSpec, name: &str) -> Error {
 /// pool; `create`: the first publication (mkfs), refused if the name is
 /// taken.
 pub(super) fn publish(text: &str, create: bool) -> Result<()> {
+    publish_on(text, create, &mut RadosConnections::default())
+}
+
+/// [`publish`] through open connections.
+fn publish_on(text: &str, create: bool, conns: &mut RadosConnections) -> Result<()> {
     let d = describe(text)?;
     let (Some(name), Some(home)) = (&d.name, &d.home) else { return Ok(()) };
     let shared = shared_lines(text, &home.conf, &home.conf)?;
     let obj = object_name(name);
-    match crate::device::rados_spec::write_object(&home.conf, &home.pool, &obj, shared.as_bytes(), create) {
+    match conns.write_object(&home.conf, &home.pool, &obj, shared.as_bytes(), create) {
         Err(Error::Exists(_)) => Err(taken(home, name)),
         r => r,
     }
@@ -209,16 +214,17 @@ pub fn name_after_add(dir: &Path, pool_id: &[u8; 16]) -> Result<()> {
 }
 
 /// Brings the pool directory `dir` and its cluster's copy of its
-/// description to the same revision (module docs). Nothing for a pool
-/// without a name.
-pub fn sync(dir: &Path) -> Result<()> {
+/// description to the same revision (module docs), through `conns` (those
+/// the pool's devices and lease then use). Nothing for a pool without a
+/// name.
+pub fn sync(dir: &Path, conns: &mut RadosConnections) -> Result<()> {
     let f = dir.join(POOL_FILE);
     let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
     let local = describe(&text)?;
     let (Some(name), Some(home)) = (&local.name, &local.home) else { return Ok(()) };
-    let Some(bytes) = crate::device::rados_spec::read_object(&home.conf, &home.pool, &object_name(name))? else {
+    let Some(bytes) = conns.read_object(&home.conf, &home.pool, &object_name(name))? else {
         tracing::info!("{}: the cluster has no copy of this pool's description: published again", f.display());
-        return publish(&text, false);
+        return publish_on(&text, false, conns);
     };
     let here = Locator { pool: home.pool.clone(), name: name.clone(), conf: home.conf.clone() };
     let (fresh, theirs) = take(&bytes, &here, &text)?;
@@ -233,7 +239,7 @@ pub fn sync(dir: &Path) -> Result<()> {
         return Ok(());
     }
     if theirs.revision < local.revision {
-        return publish(&text, false);
+        return publish_on(&text, false, conns);
     }
     if theirs.revision > local.revision {
         tracing::info!(
