@@ -686,6 +686,43 @@ fn freed_space_goes_back_to_the_cluster() {
     fs.close().unwrap();
 }
 
+/// A chunk freed piece by piece (files smaller than a chunk, removed at
+/// different times) goes back to the cluster with its last piece: here
+/// no removal frees a chunk by its own blocks alone.
+#[test]
+fn a_chunk_freed_piece_by_piece_goes_back_with_its_last_piece() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("pieces");
+    let conf_s = conf().display().to_string();
+    let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf_s}"))];
+    let opts = FormatOptions { default_layout: Some("extent".into()), ..Default::default() };
+    Fs::mkfs_devices(&pool_dir, &paths, Some(256 * MB), &opts).unwrap();
+    let prefix = first_prefix(&pool_dir);
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    // 16 files of 1.5 MiB, one after the other: 24 MiB over 6 or 7 chunks,
+    // each chunk shared by two to four files.
+    let body = |i: usize| pattern(20 + i as u64, 3 * MB as usize / 2);
+    for i in 0..16 {
+        fs.write_file(&format!("/f{i}"), &body(i), None).unwrap();
+        fs.sync().unwrap();
+    }
+    let full = objects_of(&prefix);
+    for i in (0..16).step_by(2) {
+        fs.remove(&format!("/f{i}")).unwrap();
+    }
+    fs.sync().unwrap();
+    let half = objects_of(&prefix);
+    for i in (1..16).step_by(2) {
+        assert!(fs.read_file(&format!("/f{i}")).unwrap() == body(i), "f{i}");
+        fs.remove(&format!("/f{i}")).unwrap();
+    }
+    fs.sync().unwrap();
+    let after = objects_of(&prefix);
+    assert!(after + 5 <= full, "{full} objects with the files, {half} with half of them, {after} with none");
+    check_clean(&fs, "after chunks freed piece by piece went back");
+    fs.close().unwrap();
+}
+
 /// Fencing: a holder that stopped renewing (stalled past its lease) is
 /// blocklisted by the next holder, through the address it recorded in the
 /// lease object, before the next holder writes: the old holder's

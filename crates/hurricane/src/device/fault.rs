@@ -335,6 +335,9 @@ impl Device for FaultDevice {
     fn reclaims_freed(&self) -> bool {
         self.inner.reclaims_freed()
     }
+    fn discard_unit(&self) -> u64 {
+        self.inner.discard_unit()
+    }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         if self.plan.is_missing() {
             return Err(self.missing_err());

@@ -69,6 +69,12 @@ pub trait Device: Send + Sync {
     fn reclaims_freed(&self) -> bool {
         false
     }
+    /// The bytes `discard` gives back as one piece (a Ceph cluster's
+    /// object), aligned from offset 0: the pool discards a unit it frees
+    /// piece by piece whole when its last piece is freed.
+    fn discard_unit(&self) -> u64 {
+        BLOCK_SIZE as u64
+    }
     /// Makes `len` bytes at `offset` read as zeros without writing them,
     /// keeping the space allocated (an image file's `FALLOC_FL_ZERO_RANGE`,
     /// a block device's write-zeroes). `Ok(false)`: not offered here, and

@@ -587,6 +587,11 @@ impl Device for RadosDevice {
         true
     }
 
+    /// A chunk's object goes when the whole chunk is free.
+    fn discard_unit(&self) -> u64 {
+        CHUNK
+    }
+
     /// Removes the objects of the chunks the range covers whole (they read
     /// as zeros again); parts of chunks are left as they are.
     fn discard(&self, offset: u64, len: u64) -> Result<()> {

@@ -497,6 +497,9 @@ impl Device for SimDevice {
     fn reclaims_freed(&self) -> bool {
         self.inner.reclaims_freed()
     }
+    fn discard_unit(&self) -> u64 {
+        self.inner.discard_unit()
+    }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.inner.discard(offset, len)
     }

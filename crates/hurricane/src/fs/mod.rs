@@ -1056,7 +1056,8 @@ impl Fs {
         for (a, d) in inner.storage.allocs.iter().zip(inner.storage.devs.iter()) {
             let dev = d.dev();
             if d.state().writable() && dev.reclaims_freed() {
-                a.release_with(batch.epoch, |s, l| {
+                let unit = (dev.discard_unit() / BLOCK_SIZE as u64).max(1);
+                a.release_with(batch.epoch, unit, |s, l| {
                     if let Err(e) = dev.discard(s * BLOCK_SIZE as u64, l * BLOCK_SIZE as u64) {
                         tracing::debug!(device = d.index, "giving back freed space: {e}");
                     }

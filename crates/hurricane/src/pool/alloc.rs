@@ -334,13 +334,18 @@ impl Allocator {
 
     /// Releases the deferred frees of every batch up to `committed`.
     pub fn release(&self, committed: u64) {
-        self.release_with(committed, |_, _| {});
+        self.release_with(committed, 1, |_, _| {});
     }
 
     /// [`Allocator::release`], handing each range (start, blocks) to
     /// `discard` before it becomes free: nothing can be placed there until
-    /// it returns, so a discard never meets a new owner's writes.
-    pub fn release_with(&self, committed: u64, discard: impl Fn(u64, u64)) {
+    /// it returns, so a discard never meets a new owner's writes. `unit`
+    /// is the device's discard unit in blocks (a Ceph cluster's object):
+    /// free space next to a range that completes a unit the range covers
+    /// only in part goes with it, taken out of the free map until the
+    /// discard returns, so that a unit freed piece by piece is given back
+    /// whole once its last piece is.
+    pub fn release_with(&self, committed: u64, unit: u64, discard: impl Fn(u64, u64)) {
         let ready: Vec<_> = {
             let mut d = self.deferred.lock();
             let (ready, keep): (Vec<_>, Vec<_>) = d.drain(..).partition(|&(e, _, _)| e <= committed);
@@ -348,9 +353,43 @@ impl Allocator {
             ready
         };
         for (_, s, l) in ready {
-            discard(s, l);
-            self.free_now(s, l);
+            let (ds, de) = self.borrow_to_units(s, s + l, unit);
+            discard(ds, de - ds);
+            self.free_now(ds, de - ds);
         }
+    }
+
+    /// For a range [s, e) about to be freed: takes out of the free map the
+    /// free blocks that, with it, make whole the `unit`-aligned units at
+    /// its two ends (only units that are then free whole), and returns the
+    /// range with them.
+    fn borrow_to_units(&self, s: u64, e: u64, unit: u64) -> (u64, u64) {
+        if unit <= 1 {
+            return (s, e);
+        }
+        let mut m = self.inner.lock();
+        let (us, ue) = (s / unit * unit, e.div_ceil(unit).saturating_mul(unit));
+        // The free extent that ends at `s` and reaches back to `us`, and
+        // the one that starts at `e` and reaches `ue` (free extents are
+        // merged, so a free neighbour ends or starts exactly there).
+        let left =
+            m.free.range(..s).next_back().map(|(&fs, &fl)| (fs, fl)).filter(|&(fs, fl)| fs + fl == s && fs <= us);
+        let right = m.free.get(&e).map(|&fl| (e, fl)).filter(|&(_, fl)| e + fl >= ue);
+        let left_free = us == s || left.is_some();
+        let right_free = ue == e || right.is_some();
+        // Whole once [s, e) is free: the unit at the start, and at the end.
+        let first_whole = left_free && (e >= us + unit || right_free);
+        let last_whole = right_free && (s <= ue - unit || left_free);
+        let (mut ds, mut de) = (s, e);
+        if let (Some((fs, fl)), true) = (left, first_whole && us < s) {
+            take(&mut m, fs, fl, us, s - us);
+            ds = us;
+        }
+        if let (Some((_, fl)), true) = (right, last_whole && ue > e) {
+            take(&mut m, e, fl, e, ue - e);
+            de = ue;
+        }
+        (ds, de)
     }
 
     /// Free extents, for fsck and `df`.
@@ -373,6 +412,43 @@ fn take(m: &mut FreeMap, s: u64, l: u64, at: u64, n: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A discard unit freed in two pieces is discarded whole with the
+    /// second; free space elsewhere is not discarded again, and the free
+    /// map ends as plain frees would leave it.
+    #[test]
+    fn a_unit_freed_piece_by_piece_is_discarded_whole_with_its_last_piece() {
+        let a = Allocator::new(0, 4096);
+        assert_eq!(a.alloc(None, 2048), Some((0, 2048)));
+        let seen = std::cell::RefCell::new(Vec::new());
+        let note = |s, l| seen.borrow_mut().push((s, l));
+        // Half of unit 0: its other half is in use.
+        a.free_deferred(1, 0, 512);
+        a.release_with(1, 1024, note);
+        assert_eq!(seen.borrow_mut().split_off(0), vec![(0, 512)]);
+        // The rest of unit 0 and a piece of unit 1.
+        a.free_deferred(2, 512, 600);
+        a.release_with(2, 1024, note);
+        assert_eq!(seen.borrow_mut().split_off(0), vec![(0, 1112)]);
+        // The rest of unit 1, which ends on a unit boundary: the blocks
+        // from 2048, free from the start, are not taken again.
+        a.free_deferred(3, 1112, 936);
+        a.release_with(3, 1024, note);
+        assert_eq!(seen.borrow_mut().split_off(0), vec![(1024, 1024)]);
+        assert_eq!(a.free_extents(), vec![(0, 4096)]);
+        assert_eq!(a.free_blocks(), 4096);
+        // Unit 1 (blocks 1024..2048) is not borrowed while a free inside
+        // it is only partly next to free space.
+        assert_eq!(a.alloc(Some(1500), 100), Some((1500, 100)));
+        a.free_deferred(4, 1500, 50);
+        a.release_with(4, 1024, note);
+        assert_eq!(seen.borrow_mut().split_off(0), vec![(1500, 50)]);
+        a.free_deferred(5, 1550, 50);
+        a.release_with(5, 1024, note);
+        assert_eq!(seen.borrow_mut().split_off(0), vec![(1024, 1024)]);
+        assert_eq!(a.free_extents(), vec![(0, 4096)]);
+        assert_eq!(a.free_blocks(), 4096);
+    }
 
     #[test]
     fn alloc_goal_free_and_coalesce() {
