@@ -650,19 +650,26 @@ fn objects_of(prefix: &str) -> usize {
     String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(prefix)).count()
 }
 
-/// Space a pool frees goes back to the cluster once the free is durable:
-/// deleting a large file removes the objects of the chunks it held whole,
-/// and what is written after reads back.
-#[test]
-fn freed_space_goes_back_to_the_cluster() {
+/// A pool of one rados device of 256 MiB, files laid out by `extent`,
+/// open: its temporary directory, pool directory, device prefix and pool.
+fn one_device_pool(name: &str) -> (tempfile::TempDir, PathBuf, String, Fs) {
     let dir = tempfile::tempdir().unwrap();
-    let pool_dir = dir.path().join("gives-back");
+    let pool_dir = dir.path().join(name);
     let conf_s = conf().display().to_string();
     let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf_s}"))];
     let opts = FormatOptions { default_layout: Some("extent".into()), ..Default::default() };
     Fs::mkfs_devices(&pool_dir, &paths, Some(256 * MB), &opts).unwrap();
     let prefix = first_prefix(&pool_dir);
     let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    (dir, pool_dir, prefix, fs)
+}
+
+/// Space a pool frees goes back to the cluster once the free is durable:
+/// deleting a large file removes the objects of the chunks it held whole,
+/// and what is written after reads back.
+#[test]
+fn freed_space_goes_back_to_the_cluster() {
+    let (_dir, pool_dir, prefix, fs) = one_device_pool("gives-back");
     let big = pattern(7, 48 * MB as usize);
     fs.write_file("/big", &big, None).unwrap();
     fs.write_file("/small", b"stays", None).unwrap();
@@ -691,14 +698,7 @@ fn freed_space_goes_back_to_the_cluster() {
 /// no removal frees a chunk by its own blocks alone.
 #[test]
 fn a_chunk_freed_piece_by_piece_goes_back_with_its_last_piece() {
-    let dir = tempfile::tempdir().unwrap();
-    let pool_dir = dir.path().join("pieces");
-    let conf_s = conf().display().to_string();
-    let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf_s}"))];
-    let opts = FormatOptions { default_layout: Some("extent".into()), ..Default::default() };
-    Fs::mkfs_devices(&pool_dir, &paths, Some(256 * MB), &opts).unwrap();
-    let prefix = first_prefix(&pool_dir);
-    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    let (_dir, _, prefix, fs) = one_device_pool("pieces");
     // 16 files of 1.5 MiB, one after the other: 24 MiB over 6 or 7 chunks,
     // each chunk shared by two to four files.
     let body = |i: usize| pattern(20 + i as u64, 3 * MB as usize / 2);

@@ -420,32 +420,28 @@ mod tests {
     fn a_unit_freed_piece_by_piece_is_discarded_whole_with_its_last_piece() {
         let a = Allocator::new(0, 4096);
         assert_eq!(a.alloc(None, 2048), Some((0, 2048)));
-        let seen = std::cell::RefCell::new(Vec::new());
-        let note = |s, l| seen.borrow_mut().push((s, l));
+        // Frees (start, blocks) once its epoch commits, in units of 1024
+        // blocks: what was discarded.
+        let free = |epoch, s, l| {
+            let seen = std::cell::RefCell::new(Vec::new());
+            a.free_deferred(epoch, s, l);
+            a.release_with(epoch, 1024, |s, l| seen.borrow_mut().push((s, l)));
+            seen.into_inner()
+        };
         // Half of unit 0: its other half is in use.
-        a.free_deferred(1, 0, 512);
-        a.release_with(1, 1024, note);
-        assert_eq!(seen.borrow_mut().split_off(0), vec![(0, 512)]);
+        assert_eq!(free(1, 0, 512), vec![(0, 512)]);
         // The rest of unit 0 and a piece of unit 1.
-        a.free_deferred(2, 512, 600);
-        a.release_with(2, 1024, note);
-        assert_eq!(seen.borrow_mut().split_off(0), vec![(0, 1112)]);
+        assert_eq!(free(2, 512, 600), vec![(0, 1112)]);
         // The rest of unit 1, which ends on a unit boundary: the blocks
         // from 2048, free from the start, are not taken again.
-        a.free_deferred(3, 1112, 936);
-        a.release_with(3, 1024, note);
-        assert_eq!(seen.borrow_mut().split_off(0), vec![(1024, 1024)]);
+        assert_eq!(free(3, 1112, 936), vec![(1024, 1024)]);
         assert_eq!(a.free_extents(), vec![(0, 4096)]);
         assert_eq!(a.free_blocks(), 4096);
         // Unit 1 (blocks 1024..2048) is not borrowed while a free inside
         // it is only partly next to free space.
         assert_eq!(a.alloc(Some(1500), 100), Some((1500, 100)));
-        a.free_deferred(4, 1500, 50);
-        a.release_with(4, 1024, note);
-        assert_eq!(seen.borrow_mut().split_off(0), vec![(1500, 50)]);
-        a.free_deferred(5, 1550, 50);
-        a.release_with(5, 1024, note);
-        assert_eq!(seen.borrow_mut().split_off(0), vec![(1024, 1024)]);
+        assert_eq!(free(4, 1500, 50), vec![(1500, 50)]);
+        assert_eq!(free(5, 1550, 50), vec![(1024, 1024)]);
         assert_eq!(a.free_extents(), vec![(0, 4096)]);
         assert_eq!(a.free_blocks(), 4096);
     }
