@@ -6,7 +6,6 @@ use super::rados::{cstring, os_err, RadosCluster};
 use crate::error::{Error, Result};
 use ceph::rados as ffi;
 use std::io;
-use std::path::Path;
 use std::sync::Arc;
 
 /// librados' `LIBRADOS_CREATE_EXCLUSIVE`: a create that fails with EEXIST
@@ -39,12 +38,6 @@ impl Drop for RadosObjects {
 }
 
 impl RadosObjects {
-    /// The RADOS pool `pool` of the cluster `conf` names, on a connection
-    /// of its own.
-    pub fn connect(conf: &Path, pool: &str) -> Result<RadosObjects> {
-        RadosObjects::on(RadosCluster::connect(conf, &super::RadosOptions::default())?, pool)
-    }
-
     /// The RADOS pool `pool` through an open connection.
     pub fn on(cluster: Arc<RadosCluster>, pool: &str) -> Result<RadosObjects> {
         let ioctx = cluster.io_context(pool, &format!("rados:{pool}"))?;
