@@ -358,6 +358,7 @@ impl Ring {
         RING_QID.with(|c| c.set(Some(self.q.qid)));
         let mut ready: Vec<(u64, i32)> = Vec::with_capacity(ENTRIES + 1);
         let mut live = ENTRIES;
+        let mut yield_to_caller = may_leave_idle();
         while live > 0 {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
@@ -396,7 +397,8 @@ impl Ring {
                 let sqe = self.cmd(CMD_COMMIT_AND_FETCH, idx, self.commit[idx]);
                 self.push(sqe)?;
             }
-            if !wakes_caller {
+            // Otherwise the next wait submits them.
+            if !wakes_caller || !yield_to_caller {
                 continue;
             }
             // The commit wakes the caller. The scheduler puts a woken thread
@@ -405,9 +407,17 @@ impl Ring {
             // and pay a cross-CPU wake-up each time. While we are SCHED_IDLE
             // the kernel counts this CPU as idle, so the caller wakes here
             // and preempts us at once; we sleep right after anyway.
-            set_policy(libc::SCHED_IDLE);
+            // Only where the thread may leave SCHED_IDLE again
+            // ([`may_leave_idle`]).
+            if set_policy(libc::SCHED_IDLE).is_err() {
+                yield_to_caller = false;
+                continue;
+            }
             let r = self.ring.submit();
-            set_policy(libc::SCHED_OTHER);
+            if let Err(e) = set_policy(libc::SCHED_OTHER) {
+                yield_to_caller = false;
+                tracing::error!("io_uring queue {}: cannot leave SCHED_IDLE: {e}", self.q.qid);
+            }
             r?;
         }
         Ok(())
@@ -464,10 +474,38 @@ fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
     unsafe { std::mem::transmute(raw) }
 }
 
-fn set_policy(policy: i32) {
+fn set_policy(policy: i32) -> io::Result<()> {
     let p = libc::sched_param { sched_priority: 0 };
     // SAFETY: valid parameters for the calling thread.
-    unsafe { libc::sched_setscheduler(0, policy, &p) };
+    if unsafe { libc::sched_setscheduler(0, policy, &p) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether a thread of this process that made itself SCHED_IDLE may make
+/// itself SCHED_OTHER again. Linux lets it only with CAP_SYS_NICE or an
+/// RLIMIT_NICE of 20 and more: an unprivileged process (and root in a
+/// container without CAP_SYS_NICE) would stay idle for good after its
+/// first reply, and starve whenever anything else wants the CPU. Found
+/// out once, on a thread of its own that is then let go.
+fn may_leave_idle() -> bool {
+    static MAY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MAY.get_or_init(|| {
+        let may = probe_leave_idle();
+        if !may {
+            tracing::info!("FUSE over io_uring: replies do not yield the CPU to their callers (no CAP_SYS_NICE)");
+        }
+        may
+    })
+}
+
+/// Tries, on a new thread (it inherits the caller's capabilities), to go
+/// SCHED_IDLE and back.
+fn probe_leave_idle() -> bool {
+    std::thread::spawn(|| set_policy(libc::SCHED_IDLE).is_ok() && set_policy(libc::SCHED_OTHER).is_ok())
+        .join()
+        .unwrap_or(false)
 }
 
 fn pin_to(cpu: usize) {
@@ -478,5 +516,57 @@ fn pin_to(cpu: usize) {
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             tracing::debug!("cannot pin io_uring queue thread to CPU {cpu}: {}", io::Error::last_os_error());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAP_SYS_NICE: u32 = 23;
+
+    /// The calling thread's capability sets (version 3: two 32-bit words
+    /// each of effective, permitted, inheritable).
+    fn caps() -> io::Result<([u32; 2], [u32; 6])> {
+        let mut head = [0x2008_0522u32, 0u32];
+        let mut data = [0u32; 6];
+        // SAFETY: the header and data have the layout capget takes for
+        // version 3; pid 0 is this thread.
+        if unsafe { libc::syscall(libc::SYS_capget, head.as_mut_ptr(), data.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((head, data))
+    }
+
+    /// Drops CAP_SYS_NICE from the calling thread's effective set.
+    fn drop_sys_nice() -> io::Result<()> {
+        let (mut head, mut data) = caps()?;
+        data[0] &= !(1 << CAP_SYS_NICE);
+        // SAFETY: as in `caps`.
+        if unsafe { libc::syscall(libc::SYS_capset, head.as_mut_ptr(), data.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn replies_yield_only_where_the_thread_can_leave_sched_idle_again() {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: a valid out-pointer.
+        unsafe { libc::getrlimit(libc::RLIMIT_NICE, &mut lim) };
+        let nice_allowed = lim.rlim_cur >= 20;
+        let had = caps().expect("capget").1[0] & (1 << CAP_SYS_NICE) != 0;
+        assert_eq!(probe_leave_idle(), had || nice_allowed, "CAP_SYS_NICE {had}, RLIMIT_NICE {}", lim.rlim_cur);
+        // Without CAP_SYS_NICE the probe says no (unless RLIMIT_NICE
+        // allows nice 0), and the thread asking is left as it was.
+        let (may, policy) = std::thread::spawn(|| {
+            drop_sys_nice().expect("capset");
+            // SAFETY: querying this thread's policy.
+            (probe_leave_idle(), unsafe { libc::sched_getscheduler(0) })
+        })
+        .join()
+        .expect("probe thread");
+        assert_eq!(may, nice_allowed, "RLIMIT_NICE {}", lim.rlim_cur);
+        assert_eq!(policy, libc::SCHED_OTHER);
     }
 }
