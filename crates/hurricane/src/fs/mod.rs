@@ -158,6 +158,9 @@ struct MetaState {
     /// A new layout for the meta-file (its copies moved off a device being
     /// removed): the next checkpoint writes it there.
     relayout: Option<crate::blocks::Spec>,
+    /// The last checkpoint's [`Delta`], emptied, for the next to fill
+    /// with its memory (store.rs: why).
+    spare: Delta,
 }
 
 pub(crate) struct Inner {
@@ -620,6 +623,7 @@ impl Fs {
             sb,
             unwritten: Vec::new(),
             relayout: None,
+            spare: Delta::default(),
         };
         // A checkpoint comes when half the inode cache is changed, or
         // sooner: when its pages would no longer fit the store's write
@@ -1023,7 +1027,7 @@ impl Fs {
             return Ok(());
         }
         let t0 = Instant::now();
-        let (mut batch, mut snap) = self.capture(want_ckpt);
+        let (mut batch, mut snap) = self.capture(want_ckpt, &mut m.spare);
         let captured = t0.elapsed();
         if !m.unwritten.is_empty() {
             let mut groups = std::mem::take(&mut m.unwritten);
@@ -1032,7 +1036,7 @@ impl Fs {
         }
         if !want_ckpt && !journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) {
             // Too big for the journal's free space: a checkpoint covers it.
-            let (mut b2, s2) = self.capture(true);
+            let (mut b2, s2) = self.capture(true, &mut m.spare);
             batch.epoch = b2.epoch;
             batch.groups.append(&mut b2.groups);
             snap = s2;
@@ -1107,7 +1111,12 @@ impl Fs {
             journal::Order::Ordered
         };
         if let Some((mut delta, taken)) = snap {
-            match self.write_checkpoint(m, &mut delta) {
+            let written = self.write_checkpoint(m, &mut delta);
+            if written.is_err() {
+                self.log_usage_unsaved(&delta);
+            }
+            m.spare = delta.recycle();
+            match written {
                 Ok(()) => {
                     inner.state.settle(taken);
                     inner.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -1118,15 +1127,11 @@ impl Fs {
                 // later checkpoint takes the same changes again (they stay
                 // marked until one commits).
                 Err(e) if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {
-                    self.log_usage_unsaved(&delta);
                     if !matches!(e, Error::NoSpace(_)) {
                         tracing::warn!("checkpoint failed, committing to the journal instead: {e}");
                     }
                 }
-                Err(e) => {
-                    self.log_usage_unsaved(&delta);
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             }
         }
         if !batch.is_empty() {
@@ -1141,7 +1146,7 @@ impl Fs {
 
     /// Takes the pending ops (and lazy time updates) out of the gate, with a
     /// snapshot of the whole state when asked.
-    fn capture(&self, snapshot: bool) -> (Batch, Option<Snapshot>) {
+    fn capture(&self, snapshot: bool, spare: &mut Delta) -> (Batch, Option<Snapshot>) {
         let inner = &*self.inner;
         inner.gate.capture(|batch| {
             let mut times = Vec::new();
@@ -1182,7 +1187,7 @@ impl Fs {
                 batch.push(&heads);
             }
             snapshot.then(|| {
-                let mut delta = Delta::default();
+                let mut delta = std::mem::take(spare);
                 let taken = inner.state.take(&mut delta);
                 // Free space at the cut: frees of this batch are free once it commits.
                 let mut free = Vec::new();

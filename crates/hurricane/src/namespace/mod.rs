@@ -13,7 +13,7 @@ pub mod store;
 pub use inode::{Body, Dir, DirEntry, FileLayout, Inode, InodeData};
 pub use perm::Creds;
 
-use crate::codec::{Decoder, Encoder};
+use crate::codec::Decoder;
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
 use crossbeam_utils::CachePadded;
@@ -596,19 +596,21 @@ impl State {
                 let s = s.read();
                 (s.freed.keys().copied().collect(), s.dirty.keys().map(|i| (*i, s.map.get(i).cloned())).collect())
             };
+            delta.inodes.reserve(freed.len() + dirty.len());
+            delta.orphans.reserve(freed.len() + dirty.len());
             for ino in freed {
-                delta.inodes.push((ino, None));
+                delta.remove_inode(ino);
                 delta.orphans.push((ino, false));
             }
             for (ino, n) in dirty {
                 let Some(n) = n else { continue };
                 let d = n.data.read();
-                let mut e = Encoder::new();
-                d.encode(&mut e);
-                delta.inodes.push((ino, Some(e.into_inner())));
+                delta.put_inode(ino, |e| d.encode(e));
                 delta.orphans.push((ino, d.nlink == 0 && ino != ROOT && self.was_unlinked(ino)));
                 if let Some(dir) = d.dir().filter(|x| x.has_changes()) {
                     let c = dir.changes();
+                    delta.names.reserve(c.names.len());
+                    delta.cookies.reserve(c.cookies.len());
                     for (name, e) in &c.names {
                         let e = e.map(|e| StoredEntry { ino: e.ino, kind: e.kind, cookie: e.cookie });
                         delta.names.push((ino, name.clone(), e));

@@ -38,6 +38,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, Tab
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -173,10 +174,20 @@ pub type NamedEntry = (super::inode::Name, StoredEntry);
 pub type EntryVisitor<'a> = dyn FnMut(u64, &[u8], Ino, u32) -> Result<bool> + 'a;
 
 /// What a checkpoint writes: every change since the last one.
+///
+/// It is filled while every writer waits (the journal gate is closed for a
+/// consistent cut), so it allocates as little as it can there: inode
+/// records go one after another into one buffer, and the committer hands
+/// the same `Delta` to the next checkpoint ([`Delta::recycle`]) with its
+/// memory. Grown afresh each time, its pages were new to the process at
+/// every checkpoint, and zeroing them by page faults was most of the
+/// writers' wait.
 #[derive(Default)]
 pub struct Delta {
-    /// Inode records to put (`Some`) or delete (`None`).
-    pub inodes: Vec<(Ino, Option<Vec<u8>>)>,
+    /// Inode records to put (their bytes in `record_bytes`) or delete (`None`).
+    pub inodes: Vec<(Ino, Option<Range<usize>>)>,
+    /// The inode records, one after another.
+    pub record_bytes: Vec<u8>,
     pub names: Vec<(Ino, super::inode::Name, Option<StoredEntry>)>,
     pub cookies: Vec<(Ino, u64, Option<NamedEntry>)>,
     /// Orphans to add (`true`) or remove (`false`).
@@ -194,9 +205,55 @@ pub struct Delta {
 /// A log segment: (device, segment size in blocks, first block).
 pub type LogSegment = (u32, u64, u64);
 
+/// Memory a recycled [`Delta`] may keep for the next checkpoint; one that
+/// grew past it (a checkpoint far larger than the usual) is let go.
+const DELTA_KEEP_BYTES: usize = 32 << 20;
+
 impl Delta {
     pub fn records(&self) -> usize {
         self.inodes.len() + self.names.len() + self.cookies.len() + self.orphans.len()
+    }
+
+    /// Adds the record `encode` writes for inode `ino`.
+    pub fn put_inode(&mut self, ino: Ino, encode: impl FnOnce(&mut Encoder)) {
+        let mut e = Encoder { buf: std::mem::take(&mut self.record_bytes) };
+        let start = e.buf.len();
+        encode(&mut e);
+        let end = e.buf.len();
+        self.record_bytes = e.buf;
+        self.inodes.push((ino, Some(start..end)));
+    }
+
+    /// Adds the removal of inode `ino`'s record.
+    pub fn remove_inode(&mut self, ino: Ino) {
+        self.inodes.push((ino, None));
+    }
+
+    /// The bytes of a record [`put_inode`](Self::put_inode) added.
+    pub fn record(&self, r: &Range<usize>) -> &[u8] {
+        &self.record_bytes[r.clone()]
+    }
+
+    /// Empties it for the next checkpoint, keeping its memory unless that
+    /// grew past [`DELTA_KEEP_BYTES`].
+    pub fn recycle(mut self) -> Delta {
+        let bytes = self.record_bytes.capacity()
+            + self.inodes.capacity() * std::mem::size_of::<(Ino, Option<Range<usize>>)>()
+            + self.names.capacity() * std::mem::size_of::<(Ino, super::inode::Name, Option<StoredEntry>)>()
+            + self.cookies.capacity() * std::mem::size_of::<(Ino, u64, Option<NamedEntry>)>()
+            + self.orphans.capacity() * std::mem::size_of::<(Ino, bool)>();
+        if bytes > DELTA_KEEP_BYTES {
+            return Delta::default();
+        }
+        self.inodes.clear();
+        self.record_bytes.clear();
+        self.names.clear();
+        self.cookies.clear();
+        self.orphans.clear();
+        self.free = None;
+        self.log_usage.clear();
+        self.sys = Sys::default();
+        self
     }
 }
 
@@ -918,7 +975,8 @@ impl MetaStore {
             entries: EntryCache::new(entries, 16),
             snap: RwLock::new(None),
         };
-        let delta = Delta { inodes: vec![(root.0, Some(root.1))], sys, free: Some(free), ..Default::default() };
+        let mut delta = Delta { sys, free: Some(free), ..Default::default() };
+        delta.put_inode(root.0, |e| e.buf.extend_from_slice(&root.1));
         s.commit(&delta)?;
         Ok(s)
     }
@@ -1146,7 +1204,7 @@ impl MetaStore {
                 let mut tab = t.open_table(INODES).map_err(store_err)?;
                 for (ino, rec) in in_key_order(&delta.inodes, |(ino, _)| *ino) {
                     match rec {
-                        Some(r) => tab.insert(*ino, r.as_slice()).map_err(store_err)?,
+                        Some(r) => tab.insert(*ino, delta.record(r)).map_err(store_err)?,
                         None => tab.remove(*ino).map_err(store_err)?,
                     };
                 }
@@ -1222,7 +1280,7 @@ impl MetaStore {
             // leave memory once it returns.
             *self.snap.write() = None;
             r?;
-            self.entries.invalidate(delta.names.iter().map(|(d, n, _)| (*d, &**n)));
+            self.entries.committed(delta.names.iter().map(|(d, n, e)| (*d, n, *e)));
             if pending_free.is_some() {
                 *self.free_written.lock() = pending_free;
             }
