@@ -458,6 +458,43 @@ fn cached_entries_never_outlive_a_change() {
     check_after_reopen(&p, &first);
 }
 
+/// Names a checkpoint wrote are looked up again (an unlink after a
+/// create) from the entry cache, not from the store's tree, and what it
+/// removed is not served from there.
+#[test]
+fn names_a_checkpoint_wrote_are_found_without_reading_the_store() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), Options { entry_cache: 1000, ..small_cache() })
+        .unwrap();
+    let root = Creds::root();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    for i in 0..300 {
+        fs.write_file(&format!("/d/f{i}"), &[i as u8], None).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let d = fs.resolve("/d").unwrap();
+    let reads = |fs: &Fs| fs.meta_cache_stats().store.name_reads;
+    let before = reads(&fs);
+    for i in 0..300 {
+        assert!(fs.lookup(&root, d, format!("f{i}").as_bytes()).is_ok());
+    }
+    assert_eq!(reads(&fs), before, "every name came from the entry cache");
+    // Removed and checkpointed: gone from the cache too.
+    for i in 0..150 {
+        fs.remove(&format!("/d/f{i}")).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    for i in 0..300 {
+        assert_eq!(fs.lookup(&root, d, format!("f{i}").as_bytes()).is_ok(), i >= 150, "f{i}");
+    }
+    for i in 150..300 {
+        fs.remove(&format!("/d/f{i}")).unwrap();
+    }
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    assert_eq!(list(&fs, "/d").len(), 2);
+}
+
 fn check_after_reopen(p: &MemPool, first: &[u64]) {
     let fs = p.open().unwrap();
     let d = fs.resolve("/d").unwrap();

@@ -5,14 +5,18 @@
 //!
 //! It holds the store's committed entries only: a directory's changes since
 //! the last checkpoint live with the directory and are looked at first. A
-//! checkpoint's commit changes the store, so it drops the entries it wrote
-//! (`invalidate`), and an entry read from the state before a commit is not
+//! checkpoint's commit changes the store, so it replaces the entries it
+//! wrote with what it wrote (`committed`: a name just made is the likeliest
+//! to be looked up next, as the unlinks of `rm -r` after the creates of a
+//! build or an unpack, and once its directory forgets the change only the
+//! store knows it), and an entry read from the state before a commit is not
 //! put after it (`generation`).
 //!
 //! Sharded by the hash of (directory, name), each shard under its own lock
 //! (Tam 8.1: no global lock on lookup); a shard over its share of the
 //! capacity drops an eighth of its entries.
 
+use super::inode::Name;
 use super::store::StoredEntry;
 use crate::base::Ino;
 use crossbeam_utils::CachePadded;
@@ -26,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// name with the same hash replaces it.
 struct Slot {
     dir: Ino,
-    name: Box<[u8]>,
+    name: Name,
     entry: StoredEntry,
 }
 
@@ -116,6 +120,11 @@ impl EntryCache {
         if self.generation.load(Ordering::Acquire) != generation {
             return;
         }
+        self.keep(&mut s, k, Slot { dir, name: name.into(), entry });
+    }
+
+    /// Puts a slot in its shard, making room first when the shard is full.
+    fn keep(&self, s: &mut ShardMap, k: u64, slot: Slot) {
         if s.slots.len() >= self.per_shard && !s.slots.contains_key(&k) {
             let drop: Vec<u64> = s.slots.keys().take((self.per_shard / 8).max(1)).copied().collect();
             for d in &drop {
@@ -123,18 +132,27 @@ impl EntryCache {
             }
             s.evictions += drop.len() as u64;
         }
-        s.slots.insert(k, Slot { dir, name: name.into(), entry });
+        s.slots.insert(k, slot);
     }
 
-    /// After a commit of the store: drops the entries it changed.
-    pub fn invalidate<'a>(&self, changed: impl Iterator<Item = (Ino, &'a [u8])>) {
+    /// After a commit of the store: each entry it changed is now what the
+    /// commit wrote (`Some`, kept) or absent (`None`, dropped).
+    pub fn committed<'a>(&self, changed: impl Iterator<Item = (Ino, &'a Name, Option<StoredEntry>)>) {
+        // First: a lookup that read the store before the commit is not
+        // put after this (module docs).
         self.generation.fetch_add(1, Ordering::AcqRel);
         if self.per_shard == 0 {
             return;
         }
-        for (dir, name) in changed {
+        for (dir, name, entry) in changed {
             let k = self.key(dir, name);
-            self.shard(k).lock().slots.remove(&k);
+            let mut s = self.shard(k).lock();
+            match entry {
+                Some(entry) => self.keep(&mut s, k, Slot { dir, name: name.clone(), entry }),
+                None => {
+                    s.slots.remove(&k);
+                }
+            }
         }
     }
 
@@ -172,15 +190,25 @@ mod tests {
         assert_eq!((n.hits, n.misses, n.resident), (2, 1, 2));
     }
 
+    fn name(n: &[u8]) -> Name {
+        n.into()
+    }
+
     #[test]
-    fn a_commit_drops_what_it_changed_and_refuses_older_reads() {
+    fn a_commit_replaces_what_it_changed_and_refuses_older_reads() {
         let c = EntryCache::new(100, 4);
         let before = c.generation();
         c.put(before, 1, b"a", e(10));
         c.put(before, 1, b"b", e(11));
-        c.invalidate([(1, &b"a"[..])].into_iter());
+        c.put(before, 1, b"d", e(13));
+        // The commit removed a, made d another file and made n.
+        let (a, d, n) = (name(b"a"), name(b"d"), name(b"n"));
+        c.committed([(1, &a, None), (1, &d, Some(e(30))), (1, &n, Some(e(31)))].into_iter());
         assert_eq!(c.get(1, b"a"), None);
         assert_eq!(c.get(1, b"b"), Some(e(11)));
+        assert_eq!(c.get(1, b"d"), Some(e(30)));
+        assert_eq!(c.get(1, b"n"), Some(e(31)));
+        assert_eq!(c.get(2, b"n"), None);
         // Read before the commit, put after it: refused.
         c.put(before, 1, b"c", e(12));
         assert_eq!(c.get(1, b"c"), None);
