@@ -618,13 +618,6 @@ impl Fs {
         let default_layout = sb.default_layout.clone();
         let checksum = sb.checksum;
         let storage_devices = storage.devs.len();
-        let ms = MetaState {
-            cursor: Cursor { tail: sys.cursor.tail, head: cursor.head, seq: cursor.seq },
-            sb,
-            unwritten: Vec::new(),
-            relayout: None,
-            spare: Delta::default(),
-        };
         // A checkpoint comes when half the inode cache is changed, or
         // sooner: when its pages would no longer fit the store's write
         // buffer (pages pushed out of it mid-checkpoint are written, read
@@ -632,6 +625,13 @@ impl Fs {
         // checkpoints that fit, 5 KB with checkpoints four times larger).
         let fits = MetaStore::write_buffer_bytes(opts.meta_cache_bytes) / DIRTY_BYTES_PER_INODE;
         let dirty_limit = (opts.inode_cache / 2).min(fits).max(16);
+        let ms = MetaState {
+            cursor: Cursor { tail: sys.cursor.tail, head: cursor.head, seq: cursor.seq },
+            sb,
+            unwritten: Vec::new(),
+            relayout: None,
+            spare: if opts.read_only { Delta::default() } else { Delta::with_room(dirty_limit) },
+        };
         let inner = Arc::new(Inner {
             storage,
             state,

@@ -170,7 +170,10 @@ impl Gate {
     pub fn capture<R>(&self, f: impl FnOnce(&mut Batch) -> R) -> (Batch, R) {
         let guards: Vec<_> = self.shards.iter().map(|s| s.gate.write()).collect();
         let epoch = self.epoch.load(Ordering::Acquire);
-        let mut all: Vec<(u64, Vec<u8>)> = Vec::new();
+        // Sized first: grown one group at a time, the list was copied over
+        // and over while every writer waits.
+        let count: usize = self.shards.iter().map(|s| groups_in(&s.buf.lock())).sum();
+        let mut all: Vec<(u64, Vec<u8>)> = Vec::with_capacity(count);
         for s in self.shards.iter() {
             let mut buf = s.buf.lock();
             let mut pos = 0;
@@ -198,6 +201,17 @@ impl Gate {
     pub fn current_epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }
+}
+
+/// The groups a shard's buffer holds ([seq u64][len u32][ops] each).
+fn groups_in(buf: &[u8]) -> usize {
+    let (mut pos, mut n) = (0, 0);
+    while pos + 12 <= buf.len() {
+        let len = u32::from_le_bytes(buf[pos + 8..pos + 12].try_into().unwrap_or_default()) as usize;
+        pos += 12 + len;
+        n += 1;
+    }
+    n
 }
 
 const REC_MAGIC: u64 = u64::from_le_bytes(*b"HCJRNL01");

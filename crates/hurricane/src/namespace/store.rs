@@ -214,6 +214,22 @@ impl Delta {
         self.inodes.len() + self.names.len() + self.cookies.len() + self.orphans.len()
     }
 
+    /// An empty `Delta` with its memory taken and touched for a checkpoint
+    /// of `inodes` new inodes, so that the first checkpoint does not pay
+    /// for it with every writer waiting either.
+    pub fn with_room(inodes: usize) -> Delta {
+        const RECORD: usize = 192;
+        let mut d = Delta::default();
+        d.record_bytes.resize(inodes * RECORD, 0);
+        d.record_bytes.clear();
+        d.inodes.resize(inodes, (0, None));
+        d.orphans.resize(inodes, (0, false));
+        d.cookies.resize(inodes, (0, 0, None));
+        let none: super::inode::Name = Arc::from(&[][..]);
+        d.names.resize(inodes, (0, none, None));
+        d.recycle()
+    }
+
     /// Adds the record `encode` writes for inode `ino`.
     pub fn put_inode(&mut self, ino: Ino, encode: impl FnOnce(&mut Encoder)) {
         let mut e = Encoder { buf: std::mem::take(&mut self.record_bytes) };
@@ -328,6 +344,11 @@ struct ReadAhead {
 
 /// Blocks the meta-file reads at once on a miss (64 KiB).
 const READ_AHEAD_BLOCKS: u64 = 16;
+
+thread_local! {
+    /// Each thread's buffer for a run read ahead (`read_block_ahead`).
+    static RUN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 /// Blocks kept read ahead (4 MiB).
 const READ_AHEAD_KEEP: usize = 1024;
 
@@ -679,16 +700,29 @@ impl MetaFile {
         let len = MetaFile::len(self) / BLOCK_SIZE as u64;
         let first = f - f % READ_AHEAD_BLOCKS;
         let end = (first + READ_AHEAD_BLOCKS).min(len).max(f + 1);
-        let mut run = vec![0u8; (end - first) as usize * BLOCK_SIZE];
-        if self.read_blocks(layout, first, &mut run).is_err() {
+        // The thread's run buffer, kept from one miss to the next: a new
+        // zeroed 64 KiB at each miss was memory new to the process, paid
+        // for in page faults by the lookup that missed.
+        let mut run = RUN.with(|r| r.take());
+        run.resize((end - first) as usize * BLOCK_SIZE, 0);
+        let r = self.read_blocks(layout, first, &mut run);
+        let r = r.map(|()| self.keep_ahead(f, first, gen, &run, out));
+        RUN.with(|r| r.replace(run));
+        if r.is_err() {
             // A bad block beside it must not fail this one.
             return self.read_blocks(layout, f, out);
         }
+        Ok(())
+    }
+
+    /// Hands `out` its block of a run read ahead from `first`, and keeps
+    /// the others unless a write came since `gen`.
+    fn keep_ahead(&self, f: u64, first: u64, gen: u64, run: &[u8], out: &mut [u8]) {
         let at = (f - first) as usize * BLOCK_SIZE;
         out.copy_from_slice(&run[at..at + BLOCK_SIZE]);
         let mut a = self.inner.ahead.lock();
         if a.generation != gen {
-            return Ok(());
+            return;
         }
         // Block 0 is redb's header, rewritten in place and read apart.
         for (i, b) in run.chunks(BLOCK_SIZE).enumerate() {
@@ -701,7 +735,6 @@ impl MetaFile {
             let Some(old) = a.order.pop_front() else { break };
             a.blocks.remove(&old);
         }
-        Ok(())
     }
 
     fn write_blocks_through(&self, fblk: u64, data: &[u8]) -> Result<()> {
