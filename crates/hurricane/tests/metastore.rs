@@ -495,6 +495,34 @@ fn names_a_checkpoint_wrote_are_found_without_reading_the_store() {
     assert_eq!(list(&fs, "/d").len(), 2);
 }
 
+/// A create searches the store once for its name: the insert after the
+/// check that found it absent does not search again.
+#[test]
+fn a_create_searches_the_store_once_for_its_name() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), Options { entry_cache: 1000, ..small_cache() })
+        .unwrap();
+    let root = Creds::root();
+    fs.mkdir_all("/d", 0o755).unwrap();
+    for i in 0..100 {
+        fs.write_file(&format!("/d/old{i}"), b"x", None).unwrap();
+    }
+    fs.checkpoint().unwrap();
+    let d = fs.resolve("/d").unwrap();
+    let reads = |fs: &Fs| fs.meta_cache_stats().store.name_reads;
+    let before = reads(&fs);
+    for i in 0..100 {
+        fs.mknod(&root, d, format!("new{i}").as_bytes(), libc::S_IFREG | 0o644, 0, None, None).unwrap();
+    }
+    assert_eq!(reads(&fs) - before, 100, "one search of the store per create");
+    // A name that is there is still found, whatever was looked up before.
+    assert!(fs.mknod(&root, d, b"old7", libc::S_IFREG | 0o644, 0, None, None).is_err());
+    assert!(fs.mknod(&root, d, b"new7", libc::S_IFREG | 0o644, 0, None, None).is_err());
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    assert_eq!(list(&fs, "/d").len(), 2 + 200);
+}
+
 fn check_after_reopen(p: &MemPool, first: &[u64]) {
     let fs = p.open().unwrap();
     let d = fs.resolve("/d").unwrap();

@@ -401,6 +401,11 @@ impl Fs {
             }
             (gid, kind | perm, d.layout.clone())
         };
+        // Found absent above, and the directory stays locked until the
+        // link below is applied.
+        if let Some(d) = l.get(parent)?.dir_mut() {
+            d.note_absent(name);
+        }
         let ino = self.state().alloc_ino();
         let t = now();
         let create = Op::Create(NewInode {

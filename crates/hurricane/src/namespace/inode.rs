@@ -49,6 +49,10 @@ pub struct Dir {
     names: HashMap<Name, Option<DirEntry>>,
     cookies: BTreeMap<u64, Option<Name>>,
     store: Option<Arc<MetaStore>>,
+    /// A name its caller just found absent, under the lock it still holds
+    /// ([`Dir::note_absent`]): the insert that follows need not ask the
+    /// store again.
+    absent: Option<Name>,
 }
 
 /// An entry's name in a directory's changes: shared by its name and cookie
@@ -73,6 +77,7 @@ impl Dir {
             names: HashMap::new(),
             cookies: BTreeMap::new(),
             store: None,
+            absent: None,
         }
     }
 
@@ -93,9 +98,19 @@ impl Dir {
         }
     }
 
+    /// Records that `name` was just found absent by a caller that holds
+    /// this directory's lock until its insert: that insert then skips the
+    /// store's lookup (a create would otherwise search the B-tree twice
+    /// for a name it knows is not there). Any other change forgets it.
+    pub fn note_absent(&mut self, name: &[u8]) {
+        self.absent = Some(name.into());
+    }
+
     /// Adds (or replaces) the entry `name`.
     pub fn insert(&mut self, name: Vec<u8>, ino: Ino, kind: u32) -> Result<()> {
-        if let Some(old) = self.get(&name)? {
+        let known_absent = self.absent.take().is_some_and(|a| *a == *name);
+        let old = if known_absent { None } else { self.get(&name)? };
+        if let Some(old) = old {
             self.cookies.insert(old.cookie, None);
             self.count = self.count.saturating_sub(1);
         }
@@ -110,6 +125,7 @@ impl Dir {
 
     /// Removes the entry `name`, returning it.
     pub fn remove(&mut self, name: &[u8]) -> Result<Option<DirEntry>> {
+        self.absent = None;
         let Some(e) = self.get(name)? else { return Ok(None) };
         self.names.insert(name.into(), None);
         self.cookies.insert(e.cookie, None);
@@ -194,6 +210,7 @@ impl Dir {
     /// Forgets the changes a committed checkpoint wrote, unless they
     /// changed again since it took them.
     pub fn settle(&mut self, c: &DirChanges) {
+        self.absent = None;
         for (k, v) in &c.names {
             if self.names.get(k) == Some(v) {
                 self.names.remove(k);
