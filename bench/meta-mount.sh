@@ -9,6 +9,12 @@
 #
 # OLD_DIR holds the previous version's `hurricane` (bench/build-base.sh REV
 # makes one). One JSON line per system and run on stdout.
+#
+# HOLD=1 also records how long each checkpoint held every writer (the
+# journal gate closed while it takes its cut): each mount then writes its
+# debug log, and a version's line gets `checkpoint_hold_ms`, one number per
+# checkpoint, from its "changes held X ms" lines (empty for a version that
+# logs none).
 set -euo pipefail
 old=${1:?OLD_DIR}
 count=${2:-100000}
@@ -27,13 +33,21 @@ mkdir -p "$work/mnt"
 
 hurricane() { # NAME BIN_DIR RUN
     local pool="$work/pool"
-    rm -rf "$pool"
+    rm -rf "$pool" "$work/log"
     "$2/hurricane" mkfs "$pool" --devices 2 --device-size 16G >/dev/null
-    "$2/hurricane" mount "$pool" "$work/mnt"
-    local out
+    if [ "${HOLD:-0}" = 1 ]; then
+        RUST_LOG=hurricane=debug "$2/hurricane" mount "$pool" "$work/mnt" -o "log=$work/log"
+    else
+        "$2/hurricane" mount "$pool" "$work/mnt"
+    fi
+    local out hold=
     out=$("$new/examples/core_bench" posix-meta "$work/mnt" "$count")
     "$2/hurricane" umount "$work/mnt"
-    echo "{\"system\":\"$1\",\"run\":$3,\"files\":$count,\"result\":$out}"
+    if [ "${HOLD:-0}" = 1 ]; then
+        hold=",\"checkpoint_hold_ms\":[$(sed 's/\x1b\[[0-9;]*m//g' "$work/log" \
+            | grep -o 'checkpoint (changes held [0-9.]* ms' | awk '{print $4}' | paste -sd, -)]"
+    fi
+    echo "{\"system\":\"$1\",\"run\":$3,\"files\":$count,\"result\":$out$hold}"
     rm -rf "$pool"
 }
 
