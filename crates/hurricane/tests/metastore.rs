@@ -411,18 +411,30 @@ fn a_fragmented_free_map_is_not_rewritten_by_each_checkpoint() {
     fs.close().unwrap();
 }
 
-#[test]
-fn cached_entries_never_outlive_a_change() {
+/// A pool with an entry cache whose directory /d holds `n` one-byte files
+/// `{prefix}{i}`, checkpointed: (pool, open fs, /d's inode).
+fn checkpointed_dir(n: usize, prefix: &str) -> (MemPool, Fs, u64) {
     let p = MemPool::new(2, 64 * MB);
     let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), Options { entry_cache: 1000, ..small_cache() })
         .unwrap();
-    let root = Creds::root();
     fs.mkdir_all("/d", 0o755).unwrap();
-    for i in 0..300 {
-        fs.write_file(&format!("/d/f{i}"), &[i as u8], None).unwrap();
+    for i in 0..n {
+        fs.write_file(&format!("/d/{prefix}{i}"), &[i as u8], None).unwrap();
     }
     fs.checkpoint().unwrap();
     let d = fs.resolve("/d").unwrap();
+    (p, fs, d)
+}
+
+/// Directory entries read from the store's B-tree so far.
+fn name_reads(fs: &Fs) -> u64 {
+    fs.meta_cache_stats().store.name_reads
+}
+
+#[test]
+fn cached_entries_never_outlive_a_change() {
+    let (p, fs, d) = checkpointed_dir(300, "f");
+    let root = Creds::root();
     let ino = |n: &str| fs.lookup(&root, d, n.as_bytes()).map(|a| a.ino);
     let first: Vec<u64> = (0..300).map(|i| ino(&format!("f{i}")).unwrap()).collect();
     let h0 = fs.meta_cache_stats().store.entries.hits;
@@ -463,17 +475,9 @@ fn cached_entries_never_outlive_a_change() {
 /// removed is not served from there.
 #[test]
 fn names_a_checkpoint_wrote_are_found_without_reading_the_store() {
-    let p = MemPool::new(2, 64 * MB);
-    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), Options { entry_cache: 1000, ..small_cache() })
-        .unwrap();
+    let (p, fs, d) = checkpointed_dir(300, "f");
     let root = Creds::root();
-    fs.mkdir_all("/d", 0o755).unwrap();
-    for i in 0..300 {
-        fs.write_file(&format!("/d/f{i}"), &[i as u8], None).unwrap();
-    }
-    fs.checkpoint().unwrap();
-    let d = fs.resolve("/d").unwrap();
-    let reads = |fs: &Fs| fs.meta_cache_stats().store.name_reads;
+    let reads = name_reads;
     let before = reads(&fs);
     for i in 0..300 {
         assert!(fs.lookup(&root, d, format!("f{i}").as_bytes()).is_ok());
@@ -499,17 +503,9 @@ fn names_a_checkpoint_wrote_are_found_without_reading_the_store() {
 /// check that found it absent does not search again.
 #[test]
 fn a_create_searches_the_store_once_for_its_name() {
-    let p = MemPool::new(2, 64 * MB);
-    let fs = Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), Options { entry_cache: 1000, ..small_cache() })
-        .unwrap();
+    let (p, fs, d) = checkpointed_dir(100, "old");
     let root = Creds::root();
-    fs.mkdir_all("/d", 0o755).unwrap();
-    for i in 0..100 {
-        fs.write_file(&format!("/d/old{i}"), b"x", None).unwrap();
-    }
-    fs.checkpoint().unwrap();
-    let d = fs.resolve("/d").unwrap();
-    let reads = |fs: &Fs| fs.meta_cache_stats().store.name_reads;
+    let reads = name_reads;
     let before = reads(&fs);
     for i in 0..100 {
         fs.mknod(&root, d, format!("new{i}").as_bytes(), libc::S_IFREG | 0o644, 0, None, None).unwrap();
