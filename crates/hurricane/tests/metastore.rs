@@ -477,12 +477,11 @@ fn cached_entries_never_outlive_a_change() {
 fn names_a_checkpoint_wrote_are_found_without_reading_the_store() {
     let (p, fs, d) = checkpointed_dir(300, "f");
     let root = Creds::root();
-    let reads = name_reads;
-    let before = reads(&fs);
+    let before = name_reads(&fs);
     for i in 0..300 {
         assert!(fs.lookup(&root, d, format!("f{i}").as_bytes()).is_ok());
     }
-    assert_eq!(reads(&fs), before, "every name came from the entry cache");
+    assert_eq!(name_reads(&fs), before, "every name came from the entry cache");
     // Removed and checkpointed: gone from the cache too.
     for i in 0..150 {
         fs.remove(&format!("/d/f{i}")).unwrap();
@@ -505,12 +504,11 @@ fn names_a_checkpoint_wrote_are_found_without_reading_the_store() {
 fn a_create_searches_the_store_once_for_its_name() {
     let (p, fs, d) = checkpointed_dir(100, "old");
     let root = Creds::root();
-    let reads = name_reads;
-    let before = reads(&fs);
+    let before = name_reads(&fs);
     for i in 0..100 {
         fs.mknod(&root, d, format!("new{i}").as_bytes(), libc::S_IFREG | 0o644, 0, None, None).unwrap();
     }
-    assert_eq!(reads(&fs) - before, 100, "one search of the store per create");
+    assert_eq!(name_reads(&fs) - before, 100, "one search of the store per create");
     // A name that is there is still found, whatever was looked up before.
     assert!(fs.mknod(&root, d, b"old7", libc::S_IFREG | 0o644, 0, None, None).is_err());
     assert!(fs.mknod(&root, d, b"new7", libc::S_IFREG | 0o644, 0, None, None).is_err());
