@@ -172,17 +172,11 @@ impl Gate {
         let epoch = self.epoch.load(Ordering::Acquire);
         // Sized first: grown one group at a time, the list was copied over
         // and over while every writer waits.
-        let count: usize = self.shards.iter().map(|s| groups_in(&s.buf.lock())).sum();
+        let count: usize = self.shards.iter().map(|s| groups(&s.buf.lock()).count()).sum();
         let mut all: Vec<(u64, Vec<u8>)> = Vec::with_capacity(count);
         for s in self.shards.iter() {
             let mut buf = s.buf.lock();
-            let mut pos = 0;
-            while pos + 12 <= buf.len() {
-                let seq = u64::from_le_bytes(buf[pos..pos + 8].try_into().unwrap_or_default());
-                let len = u32::from_le_bytes(buf[pos + 8..pos + 12].try_into().unwrap_or_default()) as usize;
-                all.push((seq, buf[pos + 12..pos + 12 + len].to_vec()));
-                pos += 12 + len;
-            }
+            all.extend(groups(&buf).map(|(seq, g)| (seq, g.to_vec())));
             // The buffer keeps its memory for the next batch: grown again
             // from nothing after every commit, its reallocations touched
             // fresh pages, and the page faults landed on the threads logging
@@ -203,15 +197,18 @@ impl Gate {
     }
 }
 
-/// The groups a shard's buffer holds ([seq u64][len u32][ops] each).
-fn groups_in(buf: &[u8]) -> usize {
-    let (mut pos, mut n) = (0, 0);
-    while pos + 12 <= buf.len() {
-        let len = u32::from_le_bytes(buf[pos + 8..pos + 12].try_into().unwrap_or_default()) as usize;
+/// The groups a shard's buffer holds, as logged ([seq u64][len u32][ops]
+/// each): (seq, ops).
+fn groups(buf: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        let head = buf.get(pos..pos + 12)?;
+        let seq = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+        let len = u32::from_le_bytes(head[8..].try_into().unwrap_or_default()) as usize;
+        let ops = buf.get(pos + 12..pos + 12 + len)?;
         pos += 12 + len;
-        n += 1;
-    }
-    n
+        Some((seq, ops))
+    })
 }
 
 const REC_MAGIC: u64 = u64::from_le_bytes(*b"HCJRNL01");
