@@ -276,7 +276,7 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
     }
     for l in &v.log {
         println!(
-            "log on device {}: {} segments, {} live; files wrote {} behind {} summaries, the cleaner moved {} and emptied {} segments (write amplification {:.2})",
+            "log on device {}: {} segments, {} live; files wrote {} behind {} summaries, the cleaner moved {} and emptied {} segments, {} of them in the background (write amplification {:.2})",
             l.device,
             l.segments,
             human(l.live_blocks * 4096),
@@ -284,6 +284,7 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
             human(l.summary_blocks * 4096),
             human(l.moved_blocks * 4096),
             l.cleaned_segments,
+            l.background_segments,
             l.write_amplification
         );
     }

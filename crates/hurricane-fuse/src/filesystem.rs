@@ -461,6 +461,7 @@ impl HurricaneFuse {
                     written_blocks: l.written_blocks,
                     moved_blocks: l.moved_blocks,
                     cleaned_segments: l.cleaned_segments,
+                    background_segments: l.background_segments,
                     summary_blocks: l.summary_blocks,
                     write_amplification: l.write_amplification,
                 })

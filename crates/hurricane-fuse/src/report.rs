@@ -78,6 +78,9 @@ pub struct LogReport {
     pub written_blocks: u64,
     pub moved_blocks: u64,
     pub cleaned_segments: u64,
+    /// Of those, the segments the background cleaner emptied.
+    #[serde(default)]
+    pub background_segments: u64,
     /// Summary blocks written in front of plain writes.
     #[serde(default)]
     pub summary_blocks: u64,

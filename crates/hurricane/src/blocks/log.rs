@@ -182,6 +182,8 @@ pub struct LogStats {
     pub moved: AtomicU64,
     /// Segments the cleaner emptied.
     pub cleaned: AtomicU64,
+    /// Of those, the ones the background cleaner emptied (no writer waited).
+    pub background: AtomicU64,
     /// Segments the heads took.
     pub taken: AtomicU64,
     /// Summary blocks written in front of plain writes.

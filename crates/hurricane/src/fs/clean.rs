@@ -102,6 +102,9 @@ pub struct LogStatsSnapshot {
     pub written_blocks: u64,
     pub moved_blocks: u64,
     pub cleaned_segments: u64,
+    /// Of the segments emptied, those the background cleaner emptied while
+    /// no writer waited for it.
+    pub background_segments: u64,
     /// Summary blocks written in front of plain writes (roll-forward).
     pub summary_blocks: u64,
     /// (written + moved + summaries) / written.
@@ -174,6 +177,17 @@ impl Fs {
 
     /// Runs one cleaning pass over every device's log.
     pub fn clean(&self, opts: &CleanOptions, progress: &mut dyn FnMut(&CleanProgress)) -> Result<CleanReport> {
+        self.clean_pass(opts, false, progress)
+    }
+
+    /// A pass; `background` counts its segments as the background
+    /// cleaner's (`LogStats::background`).
+    fn clean_pass(
+        &self,
+        opts: &CleanOptions,
+        background: bool,
+        progress: &mut dyn FnMut(&CleanProgress),
+    ) -> Result<CleanReport> {
         self.check_writable()?;
         self.index_logs()?;
         let _one = self.inner.cleaning.lock();
@@ -224,6 +238,9 @@ impl Fs {
             if space.usage(c.seg, c.start).is_none_or(|u| u.live == 0) {
                 report.segments += 1;
                 space.stats.cleaned.fetch_add(1, Ordering::Relaxed);
+                if background {
+                    space.stats.background.fetch_add(1, Ordering::Relaxed);
+                }
             }
             p.done += 1;
             p.moved_blocks = report.moved_blocks;
@@ -385,7 +402,7 @@ impl Fs {
                 max_utilization: Some(AUTO_MAX_UTILIZATION),
                 ..Default::default()
             };
-            if let Err(e) = fs.clean(&opts, &mut |_| {}) {
+            if let Err(e) = fs.clean_pass(&opts, true, &mut |_| {}) {
                 tracing::warn!("background cleaning: {e}");
             }
             for (_, s) in spaces {
@@ -414,6 +431,7 @@ impl Fs {
                     written_blocks: w,
                     moved_blocks: m,
                     cleaned_segments: s.stats.cleaned.load(Ordering::Relaxed),
+                    background_segments: s.stats.background.load(Ordering::Relaxed),
                     summary_blocks: sums,
                     write_amplification: if w == 0 { 1.0 } else { (w + m + sums) as f64 / w as f64 },
                 }
