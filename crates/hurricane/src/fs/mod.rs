@@ -231,14 +231,20 @@ pub struct MetaCacheStats {
     pub store: crate::namespace::store::StoreStats,
 }
 
-/// Inodes the meta-data cache holds by default. A cached inode costs about
-/// 2.5 KiB while it waits for a checkpoint (its record, its directory's
-/// change, the store's transaction), so the default bounds the cache near
-/// 160 MiB; 262,144 measured slower (larger checkpoints) and took three
-/// times the memory (BENCHMARKS.md, "Meta-data at scale").
-pub const DEFAULT_INODE_CACHE: usize = 65_536;
-/// Directory entries cached by default (a few MiB).
-pub const DEFAULT_ENTRY_CACHE: usize = 65_536;
+/// Inodes the meta-data cache holds by default. A clean inode in the cache
+/// costs about 400 bytes (a 100,000-file run through the mount peaked 13
+/// MiB higher keeping 35,000 more), so this is about 100 MiB; changed
+/// inodes cost more (about 2.5 KiB with their directory's change and the
+/// store's transaction) and are bounded apart, by the checkpoint they
+/// bring on (`dirty_limit`: half the cache, or fewer when what they would
+/// write outgrows a tenth of `meta_cache_bytes`: 13,107 by default). A
+/// quarter million is a directory tree that an `rm -r`, a `find` or a
+/// build walks again after making it without reading inodes back
+/// (BENCHMARKS.md, "Meta-data at scale").
+pub const DEFAULT_INODE_CACHE: usize = 262_144;
+/// Directory entries cached by default (about 100 bytes each: 25 MiB),
+/// the names of as many files as the inode cache holds.
+pub const DEFAULT_ENTRY_CACHE: usize = 262_144;
 /// Bytes of the meta-data store's page cache by default.
 pub const DEFAULT_META_CACHE_BYTES: usize = 128 << 20;
 /// Store pages a changed inode dirties in a checkpoint, on average, for

@@ -48,7 +48,9 @@ pub struct EntryCounters {
 /// cores costs more than the lookup it counts).
 #[derive(Default)]
 struct ShardMap {
-    slots: HashMap<u64, Slot>,
+    /// By the keyed hash of (directory, name): already spread, and not
+    /// chosen by users, so hashed again with a fast hash.
+    slots: HashMap<u64, Slot, foldhash::fast::RandomState>,
     hits: u64,
     misses: u64,
     evictions: u64,

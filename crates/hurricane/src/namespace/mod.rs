@@ -37,11 +37,16 @@ struct ShardMap {
     /// counter every thread writes (a shared counter bounced between the
     /// cores costs more than the hit it counts: Tam 8.1).
     hits: AtomicU64,
-    map: HashMap<Ino, Arc<Inode>>,
-    dirty: HashMap<Ino, u64>,
+    map: InoMap<Arc<Inode>>,
+    dirty: InoMap<u64>,
     /// Inodes freed since the last checkpoint: the store still has them.
-    freed: HashMap<Ino, u64>,
+    freed: InoMap<u64>,
 }
+
+/// A map by inode number. Numbers are handed out by the file system, not
+/// chosen by users, so a fast hash serves (SipHash, the default, costs
+/// more than the rest of a cache hit).
+type InoMap<V> = HashMap<Ino, V, foldhash::fast::RandomState>;
 
 type Shard = CachePadded<RwLock<ShardMap>>;
 
