@@ -616,9 +616,7 @@ impl Fs {
                 lay.spec()
             )));
         }
-        if self.migration(ino).is_some() {
-            self.end_migration(ino, Error::Stale(format!("inode {ino}: a range was {what}ed during the migration")));
-        }
+        self.end_migration(ino, || Error::Stale(format!("inode {ino}: a range was {what}ed during the migration")));
         let g = self.inner.gate.enter();
         let changes = Mutex::new(Vec::new());
         let sink = |c: NodeRecord| changes.lock().push(c);

@@ -389,15 +389,20 @@ impl Fs {
             IoCtx { owner: ino, origin: self.origin(ino), storage: self.storage(), epoch, sink: &sink, repair: false };
         if let Err(e) = f(&m.fresh, &io, m.watermark()) {
             tracing::warn!("inode {ino}: migration to {} ended: a change could not be made in the new tree: {e}", m.to);
-            self.end_migration(ino, e);
+            self.end_migration(ino, || e);
         }
     }
 
-    /// Ends the migration of `ino` with `why` (the copy gives its space back).
-    pub(crate) fn end_migration(&self, ino: Ino, why: Error) {
+    /// Ends the migration of `ino`, if one runs, with the error `why`
+    /// makes (the copy gives its space back). Most files are not being
+    /// migrated: for them this takes no write lock and makes no error.
+    pub(crate) fn end_migration(&self, ino: Ino, why: impl FnOnce() -> Error) {
+        if self.migration(ino).is_none() {
+            return;
+        }
         let m = self.inner.migrations.write().remove(&ino);
         if let Some(m) = m {
-            m.failed.lock().get_or_insert(why);
+            m.failed.lock().get_or_insert_with(why);
         }
     }
 

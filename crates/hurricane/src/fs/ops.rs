@@ -540,9 +540,7 @@ impl Fs {
             };
             lay.root().truncate(&io, 0)?;
         }
-        if self.migration(ino).is_some() {
-            self.end_migration(ino, Error::NotFound(format!("inode {ino} was deleted during its migration")));
-        }
+        self.end_migration(ino, || Error::NotFound(format!("inode {ino} was deleted during its migration")));
         let op = Op::Free { ino };
         self.state().apply(&op, l)?;
         // Its number may be given to a new file, which must not inherit

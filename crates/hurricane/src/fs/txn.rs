@@ -433,12 +433,7 @@ impl Transaction {
             if f.end.div_ceil(BS) > lay.root().capacity() {
                 return Err(Error::TooBig(format!("inode {ino}: {} bytes exceed what its layout can hold", f.end)));
             }
-            if fs.migration(ino).is_some() {
-                fs.end_migration(
-                    ino,
-                    Error::Stale(format!("inode {ino}: a transaction wrote it during the migration")),
-                );
-            }
+            fs.end_migration(ino, || Error::Stale(format!("inode {ino}: a transaction wrote it during the migration")));
             lays.push(lay);
             sizes.push(size);
         }
