@@ -106,7 +106,7 @@ fn fresh_state() -> State {
         btime: 0,
         rdev: 0,
         xattrs: Default::default(),
-        body: Body::Dir(Dir::new(1)),
+        body: Body::Dir(Box::new(Dir::new(1))),
     };
     let mut e = Encoder::new();
     root.encode(&mut e);

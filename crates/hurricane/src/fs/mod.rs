@@ -345,7 +345,7 @@ impl Fs {
             btime: t,
             rdev: 0,
             xattrs: Default::default(),
-            body: Body::Dir(Dir::new(ROOT)),
+            body: Body::Dir(Box::new(Dir::new(ROOT))),
         };
         let mut rec = Encoder::new();
         root.encode(&mut rec);

@@ -20,6 +20,11 @@ pub const S_IFLNK: u32 = libc::S_IFLNK;
 /// Readdir offsets below this are "." and "..".
 pub const FIRST_COOKIE: u64 = 3;
 
+/// Room for changed names a settled directory may keep: smaller tables,
+/// given back and taken again at every checkpoint, would cost more in
+/// allocations than they hold.
+const SETTLED_ROOM: usize = 16;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirEntry {
     pub ino: Ino,
@@ -221,6 +226,21 @@ impl Dir {
                 self.cookies.remove(k);
             }
         }
+        // A hash table keeps its room when emptied: a directory that took a
+        // thousand creates between two checkpoints would hold room for a
+        // thousand names (about 12 KiB) for as long as it stays cached, which
+        // across ten thousand directories is more than the inode cache's
+        // own share of memory. The room goes back once the changes settle.
+        let live = self.names.len();
+        if self.names.capacity() > 4 * live.max(SETTLED_ROOM) {
+            self.names.shrink_to(2 * live);
+        }
+    }
+
+    /// The room the table of changed names holds.
+    #[cfg(test)]
+    pub(crate) fn names_room(&self) -> usize {
+        self.names.capacity()
     }
 }
 
@@ -321,7 +341,9 @@ impl FileLayout {
 #[derive(Clone)]
 pub enum Body {
     File(FileLayout),
-    Dir(Dir),
+    /// Boxed: a directory's state is three times a file's, and every
+    /// cached inode would otherwise hold room for it.
+    Dir(Box<Dir>),
     Symlink(Vec<u8>),
     /// Device nodes, FIFOs and sockets: attributes only.
     Special,
@@ -450,7 +472,7 @@ impl InodeData {
                         d.err(format!("directory with {} entries and next cookie {}", dir.count, dir.next_cookie))
                     );
                 }
-                Body::Dir(dir)
+                Body::Dir(Box::new(dir))
             }
             3 => Body::Symlink(d.bytes()?.to_vec()),
             4 => Body::Special,
@@ -495,6 +517,54 @@ impl Inode {
             opens: AtomicU32::new(0),
             dirty_times: AtomicBool::new(false),
             parent_hint: AtomicU64::new(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_gives_back_the_room_of_its_settled_changes() {
+        let mut d = Dir::new(1);
+        for i in 0..1000u64 {
+            d.insert(format!("f{i}").into_bytes(), 100 + i, S_IFREG).unwrap();
+        }
+        assert!(d.names_room() >= 1000);
+        let c = d.changes();
+        // A name changed again after the checkpoint took the changes stays.
+        d.remove(b"f7").unwrap();
+        d.settle(&c);
+        assert!(d.has_changes());
+        assert_eq!(d.names_entry(b"f7"), None);
+        assert!(d.names_room() <= 4 * SETTLED_ROOM, "{} slots kept for 1 change", d.names_room());
+        // What is left still reads back: the removal, and nothing else.
+        let c = d.changes();
+        assert_eq!(c.names.len(), 1);
+        assert_eq!(c.names[0], (Name::from(&b"f7"[..]), None));
+        d.settle(&c);
+        assert!(!d.has_changes());
+        assert!(d.names_room() <= 4 * SETTLED_ROOM);
+    }
+
+    #[test]
+    fn a_settled_directory_with_changes_left_keeps_them_all() {
+        let mut d = Dir::new(1);
+        for i in 0..100u64 {
+            d.insert(format!("f{i}").into_bytes(), 100 + i, S_IFREG).unwrap();
+        }
+        let c = d.changes();
+        // Half of the names change again before the checkpoint settles.
+        for i in 0..50u64 {
+            d.insert(format!("f{i}").into_bytes(), 1000 + i, S_IFREG).unwrap();
+        }
+        d.settle(&c);
+        for i in 0..50u64 {
+            assert_eq!(d.names_entry(format!("f{i}").as_bytes()).map(|e| e.ino), Some(1000 + i));
+        }
+        for i in 50..100u64 {
+            assert_eq!(d.names_entry(format!("f{i}").as_bytes()), None);
         }
     }
 }

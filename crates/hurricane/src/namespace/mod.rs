@@ -406,7 +406,7 @@ impl State {
             Op::Create(n) => {
                 let body = match n.mode & S_IFMT {
                     S_IFREG => Body::File(FileLayout::new_file(n.layout.clone())?),
-                    S_IFDIR => Body::Dir(Dir::new(n.parent)),
+                    S_IFDIR => Body::Dir(Box::new(Dir::new(n.parent))),
                     S_IFLNK => Body::Symlink(n.target.clone()),
                     _ => Body::Special,
                 };

@@ -964,12 +964,34 @@ struct Snapshot {
     names: redb::ReadOnlyTable<(u64, &'static [u8]), (u64, u32, u64)>,
 }
 
-/// The items of `v` in the order of `key`, stably (equal keys keep the
-/// order they were recorded in).
-fn in_key_order<'a, T, K: Ord>(v: &'a [T], key: impl Fn(&'a T) -> K) -> impl Iterator<Item = &'a T> {
+/// The items of `v` in the order that fills the B-tree's leaves: by `key`,
+/// stably (equal keys keep the order they were recorded in), in two
+/// passes.
+///
+/// The store splits a full leaf at its middle, so keys added one after the
+/// other at a tree's end (the new files of a checkpoint: their inode
+/// numbers, names and cookies all grow) would leave every leaf they fill
+/// half empty, and a checkpoint would write twice the pages its records
+/// need. The first pass adds three keys of every five, in order, filling
+/// leaves to half; the second adds the other two between them, in order,
+/// which brings those leaves to five sixths without splitting them again
+/// (a leaf left at half plus one record gains two thirds of that: room to
+/// spare in a 4 KiB page for records up to a few hundred bytes).
+/// Keys scattered over the tree (changes of existing files) land in the
+/// same leaves either way.
+fn in_fill_order<'a, T, K: Ord>(v: &'a [T], key: impl Fn(&'a T) -> K) -> impl Iterator<Item = &'a T> {
     let mut order: Vec<&'a T> = v.iter().collect();
     order.sort_by_cached_key(|t| key(t));
-    order.into_iter()
+    // Runs of equal keys stay whole, in one pass, in their order.
+    let (mut first, mut then) = (Vec::with_capacity(order.len()), Vec::with_capacity(order.len() * 2 / 5 + 1));
+    let mut run = 0usize;
+    for (i, t) in order.iter().enumerate() {
+        if i > 0 && key(order[i - 1]) != key(t) {
+            run += 1;
+        }
+        if matches!(run % 5, 1 | 3) { &mut then } else { &mut first }.push(*t);
+    }
+    first.into_iter().chain(then)
 }
 
 impl MetaStore {
@@ -1228,35 +1250,35 @@ impl MetaStore {
             let mut t = self.db.begin_write().map_err(store_err)?;
             t.set_quick_repair(true);
             {
-                // Each table's changes go in in key order: inserts and
-                // removes then walk the B-tree's leaves in order (a
-                // checkpoint of many new files fills leaves one after the
-                // other) instead of descending to a random leaf each. The
-                // sorts are stable: an inode freed and reused within one
-                // checkpoint is removed, then inserted, as recorded.
+                // Each table's changes go in in key order (two passes,
+                // `in_fill_order`): inserts and removes then walk the
+                // B-tree's leaves in order instead of descending to a
+                // random leaf each. The sorts are stable: an inode freed
+                // and reused within one checkpoint is removed, then
+                // inserted, as recorded.
                 let mut tab = t.open_table(INODES).map_err(store_err)?;
-                for (ino, rec) in in_key_order(&delta.inodes, |(ino, _)| *ino) {
+                for (ino, rec) in in_fill_order(&delta.inodes, |(ino, _)| *ino) {
                     match rec {
                         Some(r) => tab.insert(*ino, delta.record(r)).map_err(store_err)?,
                         None => tab.remove(*ino).map_err(store_err)?,
                     };
                 }
                 let mut tab = t.open_table(NAMES).map_err(store_err)?;
-                for (dir, name, e) in in_key_order(&delta.names, |(dir, name, _)| (*dir, &**name)) {
+                for (dir, name, e) in in_fill_order(&delta.names, |(dir, name, _)| (*dir, &**name)) {
                     match e {
                         Some(e) => tab.insert((*dir, &**name), (e.ino, e.kind, e.cookie)).map_err(store_err)?,
                         None => tab.remove((*dir, &**name)).map_err(store_err)?,
                     };
                 }
                 let mut tab = t.open_table(COOKIES).map_err(store_err)?;
-                for (dir, cookie, name) in in_key_order(&delta.cookies, |(dir, cookie, _)| (*dir, *cookie)) {
+                for (dir, cookie, name) in in_fill_order(&delta.cookies, |(dir, cookie, _)| (*dir, *cookie)) {
                     match name {
                         Some((n, e)) => tab.insert((*dir, *cookie), (e.ino, e.kind, &**n)).map_err(store_err)?,
                         None => tab.remove((*dir, *cookie)).map_err(store_err)?,
                     };
                 }
                 let mut tab = t.open_table(ORPHANS).map_err(store_err)?;
-                for (ino, add) in in_key_order(&delta.orphans, |(ino, _)| *ino) {
+                for (ino, add) in in_fill_order(&delta.orphans, |(ino, _)| *ino) {
                     if *add {
                         tab.insert(*ino, ()).map_err(store_err)?;
                     } else {
@@ -1391,5 +1413,29 @@ fn free_changes(
                 }
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_fill_order;
+
+    #[test]
+    fn fill_order_adds_every_change_once_equal_keys_together_in_their_order() {
+        // (key, order recorded): keys 4 and 7 changed twice.
+        let v: Vec<(u32, u32)> = vec![(9, 0), (4, 1), (7, 2), (1, 3), (4, 4), (2, 5), (7, 6), (3, 7), (8, 8), (5, 9)];
+        let out: Vec<(u32, u32)> = in_fill_order(&v, |(k, _)| *k).copied().collect();
+        let mut sorted = out.clone();
+        sorted.sort();
+        let mut all = v.clone();
+        all.sort();
+        assert_eq!(sorted, all, "every change once");
+        let at = |x: (u32, u32)| out.iter().position(|&y| y == x).unwrap();
+        assert_eq!(at((4, 4)), at((4, 1)) + 1, "{out:?}");
+        assert_eq!(at((7, 6)), at((7, 2)) + 1, "{out:?}");
+        // Two passes, each in key order: of the distinct keys 1, 2, 3, 4,
+        // 5, 7, 8, 9, the second and fourth of every five go second.
+        let keys: Vec<u32> = out.iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, vec![1, 3, 5, 7, 7, 9, 2, 4, 4, 8]);
     }
 }
