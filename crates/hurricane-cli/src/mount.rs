@@ -39,7 +39,7 @@ pub struct MountArgs {
     /// commit_interval=SECS, lease=SECS (the writer's lease of a pool with
     /// devices in a Ceph cluster), cache=SIZE (data blocks), inode_cache=N (inodes
     /// kept in memory), entry_cache=N (directory entries kept in memory),
-    /// meta_cache=SIZE (meta-data store pages), log=FILE,
+    /// meta_cache=SIZE (memory for meta-data store pages), log=FILE,
     /// nouring, default_permissions
     /// (the kernel checks permissions too; by default the engine alone checks
     /// and the kernel keeps only names every user may reach), writeback_cache

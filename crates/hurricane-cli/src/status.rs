@@ -5,7 +5,7 @@
 
 use crate::util::{human, CliResult, Fail, Pool};
 use clap::Args;
-use hurricane_fuse::mountinfo::{absolute, fuse_mounts_at, read_stats};
+use hurricane_fuse::mountinfo::{absolute, fuse_mounts_at, read_status};
 use hurricane_fuse::report::StatusReport;
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,7 +23,7 @@ pub struct StatusArgs {
 pub fn run(a: &StatusArgs) -> CliResult {
     let mnt = absolute(&a.target);
     let rep = if !fuse_mounts_at(&mnt).is_empty() {
-        StatusReport::from_stats(&read_stats(&mnt).map_err(Fail::new)?)
+        read_status(&mnt).map_err(Fail::new)?
     } else {
         let pool = a.target.display().to_string();
         Pool::run(&a.target, false, |fs| Ok(StatusReport::of(fs, &pool)))?

@@ -38,7 +38,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-pub use hurricane::xattr::{DIR_LAYOUT as DIR_LAYOUT_XATTR, LAYOUT as LAYOUT_XATTR, STATS as STATS_XATTR};
+pub use hurricane::xattr::{
+    DIR_LAYOUT as DIR_LAYOUT_XATTR, LAYOUT as LAYOUT_XATTR, STATS as STATS_XATTR, STATUS as STATUS_XATTR,
+};
 
 /// Largest write request we ask the kernel for (it may cap it lower).
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -355,6 +357,18 @@ impl HurricaneFuse {
         }
     }
 
+    /// The pool's status served as `user.hurricane.status`: the devices,
+    /// and every file's health (a walk of the whole pool, which the
+    /// statistics report, read often and by monitors, leaves out).
+    pub fn status_report(&self) -> crate::report::StatusReport {
+        crate::report::StatusReport {
+            pool: self.info.pool.clone(),
+            mountpoint: self.info.mountpoint.clone(),
+            devices: crate::report::device_reports(&self.fs),
+            health: crate::report::health_report(&self.fs),
+        }
+    }
+
     /// The statistics report served as `user.hurricane.stats`.
     pub fn stats_report(&self) -> StatsReport {
         let devices = crate::report::device_reports(&self.fs);
@@ -435,7 +449,6 @@ impl HurricaneFuse {
                 store_commits: m.store.commits,
             },
             ops,
-            health: crate::report::health_report(&self.fs),
             compress: {
                 let z = hurricane::blocks::compress_stats();
                 crate::report::CompressReport {
@@ -1026,7 +1039,7 @@ impl Filesystem for HurricaneFuse {
             });
             return;
         }
-        let r = if ino.0 == ROOT && n == STATS_XATTR.as_bytes() {
+        let r = if ino.0 == ROOT && (n == STATS_XATTR.as_bytes() || n == STATUS_XATTR.as_bytes()) {
             Err(Errno::EPERM)
         } else if ino.0 == ROOT && n == crate::control::CONTROL_XATTR.as_bytes() {
             if req.uid() != 0 {
@@ -1067,6 +1080,14 @@ impl Filesystem for HurricaneFuse {
             if size == 0 {
                 // The counters grow between a size probe and the read:
                 // leave room so the read that follows fits.
+                v.resize(v.len() + 4096, b' ');
+            }
+            Ok(v)
+        } else if ino.0 == ROOT && n == STATUS_XATTR.as_bytes() {
+            let mut v = self.status_report().to_json();
+            if size == 0 {
+                // Files may turn degraded between a size probe and the
+                // read: leave room for more listed paths.
                 v.resize(v.len() + 4096, b' ');
             }
             Ok(v)

@@ -9,7 +9,8 @@
 //!
 //! Layouts are reachable through extended attributes:
 //! `user.hurricane.layout` on a file, `user.hurricane.dir_layout` on a
-//! directory, and `user.hurricane.stats` on the root gives the statistics.
+//! directory; on the root, `user.hurricane.stats` gives the statistics and
+//! `user.hurricane.status` the devices and every file's health.
 
 pub mod control;
 mod convert;
@@ -25,7 +26,9 @@ pub mod txn;
 mod uring;
 mod workers;
 
-pub use filesystem::{HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR};
+pub use filesystem::{
+    HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR, STATUS_XATTR,
+};
 pub use names::NameCache;
 pub use options::MountOptions;
 pub use report::StatsReport;

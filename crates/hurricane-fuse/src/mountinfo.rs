@@ -105,11 +105,21 @@ pub fn get_xattr(path: &Path, name: &str) -> Result<Vec<u8>, std::io::Error> {
 
 /// The statistics of a mounted pool.
 pub fn read_stats(mnt: &Path) -> Result<crate::StatsReport, String> {
-    let raw = get_xattr(mnt, crate::STATS_XATTR).map_err(|e| match e.raw_os_error() {
-        Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => format!("{}: not the root of a Hurricane mount", mnt.display()),
-        _ => format!("{}: reading {}: {e}", mnt.display(), crate::STATS_XATTR),
-    })?;
+    let raw = read_root_xattr(mnt, crate::STATS_XATTR)?;
     crate::StatsReport::from_json(&raw).map_err(|e| format!("{}: {e}", mnt.display()))
+}
+
+/// The status of a mounted pool: its devices and every file's health.
+pub fn read_status(mnt: &Path) -> Result<crate::report::StatusReport, String> {
+    let raw = read_root_xattr(mnt, crate::STATUS_XATTR)?;
+    crate::report::StatusReport::from_json(&raw).map_err(|e| format!("{}: {e}", mnt.display()))
+}
+
+fn read_root_xattr(mnt: &Path, name: &str) -> Result<Vec<u8>, String> {
+    get_xattr(mnt, name).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => format!("{}: not the root of a Hurricane mount", mnt.display()),
+        _ => format!("{}: reading {name}: {e}", mnt.display()),
+    })
 }
 
 /// Whether process `pid` still runs: any of its threads (a zombie counts

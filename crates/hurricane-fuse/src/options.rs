@@ -56,7 +56,7 @@ pub struct MountOptions {
     /// Directory entries read from the meta-data store kept for the next
     /// lookup (`entry_cache=N`, 0 turns it off).
     pub entry_cache: Option<usize>,
-    /// Bytes of the meta-data store's page cache (`meta_cache=SIZE`).
+    /// Memory for the meta-data store's page cache (`meta_cache=SIZE`).
     pub meta_cache_bytes: Option<u64>,
     /// Serve requests through per-CPU io_uring queues where the kernel
     /// offers FUSE over io_uring (as root, the mount turns the kernel's

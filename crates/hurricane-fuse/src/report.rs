@@ -25,9 +25,6 @@ pub struct StatsReport {
     pub meta: MetaCacheReport,
     /// Request counters by operation name.
     pub ops: BTreeMap<String, OpReport>,
-    /// Files by health (what `hurricane status` shows of a mount).
-    #[serde(default)]
-    pub health: HealthReport,
     /// What `compress` nodes stored and the time they took.
     #[serde(default)]
     pub compress: CompressReport,
@@ -171,7 +168,7 @@ pub const LISTED_PATHS: usize = 50;
 
 /// What `hurricane status` shows: every device with its state and error
 /// counts, and the files by health. Built the same way for a pool opened
-/// offline and for a mount (from its statistics report).
+/// offline and for a mount (which serves it as `user.hurricane.status`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusReport {
     pub pool: String,
@@ -198,15 +195,6 @@ impl StatusReport {
     /// Reads a report; a clear error for anything else.
     pub fn from_json(raw: &[u8]) -> Result<StatusReport, String> {
         serde_json::from_slice(raw).map_err(|e| format!("not a status report of this version: {e}"))
-    }
-
-    pub fn from_stats(s: &StatsReport) -> StatusReport {
-        StatusReport {
-            pool: s.pool.clone(),
-            mountpoint: s.mountpoint.clone(),
-            devices: s.devices.clone(),
-            health: s.health.clone(),
-        }
     }
 
     /// The status of an open pool.
@@ -372,7 +360,8 @@ mod tests {
         r.health.lost = 0;
         assert!(r.healthy());
         assert!(StatusReport::from_json(b"[]").is_err());
-        // A statistics report without the device and health fields still reads.
+        // A statistics report without the device fields (and one of a
+        // version that carried the files' health) still reads.
         let old = br#"{"pool":"/p","mountpoint":"/m","pid":1,"uptime_s":0.0,"threads":1,"kernel_features":[],
             "transport":{"io_uring":false,"ring_requests":[]},"space":{"block_size":4096,"blocks":1,"free_blocks":1,"inodes":1},
             "devices":[{"name":"d","reads":0,"read_bytes":0,"writes":0,"write_bytes":0,"flushes":0,"in_flight":0}],
@@ -381,6 +370,7 @@ mod tests {
             "prefetch_used":0,"evictions":0,"invalidations":0},"ops":{}}"#;
         let s = StatsReport::from_json(old).unwrap();
         assert_eq!(s.devices[0].state, "");
-        assert_eq!(s.health, HealthReport::default());
+        let with_health = String::from_utf8_lossy(old).replace(r#""ops":{}}"#, r#""ops":{},"health":{"healthy":3}}"#);
+        assert_eq!(StatsReport::from_json(with_health.as_bytes()).unwrap().pool, "/p");
     }
 }

@@ -16,8 +16,12 @@ pub const DIR_LAYOUT: &str = "user.hurricane.dir_layout";
 /// How a file (or the files of a directory) is opened by default: an
 /// [`crate::open::OpenSpec`].
 pub const OPEN: &str = "user.hurricane.open";
-/// On a mount's root: the mount's statistics report.
+/// On a mount's root: the mount's statistics report (counters; cheap to
+/// read, whatever the pool's size).
 pub const STATS: &str = "user.hurricane.stats";
+/// On a mount's root: the pool's status, each device's state and every
+/// file's health (a walk of the whole pool, made at each read).
+pub const STATUS: &str = "user.hurricane.status";
 /// On a mount's root: maintenance jobs (scrub, device replacement). Setting
 /// it starts one (a JSON request, root only); reading it gives its status.
 pub const CONTROL: &str = "user.hurricane.control";

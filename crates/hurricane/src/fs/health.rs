@@ -42,9 +42,10 @@ impl Fs {
         let mut lost = Vec::new();
         let mut degraded = Vec::new();
         for n in self.inner.state.each() {
-            // A tree that cannot be read back serves no data: lost.
-            let l = match n.data.read().layout() {
-                Ok(Some(l)) => l.clone(),
+            // A tree that cannot be read back serves no data: lost. Trees
+            // not yet built are built for the look and dropped after it.
+            let l = match n.data.read().peek_layout() {
+                Ok(Some(l)) => l,
                 Ok(None) => continue,
                 Err(e) => {
                     tracing::warn!("inode {}: {e}", n.ino);

@@ -92,10 +92,10 @@ pub struct Options {
     pub cache_bytes: u64,
     /// Inodes the meta-data cache holds (changed ones stay until the next
     /// checkpoint, which comes when half the cache is changed, or sooner
-    /// when the changes would outgrow a tenth of `meta_cache_bytes`).
+    /// when the changes would outgrow a tenth of the store's pages).
     pub inode_cache: usize,
-    /// Bytes of the meta-data store's page cache (directory and inode
-    /// table blocks).
+    /// Memory for the meta-data store's page cache (directory and inode
+    /// table blocks), counted as the pages occupy it in the allocator.
     pub meta_cache_bytes: usize,
     /// Directory entries read from the store that are kept for the next
     /// lookup of the same name (0: none).
@@ -237,8 +237,8 @@ pub struct MetaCacheStats {
 /// inodes cost more (about 2.5 KiB with their directory's change and the
 /// store's transaction) and are bounded apart, by the checkpoint they
 /// bring on (`dirty_limit`: half the cache, or fewer when what they would
-/// write outgrows a tenth of `meta_cache_bytes`: 13,107 by default). A
-/// quarter million is a directory tree that an `rm -r`, a `find` or a
+/// write outgrows a tenth of the pages `meta_cache_bytes` holds: 10,485 by
+/// default). A quarter million is a directory tree that an `rm -r`, a `find` or a
 /// build walks again after making it without reading inodes back
 /// (BENCHMARKS.md, "Meta-data at scale").
 pub const DEFAULT_INODE_CACHE: usize = 262_144;
