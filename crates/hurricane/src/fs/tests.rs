@@ -19,17 +19,26 @@ fn built(fs: &Fs, path: &str) -> bool {
     }
 }
 
+/// Two memory devices of 64 MiB with a new pool on them.
+fn formatted() -> Vec<Arc<dyn Device>> {
+    let devs: Vec<Arc<dyn Device>> =
+        (0..2).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 64 << 20)) as Arc<dyn Device>).collect();
+    Fs::format(devs.clone(), &FormatOptions::default()).unwrap();
+    devs
+}
+
+fn open(devs: &[Arc<dyn Device>]) -> Fs {
+    Fs::open(devs.to_vec(), Options { background_commit: false, ..Options::default() }).unwrap()
+}
+
 /// Meta-data work on files read back from the store builds no layout tree
 /// (stat, chmod, rename), their `st_blocks` is what the tree gives, and the
 /// first read builds it with the data intact. Checkpoints of files whose
 /// tree was never built write their trees back unchanged.
 #[test]
 fn meta_data_work_builds_no_layout_tree() {
-    let devs: Vec<Arc<dyn Device>> =
-        (0..2).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 64 << 20)) as Arc<dyn Device>).collect();
-    Fs::format(devs.clone(), &FormatOptions::default()).unwrap();
-    let open = || Fs::open(devs.clone(), Options { background_commit: false, ..Options::default() }).unwrap();
-    let fs = open();
+    let devs = formatted();
+    let fs = open(&devs);
     let files: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
         ("/big", pattern(1, 300_000), Some("stripe(unit=64K)[extent@0,extent@1]")),
         ("/small", pattern(2, 3000), Some("inline")),
@@ -43,7 +52,7 @@ fn meta_data_work_builds_no_layout_tree() {
     assert!(blocks[0] >= 300_000 / 512 && blocks[1] >= 3000_u64.div_ceil(512) && blocks[2] == 0, "{blocks:?}");
     fs.close().unwrap();
     for round in 0..2 {
-        let fs = open();
+        let fs = open(&devs);
         for (i, (path, _, _)) in files.iter().enumerate() {
             assert_eq!(fs.stat(path).unwrap().blocks, blocks[i], "round {round}: {path}");
             fs.set_attr_path(path, &SetAttr { mode: Some(0o640), ..Default::default() }).unwrap();
@@ -56,7 +65,7 @@ fn meta_data_work_builds_no_layout_tree() {
         fs.checkpoint().unwrap();
         fs.close().unwrap();
     }
-    let fs = open();
+    let fs = open(&devs);
     for (i, (path, data, _)) in files.iter().enumerate() {
         assert_eq!(&fs.read_file(path).unwrap(), data, "{path}");
         assert!(built(&fs, path), "{path}: a read builds the tree");
@@ -71,11 +80,8 @@ fn meta_data_work_builds_no_layout_tree() {
 /// counts are those of trees built for good.
 #[test]
 fn the_health_walk_keeps_no_tree_it_built() {
-    let devs: Vec<Arc<dyn Device>> =
-        (0..2).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), 64 << 20)) as Arc<dyn Device>).collect();
-    Fs::format(devs.clone(), &FormatOptions::default()).unwrap();
-    let open = || Fs::open(devs.clone(), Options { background_commit: false, ..Options::default() }).unwrap();
-    let fs = open();
+    let devs = formatted();
+    let fs = open(&devs);
     // The small file's data stays in its record, on no device.
     let files = [
         ("/on0", Some("extent@0"), 20_000),
@@ -87,7 +93,7 @@ fn the_health_walk_keeps_no_tree_it_built() {
         fs.write_file(path, &pattern(i as u8, *len), *layout).unwrap();
     }
     fs.close().unwrap();
-    let fs = open();
+    let fs = open(&devs);
     let h = fs.health(10);
     assert_eq!((h.healthy, h.degraded, h.lost), (4, 0, 0), "{h:?}");
     for (path, _, _) in &files {
@@ -101,7 +107,7 @@ fn the_health_walk_keeps_no_tree_it_built() {
     // With device 1 gone, the walk finds one file lost and one degraded.
     let mut gone = devs.clone();
     gone[1] = Arc::new(MissingDevice::new("mem1", 0));
-    let fs = Fs::open(gone, Options { background_commit: false, ..Options::default() }).unwrap();
+    let fs = open(&gone);
     let h = fs.health(10);
     assert_eq!((h.healthy, h.degraded, h.lost), (2, 1, 1), "{h:?}");
     assert_eq!(
