@@ -34,13 +34,19 @@ fn fonts() -> bool {
     })
 }
 
-const COLORS: [RGBColor; 6] = [
+/// Ten distinct series colours: a plot of every system in both shapes
+/// (eight series) gives no two the same.
+const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
     RGBColor(255, 127, 14),
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
 ];
 
 fn e<E: std::fmt::Debug>(x: E) -> String {
