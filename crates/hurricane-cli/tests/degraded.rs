@@ -175,8 +175,9 @@ fn uncache(p: &Path) {
 fn image_deleted_while_mounted() {
     require_fuse!();
     let pool = Pool::new(3, "128M");
-    // No data cache in the server: reads reach the devices.
-    let m = pool.mount(&["cache=0"]);
+    // No data cache in the server: reads reach the devices. Other users
+    // may use the mount: the status they read names no files.
+    let m = pool.mount(&["cache=0,allow_other"]);
     let files = [("r", "replicate[extent@1,extent@2]", 1), ("p2", "replicate(read=primary)[extent@2,extent@1]", 2)];
     for (name, layout, seed) in files {
         let p = m.path(name);
@@ -209,6 +210,14 @@ fn image_deleted_while_mounted() {
     assert!(rep.mountpoint.ends_with("mnt"), "{rep:?}");
     assert_eq!(rep.health.degraded + rep.health.lost, 3, "{text}");
     assert!(text.contains("/on2"), "{text}");
+    if is_root() && have("setpriv") {
+        // Another user reads the same counts, without the paths of files
+        // in directories they may not be able to read.
+        let read = "import json, os, sys\nh = json.loads(os.getxattr(sys.argv[1], 'user.hurricane.status'))['health']\nprint(h['lost'] + h['degraded'], len(h['lost_paths']) + len(h['degraded_paths']))";
+        let (ok, out) = python(read, &[s(&m.mnt)], Some((65534, 65534, &[])));
+        assert!(ok, "{out}");
+        assert_eq!(out.trim(), "3 0", "{out}");
+    }
     let (_, stats, _) = hc(&["stats", s(&m.mnt)]);
     assert!(stats.contains("missing"), "{stats}");
     // The mount goes on: new files commit, and it unmounts cleanly.

@@ -359,14 +359,19 @@ impl HurricaneFuse {
 
     /// The pool's status served as `user.hurricane.status`: the devices,
     /// and every file's health (a walk of the whole pool, which the
-    /// statistics report, read often and by monitors, leaves out).
-    pub fn status_report(&self) -> crate::report::StatusReport {
-        crate::report::StatusReport {
-            pool: self.info.pool.clone(),
+    /// statistics report, read often and by monitors, leaves out). The
+    /// paths of lost and degraded files are listed for root only: they
+    /// name files in directories other users may not read.
+    pub fn status_report(&self, uid: u32) -> crate::report::StatusReport {
+        let mut r = crate::report::StatusReport {
             mountpoint: self.info.mountpoint.clone(),
-            devices: crate::report::device_reports(&self.fs),
-            health: crate::report::health_report(&self.fs),
+            ..crate::report::StatusReport::of(&self.fs, &self.info.pool)
+        };
+        if uid != 0 {
+            r.health.lost_paths.clear();
+            r.health.degraded_paths.clear();
         }
+        r
     }
 
     /// The statistics report served as `user.hurricane.stats`.
@@ -1084,7 +1089,7 @@ impl Filesystem for HurricaneFuse {
             }
             Ok(v)
         } else if ino.0 == ROOT && n == STATUS_XATTR.as_bytes() {
-            let mut v = self.status_report().to_json();
+            let mut v = self.status_report(req.uid()).to_json();
             if size == 0 {
                 // Files may turn degraded between a size probe and the
                 // read: leave room for more listed paths.

@@ -287,9 +287,7 @@ impl FileLayout {
         if let Some(t) = self.tree.get() {
             return Ok(t);
         }
-        let mut d = Decoder::new(&self.raw, "layout tree");
-        let t = Layout::decode(&mut d)?;
-        d.expect_end()?;
+        let t = self.build()?;
         // Two first users may both build it: one tree wins, for both.
         Ok(self.tree.get_or_init(|| Arc::new(t)))
     }
@@ -299,13 +297,17 @@ impl FileLayout {
     /// the rest of the inode (at a million files through the mount, 170
     /// MiB of trees nobody used again).
     pub fn peek(&self) -> Result<Arc<Layout>> {
-        if let Some(t) = self.tree.get() {
-            return Ok(t.clone());
+        match self.tree.get() {
+            Some(t) => Ok(t.clone()),
+            None => self.build().map(Arc::new),
         }
+    }
+    /// A tree built from the encoding.
+    fn build(&self) -> Result<Layout> {
         let mut d = Decoder::new(&self.raw, "layout tree");
         let t = Layout::decode(&mut d)?;
         d.expect_end()?;
-        Ok(Arc::new(t))
+        Ok(t)
     }
     /// Whether the file owns device space: a file freed without ever being
     /// built (an empty one, say) has none to give back, and is not built.
