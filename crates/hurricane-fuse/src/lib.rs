@@ -26,9 +26,8 @@ pub mod txn;
 mod uring;
 mod workers;
 
-pub use filesystem::{
-    HurricaneFuse, MountInfo, DIR_LAYOUT_XATTR, LAYOUT_XATTR, MAX_READAHEAD, MAX_WRITE, STATS_XATTR, STATUS_XATTR,
-};
+pub use filesystem::{HurricaneFuse, MountInfo, MAX_READAHEAD, MAX_WRITE};
+pub use filesystem::{DIR_LAYOUT_XATTR, LAYOUT_XATTR, STATS_XATTR, STATUS_XATTR};
 pub use names::NameCache;
 pub use options::MountOptions;
 pub use report::StatsReport;
