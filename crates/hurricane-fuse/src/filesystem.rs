@@ -363,15 +363,11 @@ impl HurricaneFuse {
     /// paths of lost and degraded files are listed for root only: they
     /// name files in directories other users may not read.
     pub fn status_report(&self, uid: u32) -> crate::report::StatusReport {
-        let mut r = crate::report::StatusReport {
+        let paths = if uid == 0 { crate::report::LISTED_PATHS } else { 0 };
+        crate::report::StatusReport {
             mountpoint: self.info.mountpoint.clone(),
-            ..crate::report::StatusReport::of(&self.fs, &self.info.pool)
-        };
-        if uid != 0 {
-            r.health.lost_paths.clear();
-            r.health.degraded_paths.clear();
+            ..crate::report::StatusReport::listing(&self.fs, &self.info.pool, paths)
         }
-        r
     }
 
     /// The statistics report served as `user.hurricane.stats`.

@@ -199,11 +199,17 @@ impl StatusReport {
 
     /// The status of an open pool.
     pub fn of(fs: &hurricane::Fs, pool: &str) -> StatusReport {
+        Self::listing(fs, pool, LISTED_PATHS)
+    }
+
+    /// The status of an open pool, naming up to `paths` lost and as many
+    /// degraded files (0: counts only, and the paths are not looked up).
+    pub fn listing(fs: &hurricane::Fs, pool: &str, paths: usize) -> StatusReport {
         StatusReport {
             pool: pool.to_string(),
             mountpoint: String::new(),
             devices: device_reports(fs),
-            health: health_report(fs),
+            health: health_report(fs, paths),
         }
     }
 }
@@ -239,9 +245,9 @@ pub fn device_reports(fs: &hurricane::Fs) -> Vec<DeviceReport> {
         .collect()
 }
 
-/// Files of an open pool by health.
-pub fn health_report(fs: &hurricane::Fs) -> HealthReport {
-    let h = fs.health(LISTED_PATHS);
+/// Files of an open pool by health, naming up to `paths` of each kind.
+pub fn health_report(fs: &hurricane::Fs, paths: usize) -> HealthReport {
+    let h = fs.health(paths);
     let word = |x: hurricane::blocks::Health| match x {
         hurricane::blocks::Health::Ok => "ok",
         hurricane::blocks::Health::Degraded => "degraded",

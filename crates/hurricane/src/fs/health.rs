@@ -66,7 +66,9 @@ impl Fs {
                 }
             }
         }
-        if !lost.is_empty() || !degraded.is_empty() {
+        // Paths are a walk of the directory tree: made only when some are
+        // asked for and some file is off.
+        if limit > 0 && (!lost.is_empty() || !degraded.is_empty()) {
             let paths = self.inode_paths();
             let name = |ino: &Ino| paths.get(ino).cloned().unwrap_or_else(|| format!("inode {ino} (no path)"));
             let pick = |v: Vec<Ino>| {

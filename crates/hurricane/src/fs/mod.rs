@@ -238,9 +238,9 @@ pub struct MetaCacheStats {
 /// store's transaction) and are bounded apart, by the checkpoint they
 /// bring on (`dirty_limit`: half the cache, or fewer when what they would
 /// write outgrows a tenth of the pages `meta_cache_bytes` holds: 10,485 by
-/// default). A quarter million is a directory tree that an `rm -r`, a `find` or a
-/// build walks again after making it without reading inodes back
-/// (BENCHMARKS.md, "Meta-data at scale").
+/// default). A quarter million is a directory tree that an `rm -r`, a
+/// `find` or a build walks again after making it without reading inodes
+/// back (BENCHMARKS.md, "Meta-data at scale").
 pub const DEFAULT_INODE_CACHE: usize = 262_144;
 /// Directory entries cached by default (about 100 bytes each: 25 MiB),
 /// the names of as many files as the inode cache holds.

@@ -115,4 +115,7 @@ fn the_health_walk_keeps_no_tree_it_built() {
         (&["/on1".to_string()][..], &["/both".to_string()][..])
     );
     assert!(!built(&fs, "/on1") && !built(&fs, "/on0"));
+    // Counts only: the same counts, no paths.
+    let h = fs.health(0);
+    assert_eq!((h.healthy, h.degraded, h.lost, h.lost_paths.len() + h.degraded_paths.len()), (2, 1, 1, 0), "{h:?}");
 }
