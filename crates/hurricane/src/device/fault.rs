@@ -332,6 +332,9 @@ impl Device for FaultDevice {
         self.enter()?;
         self.inner.flush()
     }
+    fn seeks(&self) -> bool {
+        self.inner.seeks()
+    }
     fn reclaims_freed(&self) -> bool {
         self.inner.reclaims_freed()
     }

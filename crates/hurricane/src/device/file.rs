@@ -1,7 +1,7 @@
 use super::Device;
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -24,6 +24,8 @@ pub struct FileDevice {
     name: String,
     size: u64,
     is_block: bool,
+    /// A block device the kernel calls rotational (a disk that seeks).
+    rotational: bool,
     /// End of the last large read: a read starting there continues a stream.
     stream_end: AtomicU64,
     /// End of the range the host was last asked to read ahead.
@@ -73,11 +75,13 @@ impl FileDevice {
     }
 
     fn new(file: File, name: String, size: u64, is_block: bool) -> Self {
+        let rotational = is_block && file.metadata().is_ok_and(|m| rotational(m.rdev()));
         FileDevice {
             file,
             name,
             size,
             is_block,
+            rotational,
             stream_end: AtomicU64::new(u64::MAX),
             ahead_end: AtomicU64::new(0),
             gone: AtomicBool::new(false),
@@ -271,6 +275,19 @@ fn read_pieces(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> 
     })
 }
 
+/// Whether the kernel calls block device `rdev` rotational (its queue's
+/// `rotational` flag in sysfs; a partition's is its disk's). Unknown reads
+/// as no. Image files are not asked: they are read through the host's page
+/// cache, which reads ahead for them.
+fn rotational(rdev: u64) -> bool {
+    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    let dev = format!("/sys/dev/block/{major}:{minor}");
+    [format!("{dev}/queue/rotational"), format!("{dev}/../queue/rotational")]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|v| v.trim() == "1")
+}
+
 fn block_device_size(file: &File) -> std::io::Result<u64> {
     use std::io::{Seek, SeekFrom};
     let mut f = file;
@@ -285,6 +302,9 @@ impl Device for FileDevice {
     }
     fn size(&self) -> u64 {
         self.size
+    }
+    fn seeks(&self) -> bool {
+        self.rotational
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         if self.check_gone(false) {
@@ -396,6 +416,25 @@ mod tests {
 
     fn pattern(len: usize, seed: u64) -> Vec<u8> {
         (0..len as u64).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect()
+    }
+
+    /// Image files are read through the host's page cache: they do not
+    /// count as seeking, whatever disk holds them. A block device counts
+    /// as the kernel calls it; one sysfs does not know reads as not seeking.
+    #[test]
+    fn only_rotational_block_devices_seek() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = FileDevice::create(&dir.path().join("d.img"), 1 << 20).unwrap();
+        assert!(!dev.seeks());
+        assert!(!rotational(rustix::fs::makedev(4095, 1_048_575)), "no such device in sysfs");
+        // Whatever this host's disks are, the flag is the kernel's.
+        for e in std::fs::read_dir("/sys/block").into_iter().flatten().flatten() {
+            let Ok(dev) = std::fs::read_to_string(e.path().join("dev")) else { continue };
+            let Some((ma, mi)) = dev.trim().split_once(':') else { continue };
+            let (Ok(ma), Ok(mi)) = (ma.parse(), mi.parse()) else { continue };
+            let flag = std::fs::read_to_string(e.path().join("queue/rotational")).unwrap_or_default();
+            assert_eq!(rotational(rustix::fs::makedev(ma, mi)), flag.trim() == "1", "{}", e.path().display());
+        }
     }
 
     /// A zeroed range reads as zeros and its neighbours keep their bytes,

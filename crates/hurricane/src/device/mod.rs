@@ -61,6 +61,13 @@ pub trait Device: Send + Sync {
     fn discard(&self, _offset: u64, _len: u64) -> Result<()> {
         Ok(())
     }
+    /// Whether each request costs a wait whatever its size (a disk's seek
+    /// and rotation, a cluster's round trip), so that reading a block's
+    /// neighbours along with it costs little more than the block alone.
+    /// No by default (flash, memory, an image file in the host's cache).
+    fn seeks(&self) -> bool {
+        false
+    }
     /// Whether space the pool frees is given back to this device
     /// (`discard`) as soon as the free is durable: a device whose free
     /// space costs something elsewhere (a Ceph cluster's objects). No by

@@ -582,6 +582,11 @@ impl Device for RadosDevice {
         r.map(|_| true)
     }
 
+    /// Each request is a round trip to the cluster.
+    fn seeks(&self) -> bool {
+        true
+    }
+
     /// Space the pool frees goes back to the cluster: objects cost there.
     fn reclaims_freed(&self) -> bool {
         true

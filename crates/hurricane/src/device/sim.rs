@@ -494,6 +494,10 @@ impl Device for SimDevice {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
+    /// A simulated disk seeks and waits for its platter.
+    fn seeks(&self) -> bool {
+        true
+    }
     fn reclaims_freed(&self) -> bool {
         self.inner.reclaims_freed()
     }

@@ -86,6 +86,9 @@ impl Device for Mirror {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.old.read_at(buf, offset)
     }
+    fn seeks(&self) -> bool {
+        self.old.seeks()
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         let _g = self.lock.read();
         self.old.write_at(buf, offset)?;

@@ -332,14 +332,28 @@ struct FileInner {
 /// Blocks read along with one redb asked for: a page redb misses is read
 /// with the rest of its aligned run of [`READ_AHEAD_BLOCKS`], so the pages
 /// beside it (inodes made together, a directory's entries) cost no request
-/// of their own when redb asks for them next. Blocks come in verified; a
-/// write or a change of length drops them and counts a generation, and a
-/// read that began before the last count keeps nothing.
+/// of their own when redb asks for them next.
+///
+/// Where a request costs its bytes rather than a wait (image files in the
+/// host's page cache, flash), only a miss near a recent one reads its run:
+/// a stat of a random file among millions misses pages nowhere near each
+/// other, and a run read for each would be fifteen blocks read, verified
+/// and kept for nothing (a random stat of ten million files read and
+/// checked 64 KiB a page, at a third of the rate). Where a request costs a
+/// wait (a disk's seek, a cluster's round trip: `Device::seeks`), every
+/// miss reads its run, as a second request for a neighbour would cost a
+/// second wait. Blocks come in verified; a write or a change of length
+/// drops them and counts a generation, and a read that began before the
+/// last count keeps nothing.
 #[derive(Default)]
 struct ReadAhead {
     generation: u64,
     blocks: HashMap<u64, Box<[u8]>>,
     order: std::collections::VecDeque<u64>,
+    /// The last [`RECENT_MISSES`] blocks redb missed, oldest overwritten.
+    recent: [u64; RECENT_MISSES],
+    /// Where the next miss goes in `recent`.
+    next: usize,
 }
 
 /// Blocks the meta-file reads at once on a miss (64 KiB).
@@ -351,8 +365,23 @@ thread_local! {
 }
 /// Blocks kept read ahead (4 MiB).
 const READ_AHEAD_KEEP: usize = 1024;
+/// Misses remembered to tell a walk through neighbouring pages (several at
+/// once: a cold read of small files walks inodes and entries together)
+/// from random lookups.
+const RECENT_MISSES: usize = 32;
 
 impl ReadAhead {
+    /// Records a miss of `f` and says whether its run is worth reading: on
+    /// devices whose requests cost a wait (`seeks`), always; else when the
+    /// miss is within a run's length of a recent one (a walk through
+    /// neighbouring pages). Block 0 (never read ahead) stands for no miss.
+    fn missed(&mut self, f: u64, seeks: bool) -> bool {
+        let near = self.recent.iter().any(|&b| b != 0 && b.abs_diff(f) <= READ_AHEAD_BLOCKS);
+        self.recent[self.next] = f;
+        self.next = (self.next + 1) % RECENT_MISSES;
+        near || seeks
+    }
+
     fn drop_range(&mut self, first: u64, n: u64) {
         self.generation += 1;
         if n as usize > self.blocks.len() {
@@ -428,6 +457,12 @@ impl MetaFile {
 
     pub fn layout(&self) -> Arc<Layout> {
         self.inner.layout.read().clone()
+    }
+
+    /// Whether a device of the pool pays a wait for each request
+    /// (`Device::seeks`): then every miss reads its run ([`ReadAhead`]).
+    fn seeks(&self) -> bool {
+        self.inner.storage.devs.iter().any(|d| d.dev().seeks())
     }
 
     pub fn len(&self) -> u64 {
@@ -689,11 +724,17 @@ impl MetaFile {
     /// One block redb asked for, from what was read ahead or with the rest
     /// of its aligned run.
     fn read_block_ahead(&self, layout: &Layout, f: u64, out: &mut [u8]) -> Result<()> {
+        // Asked before the lock: the devices' slots are not taken under it.
+        let seeks = self.seeks();
         let gen = {
-            let a = self.inner.ahead.lock();
+            let mut a = self.inner.ahead.lock();
             if let Some(b) = a.blocks.get(&f) {
                 out.copy_from_slice(b);
                 return Ok(());
+            }
+            if !a.missed(f, seeks) {
+                drop(a);
+                return self.read_blocks(layout, f, out);
             }
             a.generation
         };
@@ -1429,7 +1470,28 @@ fn free_changes(
 
 #[cfg(test)]
 mod tests {
-    use super::in_fill_order;
+    use super::{in_fill_order, ReadAhead, READ_AHEAD_BLOCKS, RECENT_MISSES};
+
+    #[test]
+    fn read_ahead_follows_walks_through_neighbouring_pages_and_not_random_misses() {
+        let mut a = ReadAhead::default();
+        assert!(!a.missed(1000, false), "a first miss has no neighbour");
+        assert!(a.missed(1001, false), "the next page is a walk");
+        assert!(a.missed(1001 + READ_AHEAD_BLOCKS, false), "a run's length on is the walk going on");
+        assert!(a.missed(990, false), "a walk backwards");
+        assert!(!a.missed(5000, false), "far from every recent miss");
+        assert!(!a.missed(90_000, false));
+        assert!(a.missed(5003, false) && a.missed(89_990, false), "walks at once are each followed");
+        for i in 0..RECENT_MISSES as u64 {
+            a.missed(1_000_000 + i * 1000, false);
+        }
+        assert!(!a.missed(1002, false), "a miss is forgotten after {RECENT_MISSES} others");
+        // Block 0 (redb's header, never read ahead) stands for an empty slot.
+        let mut a = ReadAhead::default();
+        assert!(!a.missed(3, false), "an empty slot is not a miss of block 0");
+        // Devices whose requests cost a wait read every miss's run.
+        assert!(a.missed(7_000_000, true));
+    }
 
     #[test]
     fn fill_order_adds_every_change_once_equal_keys_together_in_their_order() {
