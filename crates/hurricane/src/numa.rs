@@ -7,8 +7,9 @@
 //! local, larger farther). A device's node comes from `pool.conf` (`numa =
 //! DEV NODE`) or from sysfs: the `numa_node` of the block device holding it
 //! (an image file: the device of its file system), found through
-//! `/sys/dev/block/MAJ:MIN`. This module depends on nothing else in the
-//! crate.
+//! `/sys/dev/block/MAJ:MIN` ([`block_device_attr`], which the devices also
+//! ask whether a disk is rotational). This module depends on nothing else
+//! in the crate.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -78,13 +79,17 @@ pub fn node_of_path(path: &Path) -> Option<u32> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let m = std::fs::metadata(path).ok()?;
     let dev = if m.file_type().is_block_device() { m.rdev() } else { m.dev() };
+    let text = block_device_attr(dev, "device/numa_node")?;
+    text.trim().parse::<i64>().ok().filter(|&n| n >= 0).map(|n| n as u32)
+}
+
+/// Attribute `name` (a path under the device's sysfs directory) of block
+/// device `dev`, where sysfs has it: in the device's directory or above,
+/// so a partition's is its disk's.
+pub fn block_device_attr(dev: u64, name: &str) -> Option<String> {
     let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
     let sys = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).ok()?;
-    // A partition's node is its disk's: look in the directory and above.
-    sys.ancestors().take(4).find_map(|d| {
-        let text = std::fs::read_to_string(d.join("device/numa_node")).ok()?;
-        text.trim().parse::<i64>().ok().filter(|&n| n >= 0).map(|n| n as u32)
-    })
+    sys.ancestors().take(4).find_map(|d| std::fs::read_to_string(d.join(name)).ok())
 }
 
 #[cfg(test)]

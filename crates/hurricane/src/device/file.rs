@@ -280,12 +280,7 @@ fn read_pieces(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> 
 /// as no. Image files are not asked: they are read through the host's page
 /// cache, which reads ahead for them.
 fn rotational(rdev: u64) -> bool {
-    let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
-    let dev = format!("/sys/dev/block/{major}:{minor}");
-    [format!("{dev}/queue/rotational"), format!("{dev}/../queue/rotational")]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .is_some_and(|v| v.trim() == "1")
+    crate::numa::block_device_attr(rdev, "queue/rotational").is_some_and(|v| v.trim() == "1")
 }
 
 fn block_device_size(file: &File) -> std::io::Result<u64> {
