@@ -291,8 +291,9 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
     let g = &v.groups;
     if g.placed_blocks + g.group_reads > 0 {
         println!(
-            "colocate: {} groups opened, {} placed in groups; {} group reads brought in {} neighbouring blocks, {} reads served from them ({} cached now)",
+            "colocate: {} groups opened, {} taken over, {} placed in groups; {} group reads brought in {} neighbouring blocks, {} reads served from them ({} cached now)",
             g.groups_opened,
+            g.groups_taken_over,
             human(g.placed_blocks * 4096),
             g.group_reads,
             g.blocks_read_ahead,

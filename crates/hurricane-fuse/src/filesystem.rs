@@ -484,6 +484,7 @@ impl HurricaneFuse {
                 let g = self.fs.group_stats();
                 crate::report::GroupReport {
                     groups_opened: g.groups_opened,
+                    groups_taken_over: g.groups_taken_over,
                     placed_blocks: g.placed_blocks,
                     group_reads: g.group_reads,
                     blocks_read_ahead: g.blocks_read_ahead,

@@ -40,6 +40,9 @@ pub struct StatsReport {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GroupReport {
     pub groups_opened: u64,
+    /// Free ends of groups a key took over from the key before it.
+    #[serde(default)]
+    pub groups_taken_over: u64,
     /// Blocks placed in a key's group.
     pub placed_blocks: u64,
     /// Device reads of a group's used run on a miss, the blocks they

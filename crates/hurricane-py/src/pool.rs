@@ -519,6 +519,7 @@ impl Pool {
         let g = fs.group_stats();
         let groups = PyDict::new(py);
         groups.set_item("groups_opened", g.groups_opened)?;
+        groups.set_item("groups_taken_over", g.groups_taken_over)?;
         groups.set_item("placed_blocks", g.placed_blocks)?;
         groups.set_item("group_reads", g.group_reads)?;
         groups.set_item("blocks_read_ahead", g.blocks_read_ahead)?;

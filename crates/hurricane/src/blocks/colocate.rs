@@ -268,6 +268,7 @@ pub fn stats(storage: &crate::pool::Storage) -> GroupStatsSnapshot {
             t.dirty_blocks += s.dirty_blocks() as u64;
             let s = s.stats.snapshot();
             t.groups_opened += s.groups_opened;
+            t.groups_taken_over += s.groups_taken_over;
             t.placed_blocks += s.placed_blocks;
             t.group_reads += s.group_reads;
             t.blocks_read_ahead += s.blocks_read_ahead;

@@ -15,6 +15,15 @@
 //! have taken it meanwhile, which costs co-location, never correctness).
 //! New groups are opened one after another up the device.
 //!
+//! A key that needs a group right after another key placed at least half
+//! a group's blocks in a row takes the free end of that key's group
+//! instead of opening one ([`GroupSpace::place`]): a directory written
+//! whole leaves its last group part-filled, and the next directory goes
+//! on there, so directories written one after another lie without gaps a
+//! sequential read would have to wait through. The key that gave the end
+//! up opens a new group if it places blocks again. Keys written in turns
+//! (a few blocks each) never hand anything over and keep their own groups.
+//!
 //! # The group cache
 //!
 //! Device blocks, keyed by device block number (C-FFS's physical block
@@ -104,6 +113,30 @@ struct Groups {
     by_key: HashMap<(u64, u64), Open>,
     /// Where the next group is looked for: after the last one opened.
     from: u64,
+    /// The (key, group length) whose blocks were placed last, and how many
+    /// it placed in a row.
+    run: Option<((u64, u64), u64)>,
+}
+
+impl Groups {
+    fn placed(&mut self, key: (u64, u64), n: u64) {
+        self.run = match self.run {
+            Some((k, m)) if k == key => Some((k, m + n)),
+            _ => Some((key, n)),
+        };
+    }
+
+    /// The free end of the group of the key that placed the last run of
+    /// blocks, when `key` may take it over: that key is another one with
+    /// groups of the same length and placed at least half a group in a row.
+    fn handed_over(&self, key: (u64, u64)) -> Option<((u64, u64), Open)> {
+        let (k, m) = self.run?;
+        if k == key || k.1 != key.1 || m < key.1.div_ceil(2) {
+            return None;
+        }
+        let o = *self.by_key.get(&k)?;
+        (o.next < o.start + key.1).then_some((k, o))
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -119,6 +152,7 @@ struct Open {
 pub struct GroupStats {
     pub groups_opened: AtomicU64,
     pub placed_blocks: AtomicU64,
+    pub groups_taken_over: AtomicU64,
     pub group_reads: AtomicU64,
     pub blocks_read_ahead: AtomicU64,
     pub cache_hits: AtomicU64,
@@ -135,6 +169,9 @@ pub struct GroupStatsSnapshot {
     pub groups_opened: u64,
     /// Blocks placed in a key's group.
     pub placed_blocks: u64,
+    /// Free ends of groups a key took over from the key before it (in
+    /// place of opening a group).
+    pub groups_taken_over: u64,
     /// Device reads of a group made on a miss.
     pub group_reads: u64,
     /// Blocks those reads brought in beside the one asked for.
@@ -161,6 +198,7 @@ impl GroupStats {
         GroupStatsSnapshot {
             groups_opened: g(&self.groups_opened),
             placed_blocks: g(&self.placed_blocks),
+            groups_taken_over: g(&self.groups_taken_over),
             group_reads: g(&self.group_reads),
             blocks_read_ahead: g(&self.blocks_read_ahead),
             cache_hits: g(&self.cache_hits),
@@ -177,38 +215,70 @@ impl GroupStats {
 impl GroupSpace {
     /// Up to `want` blocks in the group `key` is filling (groups of `len`
     /// blocks), right after `goal` (the end of the file's own preceding
-    /// blocks) when that is in a group and free: (start, count). Opens a new
-    /// group when the key has none or its group is full; None when no whole
-    /// group is free (the caller then places the blocks as `extent` would).
+    /// blocks) when that is in a group and free: (start, count). When the
+    /// key has no group or its group is full, takes over the free end of
+    /// the group of a key that placed half a group in a row just before
+    /// (module docs), or else opens a new group; None when no whole group
+    /// is free (the caller then places the blocks as `extent` would).
     pub fn place(&self, alloc: &Allocator, key: u64, len: u64, goal: Option<u64>, want: u64) -> Option<(u64, u64)> {
+        let k = (key, len);
         let mut g = self.open.lock();
+        let got = self.place_locked(&mut g, alloc, k, goal, want, 1)?;
+        Some(self.placed(&mut g, k, got))
+    }
+
+    /// Counts blocks placed for `k`: (start, count) as given.
+    fn placed(&self, g: &mut Groups, k: (u64, u64), (at, n): (u64, u64)) -> (u64, u64) {
+        g.placed(k, n);
+        self.stats.placed_blocks.fetch_add(n, Ordering::Relaxed);
+        (at, n)
+    }
+
+    /// [`GroupSpace::place`] under the lock, taking over another key's
+    /// group only where at least `room` blocks of it are left.
+    fn place_locked(
+        &self,
+        g: &mut Groups,
+        alloc: &Allocator,
+        k: (u64, u64),
+        goal: Option<u64>,
+        want: u64,
+        room: u64,
+    ) -> Option<(u64, u64)> {
+        let len = k.1;
         // Go on in the group the file's previous block is in.
         if let Some(p) = goal.filter(|p| p % len != 0) {
             let end = p.div_ceil(len) * len;
             if let Some(n) = take_some(alloc, p, want.min(end - p)) {
-                self.stats.placed_blocks.fetch_add(n, Ordering::Relaxed);
                 return Some((p, n));
             }
         }
-        if let Some(o) = g.by_key.get_mut(&(key, len)) {
+        if let Some(o) = g.by_key.get_mut(&k) {
             let end = o.start + len;
             while o.next < end {
                 if let Some(n) = take_some(alloc, o.next, want.min(end - o.next)) {
                     let at = o.next;
                     o.next += n;
-                    self.stats.placed_blocks.fetch_add(n, Ordering::Relaxed);
                     return Some((at, n));
                 }
                 o.next += 1;
+            }
+        }
+        // The free end of the group the key before this one left.
+        if let Some((j, o)) = g.handed_over(k).filter(|(_, o)| o.start + len - o.next >= room) {
+            if let Some(n) = take_some(alloc, o.next, want.min(o.start + len - o.next)) {
+                g.by_key.remove(&j);
+                g.by_key.insert(k, Open { start: o.start, next: o.next + n });
+                self.stats.groups_taken_over.fetch_add(1, Ordering::Relaxed);
+                return Some((o.next, n));
             }
         }
         let start = alloc.alloc_aligned_from(len, g.from)?;
         let n = want.min(len);
         alloc.free_now(start + n, len - n);
         g.from = start + len;
-        g.by_key.insert((key, len), Open { start, next: start + n });
+        g.by_key.insert(k, Open { start, next: start + n });
         self.stats.groups_opened.fetch_add(1, Ordering::Relaxed);
-        self.stats.placed_blocks.fetch_add(n, Ordering::Relaxed);
         Some((start, n))
     }
 }
@@ -233,8 +303,8 @@ impl GroupSpace {
             return None;
         }
         let room = room.max(want).min(len);
-        {
-            let mut g = self.open.lock();
+        let mut g = self.open.lock();
+        let at = 'found: {
             let mut open = g.by_key.get_mut(&(key, len));
             // Takes `want` of `room` free blocks at p.
             let take = |p: u64, open: &mut Option<&mut Open>| {
@@ -250,23 +320,29 @@ impl GroupSpace {
             };
             if let Some(p) = goal.filter(|p| p % len != 0) {
                 if p + room <= p.div_ceil(len) * len && take(p, &mut open) {
-                    return Some((p, want));
+                    break 'found Some(p);
                 }
             }
             if let Some((start, next)) = open.as_deref().map(|o| (o.start, o.next)) {
                 let end = start + len;
                 for p in next..(end + 1).saturating_sub(room) {
                     if take(p, &mut open) {
-                        return Some((p, want));
+                        break 'found Some(p);
                     }
                 }
                 if let Some(o) = open {
                     o.next = end;
                 }
             }
+            None
+        };
+        if let Some(p) = at {
+            g.placed((key, len), want);
+            return Some((p, want));
         }
-        // Too full for them: the key goes on in a new group.
-        self.place(alloc, key, len, None, want)
+        // Too full for them: the key goes on in another group.
+        let got = self.place_locked(&mut g, alloc, (key, len), None, want, room)?;
+        Some(self.placed(&mut g, (key, len), got))
     }
 }
 
@@ -685,6 +761,41 @@ mod tests {
         assert_eq!(s.place(&a, 1, 16, None, 16), Some((10, 6)));
         assert_eq!(s.place(&a, 1, 16, None, 2), Some((32, 2)));
         assert_eq!(s.stats.snapshot().groups_opened, 3);
+    }
+
+    #[test]
+    fn a_directory_written_whole_hands_the_free_end_of_its_last_group_to_the_next() {
+        let a = Allocator::new(0, 1024);
+        let s = GroupSpace::default();
+        // Directory 1 written whole: 20 one-block files, a group and a bit.
+        for p in 0..20 {
+            assert_eq!(s.place(&a, 1, 16, None, 1), Some((p, 1)));
+        }
+        // Directory 2 goes on right after them, in the rest of that group
+        // and then in a new one: no gap between the two directories.
+        for p in 20..40 {
+            assert_eq!(s.place(&a, 2, 16, None, 1), Some((p, 1)));
+        }
+        assert_eq!(s.place(&a, 3, 16, None, 3), Some((40, 3)));
+        let st = s.stats.snapshot();
+        assert_eq!((st.groups_opened, st.groups_taken_over), (3, 2));
+        // Directory 1 gave its group up: written again, it opens a new one.
+        assert_eq!(s.place(&a, 1, 16, None, 1), Some((48, 1)));
+        // Directory 3 placed 3 blocks in a row, too few to hand its group
+        // over: it goes on in its own, and directory 1 in its own.
+        assert_eq!(s.place(&a, 3, 16, None, 1), Some((43, 1)));
+        assert_eq!(s.place(&a, 1, 16, None, 1), Some((49, 1)));
+        // Keys with groups of another length never take one over.
+        for _ in 0..10 {
+            s.place(&a, 1, 16, None, 1).unwrap();
+        }
+        assert_eq!(s.place(&a, 4, 32, None, 1), Some((64, 1)));
+        // Regrouped pieces take over an end only where all of them fit.
+        assert_eq!(s.place(&a, 5, 16, None, 10), Some((96, 10)));
+        assert_eq!(s.place_together(&a, 6, 16, None, 2, 8), Some((112, 2)));
+        assert_eq!(s.place(&a, 7, 16, None, 9), Some((128, 9)));
+        assert_eq!(s.place_together(&a, 8, 16, None, 2, 7), Some((137, 2)));
+        assert_eq!(a.free_blocks(), 1024 - 20 - 20 - 4 - 12 - 1 - 10 - 2 - 9 - 2);
     }
 
     #[test]
