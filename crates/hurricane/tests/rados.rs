@@ -338,6 +338,122 @@ fn an_osd_down_is_an_error_naming_the_object() {
     assert!(e.to_string().contains("read of object down.0000000000000000"), "{e}");
 }
 
+/// The cluster's full ratios (`ceph osd set-*-ratio`), then waits until
+/// the pool's flags say it is full, or not, as asked.
+fn set_full_ratios(conf: &Path, full: &str, backfill: &str, near: &str, want_full: bool) {
+    let ceph = |args: &[&str]| {
+        let out = std::process::Command::new("ceph").arg("-c").arg(conf).args(args).output().unwrap();
+        assert!(out.status.success(), "ceph {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Each ratio must stay below the next: lower the full one last, raise it first.
+    let order: [(&str, &str); 3] = if want_full {
+        [("set-nearfull-ratio", near), ("set-backfillfull-ratio", backfill), ("set-full-ratio", full)]
+    } else {
+        [("set-full-ratio", full), ("set-backfillfull-ratio", backfill), ("set-nearfull-ratio", near)]
+    };
+    for (cmd, ratio) in order {
+        ceph(&["osd", cmd, ratio]);
+    }
+    let t = std::time::Instant::now();
+    loop {
+        let dump = ceph(&["osd", "pool", "ls", "detail"]);
+        let line = dump.lines().find(|l| l.contains(&format!("'{POOL}'"))).unwrap_or_default().to_string();
+        let is_full = line.split_whitespace().any(|w| w.split(',').any(|f| f == "full"));
+        if is_full == want_full {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the pool is not {}full after 60 s: {line}",
+            if want_full { "" } else { "un" }
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A full cluster (its OSD over the full ratio) refuses writes at once, with
+/// an error that names the object and the cause, rather than making them
+/// wait for room; the error is transient, so the device is not faulted and
+/// the pool loses nothing: what was committed before reads back, a sync
+/// meanwhile fails and keeps what it could not write, and once the cluster
+/// has room again the same open pool writes it, and the pool opens again
+/// clean with every file.
+#[test]
+fn a_full_cluster_refuses_writes_at_once_and_loses_nothing() {
+    let (_own, conf) = OwnCluster::start("full");
+    let conf_s = conf.display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("full");
+    let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf_s}"))];
+    let opts = FormatOptions { default_layout: Some("extent".into()), ..Default::default() };
+    Fs::mkfs_devices(&pool_dir, &paths, Some(64 * MB), &opts).unwrap();
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    let before = pattern(1, 3 * MB as usize);
+    fs.write_file("/before", &before, None).unwrap();
+    fs.sync().unwrap();
+    // A device of the same cluster outside the pool, for the error itself.
+    let cluster = RadosCluster::connect(&conf, &RadosOptions::default()).unwrap();
+    let d = RadosDevice::open(cluster, POOL, "spill", 2 * CHUNK).unwrap();
+    d.write_at(&pattern(2, 8192), 0).unwrap();
+
+    // Well under 1% of the OSD's memory is in use: over these ratios.
+    set_full_ratios(&conf, "0.0005", "0.0004", "0.0003", true);
+    let t = std::time::Instant::now();
+    let e = d.write_at(&pattern(3, 4096), CHUNK).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(10), "a refused write took {:?}", t.elapsed());
+    assert!(matches!(e, Error::NoSpace(_)), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains("rados:hurricane/spill") && msg.contains("spill.0000000000000001"), "{msg}");
+    assert!(msg.contains("full"), "{msg}");
+    assert!(d.transient(&e), "a full pool is the cluster's state, not damage: {e}");
+    // Reads go on.
+    let mut back = vec![0u8; 8192];
+    d.read_at(&mut back, 0).unwrap();
+    assert!(back == pattern(2, 8192));
+
+    // The pool: what was committed reads back; new data cannot be made
+    // durable, and saying so takes no longer than a refusal.
+    assert!(fs.read_file("/before").unwrap() == before);
+    let during = pattern(4, 2 * MB as usize);
+    let t = std::time::Instant::now();
+    let wrote = fs.write_file("/during", &during, None);
+    let synced = wrote.as_ref().map_err(|e| e.to_string()).and_then(|_| fs.sync().map_err(|e| e.to_string()));
+    assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
+    let err = synced.expect_err("a write and sync on a full cluster succeeded");
+    eprintln!("refused while the cluster was full: {err}");
+    assert!(err.contains("full"), "{err}");
+    assert!(fs.read_file("/before").unwrap() == before);
+
+    // Room again: the same open pool takes writes.
+    set_full_ratios(&conf, "0.95", "0.90", "0.85", false);
+    d.write_at(&pattern(3, 4096), CHUNK).unwrap();
+    let t = std::time::Instant::now();
+    loop {
+        let r = fs.write_file("/during", &during, None).and_then(|_| fs.sync());
+        match r {
+            Ok(()) => break,
+            Err(e) if t.elapsed() < Duration::from_secs(30) => {
+                eprintln!("not yet: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("the pool took no writes 30 s after the cluster had room: {e}"),
+        }
+    }
+    let after = pattern(5, MB as usize);
+    fs.write_file("/after", &after, None).unwrap();
+    fs.sync().unwrap();
+    check_clean(&fs, "after the cluster was full");
+    fs.close().unwrap();
+    drop(fs);
+    let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+    for (p, data) in [("/before", &before), ("/during", &during), ("/after", &after)] {
+        assert!(fs.read_file(p).unwrap() == *data, "{p} differs after reopening");
+    }
+    check_clean(&fs, "reopened after the cluster was full");
+    fs.close().unwrap();
+}
+
 /// `Fs::mkfs_devices` with an image file and two `rados:` devices: pool.conf
 /// names them with their objects' prefix (from the pool id), size and
 /// config; the pool opens from its directory, and from another directory
