@@ -225,6 +225,37 @@ fn sigterm_and_sigint_flush_and_unmount() {
     m.unmount();
 }
 
+/// A mount detached while a file in it is open (`fusermount3 -u -z`) lives
+/// on until that file closes, and its server with it. Another pool mounted
+/// meanwhile on the same directory is not that server's: when it ends, it
+/// must leave the new mount alone (it once unmounted whatever was mounted
+/// at its mount point by then).
+#[test]
+fn a_server_ending_late_leaves_a_new_mount_at_its_mount_point_alone() {
+    require_fuse!();
+    let a = Pool::new(1, "64M");
+    let b = Pool::new(1, "64M");
+    let ma = a.mount(&[]);
+    fs::write(ma.path("a"), b"in pool a").unwrap();
+    let open = fs::File::open(ma.path("a")).unwrap();
+    let out = cmd("fusermount3", &["-u", "-z", s(&a.mnt)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!is_fuse_mount(&a.mnt));
+    assert!(alive(ma.pid), "the server left while a file was open");
+
+    let mb = Mounted::new(&b.dir, &a.mnt, &[]);
+    fs::write(mb.path("b"), b"in pool b").unwrap();
+    drop(open);
+    assert!(wait_gone(ma.pid, Duration::from_secs(30)), "the detached server did not end");
+    ma.forget();
+    assert!(is_fuse_mount(&a.mnt), "the server of pool a unmounted pool b's mount when it ended");
+    assert_eq!(fs::read(mb.path("b")).unwrap(), b"in pool b");
+    assert!(alive(mb.pid));
+    mb.unmount();
+    a.fsck_clean();
+    b.fsck_clean();
+}
+
 fn wait_exit(c: &mut std::process::Child, timeout: Duration) -> std::process::ExitStatus {
     let end = Instant::now() + timeout;
     loop {
