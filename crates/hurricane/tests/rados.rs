@@ -397,7 +397,7 @@ fn a_full_cluster_refuses_writes_at_once_and_loses_nothing() {
     let d = RadosDevice::open(cluster, POOL, "spill", 2 * CHUNK).unwrap();
     d.write_at(&pattern(2, 8192), 0).unwrap();
 
-    // Well under 1% of the OSD's memory is in use: over these ratios.
+    // The OSD holds a few MiB of its 2 GiB: more than 0.05% of it.
     set_full_ratios(&conf, "0.0005", "0.0004", "0.0003", true);
     let t = std::time::Instant::now();
     let e = d.write_at(&pattern(3, 4096), CHUNK).unwrap_err();
