@@ -128,14 +128,15 @@ impl Groups {
 
     /// The free end of the group of the key that placed the last run of
     /// blocks, when `key` may take it over: that key is another one with
-    /// groups of the same length and placed at least half a group in a row.
-    fn handed_over(&self, key: (u64, u64)) -> Option<((u64, u64), Open)> {
+    /// groups of the same length, placed at least half a group in a row,
+    /// and left at least `room` (one or more) blocks of its group.
+    fn handed_over(&self, key: (u64, u64), room: u64) -> Option<((u64, u64), Open)> {
         let (k, m) = self.run?;
         if k == key || k.1 != key.1 || m < key.1.div_ceil(2) {
             return None;
         }
         let o = *self.by_key.get(&k)?;
-        (o.next < o.start + key.1).then_some((k, o))
+        (o.start + key.1 - o.next >= room.max(1)).then_some((k, o))
     }
 }
 
@@ -265,7 +266,7 @@ impl GroupSpace {
             }
         }
         // The free end of the group the key before this one left.
-        if let Some((j, o)) = g.handed_over(k).filter(|(_, o)| o.start + len - o.next >= room) {
+        if let Some((j, o)) = g.handed_over(k, room) {
             if let Some(n) = take_some(alloc, o.next, want.min(o.start + len - o.next)) {
                 g.by_key.remove(&j);
                 g.by_key.insert(k, Open { start: o.start, next: o.next + n });
