@@ -10,6 +10,13 @@
 #     against fio, QD jobs of 4 KiB blocks over one file each (RND_MIB
 #     MiB in all, 1024 unless set), with O_DIRECT: every request reaches
 #     the mount, none is served from the page cache
+#   4 KiB random writes, the cluster's side of what the mount does:
+#     bench/rados-overwrite.c writes 4 KiB at random offsets of 4 MiB
+#     objects (RND_MIB MiB of them), QD in flight, as the rados devices
+#     do; `rados bench` writes new 4 KiB objects, which an object store
+#     may serve at another rate (the dev cluster's memstore keeps an
+#     object as a list of buffers and serves overwrites at about half the
+#     rate of new objects). Recorded as rand_overwrite_iops of rados-bench
 # fio writes with an fsync at its end (sequential) or every 256 writes
 # (random): what it counts as written is in the cluster, as what rados bench
 # counts is. fio's files are preallocated (its default, fallocate=native).
@@ -46,6 +53,9 @@ done
 target=${CARGO_TARGET_DIR:-$PWD/target}
 cargo build --release --locked -p hurricane-cli --features rados >/dev/null 2>&1
 hc=$target/release/hurricane
+# The overwrite peer: RADOS_OVERWRITE=PATH names one built elsewhere.
+ow=${RADOS_OVERWRITE:-$target/rados-overwrite}
+[ -n "${RADOS_OVERWRITE:-}" ] || cc -O2 -o "$ow" bench/rados-overwrite.c -lrados
 export CEPH_DEV_OSD_BYTES=${CEPH_DEV_OSD_BYTES:-6442450944}
 trap 'mountpoint -q "$work/mnt" && "$hc" umount "$work/mnt"; scripts/ceph-dev-cluster.sh stop "$work/ceph"' EXIT
 rb() { rados -c "$conf" -p hurricane "$@"; }
@@ -69,12 +79,15 @@ print(round((j["read"]["bw"]+j["write"]["bw"])/1024,1), round(j["read"]["iops"]+
 }
 mount_() { "$bin" mount "$work/pool" "$work/mnt" ${MOUNT_OPTS:+-o "$MOUNT_OPTS"}; }
 remount() { "$bin" umount "$work/mnt"; cold; mount_; }
-record() { # system run seq_write seq_read rand_write rand_read
-    python3 - "$@" "$qd" >> "$out" <<'PY'
+record() { # system run seq_write seq_read rand_write rand_read [rand_overwrite]
+    python3 - "$qd" "$@" >> "$out" <<'PY'
 import json, sys
-s, run, w, r, rw, rr, qd = sys.argv[1:]
-print(json.dumps({"bench": "rados", "system": s, "run": int(run), "qd": int(qd), "seq_write_mibs": float(w),
-  "seq_read_mibs": float(r), "rand_write_iops": float(rw), "rand_read_iops": float(rr)}))
+qd, s, run, w, r, rw, rr, *ow = sys.argv[1:]
+row = {"bench": "rados", "system": s, "run": int(run), "qd": int(qd), "seq_write_mibs": float(w),
+  "seq_read_mibs": float(r), "rand_write_iops": float(rw), "rand_read_iops": float(rr)}
+if ow:
+    row["rand_overwrite_iops"] = float(ow[0])
+print(json.dumps(row))
 PY
 }
 
@@ -88,7 +101,8 @@ rados_run() {
     read -r _ rw < <(rados_bench write -b 4K --no-cleanup --max-objects $((rnd_mib * 256)))
     read -r _ rr < <(rados_bench rand)
     rb cleanup >/dev/null 2>&1
-    record rados-bench "$run" "$w" "$r" "$rw" "$rr"
+    o=$("$ow" "$conf" hurricane $((rnd_mib / 4)) "$secs" "$qd")
+    record rados-bench "$run" "$w" "$r" "$rw" "$rr" "$o"
 }
 
 hurricane_run() { # system binary run [open spec of the root]
@@ -138,5 +152,14 @@ for k in keys:
     for s in systems[1:]:
         b = med[s][k]
         line += f"{b:19,.1f}{b / a if a else 0:7.2f}"
+    print(line)
+ow = [r["rand_overwrite_iops"] for r in rows if r["system"] == "rados-bench" and "rand_overwrite_iops" in r]
+if ow:
+    o = statistics.median(ow)
+    line = f"{'rand_write_iops':18}{o:14,.1f}"
+    for s in systems[1:]:
+        b = med[s]["rand_write_iops"]
+        line += f"{b:19,.1f}{b / o:7.2f}"
+    print(f"random 4 KiB writes against rados-overwrite (4 KiB into 4 MiB objects, {len(ow)} runs):")
     print(line)
 PY

@@ -11,7 +11,10 @@
 # 127.0.0.1 only, with no authentication (auth_*_required = none) and pools of
 # one copy (osd_pool_default_size = 1, min_size 1). The OSD keeps objects in
 # memory (memstore, CEPH_DEV_OSD_BYTES bytes, 2 GiB unless set), so the
-# cluster starts in a few seconds and stopping it loses every object. No
+# cluster starts in a few seconds and stopping it loses every object. The
+# store keeps an object as a list of buffers (memstore's default), where a
+# small write into a large object costs in proportion to the pieces earlier
+# writes left; CEPH_DEV_PAGE_SET=true keeps it in 64 KiB pages instead. No
 # manager daemon runs: nothing Hurricane or `rados` does needs one (`ceph -s`
 # then reports "no active mgr" and no placement-group statistics). It
 # creates the pool `hurricane` and any POOLs named, each with 8 placement
@@ -194,6 +197,7 @@ mon_data = $dir/\$name
 osd_data = $dir/\$name
 osd_objectstore = memstore
 memstore_device_bytes = ${CEPH_DEV_OSD_BYTES:-2147483648}
+memstore_page_set = ${CEPH_DEV_PAGE_SET:-false}
 osd_crush_initial_weight = 1
 osd_class_update_on_start = false
 EOF
