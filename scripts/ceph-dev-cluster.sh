@@ -15,8 +15,13 @@
 # store keeps an object as a list of buffers (memstore's default), where a
 # small write into a large object costs in proportion to the pieces earlier
 # writes left; CEPH_DEV_PAGE_SET=true keeps it in 64 KiB pages instead. No
-# manager daemon runs: nothing Hurricane or `rados` does needs one (`ceph -s`
-# then reports "no active mgr" and no placement-group statistics). It
+# manager daemon runs unless CEPH_DEV_MGR=1: nothing Hurricane or `rados`
+# does needs one (`ceph -s` then reports "no active mgr" and no
+# placement-group statistics), but the monitor learns how much a pool holds
+# only from a manager, so pool quotas (`ceph osd pool set-quota`) are
+# enforced only with one (ceph-mgr; it reports every second here, and
+# `start` returns once it is active). Pools are not resized by the
+# manager's autoscaler. It
 # creates the pool `hurricane` and any POOLs named, each with 8 placement
 # groups, and returns once a write to each succeeds. The monitor listens on a
 # free port chosen at the first start (CEPH_DEV_PORT to choose it).
@@ -60,7 +65,9 @@ dir=${dir%/}
 conf="$dir/ceph.conf"
 pools=(hurricane "$@")
 
-for tool in ceph-mon ceph-osd monmaptool ceph rados; do
+tools=(ceph-mon ceph-osd monmaptool ceph rados)
+[ "${CEPH_DEV_MGR:-0}" != 1 ] || tools+=(ceph-mgr)
+for tool in "${tools[@]}"; do
     command -v "$tool" >/dev/null || {
         echo "$0: $tool not found: install ceph-mon, ceph-osd and ceph-common (HURRICANE_CEPH=1 scripts/setup.sh)" >&2
         exit 1
@@ -95,7 +102,7 @@ exited() {
 # OSD told to stop would first save every object to DIR).
 kill_daemons() {
     local pids=() p name
-    for name in osd.0 mon.a; do
+    for name in mgr.x osd.0 mon.a; do
         p=$(daemon_pid "$name") && pids+=("$p")
     done
     [ ${#pids[@]} -gt 0 ] || return 0
@@ -175,6 +182,9 @@ mon_warn_on_pool_no_redundancy = false
 mon_warn_on_insecure_global_id_reclaim_allowed = false
 mon_data_avail_warn = 1
 mon_data_avail_crit = 0
+osd_pool_default_pg_autoscale_mode = off
+mgr_stats_period = 1
+mon_mgr_digest_period = 1
 # A placement group serves reads only while its read lease lasts
 # (osd_pool_default_read_lease_ratio x osd_heartbeat_grace, 16 s by
 # default); an OSD stopped for longer (by pause) comes back with its leases
@@ -200,6 +210,9 @@ memstore_device_bytes = ${CEPH_DEV_OSD_BYTES:-2147483648}
 memstore_page_set = ${CEPH_DEV_PAGE_SET:-false}
 osd_crush_initial_weight = 1
 osd_class_update_on_start = false
+
+[mgr]
+mgr_data = $dir/\$name
 EOF
     monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$port]" "$dir/monmap" >/dev/null
     ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" >"$dir/log/mon.a.mkfs" 2>&1 || {
@@ -219,8 +232,21 @@ EOF
         exit 1
     }
     ceph-osd -c "$conf" -i 0 </dev/null >>"$dir/log/osd.0.stderr" 2>&1 9>&-
+    [ "${CEPH_DEV_MGR:-0}" != 1 ] || start_mgr
     ensure_pools
     echo "$conf"
+}
+
+# A manager (mgr.x), and a wait until the monitor names it active.
+start_mgr() {
+    mkdir -p "$dir/mgr.x"
+    ceph-mgr -c "$conf" -i x </dev/null >>"$dir/log/mgr.x.stderr" 2>&1 9>&-
+    for _ in $(seq 300); do
+        ceph_ -s 2>/dev/null | grep -q 'mgr: x(active' && return
+        sleep 0.1
+    done
+    echo "$0: the manager did not become active; see $dir/log" >&2
+    exit 1
 }
 
 case "$cmd" in

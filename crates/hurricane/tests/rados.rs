@@ -288,9 +288,24 @@ struct OwnCluster(PathBuf);
 
 impl OwnCluster {
     fn start(what: &str) -> (OwnCluster, PathBuf) {
+        Self::start_with(what, false)
+    }
+
+    /// With a manager (`CEPH_DEV_MGR=1`): the monitor learns what pools
+    /// hold, and enforces their quotas, only from one.
+    fn start_with_manager(what: &str) -> (OwnCluster, PathBuf) {
+        Self::start_with(what, true)
+    }
+
+    fn start_with(what: &str, manager: bool) -> (OwnCluster, PathBuf) {
         let dir = std::env::temp_dir().join(format!("hurricane-rados-test-{}-{what}", std::process::id()));
         let guard = OwnCluster(dir.clone());
-        let out = std::process::Command::new(script()).arg("start").arg(&dir).output().unwrap();
+        let out = std::process::Command::new(script())
+            .arg("start")
+            .arg(&dir)
+            .env("CEPH_DEV_MGR", if manager { "1" } else { "0" })
+            .output()
+            .unwrap();
         assert!(out.status.success(), "ceph-dev-cluster.sh start failed: {}", String::from_utf8_lossy(&out.stderr));
         (guard, PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()))
     }
@@ -338,14 +353,36 @@ fn an_osd_down_is_an_error_naming_the_object() {
     assert!(e.to_string().contains("read of object down.0000000000000000"), "{e}");
 }
 
+/// `ceph -c CONF ARGS...`, which must succeed: its output.
+fn ceph(conf: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("ceph").arg("-c").arg(conf).args(args).output().unwrap();
+    assert!(out.status.success(), "ceph {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits until the pool's flags (`ceph osd pool ls detail`) hold `flag`,
+/// or not, as asked.
+fn wait_for_pool_flag(conf: &Path, flag: &str, want: bool) {
+    let t = std::time::Instant::now();
+    loop {
+        let dump = ceph(conf, &["osd", "pool", "ls", "detail"]);
+        let line = dump.lines().find(|l| l.contains(&format!("'{POOL}'"))).unwrap_or_default().to_string();
+        let has = line.split_whitespace().any(|w| w.split(',').any(|f| f == flag));
+        if has == want {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the pool's flags {} {flag} after 60 s: {line}",
+            if want { "lack" } else { "still hold" }
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The cluster's full ratios (`ceph osd set-*-ratio`), then waits until
 /// the pool's flags say it is full, or not, as asked.
 fn set_full_ratios(conf: &Path, full: &str, backfill: &str, near: &str, want_full: bool) {
-    let ceph = |args: &[&str]| {
-        let out = std::process::Command::new("ceph").arg("-c").arg(conf).args(args).output().unwrap();
-        assert!(out.status.success(), "ceph {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
     // Each ratio must stay below the next: lower the full one last, raise it first.
     let order: [(&str, &str); 3] = if want_full {
         [("set-nearfull-ratio", near), ("set-backfillfull-ratio", backfill), ("set-full-ratio", full)]
@@ -353,38 +390,23 @@ fn set_full_ratios(conf: &Path, full: &str, backfill: &str, near: &str, want_ful
         [("set-full-ratio", full), ("set-backfillfull-ratio", backfill), ("set-nearfull-ratio", near)]
     };
     for (cmd, ratio) in order {
-        ceph(&["osd", cmd, ratio]);
+        ceph(conf, &["osd", cmd, ratio]);
     }
-    let t = std::time::Instant::now();
-    loop {
-        let dump = ceph(&["osd", "pool", "ls", "detail"]);
-        let line = dump.lines().find(|l| l.contains(&format!("'{POOL}'"))).unwrap_or_default().to_string();
-        let is_full = line.split_whitespace().any(|w| w.split(',').any(|f| f == "full"));
-        if is_full == want_full {
-            return;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the pool is not {}full after 60 s: {line}",
-            if want_full { "" } else { "un" }
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_pool_flag(conf, "full", want_full);
 }
 
-/// A full cluster (its OSD over the full ratio) refuses writes at once, with
-/// an error that names the object and the cause, rather than making them
+/// A cluster that has no room for the pool (`no_room` makes it so, `room`
+/// undoes it) refuses writes at once, with an error that names the object
+/// and the cause (`cause`, a word of the message), rather than making them
 /// wait for room; the error is transient, so the device is not faulted and
 /// the pool loses nothing: what was committed before reads back, a sync
 /// meanwhile fails and keeps what it could not write, and once the cluster
 /// has room again the same open pool writes it, and the pool opens again
 /// clean with every file.
-#[test]
-fn a_full_cluster_refuses_writes_at_once_and_loses_nothing() {
-    let (_own, conf) = OwnCluster::start("full");
+fn without_room_nothing_is_lost(conf: &Path, cause: &str, no_room: impl Fn(), room: impl Fn()) {
     let conf_s = conf.display().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let pool_dir = dir.path().join("full");
+    let pool_dir = dir.path().join(cause);
     let paths = vec![PathBuf::from(format!("rados:{POOL}?conf={conf_s}"))];
     let opts = FormatOptions { default_layout: Some("extent".into()), ..Default::default() };
     Fs::mkfs_devices(&pool_dir, &paths, Some(64 * MB), &opts).unwrap();
@@ -393,20 +415,19 @@ fn a_full_cluster_refuses_writes_at_once_and_loses_nothing() {
     fs.write_file("/before", &before, None).unwrap();
     fs.sync().unwrap();
     // A device of the same cluster outside the pool, for the error itself.
-    let cluster = RadosCluster::connect(&conf, &RadosOptions::default()).unwrap();
+    let cluster = RadosCluster::connect(conf, &RadosOptions::default()).unwrap();
     let d = RadosDevice::open(cluster, POOL, "spill", 2 * CHUNK).unwrap();
     d.write_at(&pattern(2, 8192), 0).unwrap();
 
-    // The OSD holds a few MiB of its 2 GiB: more than 0.05% of it.
-    set_full_ratios(&conf, "0.0005", "0.0004", "0.0003", true);
+    no_room();
     let t = std::time::Instant::now();
     let e = d.write_at(&pattern(3, 4096), CHUNK).unwrap_err();
     assert!(t.elapsed() < Duration::from_secs(10), "a refused write took {:?}", t.elapsed());
     assert!(matches!(e, Error::NoSpace(_)), "{e:?}");
     let msg = e.to_string();
     assert!(msg.contains("rados:hurricane/spill") && msg.contains("spill.0000000000000001"), "{msg}");
-    assert!(msg.contains("full"), "{msg}");
-    assert!(d.transient(&e), "a full pool is the cluster's state, not damage: {e}");
+    assert!(msg.contains(cause), "{msg}");
+    assert!(d.transient(&e), "a pool without room is the cluster's state, not damage: {e}");
     // Reads go on.
     let mut back = vec![0u8; 8192];
     d.read_at(&mut back, 0).unwrap();
@@ -420,13 +441,13 @@ fn a_full_cluster_refuses_writes_at_once_and_loses_nothing() {
     let wrote = fs.write_file("/during", &during, None);
     let synced = wrote.as_ref().map_err(|e| e.to_string()).and_then(|_| fs.sync().map_err(|e| e.to_string()));
     assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
-    let err = synced.expect_err("a write and sync on a full cluster succeeded");
-    eprintln!("refused while the cluster was full: {err}");
-    assert!(err.contains("full"), "{err}");
+    let err = synced.expect_err("a write and sync without room succeeded");
+    eprintln!("refused while the cluster had no room: {err}");
+    assert!(err.contains(cause), "{err}");
     assert!(fs.read_file("/before").unwrap() == before);
 
     // Room again: the same open pool takes writes.
-    set_full_ratios(&conf, "0.95", "0.90", "0.85", false);
+    room();
     d.write_at(&pattern(3, 4096), CHUNK).unwrap();
     let t = std::time::Instant::now();
     loop {
@@ -443,15 +464,50 @@ fn a_full_cluster_refuses_writes_at_once_and_loses_nothing() {
     let after = pattern(5, MB as usize);
     fs.write_file("/after", &after, None).unwrap();
     fs.sync().unwrap();
-    check_clean(&fs, "after the cluster was full");
+    check_clean(&fs, "after the cluster had no room");
     fs.close().unwrap();
     drop(fs);
     let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
     for (p, data) in [("/before", &before), ("/during", &during), ("/after", &after)] {
         assert!(fs.read_file(p).unwrap() == *data, "{p} differs after reopening");
     }
-    check_clean(&fs, "reopened after the cluster was full");
+    check_clean(&fs, "reopened after the cluster had no room");
     fs.close().unwrap();
+}
+
+/// A full cluster: its OSD over the full ratio.
+#[test]
+fn a_full_cluster_refuses_writes_at_once_and_loses_nothing() {
+    let (_own, conf) = OwnCluster::start("full");
+    without_room_nothing_is_lost(
+        &conf,
+        "full",
+        // The OSD holds a few MiB of its 2 GiB: more than 0.05% of it.
+        || set_full_ratios(&conf, "0.0005", "0.0004", "0.0003", true),
+        || set_full_ratios(&conf, "0.95", "0.90", "0.85", false),
+    );
+}
+
+/// A pool over its quota (`ceph osd pool set-quota`), which the monitor
+/// enforces once the manager has told it what the pool holds: the error
+/// says so and names the command that raises it.
+#[test]
+fn a_pool_over_its_quota_refuses_writes_at_once_and_loses_nothing() {
+    let (_own, conf) = OwnCluster::start_with_manager("quota");
+    let quota = |bytes: &str| ceph(&conf, &["osd", "pool", "set-quota", POOL, "max_bytes", bytes]);
+    without_room_nothing_is_lost(
+        &conf,
+        "quota",
+        || {
+            // The pool holds a few MiB: over a quota of one byte.
+            quota("1");
+            wait_for_pool_flag(&conf, "full_quota", true);
+        },
+        || {
+            quota("0");
+            wait_for_pool_flag(&conf, "full_quota", false);
+        },
+    );
 }
 
 /// `Fs::mkfs_devices` with an image file and two `rados:` devices: pool.conf
