@@ -510,6 +510,101 @@ fn a_pool_over_its_quota_refuses_writes_at_once_and_loses_nothing() {
     );
 }
 
+/// The writer's record on a lease object (`LEASE_WRITER_XATTR`), as the
+/// `rados` tool reads it.
+fn recorded_writer(conf: &Path, object: &str) -> String {
+    use hurricane::device::rados::LEASE_WRITER_XATTR;
+    let got = std::process::Command::new("rados")
+        .args(["-c", &conf.display().to_string(), "-p", POOL, "getxattr", object, LEASE_WRITER_XATTR])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&got.stdout).trim().to_string()
+}
+
+/// A pool with devices in two clusters: its writer records its address in
+/// each (the second with that cluster's fsid), and a holder that did not
+/// release the lease is fenced in both, so a stalled writer that resumes
+/// writes to neither cluster's devices.
+#[test]
+fn the_next_holder_fences_the_previous_one_in_every_cluster_of_the_pool() {
+    use hurricane::device::RadosLease;
+    let (_a, conf_a) = OwnCluster::start("fence-a");
+    let (_b, conf_b) = OwnCluster::start("fence-b");
+    let connect = |c: &Path| RadosCluster::connect(c, &RadosOptions::default()).unwrap();
+    let d = Duration::from_millis(1500);
+    let (old_a, old_b) = (connect(&conf_a), connect(&conf_b));
+    assert_ne!(old_a.fsid().unwrap(), old_b.fsid().unwrap());
+    let dev_a = RadosDevice::open(old_a.clone(), POOL, "fence", 8 * MB).unwrap();
+    let dev_b = RadosDevice::open(old_b.clone(), POOL, "fence", 8 * MB).unwrap();
+    dev_a.write_at(b"before", 0).unwrap();
+    dev_b.write_at(b"before", 0).unwrap();
+    let lease =
+        RadosLease::take_with(old_a.clone(), vec![old_b.clone()], POOL, "fence.lease", "host old pid 1", d).unwrap();
+    let record = format!("{}\n{} {}", old_a.addrs().unwrap(), old_b.fsid().unwrap(), old_b.addrs().unwrap());
+    assert_eq!(recorded_writer(&conf_a, "fence.lease"), record);
+
+    // The old holder stalls; the next takes over from fresh connections.
+    lease.abandon();
+    std::thread::sleep(d + Duration::from_millis(700));
+    let (new_a, new_b) = (connect(&conf_a), connect(&conf_b));
+    let taken =
+        RadosLease::take_with(new_a.clone(), vec![new_b.clone()], POOL, "fence.lease", "host new pid 2", d).unwrap();
+    for (dev, which) in [(&dev_a, "a"), (&dev_b, "b")] {
+        let e = dev.write_at(b"too late", 0).unwrap_err().to_string();
+        assert!(e.contains("blocklisted"), "cluster {which}: {e}");
+    }
+    for c in [&new_a, &new_b] {
+        let fresh = RadosDevice::open(c.clone(), POOL, "fence", 8 * MB).unwrap();
+        let mut buf = [0u8; 6];
+        fresh.read_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"before");
+        fresh.write_at(b"after!", 0).unwrap();
+    }
+    drop(taken);
+}
+
+/// Through a pool: `Fs::open_dir` of a pool with devices in two clusters
+/// takes its lease in the first device's cluster and records the writer
+/// for both; a clean close releases it, and the next open fences nobody.
+#[test]
+fn a_pool_in_two_clusters_records_its_writer_in_both() {
+    let (_a, conf_a) = OwnCluster::start("two-a");
+    let (_b, conf_b) = OwnCluster::start("two-b");
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("two");
+    let paths = vec![
+        PathBuf::from(format!("rados:{POOL}?conf={}", conf_a.display())),
+        PathBuf::from(format!("rados:{POOL}?conf={}", conf_b.display())),
+    ];
+    let opts = FormatOptions { default_layout: Some("replicate[extent@0,extent@1]".into()), ..Default::default() };
+    Fs::mkfs_devices(&pool_dir, &paths, Some(64 * MB), &opts).unwrap();
+    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
+    let prefix = listed
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("device = rados:{POOL}/")))
+        .and_then(|l| l.split('?').next())
+        .unwrap()
+        .to_string();
+    let lease = format!("{prefix}.lease");
+    let data = pattern(9, MB as usize);
+    for round in 0..2 {
+        let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
+        let record = recorded_writer(&conf_a, &lease);
+        let lines: Vec<&str> = record.lines().collect();
+        assert_eq!(lines.len(), 2, "round {round}: {record:?}");
+        let b = RadosCluster::connect(&conf_b, &RadosOptions::default()).unwrap();
+        assert!(lines[1].starts_with(&format!("{} ", b.fsid().unwrap())), "round {round}: {record:?}");
+        if round == 0 {
+            fs.write_file("/f", &data, None).unwrap();
+        }
+        assert!(fs.read_file("/f").unwrap() == data);
+        check_clean(&fs, "pool in two clusters");
+        fs.close().unwrap();
+        // Released cleanly: no writer recorded.
+        assert_eq!(recorded_writer(&conf_a, &lease), "", "round {round}");
+    }
+}
+
 /// `Fs::mkfs_devices` with an image file and two `rados:` devices: pool.conf
 /// names them with their objects' prefix (from the pool id), size and
 /// config; the pool opens from its directory, and from another directory

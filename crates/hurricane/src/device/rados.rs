@@ -36,7 +36,10 @@
 //! lease object (`LEASE_WRITER_XATTR`), and the next holder blocklists that
 //! address before it replays the journal: the OSDs refuse the old holder's
 //! operations from then on. The lease and the pool's devices share one
-//! connection (`RadosConnections`), so this fences the devices' writes.
+//! connection per cluster (`RadosConnections`), so this fences the
+//! devices' writes. A pool with devices in several clusters records the
+//! holder's address in each of them too (with the cluster's fsid), and the
+//! next holder blocklists each in its own cluster.
 //!
 //! Errors from the cluster say what happened and to which object: an
 //! operation its OSD does not answer within `rados_osd_op_timeout` (the
@@ -191,6 +194,20 @@ impl RadosCluster {
             s
         };
         Ok(s)
+    }
+
+    /// The cluster's fsid (`rados_cluster_fsid`), which names it the same
+    /// from every host, whatever config file reaches it.
+    pub fn fsid(&self) -> Result<String> {
+        let mut buf = [0u8; 64];
+        // SAFETY: a connected handle and a buffer valid for its length,
+        // into which librados writes the fsid and its NUL.
+        let ret = unsafe { ffi::rados_cluster_fsid(self.handle, buf.as_mut_ptr().cast(), buf.len()) };
+        if ret < 0 {
+            return Err(Error::Device(format!("rados cluster of {}: no fsid: {}", self.conf, os_err(ret))));
+        }
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len()).min(ret as usize);
+        Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
 
     /// Blocklists the client at `addr` (another process's connection): the
@@ -651,6 +668,9 @@ pub struct RadosLease {
 
 struct LeaseShared {
     cluster: Arc<RadosCluster>,
+    /// The connections to the pool's other clusters (its devices in them):
+    /// this holder's address in each is recorded, and fenced by the next.
+    others: Vec<Arc<RadosCluster>>,
     ioctx: ffi::rados_ioctx_t,
     /// What is locked, for messages: `rados:POOL/OBJECT`.
     what: String,
@@ -671,6 +691,52 @@ unsafe impl Send for LeaseShared {}
 unsafe impl Sync for LeaseShared {}
 
 impl LeaseShared {
+    /// Blocklists every address of the previous holder's record `prev`
+    /// (`record`) that is not one of this holder's (`own`), each in its own
+    /// cluster: the first line in the lease's, each `FSID ADDRESS` line in
+    /// the cluster of that fsid. A cluster the pool no longer has devices
+    /// in holds none of its data, and is left alone.
+    fn fence(&self, prev: &str, own: &str) -> Result<()> {
+        let mut lines = prev.lines().map(str::trim).filter(|l| !l.is_empty());
+        let mine: Vec<&str> = own.lines().collect();
+        let clusters = || std::iter::once(&self.cluster).chain(&self.others);
+        if let Some(first) = lines.next().filter(|a| !mine.contains(a)) {
+            tracing::warn!(
+                "{}: the previous writer (client at {first}) did not release the pool: blocklisting it so that \
+                 it can write no more",
+                self.what
+            );
+            self.cluster.blocklist(first)?;
+        }
+        for line in lines.filter(|l| !mine.contains(l)) {
+            let Some((fsid, addr)) = line.split_once(' ') else {
+                return Err(Error::corrupt(&self.what, format!("the recorded writer {line:?} is not FSID ADDRESS")));
+            };
+            let mut found = None;
+            for c in clusters() {
+                if c.fsid()? == fsid {
+                    found = Some(c);
+                    break;
+                }
+            }
+            match found {
+                Some(c) => {
+                    tracing::warn!(
+                        "{}: blocklisting the previous writer in cluster {fsid} too (client at {addr})",
+                        self.what
+                    );
+                    c.blocklist(addr.trim())?;
+                }
+                None => tracing::warn!(
+                    "{}: the previous writer also wrote to cluster {fsid}, where this pool has no device now: \
+                     not fenced there",
+                    self.what
+                ),
+            }
+        }
+        Ok(())
+    }
+
     fn lock(&self, flags: u8) -> i32 {
         let mut tv = libc::timeval {
             tv_sec: self.duration.as_secs() as libc::time_t,
@@ -711,7 +777,7 @@ impl LeaseShared {
                 Regain::Never(format!("{}{by}", os_err(ret)))
             };
         }
-        let own = match self.cluster.addrs() {
+        let own = match self.record() {
             Ok(a) => a,
             Err(e) => return self.give_back(format!("this client's address: {e}")),
         };
@@ -725,6 +791,17 @@ impl LeaseShared {
             Err(ret) if transient(ret) => Regain::Again(format!("reading the writer: {}", os_err(ret))),
             Err(ret) => self.give_back(format!("reading the writer: {}", os_err(ret))),
         }
+    }
+
+    /// What this holder records on the lease object
+    /// (`LEASE_WRITER_XATTR`): its address on the lease's connection, then
+    /// a line `FSID ADDRESS` for each connection to another cluster.
+    fn record(&self) -> Result<String> {
+        let mut r = self.cluster.addrs()?;
+        for c in &self.others {
+            r.push_str(&format!("\n{} {}", c.fsid()?, c.addrs()?));
+        }
+        Ok(r)
     }
 
     /// Releases a lock taken back in vain.
@@ -741,7 +818,7 @@ impl LeaseShared {
     /// the error of reading it.
     fn writer(&self) -> std::result::Result<String, i32> {
         let xattr = CString::new(LEASE_WRITER_XATTR).map_err(|_| -libc::EINVAL)?;
-        let mut buf = vec![0u8; 512];
+        let mut buf = vec![0u8; 4096];
         // SAFETY: a live io context, NUL-terminated names and a buffer
         // valid for `buf.len()` bytes.
         let n = unsafe {
@@ -810,6 +887,20 @@ impl RadosLease {
         holder: &str,
         duration: Duration,
     ) -> Result<RadosLease> {
+        Self::take_with(cluster, Vec::new(), pool, object, holder, duration)
+    }
+
+    /// [`RadosLease::take`] for a pool that also has devices in the
+    /// clusters of `others` (their connections, which the devices use):
+    /// the previous holder is fenced in each, and this one recorded.
+    pub fn take_with(
+        cluster: Arc<RadosCluster>,
+        others: Vec<Arc<RadosCluster>>,
+        pool: &str,
+        object: &str,
+        holder: &str,
+        duration: Duration,
+    ) -> Result<RadosLease> {
         let what = format!("rados:{pool}/{object}");
         // Renewals in a full pool fail (and are tried again) rather than
         // wait until it is not full (`RadosCluster::io_context`).
@@ -819,6 +910,7 @@ impl RadosLease {
         let cookie = format!("{holder} lease {}", NEXT.fetch_add(1, Ordering::Relaxed));
         let shared = Arc::new(LeaseShared {
             cluster,
+            others,
             ioctx,
             what: what.clone(),
             oid: cstring(object, "lease object")?,
@@ -863,7 +955,7 @@ impl RadosLease {
     /// Then records this holder's own address for the next one.
     fn fence_previous(&mut self) -> Result<()> {
         let s = &*self.shared;
-        let own = s.cluster.addrs()?;
+        let own = s.record()?;
         let xattr = cstring(LEASE_WRITER_XATTR, "xattr name")?;
         let prev = s.writer().map_err(|n| {
             Error::io(
@@ -871,15 +963,10 @@ impl RadosLease {
                 io::Error::new(os_err(n).kind(), format!("cannot read the previous holder: {}", os_err(n))),
             )
         })?;
-        // The same address is this very connection taking the lease again
-        // (it abandoned it): nothing to fence.
+        // The same record is these very connections taking the lease again
+        // (they abandoned it): nothing to fence.
         if !prev.is_empty() && prev != own {
-            tracing::warn!(
-                "{}: the previous writer (client at {prev}) did not release the pool: blocklisting it so that \
-                 it can write no more",
-                s.what
-            );
-            s.cluster.blocklist(&prev).map_err(|e| {
+            s.fence(&prev, &own).map_err(|e| {
                 Error::Device(format!("{}: cannot fence the previous writer, so not taking over: {e}", s.what))
             })?;
         }

@@ -281,9 +281,10 @@ impl PoolLease {
     /// its first rados device, lasting `duration` without renewal (at
     /// least [`MIN_LEASE_DURATION`]), or [`Error::Busy`] naming the writer
     /// that holds it. Nothing for a pool without rados devices, or
-    /// read-only. The lease is taken on the connection of `conns` that the
-    /// pool's devices are then opened through: a previous writer that did
-    /// not release it is fenced (blocklisted) before this returns.
+    /// read-only. The lease is taken on the connections of `conns` that the
+    /// pool's devices are then opened through, one per cluster: a previous
+    /// writer that did not release it is fenced (blocklisted) in each
+    /// cluster before this returns.
     pub fn take(
         paths: &[PathBuf],
         writable: bool,
@@ -299,26 +300,45 @@ impl PoolLease {
             )));
         }
         let spec = RadosSpec::parse(name)?;
-        Self::take_for(&spec, duration, conns)
+        // The config files of the pool's other clusters, once each.
+        let mut others: Vec<PathBuf> = Vec::new();
+        for n in paths.iter().filter_map(|p| p.to_str()).filter(|n| is_rados(n)) {
+            let conf = RadosSpec::parse(n)?.conf;
+            if conf != spec.conf && !others.contains(&conf) {
+                others.push(conf);
+            }
+        }
+        Self::take_for(&spec, &others, duration, conns)
     }
 
     #[cfg(feature = "rados")]
-    fn take_for(spec: &RadosSpec, duration: Duration, conns: &mut RadosConnections) -> Result<PoolLease> {
+    fn take_for(
+        spec: &RadosSpec,
+        others: &[PathBuf],
+        duration: Duration,
+        conns: &mut RadosConnections,
+    ) -> Result<PoolLease> {
         use super::rados::RadosLease;
         let Some(prefix) = &spec.prefix else {
             return Err(Error::Invalid(format!("{spec}: a pool's rados device needs its /PREFIX")));
         };
         let cluster = conns.cluster(&spec.conf)?;
+        let others = others.iter().map(|c| conns.cluster(c)).collect::<Result<Vec<_>>>()?;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string());
         let host = host.unwrap_or_else(|_| "unknown".into());
         let holder = format!("host {host} pid {}", std::process::id());
-        let lease = RadosLease::take(cluster, &spec.pool, &format!("{prefix}.lease"), &holder, duration)?;
+        let lease = RadosLease::take_with(cluster, others, &spec.pool, &format!("{prefix}.lease"), &holder, duration)?;
         Ok(PoolLease { lease: Some(lease) })
     }
 
     /// Without the `rados` feature its devices do not open: no lease.
     #[cfg(not(feature = "rados"))]
-    fn take_for(_spec: &RadosSpec, _duration: Duration, _conns: &mut RadosConnections) -> Result<PoolLease> {
+    fn take_for(
+        _spec: &RadosSpec,
+        _others: &[PathBuf],
+        _duration: Duration,
+        _conns: &mut RadosConnections,
+    ) -> Result<PoolLease> {
         Ok(PoolLease::default())
     }
 
