@@ -29,6 +29,9 @@
 //! for the peers, and an fsync of the root directory through the mount
 //! (which commits the journal but cannot ask for a checkpoint: the mount's
 //! per-phase bytes leave part of a phase's checkpoint to the next phase).
+//!
+//! `META_SCALE_SYSTEMS` and `META_SCALE_SHAPES` narrow a run;
+//! `META_SCALE_META_CACHE=SIZE` gives the native runs another store cache.
 
 use super::{f0, Rng};
 use crate::{plot, table, Outcome};
@@ -363,11 +366,27 @@ fn image_size(files: u64) -> u64 {
     (files * 8192).clamp(4 << 30, 512 << 30)
 }
 
+/// The variable that sizes the meta-data store's cache of the native runs
+/// (`Options::meta_cache_bytes`; a size such as `512M`), so the runs can be
+/// made with another cache than the default. The checkpoints are sized by
+/// it too (the changed inodes whose pages fit its write buffer).
+const META_CACHE: &str = "META_SCALE_META_CACHE";
+
+/// The options every native open of this experiment uses.
+fn native_options() -> Result<Options, String> {
+    let mut o = Options::default();
+    if let Ok(v) = std::env::var(META_CACHE) {
+        let bytes = hurricane::units::parse_size(&v).map_err(|e| format!("{META_CACHE}={v}: {e}"))?;
+        o.meta_cache_bytes = usize::try_from(bytes).map_err(|_| format!("{META_CACHE}={v}: too large"))?;
+    }
+    Ok(o)
+}
+
 fn native(shape: Shape, files: u64, sample: u64, quick: bool) -> Result<Run, String> {
     let tmp = scratch()?;
     let pool = tmp.path().join("pool");
     Fs::mkfs_dir(&pool, 2, image_size(files), &FormatOptions::default()).map_err(crate::err)?;
-    let fs = Fs::open_dir(&pool, Options::default()).map_err(crate::err)?;
+    let fs = Fs::open_dir(&pool, native_options()?).map_err(crate::err)?;
     let mut sys = Native { fs, dirs: Default::default(), cred: Creds::root() };
     let points = drive(&mut sys, shape, files, sample)?;
     let peak_rss = proc_status("VmHWM:");
@@ -378,7 +397,7 @@ fn native(shape: Shape, files: u64, sample: u64, quick: bool) -> Result<Run, Str
     let (d, n) = shape.place(files - 1);
     let path = format!("/{d}/{n}");
     let t = Instant::now();
-    let fs = Fs::open_dir(&pool, Options::default()).map_err(crate::err)?;
+    let fs = Fs::open_dir(&pool, native_options()?).map_err(crate::err)?;
     fs.stat(&path).map_err(|e| format!("{path} after reopening: {e}"))?;
     let open_s_clean = t.elapsed().as_secs_f64();
     fs.close().map_err(crate::err)?;
@@ -417,7 +436,7 @@ fn child(spec: &str) -> Result<(), String> {
     let extra: u64 = extra.and_then(|v| v.parse().ok()).ok_or_else(bad)?;
     let files: u64 = files.and_then(|v| v.parse().ok()).ok_or_else(bad)?;
     let shape = if shape == Some("spread") { Shape::Spread } else { Shape::OneDir };
-    let fs = Fs::open_dir(Path::new(pool.ok_or_else(bad)?), Options::default()).map_err(crate::err)?;
+    let fs = Fs::open_dir(Path::new(pool.ok_or_else(bad)?), native_options()?).map_err(crate::err)?;
     let cred = Creds::root();
     let (d, _) = shape.place(files - 1);
     let dir = fs.resolve(&format!("/{d}")).map_err(crate::err)?;
@@ -457,7 +476,7 @@ fn killed_open(pool: &Path, shape: Shape, files: u64) -> Result<f64, String> {
     }
     let (d, n) = shape.place(files - 1);
     let t = Instant::now();
-    let fs = Fs::open_dir(pool, Options::default()).map_err(crate::err)?;
+    let fs = Fs::open_dir(pool, native_options()?).map_err(crate::err)?;
     fs.stat(&format!("/{d}/{n}")).map_err(crate::err)?;
     let s = t.elapsed().as_secs_f64();
     fs.close().map_err(crate::err)?;
@@ -689,7 +708,7 @@ pub fn run(quick: bool, files: Option<u64>) -> Result<Outcome, String> {
         b / n.max(1.0)
     };
     let ext4_bytes = find("ext4", Shape::OneDir).map(per_create);
-    let caches = Options::default().meta_cache_bytes as u64;
+    let caches = native_options()?.meta_cache_bytes as u64;
     let mut text = format!(
         "meta-scale: {files} empty files, samples of {sample}; {} cores, load average {}\n{}\n{}",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
