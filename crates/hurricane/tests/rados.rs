@@ -578,14 +578,7 @@ fn a_pool_in_two_clusters_records_its_writer_in_both() {
     ];
     let opts = FormatOptions { default_layout: Some("replicate[extent@0,extent@1]".into()), ..Default::default() };
     Fs::mkfs_devices(&pool_dir, &paths, Some(64 * MB), &opts).unwrap();
-    let listed = std::fs::read_to_string(pool_dir.join("pool.conf")).unwrap();
-    let prefix = listed
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("device = rados:{POOL}/")))
-        .and_then(|l| l.split('?').next())
-        .unwrap()
-        .to_string();
-    let lease = format!("{prefix}.lease");
+    let lease = format!("{}.lease", first_prefix(&pool_dir));
     let data = pattern(9, MB as usize);
     for round in 0..2 {
         let fs = Fs::open_dir(&pool_dir, quiet()).unwrap();
@@ -998,7 +991,6 @@ fn a_chunk_freed_piece_by_piece_goes_back_with_its_last_piece() {
 /// and the next holder fences nobody.
 #[test]
 fn the_next_holder_fences_a_holder_that_did_not_release_the_lease() {
-    use hurricane::device::rados::LEASE_WRITER_XATTR;
     use hurricane::device::RadosLease;
     let prefix = fresh_prefix("fence");
     let object = format!("{prefix}.lease");
@@ -1007,11 +999,7 @@ fn the_next_holder_fences_a_holder_that_did_not_release_the_lease() {
     let dev = RadosDevice::open(old.clone(), POOL, &prefix, 8 * MB).unwrap();
     dev.write_at(b"before", 0).unwrap();
     let lease = RadosLease::take(old.clone(), POOL, &object, "host old pid 1", d).unwrap();
-    let got = std::process::Command::new("rados")
-        .args(["-c", &conf().display().to_string(), "-p", POOL, "getxattr", &object, LEASE_WRITER_XATTR])
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&got.stdout).trim(), old.addrs().unwrap());
+    assert_eq!(recorded_writer(conf(), &object), old.addrs().unwrap());
 
     // The old holder stalls: it renews no more, but its connection lives.
     lease.abandon();
