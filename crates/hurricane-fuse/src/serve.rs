@@ -194,8 +194,16 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
 
     let mut unmounter = session.unmount_callable();
     let (wfs, wmnt) = (fs.clone(), mnt.clone());
+    // Set when the session has ended: the watcher's next wake-up (the
+    // signal sent to it below) is then only its cue to end.
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let wended = ended.clone();
+    let is_ended = move || wended.load(std::sync::atomic::Ordering::Acquire);
     let watcher = std::thread::Builder::new().name("hurricane-signals".into()).spawn(move || {
         let sig = wait_signal();
+        if is_ended() {
+            return;
+        }
         tracing::info!("signal {sig}: flushing and unmounting {}", wmnt.display());
         if let Err(e) = wfs.sync() {
             tracing::error!("flush on signal: {e}");
@@ -209,16 +217,39 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
             }
         }
         let sig = wait_signal();
+        if is_ended() {
+            return;
+        }
         tracing::warn!("signal {sig} again: aborting the connection of {}", wmnt.display());
         abort_connection(&wmnt);
     });
-    if let Err(e) = watcher {
-        tracing::warn!("cannot watch for signals: {e}");
-    }
+    let watcher = match watcher {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!("cannot watch for signals: {e}");
+            None
+        }
+    };
 
     let run = session.run();
     if let Some(r) = rings {
         r.join(std::time::Duration::from_secs(10));
+    }
+    // The watcher holds the pool and this mount point: in a process that
+    // goes on after this mount (one that mounts again, an embedding
+    // program) it must not outlive the session, nor act on a later signal
+    // (it would unmount whatever is mounted at this path by then). A
+    // signal sent to its thread alone wakes it (every shutdown signal is
+    // blocked in it, and it waits for them), and it ends.
+    ended.store(true, std::sync::atomic::Ordering::Release);
+    if let Some(w) = watcher {
+        let thread = std::os::unix::thread::JoinHandleExt::as_pthread_t(&w);
+        match nix::sys::pthread::pthread_kill(thread, Signal::SIGTERM) {
+            Ok(()) => {
+                let _ = w.join();
+            }
+            Err(e) => tracing::warn!("cannot end the signal watcher: {e}"),
+        }
     }
     tracing::info!("{} unmounted; closing the pool", mnt.display());
     let closed = fs.close();

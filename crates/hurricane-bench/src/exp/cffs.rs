@@ -56,7 +56,8 @@
 //! `CFFS_WORKLOADS` (cffs, seltzer), `CFFS_SIM_WORKLOADS`, `CFFS_REPEATS`
 //! (each workload's four phases run again on the same pool, medians
 //! reported; default 1), `CFFS_LARGE` (the large file's size),
-//! `CFFS_COLOCATED` and `CFFS_DEFAULT` (the two layouts), and
+//! `CFFS_COLOCATED` and `CFFS_DEFAULT` (the two layouts),
+//! `CFFS_MOUNT_OPTIONS` (Hurricane's mount options, a `-o` list), and
 //! `HURRICANE_BENCH_DIR` (where the pools and images go, default
 //! `/var/tmp`). The JSON records the values used.
 
@@ -405,7 +406,7 @@ impl System for Posix {
                     s.stop()?;
                 }
                 drop_host();
-                *served = Some(Served::start(pool, &self.root, hurricane_fuse::MountOptions::default())?);
+                *served = Some(Served::start(pool, &self.root, mount_options()?)?);
             }
             Kind::Loop(l) => {
                 l.remount()?;
@@ -477,6 +478,13 @@ impl System for Posix {
         }
         Ok(())
     }
+}
+
+/// The options of Hurricane's mount: the defaults, or `CFFS_MOUNT_OPTIONS`
+/// (a `-o` list, as `hurricane mount` takes it).
+fn mount_options() -> Result<hurricane_fuse::MountOptions, String> {
+    let list = std::env::var("CFFS_MOUNT_OPTIONS").unwrap_or_default();
+    hurricane_fuse::MountOptions::parse(&[list]).map_err(|e| format!("CFFS_MOUNT_OPTIONS: {e}"))
 }
 
 /// One phase's measurement.
@@ -846,7 +854,7 @@ fn mount(
     let fo = FormatOptions { default_layout: Some(default.to_string()), ..Default::default() };
     Fs::mkfs_dir(dir, 1, size, &fo).map_err(crate::err)?;
     std::fs::create_dir_all(mnt).map_err(crate::err)?;
-    let served = Served::start(dir, mnt, hurricane_fuse::MountOptions::default())?;
+    let served = Served::start(dir, mnt, mount_options()?)?;
     Ok(Box::new(Posix {
         name: name.into(),
         root: mnt.to_path_buf(),
@@ -1376,6 +1384,7 @@ fn report(r: Report<'_>) -> Result<Outcome, String> {
             "sim": sim.map(|p| p.to_string()), "repeats": repeats,
             "large_bytes": larges.iter().map(|l| json!({"pool": l.pool, "bytes": l.bytes})).collect::<Vec<_>>(),
             "host_caches_dropped": !host_caches_kept, "quick": quick,
+            "mount_options": std::env::var("CFFS_MOUNT_OPTIONS").unwrap_or_default(),
             "mb": "10^6 bytes of file data",
         },
         "small_read_fraction": small_read_fraction,
