@@ -243,12 +243,13 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     // blocked in it, and it waits for them), and it ends.
     ended.store(true, std::sync::atomic::Ordering::Release);
     if let Some(w) = watcher {
-        let thread = std::os::unix::thread::JoinHandleExt::as_pthread_t(&w);
-        match nix::sys::pthread::pthread_kill(thread, Signal::SIGTERM) {
-            Ok(()) => {
-                let _ = w.join();
-            }
-            Err(e) => tracing::warn!("cannot end the signal watcher: {e}"),
+        // A watcher that acted on two signals has ended already.
+        let woken = w.is_finished()
+            || nix::sys::pthread::pthread_kill(std::os::unix::thread::JoinHandleExt::as_pthread_t(&w), Signal::SIGTERM)
+                .map_err(|e| tracing::warn!("cannot end the signal watcher: {e}"))
+                .is_ok();
+        if woken {
+            let _ = w.join();
         }
     }
     tracing::info!("{} unmounted; closing the pool", mnt.display());
