@@ -177,25 +177,13 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    /// Whether this host can mount FUSE file systems (root and /dev/fuse);
-    /// under `CI` it must.
-    fn fuse_here() -> bool {
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        let ok = root && Path::new("/dev/fuse").exists();
-        let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"));
-        assert!(ok || !ci, "FUSE mounts are required under CI (root and /dev/fuse)");
-        ok
-    }
-
     /// `start` returns once the mount serves, not once it is in the mount
     /// table: a stop right after it found a server still in its handshake,
     /// whose mount was then gone ("FUSE device disconnected during
     /// handshake"), now and then in `hurricane bench cffs`.
     #[test]
     fn a_mount_stopped_at_once_after_it_started_ends_cleanly() {
-        if !fuse_here() {
-            eprintln!("SKIPPED: no FUSE here");
+        if !hurricane_fuse::mountinfo::tests_can_mount() {
             return;
         }
         let tmp = tempfile::tempdir().unwrap();

@@ -142,6 +142,32 @@ fn run(cmd: &str, args: &[&OsStr]) -> Result<(), String> {
     }
 }
 
+/// Why this process cannot mount FUSE file systems itself (it serves them
+/// in-process with [`crate::serve`]), if it cannot: it must be root, with
+/// /dev/fuse there.
+pub fn cannot_mount_here() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    None
+}
+
+/// For tests that serve mounts in-process: whether they can run here. They
+/// are skipped where this process cannot mount, saying why, except under
+/// `CI`, where a missing FUSE must not pass silently: there this panics.
+#[doc(hidden)]
+pub fn tests_can_mount() -> bool {
+    let Some(why) = cannot_mount_here() else { return true };
+    let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"));
+    assert!(!ci, "FUSE mounts are required under CI, but {why}");
+    eprintln!("SKIPPED: cannot mount here: {why}");
+    false
+}
+
 /// Unmounts the FUSE mount at `mnt`: `fusermount3 -u`, else `umount`
 /// (`lazy`: detach now, finish when the last user leaves).
 pub fn unmount(mnt: &Path, lazy: bool) -> Result<(), String> {

@@ -8,17 +8,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Whether this host can mount FUSE file systems (root and /dev/fuse);
-/// under `CI` it must.
-fn fuse_here() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ok = root && Path::new("/dev/fuse").exists();
-    let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"));
-    assert!(ok || !ci, "FUSE mounts are required under CI (root and /dev/fuse)");
-    ok
-}
-
 fn count(dir: &str) -> usize {
     std::fs::read_dir(dir).unwrap().count()
 }
@@ -45,8 +34,7 @@ fn serve_once(pool: &Path, mnt: &Path) -> Result<(), String> {
 /// benchmarks restart their mounts before every phase) grew with each.
 #[test]
 fn a_mount_that_ended_leaves_no_thread_or_descriptor_behind() {
-    if !fuse_here() {
-        eprintln!("SKIPPED: no FUSE here");
+    if !hurricane_fuse::mountinfo::tests_can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
