@@ -40,10 +40,15 @@ fn mkdirat(dir: &OwnedFd, name: &[u8]) -> io::Result<()> {
     check(unsafe { libc::mkdirat(dir.as_raw_fd(), n.as_ptr(), 0o755) }).map(|_| ())
 }
 
+/// Descriptors here are close-on-exec: the other tests of this binary start
+/// mount servers meanwhile, and a server that inherited a descriptor into
+/// this test's mount would keep it busy past its unmount.
 fn openat_dir(dir: &OwnedFd, name: &[u8]) -> io::Result<OwnedFd> {
     let n = CString::new(name).expect("no NUL");
     // SAFETY: as above; the new descriptor is owned by the OwnedFd.
-    let fd = check(unsafe { libc::openat(dir.as_raw_fd(), n.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY) })?;
+    let fd = check(unsafe {
+        libc::openat(dir.as_raw_fd(), n.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+    })?;
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -149,8 +154,10 @@ fn paths_deeper_than_path_max() {
     }
     let leaf = CString::new("leaf").unwrap();
     // SAFETY: an open directory descriptor and a C string.
-    let lfd =
-        check(unsafe { libc::openat(fd.as_raw_fd(), leaf.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) }).unwrap();
+    let lfd = check(unsafe {
+        libc::openat(fd.as_raw_fd(), leaf.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644)
+    })
+    .unwrap();
     // SAFETY: lfd was just opened and is owned here.
     let mut lf = unsafe { File::from_raw_fd(lfd) };
     lf.write_all(b"at the bottom").unwrap();
@@ -175,7 +182,7 @@ fn paths_deeper_than_path_max() {
         fd = openat_dir(&fd, format!("level{i:04}").as_bytes()).unwrap();
     }
     // SAFETY: as above.
-    let lfd = check(unsafe { libc::openat(fd.as_raw_fd(), leaf.as_ptr(), libc::O_RDONLY) }).unwrap();
+    let lfd = check(unsafe { libc::openat(fd.as_raw_fd(), leaf.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) }).unwrap();
     // SAFETY: owned here.
     let lf = unsafe { File::from_raw_fd(lfd) };
     let mut buf = [0u8; 64];
