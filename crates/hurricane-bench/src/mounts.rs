@@ -50,10 +50,10 @@ impl Served {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // In the mount table is not yet serving: the server may still be
-        // in its handshake with the kernel, and an unmount then (a stop
-        // right after this returns) ends it before it served anything. A
-        // request waits for the handshake, so once one is answered the
+        // A mount in the mount table may not serve yet: its server may
+        // still be in its handshake with the kernel, and an unmount then (a
+        // stop right after this returns) ends it before it served anything.
+        // A request waits for the handshake, so once one is answered the
         // mount serves.
         let served = Served { mnt: mnt.to_path_buf(), rx: Some(rx) };
         if let Err(e) = std::fs::metadata(mnt) {

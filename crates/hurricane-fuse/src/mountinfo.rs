@@ -162,7 +162,8 @@ pub fn cannot_mount_here() -> Option<String> {
 #[doc(hidden)]
 pub fn tests_can_mount() -> bool {
     let Some(why) = cannot_mount_here() else { return true };
-    let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"));
+    let ci =
+        std::env::var("CI").is_ok_and(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "" | "0" | "false" | "no"));
     assert!(!ci, "FUSE mounts are required under CI, but {why}");
     eprintln!("SKIPPED: cannot mount here: {why}");
     false
