@@ -29,10 +29,12 @@ pub struct Served {
 }
 
 impl Served {
-    /// Mounts `pool` at `mnt` and waits until the mount serves.
+    /// Mounts `pool` at `mnt` and waits until the mount serves
+    /// (`mountinfo::serves_since`: not only in the mount table).
     pub fn start(pool: &Path, mnt: &Path, opts: hurricane_fuse::MountOptions) -> Result<Served, String> {
         let (tx, rx) = std::sync::mpsc::channel();
         let (p2, m2) = (pool.to_path_buf(), mnt.to_path_buf());
+        let before = hurricane_fuse::mountinfo::mount_ids(mnt);
         std::thread::Builder::new()
             .name("bench-mount".into())
             .spawn(move || {
@@ -40,7 +42,7 @@ impl Served {
             })
             .map_err(crate::err)?;
         let t0 = Instant::now();
-        while hurricane_fuse::mountinfo::fuse_mounts_at(mnt).is_empty() {
+        while !hurricane_fuse::mountinfo::serves_since(mnt, &before) {
             if let Ok(r) = rx.try_recv() {
                 return Err(format!("mount failed: {}", r.err().unwrap_or_else(|| "it ended at once".into())));
             }
@@ -50,19 +52,7 @@ impl Served {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        // A mount in the mount table may not serve yet: its server may
-        // still be in its handshake with the kernel, and an unmount then (a
-        // stop right after this returns) ends it before it served anything.
-        // A request waits for the handshake, so once one is answered the
-        // mount serves.
-        let served = Served { mnt: mnt.to_path_buf(), rx: Some(rx) };
-        if let Err(e) = std::fs::metadata(mnt) {
-            return Err(match served.stop() {
-                Err(why) => format!("mount failed: {why}"),
-                Ok(_) => format!("mount failed: {}: {e}", mnt.display()),
-            });
-        }
-        Ok(served)
+        Ok(Served { mnt: mnt.to_path_buf(), rx: Some(rx) })
     }
 
     /// Unmounts and waits for the server to end: the seconds that took

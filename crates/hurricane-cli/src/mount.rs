@@ -5,7 +5,7 @@
 //! new session, with its output in a log file, and returns once the new
 //! mount shows in /proc/self/mountinfo and answers a stat.
 
-use hurricane_fuse::mountinfo::{absolute, fuse_mounts_at, read_stats, unmount_and_wait};
+use hurricane_fuse::mountinfo::{absolute, mount_ids, read_stats, serves_since, unmount_and_wait};
 use hurricane_fuse::MountOptions;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -109,7 +109,7 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
             Ok(())
         });
     }
-    let before: Vec<u64> = fuse_mounts_at(&mnt).iter().map(|m| m.id).collect();
+    let before = mount_ids(&mnt);
     let mut child = cmd.spawn().map_err(|e| format!("cannot start the mount server: {e}"))?;
     let deadline = Instant::now() + MOUNT_TIMEOUT;
     loop {
@@ -122,7 +122,7 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
                 if tail.is_empty() { String::new() } else { format!(":\n{tail}") }
             ));
         }
-        if fuse_mounts_at(&mnt).iter().any(|m| !before.contains(&m.id)) && std::fs::metadata(&mnt).is_ok() {
+        if serves_since(&mnt, &before) {
             return Ok(());
         }
         if Instant::now() > deadline {

@@ -75,6 +75,20 @@ pub fn fuse_mounts_at(mnt: &Path) -> Vec<MountEntry> {
     mounts().into_iter().filter(|m| m.is_fuse() && m.mount_point == mnt).collect()
 }
 
+/// The ids of the FUSE mounts at `mnt` now, for [`serves_since`].
+pub fn mount_ids(mnt: &Path) -> Vec<u64> {
+    fuse_mounts_at(mnt).iter().map(|m| m.id).collect()
+}
+
+/// Whether a FUSE mount at `mnt` that was not there when `before` was taken
+/// ([`mount_ids`]) serves. In the mount table is not enough: its server may
+/// still be in its handshake with the kernel, and an unmount then ends it
+/// before it served anything. A request waits for the handshake, so once
+/// one is answered the mount serves.
+pub fn serves_since(mnt: &Path, before: &[u64]) -> bool {
+    fuse_mounts_at(mnt).iter().any(|m| !before.contains(&m.id)) && std::fs::metadata(mnt).is_ok()
+}
+
 /// An absolute form of `p` that does not touch the file itself: a dead
 /// FUSE mount point cannot be stat'ed, so canonicalize only its parent.
 pub fn absolute(p: &Path) -> PathBuf {

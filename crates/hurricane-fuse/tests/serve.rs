@@ -15,10 +15,10 @@ fn count(dir: &str) -> usize {
 /// Serves `pool` at `mnt` on a thread until unmounted; returns serve's result.
 fn serve_once(pool: &Path, mnt: &Path) -> Result<(), String> {
     let (p, m) = (pool.to_path_buf(), mnt.to_path_buf());
+    let before = hurricane_fuse::mountinfo::mount_ids(mnt);
     let server = std::thread::spawn(move || hurricane_fuse::serve(&p, &m, &hurricane_fuse::MountOptions::default()));
     let t0 = Instant::now();
-    // Serving once a request is answered (it waits for the handshake).
-    while hurricane_fuse::mountinfo::fuse_mounts_at(mnt).is_empty() || std::fs::metadata(mnt).is_err() {
+    while !hurricane_fuse::mountinfo::serves_since(mnt, &before) {
         assert!(!server.is_finished(), "the server ended before it served: {:?}", server.join().unwrap());
         assert!(t0.elapsed() < Duration::from_secs(20), "no mount after 20 s");
         std::thread::sleep(Duration::from_millis(10));
