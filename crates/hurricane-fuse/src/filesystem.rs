@@ -145,7 +145,7 @@ impl HurricaneFuse {
         o: &crate::MountOptions,
         want_uring: bool,
     ) -> Self {
-        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4;
+        let n = hurricane::affinity::cpus().clamp(4, 64) * 4;
         // Two reads in flight per device keep every device busy while the
         // one before is being copied out. A device in a Ceph cluster spreads
         // its reads over many objects and OSDs, each read waiting for a

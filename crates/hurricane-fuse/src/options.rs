@@ -322,7 +322,7 @@ impl MountOptions {
     }
 
     pub fn thread_count(&self) -> usize {
-        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 32))
+        self.threads.unwrap_or_else(|| hurricane::affinity::cpus().clamp(4, 32))
     }
 
     /// The fuser session configuration for a pool at `pool_name`.

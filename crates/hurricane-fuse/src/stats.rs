@@ -71,7 +71,7 @@ impl Default for Stats {
 
 impl Stats {
     pub fn new() -> Self {
-        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 2;
+        let n = hurricane::affinity::cpus().clamp(4, 64) * 2;
         Stats { shards: (0..n).map(|_| CachePadded::new(std::array::from_fn(|_| Counter::default()))).collect() }
     }
 

@@ -54,7 +54,7 @@ pub(crate) fn possible_cpus() -> usize {
             s.trim().split(',').map(|r| r.split('-').next_back().and_then(|x| x.parse::<usize>().ok())).max().flatten()
         })
         .map(|last| last + 1)
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+        .unwrap_or_else(hurricane::affinity::cpus)
 }
 
 #[cfg(test)]

@@ -12,7 +12,10 @@
 //! pinned; helpers are started with [`spawn`] (scoped) or call [`widen`]
 //! first thing, which puts them back on the remembered CPUs. Until
 //! something is remembered (the library, the offline commands) both cost
-//! nothing. This module depends on nothing else in the crate but `base`.
+//! nothing. [`cpus`] is how many CPUs the process may use, found once: a
+//! pinned thread that asked the system would get its own one CPU (and
+//! each asking reads the cgroup's quota files, some twenty system calls).
+//! This module depends on nothing else in the crate but `base`.
 
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use std::sync::OnceLock;
@@ -21,10 +24,21 @@ use std::thread::{Scope, ScopedJoinHandle};
 /// The CPUs of the process before any of its threads was pinned.
 static WIDE: OnceLock<CpuSet> = OnceLock::new();
 
+/// How many CPUs the process may use (its affinity and cgroup quota).
+static CPUS: OnceLock<usize> = OnceLock::new();
+
+/// How many CPUs the process may use: what sizes per-CPU shards and how
+/// many helpers a request splits its work over. Found at the first call
+/// (or at [`remember`], before any thread is pinned) and kept.
+pub fn cpus() -> usize {
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Remembers the calling thread's CPUs as the set helpers run on. Call it
 /// on an unpinned thread before pinning others; later calls keep the first
 /// set.
 pub fn remember() {
+    cpus();
     if WIDE.get().is_none() {
         if let Ok(set) = sched_getaffinity(None) {
             let _ = WIDE.set(set);

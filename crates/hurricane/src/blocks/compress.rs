@@ -365,8 +365,7 @@ const PARALLEL_MIN_CHUNKS: usize = 2;
 /// Runs `f` on every item, the items split over up to as many threads as
 /// the process has CPUs (the calling thread takes the first share).
 fn par_each<T: Send>(items: &mut [T], f: &(dyn Fn(&mut T) + Sync)) {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let parts = cpus.min(items.len());
+    let parts = crate::affinity::cpus().min(items.len());
     if parts < 2 || items.len() < PARALLEL_MIN_CHUNKS {
         items.iter_mut().for_each(f);
         return;

@@ -210,7 +210,7 @@ impl BlockCache {
     /// A cache of at most `bytes` bytes of block buffers.
     pub fn new(bytes: u64) -> Self {
         let blocks = (bytes / BLOCK_SIZE as u64) as usize;
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4);
+        let cores = crate::affinity::cpus();
         // Enough shards to spread the cores, each big enough for CLOCK to work.
         let mut n = (cores * 4).clamp(8, 64).next_power_of_two();
         while n > 1 && blocks / n < 16 {

@@ -257,7 +257,7 @@ pub(crate) fn now() -> i64 {
 }
 
 fn shards() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4).clamp(4, 64) * 4
+    crate::affinity::cpus().clamp(4, 64) * 4
 }
 
 /// A sink for requests that record nothing (reads, meta-file writes).

@@ -333,3 +333,35 @@ fn bad_parameters_are_refused() {
     let l = build(&with(vec![("algo", Value::Word("lz4".into())), ("level", Value::Num(9))]));
     assert_eq!(l.spec().to_string(), "compress(algo=lz4,level=9)[extent@0]");
 }
+
+/// A request served on a thread pinned to one CPU (a mount's queue thread)
+/// still compresses its chunks on every CPU the process has: the thread's
+/// own affinity is not the process's.
+#[test]
+fn chunks_are_spread_over_the_process_cpus_from_a_pinned_thread() {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    let wide = sched_getaffinity(None).unwrap();
+    let first = (0..CpuSet::MAX_CPU).find(|&c| wide.is_set(c)).unwrap();
+    crate::affinity::remember();
+    if crate::affinity::cpus() < 2 {
+        eprintln!("one CPU: nothing to spread over");
+        return;
+    }
+    let threads = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut one = CpuSet::new();
+            one.set(first);
+            sched_setaffinity(None, &one).unwrap();
+            assert_eq!(std::thread::available_parallelism().unwrap().get(), 1);
+            let mut items: Vec<Option<std::thread::ThreadId>> = vec![None; 8];
+            par_each(&mut items, &|t| *t = Some(std::thread::current().id()));
+            let mut ids: Vec<_> = items.into_iter().map(Option::unwrap).collect();
+            ids.sort_unstable_by_key(|id| format!("{id:?}"));
+            ids.dedup();
+            ids.len()
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(threads >= 2, "8 chunks went to {threads} thread(s)");
+}
