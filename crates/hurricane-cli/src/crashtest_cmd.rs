@@ -43,23 +43,25 @@ pub fn run(a: &CrashtestArgs) -> CliResult {
     let r = crashtest::run(&opts);
     let parts: Vec<&CrashReport> = if r.parts.is_empty() { vec![&r] } else { r.parts.iter().collect() };
     println!(
-        "{:<16} {:>7} {:>7} {:>9} {:>8} {:>10} {:>9}",
-        "workload", "ops", "syncs", "points", "states", "violations", "seconds"
+        "{:<16} {:>7} {:>7} {:>9} {:>8} {:>8} {:>10} {:>9}",
+        "workload", "ops", "syncs", "points", "states", "same", "violations", "seconds"
     );
-    let (mut points, mut states, mut violations) = (0, 0, 0);
+    let (mut points, mut states, mut same, mut violations) = (0, 0, 0, 0);
     for p in &parts {
         println!(
-            "{:<16} {:>7} {:>7} {:>9} {:>8} {:>10} {:>9.1}",
+            "{:<16} {:>7} {:>7} {:>9} {:>8} {:>8} {:>10} {:>9.1}",
             p.workload,
             p.ops,
             p.syncs,
             p.points,
             p.states,
+            p.same_states,
             p.violations,
             p.elapsed.as_secs_f64()
         );
         points += p.points;
         states += p.states;
+        same += p.same_states;
         violations += p.violations;
         if let Some(e) = &p.error {
             println!("  error: {e}");
@@ -68,7 +70,10 @@ pub fn run(a: &CrashtestArgs) -> CliResult {
             println!("  violation: {v}");
         }
     }
-    println!("crash points checked: {points} ({states} crash states); violations: {violations}");
+    println!(
+        "crash points checked: {points} ({states} crash states, {same} more skipped as the same as one checked); \
+         violations: {violations}"
+    );
     if r.passed() {
         Ok(())
     } else {

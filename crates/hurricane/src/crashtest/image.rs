@@ -24,6 +24,9 @@ pub(crate) struct Durable {
     pos: usize,
     /// Event indices of writes after each device's last flush.
     pending: Vec<Vec<usize>>,
+    /// Writes each device's durable image holds: with the base images,
+    /// this names the images.
+    applied: Vec<usize>,
 }
 
 /// Part of one pending write that falls in one device block: the unit a
@@ -48,7 +51,7 @@ fn apply(img: &mut [u8], off: u64, data: &[u8]) {
 impl Durable {
     pub fn new(images: Vec<Arc<Vec<u8>>>) -> Self {
         let n = images.len();
-        Durable { images, pos: 0, pending: vec![Vec::new(); n] }
+        Durable { images, pos: 0, pending: vec![Vec::new(); n], applied: vec![0; n] }
     }
 
     /// Moves to position `p` (the first `p` events have happened).
@@ -60,6 +63,7 @@ impl Durable {
                 Event::Flush { dev } => {
                     let d = *dev as usize;
                     let img = Arc::make_mut(&mut self.images[d]);
+                    self.applied[d] += self.pending[d].len();
                     for j in self.pending[d].drain(..) {
                         if let Event::Write { off, data, .. } = &events[j] {
                             apply(img, *off, data);
@@ -89,8 +93,9 @@ impl Durable {
         out
     }
 
-    /// Devices holding the durable images plus the chosen pieces.
-    pub fn devices(&self, events: &[Event], pieces: &[Piece], keep: &[bool]) -> Vec<Arc<dyn Device>> {
+    /// Devices holding the durable images plus the chosen pieces, and the
+    /// key that names their contents.
+    pub fn devices(&self, events: &[Event], pieces: &[Piece], keep: &[bool]) -> (Vec<Arc<dyn Device>>, StateKey) {
         let devs: Vec<CrashDevice> = self
             .images
             .iter()
@@ -106,8 +111,41 @@ impl Durable {
                 let _ = devs[p.dev as usize].write_at(&data[p.start..p.start + p.len], p.off);
             }
         }
-        devs.into_iter().map(|d| Arc::new(d) as Arc<dyn Device>).collect()
+        let mut blocks = Vec::new();
+        for (i, d) in devs.iter().enumerate() {
+            for (blk, b) in d.over.lock().iter() {
+                if !d.same_as_base(*blk, b) {
+                    blocks.push((i as u32, *blk, fingerprint(b)));
+                }
+            }
+        }
+        blocks.sort_unstable();
+        let key = StateKey { applied: self.applied.clone(), blocks };
+        (devs.into_iter().map(|d| Arc::new(d) as Arc<dyn Device>).collect(), key)
     }
+}
+
+/// What a crash state holds, named without its bytes: how many of its
+/// writes each device's durable image holds (over the same base images,
+/// that fixes the image) and a 128-bit fingerprint of every block the
+/// kept pieces changed. Two states with equal keys hold the same bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct StateKey {
+    applied: Vec<usize>,
+    blocks: Vec<(u32, u64, u128)>,
+}
+
+/// Two SipHash passes, salted apart: 128 bits, so two different blocks
+/// share a fingerprint with a chance far below any other failure's.
+fn fingerprint(b: &[u8]) -> u128 {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u64| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut h);
+        b.hash(&mut h);
+        h.finish()
+    };
+    (u128::from(half(0x5EED_0001)) << 64) | u128::from(half(0x5EED_0002))
 }
 
 /// Which pending pieces a simulated power cut keeps.
@@ -167,6 +205,13 @@ pub(crate) struct CrashDevice {
 }
 
 impl CrashDevice {
+    /// Block `blk` as changed is what the durable image holds there.
+    fn same_as_base(&self, blk: u64, b: &[u8]) -> bool {
+        let s = (blk * BS) as usize;
+        let e = (s + BLOCK_SIZE).min(self.base.len());
+        b[..e - s] == self.base[s..e] && b[e - s..].iter().all(|x| *x == 0)
+    }
+
     fn span(&self, len: usize, offset: u64) -> Result<()> {
         match offset.checked_add(len as u64) {
             Some(e) if e <= self.base.len() as u64 => Ok(()),

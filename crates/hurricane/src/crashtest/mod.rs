@@ -12,7 +12,8 @@
 //!    in any order, as a disk's volatile cache allows: none, all, an in-order
 //!    prefix, only the newest, random subsets, one device's cache only.
 //! 3. **Check.** Each crash state is opened with [`Fs::open`] (no manual
-//!    repair) and must: open; have no block claimed twice; be fsck-clean;
+//!    repair; a state with the same bytes as one already planned, at a cut
+//!    judged by the same rules, is not opened again: `check::plan`) and must: open; have no block claimed twice; be fsck-clean;
 //!    show a namespace (names, types, modes, link counts, sizes, symlink
 //!    targets, xattrs, layouts) equal to a state the workload passed through that is
 //!    no older than the last sync completed before the cut and no newer than
@@ -128,6 +129,10 @@ pub struct CrashReport {
     pub states: usize,
     /// States that showed a sync still in flight at the cut (legal).
     pub newer_states: usize,
+    /// States not opened again: the same bytes as a state already checked,
+    /// at a cut judged by the same rules (no operation, sync or
+    /// transaction began or ended between the two cuts). Not in `states`.
+    pub same_states: usize,
     /// States of a second crash during the recovery of a first (included
     /// in `states`): every 16th state (4th in long mode) is crashed again
     /// after each request of its recovery.
@@ -157,7 +162,7 @@ impl fmt::Display for CrashReport {
         }
         write!(
             f,
-            "crashtest {} (seed {}): {} ops, {} syncs, {} checkpoints; {} writes and {} flushes recorded\n  {} crash points, {} crash states checked ({} of them crashes during recovery; {} showed an in-flight sync), {} violations [{:.1} s]",
+            "crashtest {} (seed {}): {} ops, {} syncs, {} checkpoints; {} writes and {} flushes recorded\n  {} crash points, {} crash states checked ({} of them crashes during recovery; {} showed an in-flight sync; {} more the same as one checked), {} violations [{:.1} s]",
             self.workload,
             self.seed,
             self.ops,
@@ -169,6 +174,7 @@ impl fmt::Display for CrashReport {
             self.states,
             self.recovery_states,
             self.newer_states,
+            self.same_states,
             self.violations,
             self.elapsed.as_secs_f64()
         )?;
@@ -215,6 +221,7 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
             r.points += p.points;
             r.states += p.states;
             r.newer_states += p.newer_states;
+            r.same_states += p.same_states;
             r.recovery_states += p.recovery_states;
             r.violations += p.violations;
         }
@@ -239,17 +246,18 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
     report.writes = rec.events.len() - report.flushes;
     let cuts = check::choose_cuts(&rec.events, opts.points, opts.seed);
     report.points = cuts.len();
+    let (states, same) = check::plan(&rec, &cuts, opts.long, opts.seed);
+    report.same_states = same;
     let jobs = match opts.jobs {
-        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        0 => crate::affinity::cpus(),
         j => j,
     }
-    .clamp(1, cuts.len().max(1));
+    .clamp(1, states.len().max(1));
     let results: Vec<check::CutResult> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..jobs)
             .map(|w| {
-                let mine: Vec<usize> = cuts.iter().skip(w).step_by(jobs).copied().collect();
-                let rec = &rec;
-                s.spawn(move || check::check_cuts(rec, &mine, opts.long, opts.seed))
+                let (rec, states) = (&rec, &states);
+                s.spawn(move || check::check_states(rec, states, w, jobs, opts.long))
             })
             .collect();
         hs.into_iter()
@@ -274,6 +282,7 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
         report.states += r.states + r.recovery_states;
         report.recovery_states += r.recovery_states;
         report.newer_states += r.newer;
+        report.same_states += r.same;
         all.extend(r.violations);
     }
     all.sort_by_key(|v| v.cut);

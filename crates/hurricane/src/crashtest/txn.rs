@@ -58,6 +58,14 @@ pub(crate) struct TxnHist {
     pub deadlocks: usize,
 }
 
+impl TxnHist {
+    /// The log positions where committed transactions began and returned:
+    /// the only marks [`check`] compares a cut with.
+    pub fn marks(&self) -> impl Iterator<Item = usize> + '_ {
+        self.committed.iter().flat_map(|t| [t.start.pos, t.end.pos])
+    }
+}
+
 /// Creates the protected files with their first contents (before the
 /// recording starts) and returns those contents.
 pub(crate) fn setup(fs: &Fs, seed: u64) -> Result<Vec<Vec<u8>>> {
