@@ -18,7 +18,7 @@ mod stats;
 
 pub use fault::{FaultDevice, FaultPlan, FaultSpec};
 pub use file::FileDevice;
-pub use mem::{CrashMode, MemDevice, MemDeviceState};
+pub use mem::{CrashMode, MemDevice};
 #[cfg(feature = "rados")]
 pub use rados::{RadosCluster, RadosDevice, RadosLease, RadosOptions};
 pub use rados_spec::{is_rados, PoolLease, RadosConnections, RadosSpec, DEFAULT_LEASE_DURATION, MIN_LEASE_DURATION};
