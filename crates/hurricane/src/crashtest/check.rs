@@ -175,7 +175,8 @@ pub(crate) fn check_states(rec: &Recorded, states: &[Planned], first: usize, ste
         let (devs, _) = durable.devices(&rec.events, &pieces, keep);
         out.states += 1;
         // Some states also crash again while they recover.
-        let again = ((i + 1) % if long { 4 } else { 16 } == 0).then(|| materialize(&devs));
+        let again =
+            ((i + 1) % if long { 4 } else { 16 } == 0).then(|| durable.whole_images(&rec.events, &pieces, keep));
         let mut r = check_state(rec, p, devs);
         if let (Ok(_), Some(images)) = (&r, again) {
             match recovery_crashes(rec, p, images, long) {
@@ -205,18 +206,6 @@ pub(crate) fn check_states(rec: &Recorded, states: &[Planned], first: usize, ste
     out
 }
 
-/// The whole contents of crash devices.
-fn materialize(devs: &[Arc<dyn Device>]) -> Vec<Arc<Vec<u8>>> {
-    devs.iter()
-        .map(|d| {
-            let mut img = vec![0u8; d.size() as usize];
-            // A CrashDevice reads from memory: this cannot fail.
-            let _ = d.read_at(&mut img, 0);
-            Arc::new(img)
-        })
-        .collect()
-}
-
 /// A second power cut while a crash state recovers: the recovery (open,
 /// orphan frees, superblocks, fsck's commit) is recorded and cut after
 /// every request, its unflushed writes dropped or kept. Each result must
@@ -230,7 +219,7 @@ fn recovery_crashes(rec: &Recorded, p: usize, images: Vec<Arc<Vec<u8>>>, long: b
         .iter()
         .enumerate()
         .map(|(i, img)| {
-            Arc::new(RecordingDevice::new(i as u32, img.to_vec(), recorder.clone(), false)) as Arc<dyn Device>
+            Arc::new(RecordingDevice::new(i as u32, img.clone(), recorder.clone(), false)) as Arc<dyn Device>
         })
         .collect();
     {
@@ -371,9 +360,22 @@ mod tests {
     use crate::crashtest::{record_workload, CrashOptions};
     use std::collections::HashMap;
 
+    /// The whole contents of crash devices.
+    fn materialize(devs: &[Arc<dyn Device>]) -> Vec<Arc<Vec<u8>>> {
+        devs.iter()
+            .map(|d| {
+                let mut img = vec![0u8; d.size() as usize];
+                // A CrashDevice reads from memory: this cannot fail.
+                let _ = d.read_at(&mut img, 0);
+                Arc::new(img)
+            })
+            .collect()
+    }
+
     /// States planned as the same (one key, at cuts judged alike) hold the
     /// same bytes on every device, by a hash of the whole images that has
-    /// nothing to do with the key; and the plan does skip some.
+    /// nothing to do with the key; and the plan does skip some. The whole
+    /// images made for a crash during recovery are the state's bytes.
     #[test]
     fn states_with_one_key_hold_the_same_bytes() {
         let opts = CrashOptions::new("extent", 120, 5);
@@ -395,8 +397,12 @@ mod tests {
             let class = (marks.partition_point(|m| *m < p), marks.partition_point(|m| *m <= p));
             let mut rng = StdRng::seed_from_u64(opts.seed ^ (p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             for mode in modes(&mut rng, &pieces, false) {
-                let (devs, key) = durable.devices(&rec.events, &pieces, &mode.keep(&pieces));
-                let crc = materialize(&devs).iter().fold(0u32, |c, img| crc32c::crc32c_append(c, img));
+                let keep = mode.keep(&pieces);
+                let (devs, key) = durable.devices(&rec.events, &pieces, &keep);
+                let crc_of = |imgs: &[Arc<Vec<u8>>]| imgs.iter().fold(0u32, |c, img| crc32c::crc32c_append(c, img));
+                let crc = crc_of(&materialize(&devs));
+                // The images a crash during recovery starts from are these.
+                assert_eq!(crc_of(&durable.whole_images(&rec.events, &pieces, &keep)), crc, "cut {p} {mode}");
                 groups.entry((class.0, class.1, key)).or_default().push(crc);
                 walked += 1;
             }

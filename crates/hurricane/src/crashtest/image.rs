@@ -96,16 +96,8 @@ impl Durable {
     /// Devices holding the durable images plus the chosen pieces, and the
     /// key that names their contents.
     pub fn devices(&self, events: &[Event], pieces: &[Piece], keep: &[bool]) -> (Vec<Arc<dyn Device>>, StateKey) {
-        let devs: Vec<CrashDevice> = self
-            .images
-            .iter()
-            .enumerate()
-            .map(|(i, img)| CrashDevice {
-                name: format!("crash{i}"),
-                base: img.clone(),
-                over: Mutex::new(HashMap::new()),
-            })
-            .collect();
+        let devs: Vec<CrashDevice> =
+            self.images.iter().enumerate().map(|(i, img)| CrashDevice::new(format!("crash{i}"), img.clone())).collect();
         for (p, _) in pieces.iter().zip(keep).filter(|(_, k)| **k) {
             if let Event::Write { data, .. } = &events[p.ev] {
                 let _ = devs[p.dev as usize].write_at(&data[p.start..p.start + p.len], p.off);
@@ -123,11 +115,23 @@ impl Durable {
         let key = StateKey { applied: self.applied.clone(), blocks };
         (devs.into_iter().map(|d| Arc::new(d) as Arc<dyn Device>).collect(), key)
     }
+
+    /// The whole images of the state [`Durable::devices`] gives for the
+    /// same pieces kept.
+    pub fn whole_images(&self, events: &[Event], pieces: &[Piece], keep: &[bool]) -> Vec<Arc<Vec<u8>>> {
+        let mut imgs: Vec<Vec<u8>> = self.images.iter().map(|i| i.to_vec()).collect();
+        for (p, _) in pieces.iter().zip(keep).filter(|(_, k)| **k) {
+            if let Event::Write { data, .. } = &events[p.ev] {
+                apply(&mut imgs[p.dev as usize], p.off, &data[p.start..p.start + p.len]);
+            }
+        }
+        imgs.into_iter().map(Arc::new).collect()
+    }
 }
 
 /// What a crash state holds, named without its bytes: how many of its
 /// writes each device's durable image holds (over the same base images,
-/// that fixes the image) and a 128-bit fingerprint of every block the
+/// that fixes the image) and a 96-bit fingerprint of every block the
 /// kept pieces changed. Two states with equal keys hold the same bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct StateKey {
@@ -135,17 +139,13 @@ pub(crate) struct StateKey {
     blocks: Vec<(u32, u64, u128)>,
 }
 
-/// Two SipHash passes, salted apart: 128 bits, so two different blocks
-/// share a fingerprint with a chance far below any other failure's.
+/// A 64-bit hash and a CRC-32C of the block, two functions built
+/// differently: 96 bits, so two different blocks share a fingerprint with a
+/// chance far below any other failure's.
 fn fingerprint(b: &[u8]) -> u128 {
-    use std::hash::{Hash, Hasher};
-    let half = |salt: u64| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        salt.hash(&mut h);
-        b.hash(&mut h);
-        h.finish()
-    };
-    (u128::from(half(0x5EED_0001)) << 64) | u128::from(half(0x5EED_0002))
+    use std::hash::BuildHasher;
+    let h = foldhash::fast::FixedState::with_seed(0x5EED_0001).hash_one(b);
+    (u128::from(h) << 32) | u128::from(crc32c::crc32c(b))
 }
 
 /// Which pending pieces a simulated power cut keeps.
@@ -205,6 +205,10 @@ pub(crate) struct CrashDevice {
 }
 
 impl CrashDevice {
+    pub fn new(name: String, base: Arc<Vec<u8>>) -> Self {
+        CrashDevice { name, base, over: Mutex::new(HashMap::new()) }
+    }
+
     /// Block `blk` as changed is what the durable image holds there.
     fn same_as_base(&self, blk: u64, b: &[u8]) -> bool {
         let s = (blk * BS) as usize;

@@ -337,12 +337,8 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
         .iter()
         .enumerate()
         .map(|(i, img)| {
-            Arc::new(RecordingDevice::new(
-                i as u32,
-                img.to_vec(),
-                rec.clone(),
-                opts.lying_devices.contains(&(i as u32)),
-            )) as Arc<dyn Device>
+            Arc::new(RecordingDevice::new(i as u32, img.clone(), rec.clone(), opts.lying_devices.contains(&(i as u32))))
+                as Arc<dyn Device>
         })
         .collect();
     // Threads run with the background committer too: commits at moments

@@ -4,7 +4,8 @@
 //! (operation and sync boundaries) so the checker knows what had completed
 //! at each position of the log.
 
-use crate::device::{Device, MemDevice};
+use super::image::CrashDevice;
+use crate::device::Device;
 use crate::error::Result;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -58,10 +59,11 @@ impl Recorder {
     }
 }
 
-/// A memory device whose requests go through the recorder.
+/// A memory device whose requests go through the recorder: the blocks it
+/// writes are kept aside from the image it starts from, which it shares.
 pub(crate) struct RecordingDevice {
     index: u32,
-    inner: MemDevice,
+    inner: CrashDevice,
     rec: Arc<Recorder>,
     /// A disk that acknowledges flushes without doing them (to show that
     /// the checker catches lost writes).
@@ -69,8 +71,8 @@ pub(crate) struct RecordingDevice {
 }
 
 impl RecordingDevice {
-    pub fn new(index: u32, image: Vec<u8>, rec: Arc<Recorder>, lies: bool) -> Self {
-        RecordingDevice { index, inner: MemDevice::from_image(format!("rec{index}"), image), rec, lies }
+    pub fn new(index: u32, image: Arc<Vec<u8>>, rec: Arc<Recorder>, lies: bool) -> Self {
+        RecordingDevice { index, inner: CrashDevice::new(format!("rec{index}"), image), rec, lies }
     }
 }
 

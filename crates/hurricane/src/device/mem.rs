@@ -188,7 +188,7 @@ mod tests {
         let size = 4 * bs + 100;
         let d = MemDevice::new("m", size as u64);
         let mut flushed = vec![0u8; size];
-        let mut put = |img: &mut Vec<u8>, off: usize, data: &[u8]| img[off..off + data.len()].copy_from_slice(data);
+        let put = |img: &mut Vec<u8>, off: usize, data: &[u8]| img[off..off + data.len()].copy_from_slice(data);
         d.write_at(&[1; 3000], 1000).unwrap();
         put(&mut flushed, 1000, &[1; 3000]);
         d.flush().unwrap();
