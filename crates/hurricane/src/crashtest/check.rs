@@ -133,22 +133,14 @@ pub(crate) struct Planned {
 /// the first. Planning runs in one thread, so the states chosen do not
 /// depend on how the checking is spread over threads.
 pub(crate) fn plan(rec: &Recorded, cuts: &[usize], long: bool, seed: u64) -> (Vec<Planned>, usize) {
-    let mut marks: Vec<usize> = rec.syncs.iter().flat_map(|s| [s.start.pos, s.end.pos]).collect();
-    for t in &rec.threads {
-        marks.extend(t.ops.iter().flat_map(|o| [o.start.pos, o.end.pos]));
-    }
-    if let Some(h) = &rec.txn {
-        marks.extend(h.marks());
-    }
-    marks.sort_unstable();
+    let marks = marks(rec);
     let mut seen: HashSet<(usize, usize, StateKey)> = HashSet::new();
     let (mut out, mut same) = (Vec::new(), 0);
     let mut durable = Durable::new(rec.base.clone());
     for &p in cuts {
         durable.advance(&rec.events, p);
         let pieces = durable.pieces(&rec.events);
-        let before = marks.partition_point(|m| *m < p);
-        let upto = marks.partition_point(|m| *m <= p);
+        let (before, upto) = judged_as(&marks, p);
         let mut rng = StdRng::seed_from_u64(seed ^ (p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         for mode in modes(&mut rng, &pieces, long) {
             let keep = mode.keep(&pieces);
@@ -161,6 +153,26 @@ pub(crate) fn plan(rec: &Recorded, cuts: &[usize], long: bool, seed: u64) -> (Ve
         }
     }
     (out, same)
+}
+
+/// Every recorded mark's log position, sorted: where operations, syncs and
+/// transactions began and ended.
+fn marks(rec: &Recorded) -> Vec<usize> {
+    let mut marks: Vec<usize> = rec.syncs.iter().flat_map(|s| [s.start.pos, s.end.pos]).collect();
+    for t in &rec.threads {
+        marks.extend(t.ops.iter().flat_map(|o| [o.start.pos, o.end.pos]));
+    }
+    if let Some(h) = &rec.txn {
+        marks.extend(h.marks());
+    }
+    marks.sort_unstable();
+    marks
+}
+
+/// The marks before cut `p` and those at or before it: two cuts with the
+/// same pair are judged by the same rules.
+fn judged_as(marks: &[usize], p: usize) -> (usize, usize) {
+    (marks.partition_point(|m| *m < p), marks.partition_point(|m| *m <= p))
 }
 
 /// Checks the planned states `first`, `first + step`, ... (ascending cuts).
@@ -385,16 +397,14 @@ mod tests {
         assert!(same > 0 && !planned.is_empty(), "{} planned, {same} skipped", planned.len());
 
         // The plan's own walk again, every state materialized and hashed.
-        let mut marks: Vec<usize> = rec.syncs.iter().flat_map(|s| [s.start.pos, s.end.pos]).collect();
-        marks.extend(rec.threads.iter().flat_map(|t| t.ops.iter().flat_map(|o| [o.start.pos, o.end.pos])));
-        marks.sort_unstable();
+        let marks = marks(&rec);
         let mut groups: HashMap<(usize, usize, StateKey), Vec<u32>> = HashMap::new();
         let mut durable = Durable::new(rec.base.clone());
         let mut walked = 0;
         for &p in &cuts {
             durable.advance(&rec.events, p);
             let pieces = durable.pieces(&rec.events);
-            let class = (marks.partition_point(|m| *m < p), marks.partition_point(|m| *m <= p));
+            let class = judged_as(&marks, p);
             let mut rng = StdRng::seed_from_u64(opts.seed ^ (p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             for mode in modes(&mut rng, &pieces, false) {
                 let keep = mode.keep(&pieces);
