@@ -35,8 +35,8 @@ pub(crate) struct CutResult {
     pub recovery_states: usize,
     /// States that showed a sync that had not returned at the cut.
     pub newer: usize,
-    /// States not opened because one with the same bytes, judged by the
-    /// same rules, had been (see [`Seen`]).
+    /// States of crashes during recovery not opened because one with the
+    /// same bytes had been (the plan's own are counted by [`plan`]).
     pub same: usize,
     pub violations: Vec<Violation>,
 }
