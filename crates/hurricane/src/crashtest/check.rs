@@ -144,7 +144,7 @@ pub(crate) fn plan(rec: &Recorded, cuts: &[usize], long: bool, seed: u64) -> (Ve
         let mut rng = StdRng::seed_from_u64(seed ^ (p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         for mode in modes(&mut rng, &pieces, long) {
             let keep = mode.keep(&pieces);
-            let (_, key) = durable.devices(&rec.events, &pieces, &keep);
+            let key = durable.state(&rec.events, &pieces, &keep).key();
             if seen.insert((before, upto, key)) {
                 out.push(Planned { p, mode, keep });
             } else {
@@ -184,7 +184,7 @@ pub(crate) fn check_states(rec: &Recorded, states: &[Planned], first: usize, ste
         let p = *p;
         durable.advance(&rec.events, p);
         let pieces = durable.pieces(&rec.events);
-        let (devs, _) = durable.devices(&rec.events, &pieces, keep);
+        let devs = durable.state(&rec.events, &pieces, keep).devices();
         out.states += 1;
         // Some states also crash again while they recover.
         let again =
@@ -260,13 +260,13 @@ fn recovery_crashes(rec: &Recorded, p: usize, images: Vec<Arc<Vec<u8>>>, long: b
         }
         for mode in modes {
             let keep = mode.keep(&pieces);
-            let (devs, key) = durable.devices(&events, &pieces, &keep);
-            if !seen.insert(key) {
+            let state = durable.state(&events, &pieces, &keep);
+            if !seen.insert(state.key()) {
                 same += 1;
                 continue;
             }
             n += 1;
-            check_state(rec, p, devs).map_err(|e| {
+            check_state(rec, p, state.devices()).map_err(|e| {
                 format!("crash during recovery, after {q} of its {} requests, {mode}: {e}", events.len())
             })?;
         }
@@ -408,7 +408,9 @@ mod tests {
             let mut rng = StdRng::seed_from_u64(opts.seed ^ (p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             for mode in modes(&mut rng, &pieces, false) {
                 let keep = mode.keep(&pieces);
-                let (devs, key) = durable.devices(&rec.events, &pieces, &keep);
+                let state = durable.state(&rec.events, &pieces, &keep);
+                let key = state.key();
+                let devs = state.devices();
                 let crc_of = |imgs: &[Arc<Vec<u8>>]| imgs.iter().fold(0u32, |c, img| crc32c::crc32c_append(c, img));
                 let crc = crc_of(&materialize(&devs));
                 // The images a crash during recovery starts from are these.
@@ -436,7 +438,7 @@ mod tests {
         let mut d = Durable::new(base);
         d.advance(&events, 2);
         let pieces = d.pieces(&events);
-        let key = |keep: &[bool]| d.devices(&events, &pieces, keep).1;
+        let key = |keep: &[bool]| d.state(&events, &pieces, keep).key();
         assert_eq!(key(&[false, false]), key(&[true, false]));
         assert_eq!(key(&[false, true]), key(&[true, true]));
         assert_ne!(key(&[false, false]), key(&[false, true]));

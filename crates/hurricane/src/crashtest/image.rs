@@ -93,9 +93,8 @@ impl Durable {
         out
     }
 
-    /// Devices holding the durable images plus the chosen pieces, and the
-    /// key that names their contents.
-    pub fn devices(&self, events: &[Event], pieces: &[Piece], keep: &[bool]) -> (Vec<Arc<dyn Device>>, StateKey) {
+    /// The crash state of the durable images plus the chosen pieces.
+    pub fn state(&self, events: &[Event], pieces: &[Piece], keep: &[bool]) -> CrashState {
         let devs: Vec<CrashDevice> =
             self.images.iter().enumerate().map(|(i, img)| CrashDevice::new(format!("crash{i}"), img.clone())).collect();
         for (p, _) in pieces.iter().zip(keep).filter(|(_, k)| **k) {
@@ -103,21 +102,11 @@ impl Durable {
                 let _ = devs[p.dev as usize].write_at(&data[p.start..p.start + p.len], p.off);
             }
         }
-        let mut blocks = Vec::new();
-        for (i, d) in devs.iter().enumerate() {
-            for (blk, b) in d.over.lock().iter() {
-                if !d.same_as_base(*blk, b) {
-                    blocks.push((i as u32, *blk, fingerprint(b)));
-                }
-            }
-        }
-        blocks.sort_unstable();
-        let key = StateKey { applied: self.applied.clone(), blocks };
-        (devs.into_iter().map(|d| Arc::new(d) as Arc<dyn Device>).collect(), key)
+        CrashState { devs, applied: self.applied.clone() }
     }
 
-    /// The whole images of the state [`Durable::devices`] gives for the
-    /// same pieces kept.
+    /// The whole images of the state [`Durable::state`] gives for the same
+    /// pieces kept.
     pub fn whole_images(&self, events: &[Event], pieces: &[Piece], keep: &[bool]) -> Vec<Arc<Vec<u8>>> {
         let mut imgs: Vec<Vec<u8>> = self.images.iter().map(|i| i.to_vec()).collect();
         for (p, _) in pieces.iter().zip(keep).filter(|(_, k)| **k) {
@@ -126,6 +115,34 @@ impl Durable {
             }
         }
         imgs.into_iter().map(Arc::new).collect()
+    }
+}
+
+/// One crash state: a device over each durable image, the kept pieces
+/// written over it.
+pub(crate) struct CrashState {
+    devs: Vec<CrashDevice>,
+    applied: Vec<usize>,
+}
+
+impl CrashState {
+    /// The key that names the state's contents.
+    pub fn key(&self) -> StateKey {
+        let mut blocks = Vec::new();
+        for (i, d) in self.devs.iter().enumerate() {
+            for (blk, b) in d.over.lock().iter() {
+                if !d.same_as_base(*blk, b) {
+                    blocks.push((i as u32, *blk, fingerprint(b)));
+                }
+            }
+        }
+        blocks.sort_unstable();
+        StateKey { applied: self.applied.clone(), blocks }
+    }
+
+    /// The devices, to open a pool on.
+    pub fn devices(self) -> Vec<Arc<dyn Device>> {
+        self.devs.into_iter().map(|d| Arc::new(d) as Arc<dyn Device>).collect()
     }
 }
 

@@ -13,8 +13,9 @@
 //!    prefix, only the newest, random subsets, one device's cache only.
 //! 3. **Check.** Each crash state is opened with [`Fs::open`] (no manual
 //!    repair; a state with the same bytes as one already planned, at a cut
-//!    judged by the same rules, is not opened again: `check::plan`) and must: open; have no block claimed twice; be fsck-clean;
-//!    show a namespace (names, types, modes, link counts, sizes, symlink
+//!    judged by the same rules, is not opened again: `check::plan`) and
+//!    must: open; have no block claimed twice; be fsck-clean; show a
+//!    namespace (names, types, modes, link counts, sizes, symlink
 //!    targets, xattrs, layouts) equal to a state the workload passed through that is
 //!    no older than the last sync completed before the cut and no newer than
 //!    what a sync started before the cut may have captured; and give every
