@@ -9,17 +9,15 @@
 //! turns.
 //!
 //! Whoever pins threads calls [`remember`] first, on a thread not yet
-//! pinned; helpers are started with [`spawn`] (scoped) or call [`widen`]
-//! first thing, which puts them back on the remembered CPUs. Until
-//! something is remembered (the library, the offline commands) both cost
-//! nothing. [`cpus`] is how many CPUs the process may use, found once: a
+//! pinned; helper threads (`helpers`) call [`widen`] when they start,
+//! which puts them back on the remembered CPUs. Until something is
+//! remembered (the library, the offline commands) it costs nothing. [`cpus`] is how many CPUs the process may use, found once: a
 //! pinned thread that asked the system would get its own one CPU (and
 //! each asking reads the cgroup's quota files, some twenty system calls).
-//! This module depends on nothing else in the crate but `base`.
+//! This module depends on nothing else in the crate.
 
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use std::sync::OnceLock;
-use std::thread::{Scope, ScopedJoinHandle};
 
 /// The CPUs of the process before any of its threads was pinned.
 static WIDE: OnceLock<CpuSet> = OnceLock::new();
@@ -57,33 +55,16 @@ pub fn widen() {
     }
 }
 
-/// `scope.spawn(f)`, with the new thread on the remembered CPUs and, if
-/// the caller reads from the media (`base::from_media`), reading so too.
-pub fn spawn<'scope, T: Send + 'scope>(
-    scope: &'scope Scope<'scope, '_>,
-    f: impl FnOnce() -> T + Send + 'scope,
-) -> ScopedJoinHandle<'scope, T> {
-    let media = crate::base::reads_from_media();
-    scope.spawn(move || {
-        widen();
-        if media {
-            crate::base::from_media(f)
-        } else {
-            f()
-        }
-    })
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn cpus(set: &CpuSet) -> Vec<usize> {
+    pub(crate) fn cpus(set: &CpuSet) -> Vec<usize> {
         (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect()
     }
 
     #[test]
-    fn a_helper_of_a_pinned_thread_runs_on_every_remembered_cpu() {
+    fn a_pinned_thread_that_widens_runs_on_every_remembered_cpu() {
         remember();
         let wide = sched_getaffinity(None).unwrap();
         let first = cpus(&wide)[0];
@@ -92,13 +73,10 @@ mod tests {
                 let mut one = CpuSet::new();
                 one.set(first);
                 sched_setaffinity(None, &one).unwrap();
-                // A plain thread inherits the pin; one started by `spawn`
-                // does not.
+                // A plain thread inherits the pin.
                 let inherited = std::thread::scope(|t| t.spawn(|| sched_getaffinity(None).unwrap()).join().unwrap());
                 assert_eq!(cpus(&inherited), [first]);
-                let helper = std::thread::scope(|t| spawn(t, || sched_getaffinity(None).unwrap()).join().unwrap());
-                assert_eq!(cpus(&helper), cpus(&wide));
-                // And a thread that widens itself leaves the pin too.
+                // A thread that widens itself leaves it.
                 widen();
                 assert_eq!(cpus(&sched_getaffinity(None).unwrap()), cpus(&wide));
             });

@@ -43,7 +43,7 @@ thread_local! {
 }
 
 /// Runs `f` with the device reads of the calling thread, and of the
-/// helpers it starts (`affinity::spawn` carries the flag over), made from
+/// helpers it starts (`helpers::scope` carries the flag over), made from
 /// the media where a device can: past the host's page cache, so a scrub
 /// verifies what the disks hold, not a cached copy, and copies nothing
 /// through the cache (`Device::read_at_uncached`).

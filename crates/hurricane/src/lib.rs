@@ -53,6 +53,7 @@ pub mod device;
 pub mod error;
 pub mod fs;
 pub mod fsck;
+pub mod helpers;
 pub mod journal;
 pub mod layout;
 pub mod namespace;

@@ -101,9 +101,9 @@ pub(super) fn group_pieces<S: Split>(
     per.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect()
 }
 
-/// Runs each child's pieces in order. With `parallel`, different children run
-/// on their own threads so their devices work at the same time. Returns the
-/// first error, after every piece has been tried.
+/// Runs each child's pieces in order. With `parallel`, different children
+/// run on helper threads (`helpers::scope`) so their devices work at the
+/// same time. Returns the first error, after every piece has been tried.
 pub(super) fn dispatch<S: Send>(
     groups: Vec<(usize, Vec<(u64, S)>)>,
     parallel: bool,
@@ -138,11 +138,11 @@ pub(super) fn dispatch<S: Send>(
         }
         return res;
     }
-    std::thread::scope(|s| {
+    crate::helpers::scope(|s| {
         let run = &run;
         let mut groups = groups.into_iter();
         let first = groups.next();
-        let handles: Vec<_> = groups.map(|g| crate::affinity::spawn(s, move || run(g))).collect();
+        let handles: Vec<_> = groups.map(|g| s.spawn(move || run(g))).collect();
         // The calling thread takes one share instead of idling.
         let mut res = first.map_or(Ok(()), run);
         for h in handles {
@@ -354,8 +354,8 @@ pub(super) fn run_steps<T: Sync>(steps: &[T], workers: usize, f: &(dyn Fn(&T) ->
             first_err.lock().get_or_insert(e);
         }
     };
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (1..workers).map(|_| crate::affinity::spawn(s, work)).collect();
+    crate::helpers::scope(|s| {
+        let hs: Vec<_> = (1..workers).map(|_| s.spawn(work)).collect();
         work();
         for h in hs {
             if let Err(p) = h.join() {

@@ -371,10 +371,10 @@ fn par_each<T: Send>(items: &mut [T], f: &(dyn Fn(&mut T) + Sync)) {
         return;
     }
     let per = items.len().div_ceil(parts);
-    std::thread::scope(|s| {
+    crate::helpers::scope(|s| {
         let mut groups = items.chunks_mut(per);
         let first = groups.next();
-        let hs: Vec<_> = groups.map(|g| crate::affinity::spawn(s, move || g.iter_mut().for_each(f))).collect();
+        let hs: Vec<_> = groups.map(|g| s.spawn(move || g.iter_mut().for_each(f))).collect();
         if let Some(g) = first {
             g.iter_mut().for_each(f);
         }

@@ -832,16 +832,16 @@ struct Fetched {
     errored: Vec<u64>,
 }
 
-/// Runs `f` on each job, on threads of their own when `parallel`; results
+/// Runs `f` on each job, on helper threads when `parallel`; results
 /// in job order.
 fn run_all<J: Send, T: Send>(jobs: Vec<J>, parallel: bool, f: &(dyn Fn(J) -> T + Sync)) -> Vec<T> {
     if !parallel || jobs.len() < 2 {
         return jobs.into_iter().map(f).collect();
     }
-    std::thread::scope(|s| {
+    crate::helpers::scope(|s| {
         let mut it = jobs.into_iter();
         let first = it.next();
-        let handles: Vec<_> = it.map(|j| crate::affinity::spawn(s, move || f(j))).collect();
+        let handles: Vec<_> = it.map(|j| s.spawn(move || f(j))).collect();
         let mut out = Vec::with_capacity(handles.len() + 1);
         // The calling thread takes one share instead of idling.
         if let Some(j) = first {

@@ -717,10 +717,10 @@ impl Replicate {
             }
         };
         if reads.len() > 1 {
-            std::thread::scope(|sc| {
+            crate::helpers::scope(|sc| {
                 let mut it = reads.into_iter();
                 let first = it.next();
-                let hs: Vec<_> = it.map(|r| crate::affinity::spawn(sc, || read_copy(r))).collect();
+                let hs: Vec<_> = it.map(|r| sc.spawn(|| read_copy(r))).collect();
                 if let Some(r) = first {
                     read_copy(r);
                 }
@@ -828,8 +828,8 @@ impl Replicate {
         let _g = self.locks.lock(fblk, fblk + n);
         let nc = self.children.len();
         let results: Vec<Result<()>> = if n >= PARALLEL_MIN_BLOCKS && nc > 1 {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = (1..nc).map(|c| crate::affinity::spawn(s, move || one(c))).collect();
+            crate::helpers::scope(|s| {
+                let handles: Vec<_> = (1..nc).map(|c| s.spawn(move || one(c))).collect();
                 // The calling thread takes the first copy instead of idling.
                 let mut out = vec![one(0)];
                 for h in handles {

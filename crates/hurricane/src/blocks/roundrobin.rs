@@ -211,9 +211,9 @@ impl Block for RoundRobin {
         if !self.parallel(n) || busy.len() < 2 {
             return busy.iter().try_for_each(|&c| run(c, &per[c]));
         }
-        std::thread::scope(|t| {
+        crate::helpers::scope(|t| {
             let (run, per) = (&run, &per);
-            let hs: Vec<_> = busy.iter().map(|&c| crate::affinity::spawn(t, move || run(c, &per[c]))).collect();
+            let hs: Vec<_> = busy.iter().map(|&c| t.spawn(move || run(c, &per[c]))).collect();
             let mut res = Ok(());
             for h in hs {
                 let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -326,7 +326,7 @@ mod tests {
         // Units 1 and 4 (blocks 2-3 and 8-9) are on child 1.
         assert_eq!(lost, vec![2, 3, 8, 9]);
 
-        // A large range: the children are scrubbed on threads of their own,
+        // A large range: the children are scrubbed on helper threads,
         // and lost ranges still come back in file blocks.
         let st = storage(3);
         let io =

@@ -261,15 +261,13 @@ fn read_pieces(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> 
         buf.chunks_mut(DIRECT_PIECE).enumerate().map(|(i, c)| (offset + (i * DIRECT_PIECE) as u64, c)).collect();
     let lanes = n.min(DIRECT_QUEUE);
     let per = n.div_ceil(lanes);
-    std::thread::scope(|s| {
+    crate::helpers::scope(|s| {
         let mut rest = &mut pieces[..];
         let mut handles = Vec::with_capacity(lanes);
         while !rest.is_empty() {
             let (mine, tail) = rest.split_at_mut(per.min(rest.len()));
             rest = tail;
-            handles.push(crate::affinity::spawn(s, move || {
-                mine.iter_mut().try_for_each(|(at, piece)| file.read_exact_at(piece, *at))
-            }));
+            handles.push(s.spawn(move || mine.iter_mut().try_for_each(|(at, piece)| file.read_exact_at(piece, *at))));
         }
         handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
     })
@@ -557,10 +555,8 @@ mod tests {
         let mut other = vec![0u8; (1 << 20) + DIRECT_ALIGN];
         let at2 = other.as_ptr().align_offset(DIRECT_ALIGN);
         let got = &mut other[at2..at2 + (1 << 20)];
-        crate::base::from_media(|| {
-            std::thread::scope(|s| crate::affinity::spawn(s, || h.read_blocks(512, got)).join().unwrap())
-        })
-        .unwrap();
+        crate::base::from_media(|| crate::helpers::scope(|s| s.spawn(|| h.read_blocks(512, got)).join().unwrap()))
+            .unwrap();
         assert!(got[..] == data[2 << 20..3 << 20]);
         assert_eq!(cached(&dev.file, 2 << 20, 1 << 20), !direct, "a helper's media read filled the page cache");
         // A write still in the page cache (not flushed) is what the media

@@ -329,8 +329,8 @@ pub fn append_mirrored(
     };
     let (a, b) = match mirror {
         None => (copy(r), None),
-        Some(m) => std::thread::scope(|s| {
-            let h = crate::affinity::spawn(s, || copy(m));
+        Some(m) => crate::helpers::scope(|s| {
+            let h = s.spawn(|| copy(m));
             let a = copy(r);
             let b = h.join().unwrap_or_else(|_| Err(Error::Device("journal mirror thread failed".into())));
             (a, Some(b))

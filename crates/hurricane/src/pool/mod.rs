@@ -36,8 +36,8 @@ impl Storage {
         let results: Vec<Result<()>> = if live.len() == 1 {
             vec![live[0].flush()]
         } else {
-            std::thread::scope(|s| {
-                let hs: Vec<_> = live.iter().map(|d| crate::affinity::spawn(s, move || d.flush())).collect();
+            crate::helpers::scope(|s| {
+                let hs: Vec<_> = live.iter().map(|d| s.spawn(move || d.flush())).collect();
                 hs.into_iter()
                     .map(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
                     .collect()
@@ -104,8 +104,8 @@ impl Storage {
         let flushed: Vec<Result<()>> = if written.len() <= 1 {
             written.iter().map(|d| d.flush()).collect()
         } else {
-            std::thread::scope(|s| {
-                let hs: Vec<_> = written.iter().map(|d| crate::affinity::spawn(s, move || d.flush())).collect();
+            crate::helpers::scope(|s| {
+                let hs: Vec<_> = written.iter().map(|d| s.spawn(move || d.flush())).collect();
                 hs.into_iter()
                     .map(|h| h.join().unwrap_or_else(|_| Err(Error::Device("flush thread failed".into()))))
                     .collect()
