@@ -293,12 +293,12 @@ impl HurricaneFuse {
     }
 
     /// Runs a request that waits on the devices (a journal commit) on a
-    /// thread of its own, so the serving threads keep answering others.
+    /// helper thread (`hurricane::helpers`), so the serving threads keep
+    /// answering others.
     fn off_thread(&self, op: Op, reply: ReplyEmpty, f: impl FnOnce() -> hurricane::Result<()> + Send + 'static) {
         let t0 = Instant::now();
         let stats = self.stats.clone();
-        let spawned = std::thread::Builder::new().name("hurricane-sync".into()).spawn(move || {
-            hurricane::affinity::widen();
+        hurricane::helpers::detach(move || {
             let r = f().map_err(errno);
             stats.record(op, t0, r.is_err());
             match r {
@@ -306,10 +306,6 @@ impl HurricaneFuse {
                 Err(e) => reply.error(e),
             }
         });
-        if let Err(e) = spawned {
-            // The reply went with the closure; fuser answers EIO for it.
-            tracing::error!("cannot start a thread for {}: {e}", op.name());
-        }
     }
 
     fn serve_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, tid: u32, reply: ReplyData) {

@@ -136,6 +136,13 @@ fn next(me: &Arc<Helper>) -> Option<Job> {
     }
 }
 
+/// Runs `f` on a helper thread and returns at once: work a thread that
+/// takes requests hands over so it can take the next one (the mount's
+/// fsync, which waits for the devices).
+pub fn detach(f: impl FnOnce() + Send + 'static) {
+    run(Box::new(f));
+}
+
 /// What a [`scope`] waits for: its helpers still running, and whether one
 /// panicked with nobody joining it.
 struct ScopeState {
@@ -416,6 +423,20 @@ mod tests {
                 assert!(new.iter().all(|h| cpus(h) == cpus(&wide)));
             });
         });
+    }
+
+    #[test]
+    fn a_detached_piece_runs_while_its_caller_goes_on() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        detach(move || {
+            go_rx.recv().unwrap();
+            tx.send(std::thread::current().id()).unwrap();
+        });
+        // The caller was not held up by the piece, which waits for it.
+        go_tx.send(()).unwrap();
+        let ran_on = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_ne!(ran_on, std::thread::current().id());
     }
 
     #[test]
