@@ -5,9 +5,9 @@
 //! pieces at the same time: a stripe's children, a replica's copies, a
 //! parity stripe's columns, the two journal copies, the flushes of a
 //! commit. Each started threads of its own (`std::thread::scope`), and
-//! starting and ending a thread costs about 30 µs on a virtual machine,
-//! 55 µs for three: more than reading a 64 KiB piece from the host's page
-//! cache. [`scope`] keeps the contract of `std::thread::scope` (every
+//! starting and ending a thread costs 30 to 40 µs on a virtual machine, 55
+//! to 65 µs for three: more than reading a 64 KiB piece from the host's
+//! page cache. [`scope`] keeps the contract of `std::thread::scope` (every
 //! helper it spawned has ended when it returns, so helpers may borrow from
 //! the caller's stack, and a helper's panic comes back through its
 //! handle's `join`), but a helper is a thread kept idle after an earlier
