@@ -63,23 +63,30 @@ pub(crate) mod tests {
         (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect()
     }
 
-    #[test]
-    fn a_pinned_thread_that_widens_runs_on_every_remembered_cpu() {
+    /// The CPUs the process may use, remembered; then `f` with them, on a
+    /// thread pinned to the first one.
+    pub(crate) fn pinned_to_one(f: impl FnOnce(&[usize]) + Send) {
         remember();
-        let wide = sched_getaffinity(None).unwrap();
-        let first = cpus(&wide)[0];
+        let wide = cpus(&sched_getaffinity(None).unwrap());
         std::thread::scope(|s| {
             s.spawn(|| {
                 let mut one = CpuSet::new();
-                one.set(first);
+                one.set(wide[0]);
                 sched_setaffinity(None, &one).unwrap();
-                // A plain thread inherits the pin.
-                let inherited = std::thread::scope(|t| t.spawn(|| sched_getaffinity(None).unwrap()).join().unwrap());
-                assert_eq!(cpus(&inherited), [first]);
-                // A thread that widens itself leaves it.
-                widen();
-                assert_eq!(cpus(&sched_getaffinity(None).unwrap()), cpus(&wide));
+                f(&wide);
             });
+        });
+    }
+
+    #[test]
+    fn a_pinned_thread_that_widens_runs_on_every_remembered_cpu() {
+        pinned_to_one(|wide| {
+            // A plain thread inherits the pin.
+            let inherited = std::thread::scope(|t| t.spawn(|| sched_getaffinity(None).unwrap()).join().unwrap());
+            assert_eq!(cpus(&inherited), [wide[0]]);
+            // A thread that widens itself leaves it.
+            widen();
+            assert_eq!(cpus(&sched_getaffinity(None).unwrap()), wide);
         });
     }
 }

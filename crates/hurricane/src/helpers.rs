@@ -394,34 +394,26 @@ mod tests {
 
     #[test]
     fn a_helper_of_a_pinned_thread_runs_on_every_remembered_cpu() {
-        use crate::affinity::tests::cpus;
-        use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
-        crate::affinity::remember();
-        let wide = sched_getaffinity(None).unwrap();
-        let first = cpus(&wide)[0];
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let mut one = CpuSet::new();
-                one.set(first);
-                sched_setaffinity(None, &one).unwrap();
-                // Whether the piece goes to an idle helper or a new one
-                // (which inherits the pin, then widens).
-                for _ in 0..3 {
-                    let helper = scope(|t| t.spawn(|| sched_getaffinity(None).unwrap()).join().unwrap());
-                    assert_eq!(cpus(&helper), cpus(&wide));
-                }
-                // More pieces at once than helpers idle: some start threads.
-                let n = IDLE_HELPERS.lock().helpers.len() + 4;
-                let new = scope(|t| {
-                    let piece = || {
-                        std::thread::sleep(Duration::from_millis(5));
-                        sched_getaffinity(None).unwrap()
-                    };
-                    let hs: Vec<_> = (0..n).map(|_| t.spawn(piece)).collect();
-                    hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
-                });
-                assert!(new.iter().all(|h| cpus(h) == cpus(&wide)));
+        use crate::affinity::tests::{cpus, pinned_to_one};
+        use rustix::thread::sched_getaffinity;
+        pinned_to_one(|wide| {
+            // Whether the piece goes to an idle helper or a new one (which
+            // inherits the pin, then widens).
+            for _ in 0..3 {
+                let helper = scope(|t| t.spawn(|| sched_getaffinity(None).unwrap()).join().unwrap());
+                assert_eq!(cpus(&helper), wide);
+            }
+            // More pieces at once than helpers idle: some start threads.
+            let n = IDLE_HELPERS.lock().helpers.len() + 4;
+            let new = scope(|t| {
+                let piece = || {
+                    std::thread::sleep(Duration::from_millis(5));
+                    sched_getaffinity(None).unwrap()
+                };
+                let hs: Vec<_> = (0..n).map(|_| t.spawn(piece)).collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
             });
+            assert!(new.iter().all(|h| cpus(h) == wide));
         });
     }
 
