@@ -11,10 +11,11 @@
 //! Whoever pins threads calls [`remember`] first, on a thread not yet
 //! pinned; helper threads (`helpers`) call [`widen`] when they start,
 //! which puts them back on the remembered CPUs. Until something is
-//! remembered (the library, the offline commands) it costs nothing. [`cpus`] is how many CPUs the process may use, found once: a
-//! pinned thread that asked the system would get its own one CPU (and
-//! each asking reads the cgroup's quota files, some twenty system calls).
-//! This module depends on nothing else in the crate.
+//! remembered (the library, the offline commands) it costs nothing.
+//! [`cpus`] is how many CPUs the process may use, found once: a pinned
+//! thread that asked the system would get its own one CPU (and each
+//! asking reads the cgroup's quota files, some twenty system calls). This
+//! module depends on nothing else in the crate.
 
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use std::sync::OnceLock;
