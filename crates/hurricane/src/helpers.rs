@@ -81,39 +81,30 @@ fn run(job: Job) {
 
 /// Starts a helper thread with `first` as its first piece.
 fn start(first: Job) {
-    let me = Arc::new(Helper { job: Mutex::new(None), wake: Condvar::new() });
-    // The job moves into the thread only once it exists; when it cannot be
-    // made, the job is still here to run on the caller.
-    let slot = Arc::new(Mutex::new(Some(first)));
-    let theirs = slot.clone();
+    // The piece waits in the helper's slot, where the thread takes it; when
+    // no thread can be made, it is still there to run on the caller.
+    let me = Arc::new(Helper { job: Mutex::new(Some(first)), wake: Condvar::new() });
+    let theirs = me.clone();
     let started = std::thread::Builder::new().name("hurricane-helper".into()).spawn(move || {
         crate::affinity::widen();
-        let Some(mut job) = theirs.lock().take() else { return };
-        drop(theirs);
-        loop {
+        while let Some(job) = next(&theirs) {
             job();
-            {
-                let mut idle = IDLE_HELPERS.lock();
-                if idle.helpers.len() >= MAX_IDLE {
-                    return;
-                }
-                idle.helpers.push(me.clone());
+            let mut idle = IDLE_HELPERS.lock();
+            if idle.helpers.len() >= MAX_IDLE {
+                return;
             }
-            match next(&me) {
-                Some(j) => job = j,
-                None => return,
-            }
+            idle.helpers.push(theirs.clone());
         }
     });
     if let Err(e) = started {
         tracing::debug!("cannot start a helper thread ({e}): the piece runs on the calling thread");
-        if let Some(job) = slot.lock().take() {
+        if let Some(job) = me.job.lock().take() {
             job();
         }
     }
 }
 
-/// Waits for the next piece of an idle helper; `None` when it waited
+/// Waits for the next piece put in a helper's slot; `None` when it waited
 /// [`IDLE`] and left the idle list.
 fn next(me: &Arc<Helper>) -> Option<Job> {
     let mut slot = me.job.lock();
