@@ -104,8 +104,11 @@ pub struct GroupSpace {
     pub(super) cache: GroupCache,
     pub(super) stats: GroupStats,
     /// Drains take it exclusively, writes that bypass the hold shared
-    /// (module docs: ordering).
-    order: RwLock<()>,
+    /// (module docs: ordering). It holds the buffer a drain gathers each
+    /// run in, kept from one drain to the next: a fresh megabyte for every
+    /// run cost more than the copy itself (new memory is zeroed by the
+    /// kernel when first touched).
+    order: RwLock<Vec<u8>>,
 }
 
 #[derive(Default)]
@@ -380,14 +383,18 @@ impl GroupSpace {
     /// error the blocks not written stay dirty and the first error is
     /// returned.
     pub fn drain(&self, dev: &DeviceHandle) -> Result<()> {
-        let _o = self.order.write();
+        let mut buf = self.order.write();
         let runs = self.cache.dirty_runs(DRAIN_RUN);
         if runs.is_empty() {
             return Ok(());
         }
         let mut first_err = None;
         let mut done = Vec::new();
-        for (start, buf, seqs) in runs {
+        for (start, n) in runs {
+            let seqs = self.cache.copy_run(start, n, &mut buf);
+            if seqs.is_empty() {
+                continue;
+            }
             // Plain data writes: ordered mode flushes them before the
             // journal's next record, whoever's thread drains them.
             match crate::device::not_verified(|| dev.write_blocks(start, &buf)) {
@@ -535,32 +542,42 @@ impl GroupCache {
     }
 
     /// The dirty blocks, as runs of adjacent blocks of at most `max`:
-    /// (first block, data, the sequence number of each block).
-    pub fn dirty_runs(&self, max: usize) -> Vec<(u64, Vec<u8>, Vec<u64>)> {
-        let c = self.inner.lock();
-        if c.dirty == 0 {
-            return Vec::new();
-        }
-        let mut blocks: Vec<(u64, &[u8], u64)> = c
-            .slots
-            .iter()
-            .filter_map(|(&p, s)| match s {
-                Slot::Dirty { data, seq, .. } => Some((p, &data[..], *seq)),
-                _ => None,
-            })
-            .collect();
-        blocks.sort_unstable_by_key(|b| b.0);
-        let mut runs: Vec<(u64, Vec<u8>, Vec<u64>)> = Vec::new();
-        for (p, data, seq) in blocks {
+    /// (first block, number of blocks).
+    pub fn dirty_runs(&self, max: usize) -> Vec<(u64, usize)> {
+        let mut blocks: Vec<u64> = {
+            let c = self.inner.lock();
+            if c.dirty == 0 {
+                return Vec::new();
+            }
+            c.slots.iter().filter(|(_, s)| matches!(s, Slot::Dirty { .. })).map(|(&p, _)| p).collect()
+        };
+        blocks.sort_unstable();
+        let mut runs: Vec<(u64, usize)> = Vec::new();
+        for p in blocks {
             match runs.last_mut() {
-                Some((start, buf, seqs)) if *start + seqs.len() as u64 == p && seqs.len() < max => {
-                    buf.extend_from_slice(data);
-                    seqs.push(seq);
-                }
-                _ => runs.push((p, data.to_vec(), vec![seq])),
+                Some((start, n)) if *start + *n as u64 == p && *n < max => *n += 1,
+                _ => runs.push((p, 1)),
             }
         }
         runs
+    }
+
+    /// Copies the dirty blocks [p, p+n) into `buf` (emptied first), up to
+    /// the first that is not dirty: the sequence number of each block
+    /// copied. Under a drain's exclusive `order` a dirty block stays dirty
+    /// (only its data may change, with its number), so the whole run is
+    /// copied.
+    pub fn copy_run(&self, p: u64, n: usize, buf: &mut Vec<u8>) -> Vec<u64> {
+        buf.clear();
+        buf.reserve(n * BLOCK_SIZE);
+        let c = self.inner.lock();
+        let mut seqs = Vec::with_capacity(n);
+        for b in p..p + n as u64 {
+            let Some(Slot::Dirty { data, seq, .. }) = c.slots.get(&b) else { break };
+            buf.extend_from_slice(data);
+            seqs.push(*seq);
+        }
+        seqs
     }
 
     /// Blocks a drain wrote, with the version it wrote: those still at
@@ -858,7 +875,12 @@ mod tests {
         assert_eq!(s.cache.get_many(3, 3, &mut out), vec![true, true, true]);
         assert_eq!(out[2 * BS], 5);
         let runs = s.cache.dirty_runs(DRAIN_RUN);
-        assert_eq!(runs.iter().map(|r| (r.0, r.2.len())).collect::<Vec<_>>(), vec![(3, 3), (7, 1), (9, 1)]);
+        assert_eq!(runs, vec![(3, 3), (7, 1), (9, 1)]);
+        let mut buf = Vec::new();
+        assert_eq!(s.cache.copy_run(3, 3, &mut buf).len(), 3);
+        assert_eq!((buf.len(), buf[0], buf[2 * BS], buf[3 * BS - 1]), (3 * BS, 3, 5, 5));
+        assert_eq!(s.cache.copy_run(7, 3, &mut buf).len(), 1, "a run stops at the first block not dirty");
+        assert_eq!(buf, vec![7u8; BS]);
         let w0 = dev.stats.snapshot().writes;
         s.drain(&dev).unwrap();
         assert_eq!(dev.stats.snapshot().writes - w0, 3, "one request a run");
@@ -873,9 +895,9 @@ mod tests {
 
         // A version held while a drain writes the one before stays dirty.
         s.hold(&dev, 20, 1, Some(&[1u8; BS]), 1).unwrap();
-        let runs = s.cache.dirty_runs(DRAIN_RUN);
+        let seqs = s.cache.copy_run(20, 1, &mut buf);
         s.hold(&dev, 20, 1, Some(&[2u8; BS]), 1).unwrap();
-        s.cache.cleaned(&[(20, runs[0].2[0])]);
+        s.cache.cleaned(&[(20, seqs[0])]);
         assert_eq!(s.dirty_blocks(), 1);
         s.cache.clear();
         assert!(s.cache.get(20, &mut b), "clear keeps held blocks");
