@@ -615,8 +615,11 @@ fn xattrs_and_layouts_on(pool: &Pool, m: &Mounted) {
     // as on a local file system.
     let caps: Vec<u8> = [0x0200_0001u32, 1 << 10, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
     fs::write(p("cap"), b"binary").unwrap();
-    let drops: [(&str, &dyn Fn()); 3] = [
+    let drops: [(&str, &dyn Fn()); 4] = [
         ("write", &|| OpenOptions::new().write(true).open(p("cap")).unwrap().write_all_at(b"B", 0).unwrap()),
+        ("cached write", &|| {
+            OpenOptions::new().read(true).write(true).open(p("cap")).unwrap().write_all_at(b"C", 0).unwrap()
+        }),
         ("truncate", &|| OpenOptions::new().write(true).open(p("cap")).unwrap().set_len(3).unwrap()),
         ("chown", &|| std::os::unix::fs::chown(p("cap"), Some(1), Some(1)).unwrap()),
     ];
@@ -973,6 +976,54 @@ fn cache_none_opens_bypass_the_page_cache() {
     want[100..105].copy_from_slice(b"HELLO");
     assert_eq!(fs::read(m.path("direct/f")).unwrap(), want);
     drop(f);
+    m.unmount();
+    pool.fsck_clean();
+}
+
+/// Write-only descriptors write past the page cache: a new file costs no
+/// capability query before its first write, and a reader holding the
+/// file's pages sees what such a descriptor wrote.
+#[test]
+fn write_only_opens_write_past_the_page_cache() {
+    require_fuse!();
+    let pool = Pool::new(2, "256M");
+    let m = pool.mount(&[]);
+    // A read of the statistics is a getxattr (or two) itself: what two
+    // reads in a row differ by is that cost alone.
+    let getxattrs = || stats_json(&m.path("")).ops.get("getxattr").map_or(0, |o| o.count);
+    let g0 = getxattrs();
+    let g1 = getxattrs();
+    for i in 0..20 {
+        fs::write(m.path(&format!("new{i}")), data(6000, i)).unwrap();
+    }
+    assert_eq!(getxattrs() - g1, g1 - g0, "capability queries for 20 new files");
+    for i in 0..20 {
+        assert_eq!(fs::read(m.path(&format!("new{i}"))).unwrap(), data(6000, i));
+    }
+
+    let body = data(64 << 10, 3);
+    fs::write(m.path("shared"), &body).unwrap();
+    let reader = File::open(m.path("shared")).unwrap();
+    let mut seen = vec![0u8; body.len()];
+    reader.read_exact_at(&mut seen, 0).unwrap();
+    assert_eq!(seen, body);
+    // The reader's pages are cached now; a write-only descriptor changes
+    // a range inside them and past the end.
+    let writer = OpenOptions::new().write(true).open(m.path("shared")).unwrap();
+    writer.write_all_at(b"HELLO", 5000).unwrap();
+    writer.write_all_at(b"TAIL", body.len() as u64).unwrap();
+    let mut want = body.clone();
+    want[5000..5005].copy_from_slice(b"HELLO");
+    want.extend_from_slice(b"TAIL");
+    let mut seen = vec![0u8; want.len()];
+    reader.read_exact_at(&mut seen, 0).unwrap();
+    assert!(seen == want, "the reader's cached pages kept the old data");
+    // An appending write-only descriptor writes at the end the mount keeps.
+    let mut app = OpenOptions::new().append(true).open(m.path("shared")).unwrap();
+    app.write_all(b"MORE").unwrap();
+    want.extend_from_slice(b"MORE");
+    assert!(fs::read(m.path("shared")).unwrap() == want);
+    drop((reader, writer, app));
     m.unmount();
     pool.fsck_clean();
 }

@@ -345,6 +345,21 @@ impl HurricaneFuse {
         self.kill_setid(req.uid() != 0, ino);
     }
 
+    /// Whether write-only handles write past the page cache. Through the
+    /// cache (write-through, the default) a write copies its data into the
+    /// page cache and then sends it, and the first write to an inode since
+    /// its attributes last came from us asks us for `security.capability`
+    /// first: one more round trip for every new file. A write-only
+    /// descriptor cannot read or map the file, so its copy would only
+    /// serve other descriptors' later reads; a direct write goes in one
+    /// request from the caller's buffer, the kernel drops the cached pages
+    /// it overwrote (other readers see the new data), and the capability
+    /// check is ours (`write`). With `-o writeback_cache` writes stay in
+    /// the page cache: holding them there is that option's point.
+    fn write_only_direct(&self) -> bool {
+        !self.want_writeback
+    }
+
     fn kill_setid(&self, unprivileged: bool, ino: u64) {
         if unprivileged {
             if let Err(e) = self.fs.clear_setid(ino) {
@@ -809,7 +824,7 @@ impl Filesystem for HurricaneFuse {
                 return Ok((self.handles.insert(ino, f, Some(of)), direct));
             }
             self.fs.open_inode(ino).map_err(errno)?;
-            Ok((self.handles.insert(ino, f, None), direct))
+            Ok((self.handles.insert(ino, f, None), direct || self.write_only_direct()))
         })();
         let r2 = r.as_ref().map(|_| ()).map_err(|e| *e);
         self.done(Op::Open, t0, &r2);
@@ -857,9 +872,17 @@ impl Filesystem for HurricaneFuse {
         // The flags are the descriptor's current ones (fcntl F_SETFL may
         // have changed O_APPEND since open). Appends write at our own end
         // of file under the inode's append lock.
-        let append = flags.0 & libc::O_APPEND != 0 && !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let append = flags.0 & libc::O_APPEND != 0 && !cached;
         let txn = self.txns.of(req.pid());
-        let r = if let Some(t) = &txn {
+        // The kernel drops a file's capabilities before a write through
+        // the page cache, not before a direct one (write-only and
+        // `cache=none` handles): dropped here, before the data changes.
+        // A writeback of the kernel's cache had its write(2) checked.
+        let caps = if cached { Ok(()) } else { self.fs.drop_caps(ino) };
+        let r = if let Err(e) = caps {
+            Err(e)
+        } else if let Some(t) = &txn {
             // An append goes after what the transaction wrote already.
             let at = if append { t.size(ino) } else { Ok(offset) };
             at.and_then(|off| t.write(ino, off, data))
@@ -1158,11 +1181,13 @@ impl Filesystem for HurricaneFuse {
             };
             self.fs.open_inode(a.ino).map_err(errno)?;
             // A handle of a `cache=none` file (its directory's policy, for
-            // a new one) writes past the page cache from the first write.
+            // a new one) writes past the page cache from the first write,
+            // and so does a write-only one (`write_only_direct`).
             // (Its reads, if any, go unprefetched: a new file is written first.)
+            let write_only = flags & libc::O_ACCMODE == libc::O_WRONLY && self.write_only_direct();
             let open = match self.fs.open_policy_for(a.ino).cache {
-                PageCache::None => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
-                PageCache::Page => FopenFlags::FOPEN_NOFLUSH,
+                PageCache::Page if !write_only => FopenFlags::FOPEN_NOFLUSH,
+                _ => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
             };
             Ok((a, self.handles.insert(a.ino, flags, None), open))
         })();

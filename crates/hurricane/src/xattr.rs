@@ -25,6 +25,9 @@ pub const STATUS: &str = "user.hurricane.status";
 /// On a mount's root: maintenance jobs (scrub, device replacement). Setting
 /// it starts one (a JSON request, root only); reading it gives its status.
 pub const CONTROL: &str = "user.hurricane.control";
+/// A file's capabilities (capabilities(7)), kept as any attribute and
+/// dropped by every write (`Fs::drop_caps`).
+pub const CAPS: &str = "security.capability";
 /// A file's transaction protection: "1" lets transactions (`Fs::begin`)
 /// write the file and makes every other write to it take the same range
 /// locks; "0" (or absent) leaves the file out of transactions.

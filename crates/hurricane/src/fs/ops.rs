@@ -1053,6 +1053,23 @@ impl Fs {
         self.setattr(&Creds::root(), ino, &SetAttr { mode: Some(m), ..Default::default() })
     }
 
+    /// Drops the file's capabilities (`security.capability`), as Linux
+    /// drops them on every write to a file, whoever writes: a changed
+    /// program must not keep the privileges granted to the old one. The
+    /// caller does it before the write. Costs a look at the inode's
+    /// attributes when it has none.
+    pub fn drop_caps(&self, ino: Ino) -> Result<()> {
+        let n = self.state().inode(ino)?;
+        if !n.data.read().xattrs.contains_key(crate::xattr::CAPS.as_bytes()) {
+            return Ok(());
+        }
+        match self.removexattr(&Creds::root(), ino, crate::xattr::CAPS.as_bytes()) {
+            // Dropped meanwhile by another writer.
+            Err(Error::NoAttr(_)) => Ok(()),
+            r => r,
+        }
+    }
+
     /// Counts an open handle: an unlinked inode stays until the last close.
     pub fn open_inode(&self, ino: Ino) -> Result<()> {
         let n = self.state().inode(ino)?;
