@@ -1024,6 +1024,45 @@ fn write_only_opens_write_past_the_page_cache() {
     want.extend_from_slice(b"MORE");
     assert!(fs::read(m.path("shared")).unwrap() == want);
     drop((reader, writer, app));
+
+    // A page another process dirtied through a shared mapping, not yet
+    // written back, reaches the mount before a write-only descriptor's
+    // write to the same page, whichever was opened first: neither change
+    // is lost.
+    for mapped_first in [true, false] {
+        fs::write(m.path("mapped"), vec![b'.'; 8192]).unwrap();
+        let map = || {
+            let f = OpenOptions::new().read(true).write(true).open(m.path("mapped")).unwrap();
+            // SAFETY: a fresh shared mapping of the file's 8 KiB.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    8192,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+            (f, p)
+        };
+        let (mapping, w) = if mapped_first {
+            let mapping = map();
+            (mapping, OpenOptions::new().write(true).open(m.path("mapped")).unwrap())
+        } else {
+            let w = OpenOptions::new().write(true).open(m.path("mapped")).unwrap();
+            (map(), w)
+        };
+        // SAFETY: byte 0 of the live 8 KiB mapping.
+        unsafe { *mapping.1.cast::<u8>() = b'M' };
+        w.write_all_at(b"WRITTEN", 100).unwrap();
+        // SAFETY: the mapping made above, unmapped once.
+        assert_eq!(unsafe { libc::munmap(mapping.1, 8192) }, 0);
+        drop((mapping.0, w));
+        let got = fs::read(m.path("mapped")).unwrap();
+        assert_eq!((&got[..1], &got[100..107]), (&b"M"[..], &b"WRITTEN"[..]), "mapped first: {mapped_first}");
+    }
     m.unmount();
     pool.fsck_clean();
 }

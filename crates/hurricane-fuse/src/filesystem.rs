@@ -110,6 +110,8 @@ pub struct Shared {
     max_background: u16,
     /// The io_uring queues serve every request but FORGET and INTERRUPT.
     rings_ready: std::sync::atomic::AtomicBool,
+    /// Write-only handles write past the page cache (`write_only_direct`).
+    direct_writes: std::sync::atomic::AtomicBool,
     /// Requests served through each CPU's io_uring queue.
     ring_requests: Box<[CachePadded<std::sync::atomic::AtomicU64>]>,
     /// Threads that serve large reads.
@@ -168,6 +170,7 @@ impl HurricaneFuse {
             want_writeback: o.writeback_cache,
             max_background: o.max_background,
             rings_ready: std::sync::atomic::AtomicBool::new(false),
+            direct_writes: std::sync::atomic::AtomicBool::new(false),
             ring_requests: (0..crate::workers::possible_cpus()).map(|_| Default::default()).collect(),
             readers: Workers::new(readers),
             control,
@@ -354,10 +357,14 @@ impl HurricaneFuse {
     /// serve other descriptors' later reads; a direct write goes in one
     /// request from the caller's buffer, the kernel drops the cached pages
     /// it overwrote (other readers see the new data), and the capability
-    /// check is ours (`write`). With `-o writeback_cache` writes stay in
-    /// the page cache: holding them there is that option's point.
+    /// check is ours (`write`). Before a direct write the kernel writes
+    /// back and drops the cached pages of its range (with
+    /// `direct_io_allow_mmap`, which `init` requires for this), so a page
+    /// another process dirtied through a shared mapping reaches us first.
+    /// With `-o writeback_cache` writes stay in the page cache: holding
+    /// them there is that option's point.
     fn write_only_direct(&self) -> bool {
-        !self.want_writeback
+        self.direct_writes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn kill_setid(&self, unprivileged: bool, ino: u64) {
@@ -558,6 +565,12 @@ impl Filesystem for HurricaneFuse {
                 Err(_) => tracing::info!("kernel lacks FUSE capability {name}"),
             }
         }
+        // Kernels that let direct handles be mapped also write a range's
+        // dirty pages back (and drop them) before a direct write to it:
+        // with older ones, a page another process dirtied through a shared
+        // mapping would be written back over the direct write.
+        let allow_mmap = negotiated.iter().any(|n| n == "direct_io_allow_mmap");
+        self.direct_writes.store(allow_mmap && !self.want_writeback, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
