@@ -922,7 +922,12 @@ impl RadosLease {
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
-        let ret = shared.lock(0);
+        let mut ret = shared.lock(0);
+        if (ret == -libc::EBUSY || ret == -libc::EEXIST) && shared.holders().is_none() {
+            // The holder's lease expired between the two calls: the lock
+            // is free now, and taking it is what the caller asked.
+            ret = shared.lock(0);
+        }
         if ret == -libc::EBUSY || ret == -libc::EEXIST {
             let by = shared.holders().unwrap_or_else(|| "another client".into());
             return Err(Error::Busy(format!(
