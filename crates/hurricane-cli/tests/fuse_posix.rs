@@ -953,19 +953,10 @@ fn cache_none_opens_bypass_the_page_cache() {
     assert!(counts[1] >= 3 && counts[0] < counts[1], "reads reaching the mount, cached and cache=none: {counts:?}");
 
     // A shared mapping of a cache=none file.
-    let f = OpenOptions::new().read(true).write(true).open(m.path("direct/f")).unwrap();
+    let (f, p) = map_shared(&m.path("direct/f"), 8192);
     // SAFETY: a fresh shared mapping of 8 KiB of an open file of 1 MiB,
     // written and synced through its own pointer, then unmapped.
     unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            8192,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
         let s = std::slice::from_raw_parts_mut(p.cast::<u8>(), 8192);
         assert_eq!(s, &body[..8192]);
         s[100..105].copy_from_slice(b"HELLO");
@@ -978,6 +969,18 @@ fn cache_none_opens_bypass_the_page_cache() {
     drop(f);
     m.unmount();
     pool.fsck_clean();
+}
+
+/// A shared, writable mapping of the first `len` bytes of `p`, with the
+/// descriptor it was made through.
+fn map_shared(p: &Path, len: usize) -> (File, *mut libc::c_void) {
+    let f = OpenOptions::new().read(true).write(true).open(p).unwrap();
+    // SAFETY: a fresh mapping of an open file; the caller unmaps it.
+    let m = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+    };
+    assert_ne!(m, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    (f, m)
 }
 
 /// Write-only descriptors write past the page cache: a new file costs no
@@ -1031,22 +1034,7 @@ fn write_only_opens_write_past_the_page_cache() {
     // is lost.
     for mapped_first in [true, false] {
         fs::write(m.path("mapped"), vec![b'.'; 8192]).unwrap();
-        let map = || {
-            let f = OpenOptions::new().read(true).write(true).open(m.path("mapped")).unwrap();
-            // SAFETY: a fresh shared mapping of the file's 8 KiB.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    8192,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    f.as_raw_fd(),
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
-            (f, p)
-        };
+        let map = || map_shared(&m.path("mapped"), 8192);
         let (mapping, w) = if mapped_first {
             let mapping = map();
             (mapping, OpenOptions::new().write(true).open(m.path("mapped")).unwrap())
