@@ -354,15 +354,14 @@ impl HurricaneFuse {
     /// its attributes last came from us asks us for `security.capability`
     /// first: one more round trip for every new file. A write-only
     /// descriptor cannot read or map the file, so its copy would only
-    /// serve other descriptors' later reads; a direct write goes in one
-    /// request from the caller's buffer, the kernel drops the cached pages
-    /// it overwrote (other readers see the new data), and the capability
-    /// check is ours (`write`). Before a direct write the kernel writes
-    /// back and drops the cached pages of its range (with
-    /// `direct_io_allow_mmap`, which `init` requires for this), so a page
-    /// another process dirtied through a shared mapping reaches us first.
-    /// With `-o writeback_cache` writes stay in the page cache: holding
-    /// them there is that option's point.
+    /// serve other descriptors' later reads. A direct write goes in one
+    /// request from the caller's buffer and the capability check is ours
+    /// (`write`). Before it the kernel writes back and drops the cached
+    /// pages of its range (with `direct_io_allow_mmap`, which `init`
+    /// requires for this): a page another process dirtied through a shared
+    /// mapping reaches us first, and readers then see the new data. With
+    /// `-o writeback_cache` writes stay in the page cache: holding them
+    /// there is that option's point.
     fn write_only_direct(&self) -> bool {
         self.direct_writes.load(std::sync::atomic::Ordering::Relaxed)
     }
