@@ -884,14 +884,17 @@ impl Filesystem for HurricaneFuse {
         // The flags are the descriptor's current ones (fcntl F_SETFL may
         // have changed O_APPEND since open). Appends write at our own end
         // of file under the inode's append lock.
-        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
-        let append = flags.0 & libc::O_APPEND != 0 && !cached;
+        let writeback = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let append = flags.0 & libc::O_APPEND != 0 && !writeback;
         let txn = self.txns.of(req.pid());
         // The kernel drops a file's capabilities before a write through
         // the page cache, not before a direct one (write-only and
         // `cache=none` handles): dropped here, before the data changes.
-        // A writeback of the kernel's cache had its write(2) checked.
-        let caps = if cached { Ok(()) } else { self.fs.drop_caps(ino) };
+        // The request does not say which of the two it is, so a
+        // write-through write looks too (a lookup of the inode's
+        // attributes). A writeback of the kernel's cache (`-o
+        // writeback_cache`) had its write(2) checked.
+        let caps = if writeback { Ok(()) } else { self.fs.drop_caps(ino) };
         let r = if let Err(e) = caps {
             Err(e)
         } else if let Some(t) = &txn {
