@@ -205,6 +205,22 @@ fn writeback_cache_mount() {
         assert_eq!(fs::read(m.path("shared")).unwrap(), b"by nobody");
     }
 
+    // Data the kernel holds and has not written back is data, not a hole:
+    // a copy made by a program that skips holes (cp, tar --sparse) while
+    // another process writes the file must not come out as zeros there.
+    let f = File::create(m.path("dirty")).unwrap();
+    f.write_all_at(&[7u8; 4096], 0).unwrap();
+    f.sync_all().unwrap();
+    let tail = data(64 << 10, 13);
+    f.write_all_at(&tail, 1 << 20).unwrap();
+    let size = (1 << 20) + tail.len() as i64;
+    // At 4096 (no hole reported) or at the data written; not ENXIO.
+    let d = lseek(&f, 4096, libc::SEEK_DATA).unwrap();
+    assert!(d == 4096 || d == 1 << 20, "SEEK_DATA from 4096 gave {d}");
+    assert_eq!(lseek(&f, 1 << 20, libc::SEEK_HOLE).unwrap(), size, "SEEK_HOLE within data the kernel holds");
+    drop(f);
+    assert!(fs::read(m.path("dirty")).unwrap()[1 << 20..] == tail[..]);
+
     // fsync'd data survives a killed mount.
     let mut f = File::create(m.path("durable")).unwrap();
     f.write_all(&data(300_000, 5)).unwrap();
@@ -723,12 +739,17 @@ fn fallocate_seek_copy_and_locks_on(m: &Mounted) {
     ph.sync_all().unwrap();
     // With the kernel's writeback cache the kernel keeps the file's
     // attributes itself, st_blocks among them: the engine's count shows
-    // only without it.
-    if !m.stats().kernel_features.iter().any(|f| f == "writeback_cache") {
+    // only without it. It also holds written data the engine has not seen,
+    // so it answers SEEK_DATA and SEEK_HOLE itself, reporting no hole.
+    let writeback = m.stats().kernel_features.iter().any(|f| f == "writeback_cache");
+    if !writeback {
         assert_eq!(ph.metadata().unwrap().blocks(), before - 3 * 8, "3 whole blocks punched");
     }
-    assert_eq!(lseek(&ph, 0, libc::SEEK_HOLE).unwrap(), 2 * 4096);
-    assert_eq!(lseek(&ph, 2 * 4096, libc::SEEK_DATA).unwrap(), 5 * 4096);
+    // While a read-write open lives, a shared mapping may hold pages not
+    // yet written back: no hole is reported (nor ever under writeback).
+    assert_eq!(lseek(&ph, 0, libc::SEEK_HOLE).unwrap(), body.len() as i64);
+    assert_eq!(lseek(&ph, 2 * 4096, libc::SEEK_DATA).unwrap(), 2 * 4096);
+    assert_eq!(errno(lseek(&ph, body.len() as i64, libc::SEEK_DATA)), ENXIO);
     // Past the end: nothing to punch, the size stays.
     fallocate(&ph, punch, 9 * 4096, 1 << 20).unwrap();
     want[9 * 4096..].fill(0);
@@ -747,6 +768,15 @@ fn fallocate_seek_copy_and_locks_on(m: &Mounted) {
     // The kernel's FUSE passes neither collapse nor insert to a file system
     // (the native API has both).
     assert_eq!(errno(fallocate(&ph, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096)), EOPNOTSUPP);
+    // Once it is closed, the punched hole is found.
+    drop(ph);
+    let ph = File::open(p("punch")).unwrap();
+    let (hole, data_at) = (lseek(&ph, 0, libc::SEEK_HOLE).unwrap(), lseek(&ph, 2 * 4096, libc::SEEK_DATA).unwrap());
+    if writeback {
+        assert_eq!((hole, data_at), (want.len() as i64, 2 * 4096));
+    } else {
+        assert_eq!((hole, data_at), (2 * 4096, 5 * 4096));
+    }
 
     // SEEK_DATA / SEEK_HOLE: data at [0, 4K) and [3M, 3M+4K), size 5M.
     let h = File::create(p("holes")).unwrap();
@@ -755,15 +785,45 @@ fn fallocate_seek_copy_and_locks_on(m: &Mounted) {
     h.set_len(5 << 20).unwrap();
     let h = File::open(p("holes")).unwrap();
     assert_eq!(lseek(&h, 0, libc::SEEK_DATA).unwrap(), 0);
-    let hole = lseek(&h, 0, libc::SEEK_HOLE).unwrap();
-    assert!((4096..=3 << 20).contains(&hole), "first hole at {hole}");
-    let d = lseek(&h, hole, libc::SEEK_DATA).unwrap();
-    assert!(d > hole && d <= 3 << 20, "next data at {d}");
-    let h2 = lseek(&h, 3 << 20, libc::SEEK_HOLE).unwrap();
-    assert!(((3 << 20) + 4096..=5 << 20).contains(&h2), "{h2}");
-    assert_eq!(errno(lseek(&h, (4 << 20) + 10, libc::SEEK_DATA)), ENXIO, "no data after the last block");
-    assert_eq!(lseek(&h, (4 << 20) + 10, libc::SEEK_HOLE).unwrap(), (4 << 20) + 10);
+    if writeback {
+        assert_eq!(lseek(&h, 0, libc::SEEK_HOLE).unwrap(), 5 << 20);
+        assert_eq!(lseek(&h, (4 << 20) + 10, libc::SEEK_DATA).unwrap(), (4 << 20) + 10);
+    } else {
+        let hole = lseek(&h, 0, libc::SEEK_HOLE).unwrap();
+        assert!((4096..=3 << 20).contains(&hole), "first hole at {hole}");
+        let d = lseek(&h, hole, libc::SEEK_DATA).unwrap();
+        assert!(d > hole && d <= 3 << 20, "next data at {d}");
+        let h2 = lseek(&h, 3 << 20, libc::SEEK_HOLE).unwrap();
+        assert!(((3 << 20) + 4096..=5 << 20).contains(&h2), "{h2}");
+        assert_eq!(errno(lseek(&h, (4 << 20) + 10, libc::SEEK_DATA)), ENXIO, "no data after the last block");
+        assert_eq!(lseek(&h, (4 << 20) + 10, libc::SEEK_HOLE).unwrap(), (4 << 20) + 10);
+    }
     assert_eq!(errno(lseek(&h, 5 << 20, libc::SEEK_HOLE)), ENXIO, "at end of file");
+    // Stores through a shared mapping into a hole, not yet written back:
+    // another program's copy that skips holes must still carry them.
+    let size = (1 << 20) + (64 << 10);
+    let mf = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(p("mapped-holes")).unwrap();
+    mf.write_all_at(&[7u8; 4096], 0).unwrap();
+    mf.set_len(size as u64).unwrap();
+    // SAFETY: a fresh mapping of the open file; unmapped below.
+    let map = unsafe {
+        libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, mf.as_raw_fd(), 0)
+    };
+    assert_ne!(map, libc::MAP_FAILED);
+    let stored = data(64 << 10, 17);
+    // SAFETY: the last 64 KiB of the live mapping.
+    unsafe { std::ptr::copy_nonoverlapping(stored.as_ptr(), map.cast::<u8>().add(1 << 20), stored.len()) };
+    let other = File::open(p("mapped-holes")).unwrap();
+    let d = lseek(&other, 4096, libc::SEEK_DATA).unwrap();
+    assert!(d == 4096 || d == 1 << 20, "SEEK_DATA from 4096 gave {d} with mapped stores at 1 MiB");
+    assert_eq!(lseek(&other, 1 << 20, libc::SEEK_HOLE).unwrap(), size as i64);
+    ok("cp", &["--sparse=always", s(&p("mapped-holes")), s(&p("mapped-holes.cp"))]);
+    let copy = fs::read(p("mapped-holes.cp")).unwrap();
+    assert!(copy.len() == size && copy[1 << 20..] == stored[..], "the copy lost the mapped stores");
+    // SAFETY: the mapping made above, unmapped once.
+    assert_eq!(unsafe { libc::munmap(map, size) }, 0);
+    drop((mf, other));
+
     // cp recreates the holes.
     ok("cp", &["--sparse=always", s(&p("holes")), s(&p("holes.cp"))]);
     assert_eq!(fs::read(p("holes")).unwrap(), fs::read(p("holes.cp")).unwrap());

@@ -112,6 +112,9 @@ pub struct Shared {
     rings_ready: std::sync::atomic::AtomicBool,
     /// Write-only handles write past the page cache (`write_only_direct`).
     direct_writes: std::sync::atomic::AtomicBool,
+    /// The kernel agreed to `-o writeback_cache`: it holds written data
+    /// (and the file's size) that has not reached the mount (`lseek`).
+    kernel_writeback: std::sync::atomic::AtomicBool,
     /// Requests served through each CPU's io_uring queue.
     ring_requests: Box<[CachePadded<std::sync::atomic::AtomicU64>]>,
     /// Threads that serve large reads.
@@ -171,6 +174,7 @@ impl HurricaneFuse {
             max_background: o.max_background,
             rings_ready: std::sync::atomic::AtomicBool::new(false),
             direct_writes: std::sync::atomic::AtomicBool::new(false),
+            kernel_writeback: std::sync::atomic::AtomicBool::new(false),
             ring_requests: (0..crate::workers::possible_cpus()).map(|_| Default::default()).collect(),
             readers: Workers::new(readers),
             control,
@@ -570,6 +574,8 @@ impl Filesystem for HurricaneFuse {
         // mapping would be written back over the direct write.
         let allow_mmap = negotiated.iter().any(|n| n == "direct_io_allow_mmap");
         self.direct_writes.store(allow_mmap && !self.want_writeback, std::sync::atomic::Ordering::Relaxed);
+        let writeback = negotiated.iter().any(|n| n == "writeback_cache");
+        self.kernel_writeback.store(writeback, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -1252,7 +1258,28 @@ impl Filesystem for HurricaneFuse {
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
         let t0 = Instant::now();
         let r = match whence {
+            // The kernel sends SEEK_DATA and SEEK_HOLE without writing its
+            // dirty pages back first. Data it holds would look like a hole
+            // here, and a program that copies only data (cp, tar --sparse)
+            // would copy zeros in its place. With the kernel's writeback
+            // cache any write may be held, the file's size too: ENOSYS
+            // makes the kernel answer every later seek itself, from its
+            // own size, the whole file data.
+            libc::SEEK_DATA | libc::SEEK_HOLE if self.kernel_writeback.load(std::sync::atomic::Ordering::Relaxed) => {
+                Err(Errno::ENOSYS)
+            }
             libc::SEEK_DATA | libc::SEEK_HOLE if offset < 0 => Err(Errno::ENXIO),
+            // Otherwise writes reach the mount before they return, and only
+            // a shared writable mapping, made through a read-write open,
+            // dirties pages the mount has not seen. While such an open
+            // lives the file reports no hole; the size is the mount's.
+            libc::SEEK_DATA | libc::SEEK_HOLE if self.handles.mappable_writes(ino.0) => match self.fs.getattr(ino.0) {
+                Ok(a) if (offset as u64) < a.size => {
+                    Ok(if whence == libc::SEEK_DATA { offset } else { a.size.min(i64::MAX as u64) as i64 })
+                }
+                Ok(_) => Err(Errno::ENXIO),
+                Err(e) => Err(errno(e)),
+            },
             libc::SEEK_DATA | libc::SEEK_HOLE => {
                 match self.fs.seek_data_hole(ino.0, offset as u64, whence == libc::SEEK_DATA) {
                     Ok(Some(x)) => Ok(x.min(i64::MAX as u64) as i64),

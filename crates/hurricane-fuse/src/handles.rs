@@ -9,6 +9,10 @@
 //! names the inode the request is for; a handle that is not in the table,
 //! or belongs to another inode, is refused with EBADF and never reaches
 //! another file's instance.
+//!
+//! The table also counts each inode's read-write opens: only through one
+//! of those can a program map a file writable and dirty pages in the
+//! kernel that have not reached the mount (`mappable_writes`).
 
 use crossbeam_utils::CachePadded;
 use fuser::{Errno, FileHandle};
@@ -36,12 +40,16 @@ pub(crate) struct Open {
 }
 
 type Shard = CachePadded<Mutex<HashMap<u64, Open>>>;
+/// Read-write opens by inode.
+type Counts = CachePadded<Mutex<HashMap<u64, u32>>>;
 
 /// Live opens by id, sharded by id so opens and releases on different
 /// threads rarely meet on one lock.
 pub(crate) struct Handles {
     shards: Box<[Shard]>,
     next: AtomicU64,
+    /// Live read-write opens by inode, sharded by inode.
+    read_write: Box<[Counts]>,
 }
 
 /// The open flags kept in a handle number.
@@ -63,6 +71,11 @@ pub(crate) fn writable(fh: FileHandle) -> bool {
     fh.0 & MARK_BIT != 0 && (fh.0 & 3) as i32 != libc::O_RDONLY
 }
 
+/// Whether a handle was opened read-write.
+fn read_write(fh: FileHandle) -> bool {
+    fh.0 & MARK_BIT != 0 && (fh.0 & 3) as i32 == libc::O_RDWR
+}
+
 fn id_of(fh: FileHandle) -> Option<u64> {
     let id = fh.0 >> FLAG_BITS;
     (fh.0 & MARK_BIT != 0 && id != 0).then_some(id)
@@ -79,7 +92,18 @@ impl Handles {
         Handles {
             shards: (0..shards.max(1)).map(|_| CachePadded::new(Mutex::new(HashMap::new()))).collect(),
             next: AtomicU64::new(first),
+            read_write: (0..shards.max(1)).map(|_| CachePadded::new(Mutex::new(HashMap::new()))).collect(),
         }
+    }
+
+    fn read_write_of(&self, ino: u64) -> &Mutex<HashMap<u64, u32>> {
+        &self.read_write[(ino % self.read_write.len() as u64) as usize]
+    }
+
+    /// Whether `ino` has a live read-write open: a shared writable mapping
+    /// of it may hold pages the kernel has not written back.
+    pub fn mappable_writes(&self, ino: u64) -> bool {
+        self.read_write_of(ino).lock().contains_key(&ino)
     }
 
     fn shard(&self, id: u64) -> &Mutex<HashMap<u64, Open>> {
@@ -98,7 +122,11 @@ impl Handles {
             match self.shard(id).lock().entry(id) {
                 Entry::Vacant(v) => {
                     v.insert(open);
-                    return FileHandle(id << FLAG_BITS | flag_bits(flags));
+                    let fh = FileHandle(id << FLAG_BITS | flag_bits(flags));
+                    if read_write(fh) {
+                        *self.read_write_of(ino).lock().entry(ino).or_insert(0) += 1;
+                    }
+                    return fh;
                 }
                 // Still open since the counter last passed here: skip it.
                 Entry::Occupied(_) => {}
@@ -125,11 +153,19 @@ impl Handles {
     /// unchanged) if the handle is not a live open of `ino`.
     pub fn remove(&self, fh: FileHandle, ino: u64) -> Result<Open, Errno> {
         let id = id_of(fh).ok_or(Errno::EBADF)?;
-        let mut shard = self.shard(id).lock();
-        match shard.entry(id) {
-            Entry::Occupied(o) if o.get().ino == ino => Ok(o.remove()),
-            _ => Err(Errno::EBADF),
+        let open = match self.shard(id).lock().entry(id) {
+            Entry::Occupied(o) if o.get().ino == ino => o.remove(),
+            _ => return Err(Errno::EBADF),
+        };
+        if read_write(fh) {
+            if let Entry::Occupied(mut n) = self.read_write_of(ino).lock().entry(ino) {
+                *n.get_mut() -= 1;
+                if *n.get() == 0 {
+                    n.remove();
+                }
+            }
         }
+        Ok(open)
     }
 
     /// How many opens are live.
@@ -154,6 +190,32 @@ mod tests {
         assert!(writable(fh) && fh.0 & APPEND_BIT != 0);
         assert!(t.writable_on(fh, 7));
         assert!(!t.writable_on(fh, 8), "a handle of another inode");
+    }
+
+    /// An inode has mappable writes while a read-write open of it lives,
+    /// and only then: write-only and read-only opens cannot map it
+    /// writable, and a refused release changes nothing.
+    #[test]
+    fn read_write_opens_are_counted_per_inode() {
+        let t = Handles::new(4);
+        let ro = t.insert(7, libc::O_RDONLY, None);
+        let wo = t.insert(7, libc::O_WRONLY | libc::O_APPEND, None);
+        assert!(!t.mappable_writes(7));
+        let a = t.insert(7, libc::O_RDWR, None);
+        let b = t.insert(7, libc::O_RDWR | libc::O_APPEND, None);
+        let other = t.insert(11, libc::O_RDWR, None);
+        assert!(t.mappable_writes(7) && t.mappable_writes(11) && !t.mappable_writes(15));
+        assert!(t.remove(a, 11).is_err(), "a handle of another inode");
+        t.remove(a, 7).unwrap();
+        assert!(t.remove(a, 7).is_err(), "released twice");
+        assert!(t.mappable_writes(7), "one read-write open is left");
+        t.remove(b, 7).unwrap();
+        assert!(!t.mappable_writes(7) && t.mappable_writes(11));
+        t.remove(ro, 7).unwrap();
+        t.remove(wo, 7).unwrap();
+        t.remove(other, 11).unwrap();
+        assert!(!t.mappable_writes(11));
+        assert!(t.read_write.iter().all(|s| s.lock().is_empty()));
     }
 
     /// After the id counter wraps, an old handle still reaches only its own
