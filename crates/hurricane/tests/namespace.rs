@@ -85,6 +85,14 @@ fn rename_cases() {
     fs.rename_path("/d1/x", "/d1/x2").unwrap();
     assert_eq!(fs.read_file("/d1/x").unwrap(), b"Y");
     assert_eq!(fs.stat("/d1/x").unwrap().nlink, 2);
+    // Linux's order of errors: a target that must not exist (or must)
+    // is reported before a move beneath itself, and NOREPLACE refuses a
+    // target that is another link of the source.
+    assert_eq!(errno(fs.rename(&root, d1, b"x", d1, b"x2", nr)), libc::EEXIST);
+    let (top, below) = (fs.resolve("/").unwrap(), fs.resolve("/d1/empty").unwrap());
+    assert_eq!(errno(fs.rename(&root, top, b"d1", below, b"missing", ex)), libc::ENOENT);
+    assert_eq!(errno(fs.rename(&root, top, b"d1", below, b"in", nr)), libc::EEXIST);
+    assert_eq!(errno(fs.rename(&root, top, b"d1", below, b"new", RenameFlags::default())), libc::EINVAL);
 }
 
 #[test]

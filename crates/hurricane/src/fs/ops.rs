@@ -645,6 +645,13 @@ impl Fs {
             };
             let (src, skind) = entry(sdir, sname)?.ok_or_else(|| Error::NotFound(show(sname)))?;
             let dst = entry(ddir, dname)?;
+            // Linux's order: a name that must not exist, or must, before
+            // a move beneath itself (rename(2), renameat2(2)).
+            match dst {
+                Some(_) if flags.noreplace => return Err(Error::Exists(show(dname))),
+                None if flags.exchange => return Err(Error::NotFound(show(dname))),
+                _ => {}
+            }
             if sdir != ddir {
                 if skind == S_IFDIR && self.is_under(ddir, src)? {
                     return Err(Error::Invalid(format!("cannot move {} beneath itself", show(sname))));
