@@ -105,6 +105,8 @@ fn hard_links_symlinks_and_open_unlinked_files() {
     assert_eq!(fs.stat("/f").unwrap().ino, fs.stat("/g").unwrap().ino);
     fs.mkdir_path("/d", 0o755).unwrap();
     assert_eq!(errno(fs.hard_link("/d", "/d2")), libc::EPERM);
+    // Over an existing name, the name is reported first, as on Linux.
+    assert_eq!(errno(fs.hard_link("/d", "/g")), libc::EEXIST);
     fs.remove("/f").unwrap();
     assert_eq!(fs.read_file("/g").unwrap(), pattern(1, 100_000));
     assert_eq!(fs.stat("/g").unwrap().nlink, 1);

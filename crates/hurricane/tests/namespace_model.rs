@@ -225,11 +225,11 @@ impl Run {
         let (d, n) = (self.pick_dir(), self.pick_name());
         self.note(format!("link {i} as {d}/{}", String::from_utf8_lossy(&n)));
         let r = self.fs.link(&self.cred, i, d, &n);
-        if self.m.is_dir(i) {
-            return self.expect_errno("link of a directory", &r, &[libc::EPERM]);
-        }
         if self.m.entry(d, &n).is_some() {
             return self.expect_errno("link over a name", &r, &[libc::EEXIST]);
+        }
+        if self.m.is_dir(i) {
+            return self.expect_errno("link of a directory", &r, &[libc::EPERM]);
         }
         self.expect_errno("link", &r, &[0]);
         self.m.nodes.get_mut(&d).unwrap().entries.insert(n, i);

@@ -568,6 +568,16 @@ impl Fs {
         let g = self.inner.gate.enter();
         let mut l = self.state().lock(&[ino, newparent]);
         {
+            // Where the link would go first, then what is linked (Linux
+            // answers EEXIST for a directory linked over a name).
+            let p = l.get(newparent)?;
+            let d = p.dir().ok_or_else(|| Error::NotDir(format!("inode {newparent}")))?;
+            if !cred.allowed(p, W | X) {
+                return Err(Error::Access(show(newname)));
+            }
+            if d.get(newname)?.is_some() {
+                return Err(Error::Exists(show(newname)));
+            }
             let c = l.get(ino)?;
             if c.is_dir() {
                 return Err(Error::Perm("hard link to a directory".into()));
@@ -577,14 +587,6 @@ impl Fs {
             }
             if c.nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks(show(newname)));
-            }
-            let p = l.get(newparent)?;
-            let d = p.dir().ok_or_else(|| Error::NotDir(format!("inode {newparent}")))?;
-            if !cred.allowed(p, W | X) {
-                return Err(Error::Access(show(newname)));
-            }
-            if d.get(newname)?.is_some() {
-                return Err(Error::Exists(show(newname)));
             }
         }
         let op = Op::Link { dir: newparent, name: newname.to_vec(), ino, time: now() };
