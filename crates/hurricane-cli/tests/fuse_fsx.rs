@@ -22,6 +22,8 @@
 
 mod fuse_util;
 
+use fuse_util::oplog::OpLog;
+use fuse_util::rng::Rng;
 use fuse_util::*;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -33,50 +35,6 @@ const MAX_LEN: u64 = 256 << 10;
 /// The largest single read, write or copy.
 const MAX_OP: u64 = 64 << 10;
 const PAGE: u64 = 4096;
-
-/// splitmix64: a seeded stream, the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    /// Offsets and lengths: mostly anywhere, often on page boundaries
-    /// or just off them, where block and page logic splits.
-    fn offset(&mut self, limit: u64) -> u64 {
-        let o = self.below(limit + 1);
-        match self.below(4) {
-            0 => (o / PAGE * PAGE).min(limit),
-            1 => (o / PAGE * PAGE).saturating_sub(1).min(limit),
-            _ => o,
-        }
-    }
-    /// Bytes to write: compressible runs or noise, so compressed layouts
-    /// store both kinds of chunk.
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        if self.below(2) == 0 {
-            let b = self.next() as u8;
-            let mut v = vec![b; n];
-            for i in (0..n).step_by(97) {
-                v[i] = self.next() as u8;
-            }
-            v
-        } else {
-            data(n, self.next())
-        }
-    }
-}
 
 /// A page-aligned buffer for `O_DIRECT`.
 struct Aligned {
@@ -124,9 +82,8 @@ struct Run {
     path: PathBuf,
     /// None only while the mount is down.
     fds: Option<Fds>,
-    log: Vec<String>,
-    step: usize,
-    seed: u64,
+    log: OpLog,
+    /// The layout and mount, for messages.
     what: String,
     /// fallocate modes the mount refused (EOPNOTSUPP): not tried again.
     refused: Vec<i32>,
@@ -140,21 +97,11 @@ impl Run {
     }
 
     fn fail(&self, why: String) -> ! {
-        let tail = &self.log[self.log.len().saturating_sub(25)..];
-        panic!(
-            "{}: seed {}, step {}: {why}\nlast operations:\n  {}",
-            self.what,
-            self.seed,
-            self.step,
-            tail.join("\n  ")
-        );
+        self.log.fail(why)
     }
 
     fn note(&mut self, s: String) {
-        self.log.push(s);
-        if self.log.len() > 200 {
-            self.log.drain(..100);
-        }
+        self.log.note(s);
     }
 
     fn expect(&self, off: u64, got: &[u8], want_len: usize, how: &str) {
@@ -550,15 +497,13 @@ fn runs(opts: &[&str], open: Option<&str>, seed0: u64) {
             model: Vec::new(),
             fds: Some(Fds::open(&path)),
             path,
-            log: Vec::new(),
-            step: 0,
-            seed,
+            log: OpLog::new(format!("{name} ({what_mount})"), seed),
             what: format!("{name} ({what_mount})"),
             refused: Vec::new(),
             copies: true,
         };
         for s in 0..n {
-            r.step = s;
+            r.log.step = s;
             r.step();
             // Halfway the mount ends and comes back: what it kept is what
             // was written.

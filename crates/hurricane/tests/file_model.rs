@@ -12,6 +12,8 @@
 
 mod common;
 
+use common::oplog::OpLog;
+use common::rng::Rng;
 use common::*;
 use hurricane::device::CrashMode;
 use hurricane::fs::MigrateOptions;
@@ -20,41 +22,6 @@ use hurricane::{Fs, Options};
 const MAX_LEN: u64 = 512 << 10;
 const MAX_OP: u64 = 64 << 10;
 const BS: u64 = 4096;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    /// Often on a block boundary or just off it.
-    fn offset(&mut self, limit: u64) -> u64 {
-        let o = self.below(limit + 1);
-        match self.below(4) {
-            0 => (o / BS * BS).min(limit),
-            1 => (o / BS * BS).saturating_sub(1).min(limit),
-            _ => o,
-        }
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        if self.below(2) == 0 {
-            vec![self.next() as u8; n]
-        } else {
-            pattern(self.next(), n)
-        }
-    }
-}
 
 const LAYOUTS: &[&str] = &[
     "stripe(unit=16K)",
@@ -79,33 +46,20 @@ struct Run {
     fs: Fs,
     ino: u64,
     model: Vec<u8>,
-    layout: String,
     /// What the file was at the last sync.
     synced: Vec<u8>,
-    seed: u64,
-    step: usize,
-    log: Vec<String>,
+    log: OpLog,
     /// Collapses and inserts the layout took (it may refuse them).
     moves: usize,
 }
 
 impl Run {
     fn fail(&self, why: String) -> ! {
-        let tail = &self.log[self.log.len().saturating_sub(25)..];
-        panic!(
-            "{} (seed {}), step {}: {why}\nlast operations:\n  {}",
-            self.layout,
-            self.seed,
-            self.step,
-            tail.join("\n  ")
-        );
+        self.log.fail(why)
     }
 
     fn note(&mut self, s: String) {
-        self.log.push(s);
-        if self.log.len() > 200 {
-            self.log.drain(..100);
-        }
+        self.log.note(s);
     }
 
     fn ok<T>(&self, what: &str, r: hurricane::Result<T>) -> T {
@@ -334,15 +288,12 @@ fn random_operations_on_every_layout_match_the_model() {
             fs,
             ino,
             model: Vec::new(),
-            layout: layout.to_string(),
             synced: Vec::new(),
-            seed,
-            step: 0,
-            log: Vec::new(),
+            log: OpLog::new(layout.to_string(), seed),
             moves: 0,
         };
         for s in 0..steps {
-            r.step = s;
+            r.log.step = s;
             r.step();
         }
         r.check_whole("at the end");

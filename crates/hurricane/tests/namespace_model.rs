@@ -19,47 +19,15 @@
 
 mod common;
 
+use common::ns_model::{Change, Ino, Kind, Model};
+use common::oplog::OpLog;
+use common::rng::Rng;
 use common::*;
 use hurricane::device::CrashMode;
 use hurricane::{Creds, Fs, Options, RenameFlags};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-
-type Ino = u64;
+use std::collections::{BTreeMap, BTreeSet};
 
 const NAMES: &[&str] = &["a", "b", "c", "dd", "e", "f0", "f1", "long-name-with-some-length", "x.y", "z"];
-
-#[derive(Clone, Debug, PartialEq)]
-enum Kind {
-    File,
-    Dir,
-    Symlink(Vec<u8>),
-}
-
-#[derive(Clone, Debug)]
-struct Node {
-    kind: Kind,
-    /// Names in a directory.
-    entries: BTreeMap<Vec<u8>, Ino>,
-    /// A directory's parent.
-    parent: Ino,
-    /// Names of a file or link.
-    nlink: u32,
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 fn errno<T>(r: &hurricane::Result<T>) -> i32 {
     match r {
@@ -74,60 +42,12 @@ fn opts() -> Options {
     Options { inode_cache: 16, entry_cache: 16, meta_cache_bytes: 1 << 20, ..quiet() }
 }
 
-struct Model {
-    nodes: HashMap<Ino, Node>,
-    root: Ino,
-}
-
-impl Model {
-    fn dirs(&self) -> Vec<Ino> {
-        let mut v: Vec<Ino> = self.nodes.iter().filter(|(_, n)| n.kind == Kind::Dir).map(|(i, _)| *i).collect();
-        v.sort_unstable();
-        v
-    }
-    fn entry(&self, d: Ino, name: &[u8]) -> Option<Ino> {
-        self.nodes[&d].entries.get(name).copied()
-    }
-    fn is_dir(&self, i: Ino) -> bool {
-        self.nodes[&i].kind == Kind::Dir
-    }
-    /// Whether `d` is `top` or below it.
-    fn within(&self, mut d: Ino, top: Ino) -> bool {
-        loop {
-            if d == top {
-                return true;
-            }
-            if d == self.root {
-                return false;
-            }
-            d = self.nodes[&d].parent;
-        }
-    }
-    fn subdirs(&self, d: Ino) -> u32 {
-        self.nodes[&d].entries.values().filter(|i| self.is_dir(**i)).count() as u32
-    }
-    /// Drops one name of `i` (the name itself is already gone).
-    fn unlinked(&mut self, i: Ino) {
-        if self.is_dir(i) {
-            self.nodes.remove(&i);
-            return;
-        }
-        let n = self.nodes.get_mut(&i).unwrap();
-        n.nlink -= 1;
-        if n.nlink == 0 {
-            self.nodes.remove(&i);
-        }
-    }
-}
-
 struct Run {
     rng: Rng,
     pool: MemPool,
     fs: Fs,
     m: Model,
-    seed: u64,
-    step: usize,
-    log: Vec<String>,
+    log: OpLog,
     cred: Creds,
     names: Vec<Vec<u8>>,
     max_dirs: usize,
@@ -135,24 +55,20 @@ struct Run {
 
 impl Run {
     fn fail(&self, why: String) -> ! {
-        let tail = &self.log[self.log.len().saturating_sub(30)..];
-        panic!("seed {}, step {}: {why}\nlast operations:\n  {}", self.seed, self.step, tail.join("\n  "));
+        self.log.fail(why)
     }
 
     fn note(&mut self, s: String) {
-        self.log.push(s);
-        if self.log.len() > 400 {
-            self.log.drain(..200);
-        }
+        self.log.note(s);
     }
 
     fn pick_dir(&mut self) -> Ino {
         let d = self.m.dirs();
-        d[self.rng.below(d.len())]
+        d[self.rng.index(d.len())]
     }
 
     fn pick_name(&mut self) -> Vec<u8> {
-        self.names[self.rng.below(self.names.len())].clone()
+        self.names[self.rng.index(self.names.len())].clone()
     }
 
     /// A result that must be one of `want` (0: success).
@@ -164,58 +80,50 @@ impl Run {
         }
     }
 
+    /// Checks a result against what the model says must happen; true
+    /// when the operation succeeded and changed the namespace.
+    fn outcome<T>(&self, what: &str, r: &hurricane::Result<T>, want: Result<(), Vec<i32>>) -> bool {
+        match want {
+            Ok(()) => {
+                self.expect_errno(what, r, &[0]);
+                true
+            }
+            Err(errors) => {
+                self.expect_errno(what, r, &errors);
+                false
+            }
+        }
+    }
+
     fn create(&mut self, kind: usize) {
         let (d, n) = (self.pick_dir(), self.pick_name());
         if kind == 1 && self.m.dirs().len() >= self.max_dirs {
             return;
         }
         let name = String::from_utf8_lossy(&n).into_owned();
+        let target = format!("target-{}", self.rng.below(1000)).into_bytes();
+        self.note(format!("{} {d}/{name}", ["create", "mkdir", "symlink"][kind]));
         let (r, k) = match kind {
-            0 => {
-                self.note(format!("create {d}/{name}"));
-                (self.fs.mknod(&self.cred, d, &n, libc::S_IFREG | 0o644, 0, None, None), Kind::File)
-            }
-            1 => {
-                self.note(format!("mkdir {d}/{name}"));
-                (self.fs.mkdir(&self.cred, d, &n, 0o755), Kind::Dir)
-            }
-            _ => {
-                let target = format!("target-{}", self.rng.below(1000)).into_bytes();
-                self.note(format!("symlink {d}/{name}"));
-                (self.fs.symlink(&self.cred, d, &n, &target), Kind::Symlink(target))
-            }
+            0 => (self.fs.mknod(&self.cred, d, &n, libc::S_IFREG | 0o644, 0, None, None), Kind::File),
+            1 => (self.fs.mkdir(&self.cred, d, &n, 0o755), Kind::Dir),
+            _ => (self.fs.symlink(&self.cred, d, &n, &target), Kind::Symlink(target)),
         };
-        if self.m.entry(d, &n).is_some() {
-            return self.expect_errno("create over a name", &r, &[libc::EEXIST]);
+        if self.outcome("create", &r, self.m.create(d, &n)) {
+            let ino = r.unwrap().ino;
+            if self.m.nodes.contains_key(&ino) {
+                self.fail(format!("a new file got inode {ino}, which is live"));
+            }
+            self.m.created(d, &n, ino, k);
         }
-        self.expect_errno("create", &r, &[0]);
-        let ino = r.unwrap().ino;
-        if self.m.nodes.contains_key(&ino) {
-            self.fail(format!("a new file got inode {ino}, which is live"));
-        }
-        self.m.nodes.get_mut(&d).unwrap().entries.insert(n, ino);
-        self.m.nodes.insert(ino, Node { kind: k, entries: BTreeMap::new(), parent: d, nlink: 1 });
     }
 
     fn unlink(&mut self, dir: bool) {
         let (d, n) = (self.pick_dir(), self.pick_name());
-        let name = String::from_utf8_lossy(&n).into_owned();
-        self.note(format!("{} {d}/{name}", if dir { "rmdir" } else { "unlink" }));
+        self.note(format!("{} {d}/{}", if dir { "rmdir" } else { "unlink" }, String::from_utf8_lossy(&n)));
         let r = if dir { self.fs.rmdir(&self.cred, d, &n) } else { self.fs.unlink(&self.cred, d, &n) };
-        let Some(i) = self.m.entry(d, &n) else {
-            return self.expect_errno("removing a missing name", &r, &[libc::ENOENT]);
-        };
-        match (dir, self.m.is_dir(i)) {
-            (false, true) => return self.expect_errno("unlink of a directory", &r, &[libc::EISDIR, libc::EPERM]),
-            (true, false) => return self.expect_errno("rmdir of a non-directory", &r, &[libc::ENOTDIR]),
-            (true, true) if !self.m.nodes[&i].entries.is_empty() => {
-                return self.expect_errno("rmdir of a full directory", &r, &[libc::ENOTEMPTY]);
-            }
-            _ => {}
+        if self.outcome("remove", &r, self.m.remove(d, &n, dir)) {
+            self.m.removed(d, &n);
         }
-        self.expect_errno("remove", &r, &[0]);
-        self.m.nodes.get_mut(&d).unwrap().entries.remove(&n);
-        self.m.unlinked(i);
     }
 
     fn link(&mut self) {
@@ -225,15 +133,9 @@ impl Run {
         let (d, n) = (self.pick_dir(), self.pick_name());
         self.note(format!("link {i} as {d}/{}", String::from_utf8_lossy(&n)));
         let r = self.fs.link(&self.cred, i, d, &n);
-        if self.m.entry(d, &n).is_some() {
-            return self.expect_errno("link over a name", &r, &[libc::EEXIST]);
+        if self.outcome("link", &r, self.m.link(i, d, &n)) {
+            self.m.linked(i, d, &n);
         }
-        if self.m.is_dir(i) {
-            return self.expect_errno("link of a directory", &r, &[libc::EPERM]);
-        }
-        self.expect_errno("link", &r, &[0]);
-        self.m.nodes.get_mut(&d).unwrap().entries.insert(n, i);
-        self.m.nodes.get_mut(&i).unwrap().nlink += 1;
     }
 
     fn rename(&mut self) {
@@ -249,70 +151,9 @@ impl Run {
             String::from_utf8_lossy(&dn)
         ));
         let r = self.fs.rename(&self.cred, sd, &sn, dd, &dn, flags);
-        let Some(s) = self.m.entry(sd, &sn) else {
-            return self.expect_errno("rename of a missing name", &r, &[libc::ENOENT]);
-        };
-        let t = self.m.entry(dd, &dn);
-        if flags.exchange {
-            let Some(t) = t else {
-                return self.expect_errno("exchange with a missing name", &r, &[libc::ENOENT]);
-            };
-            if (sd, &sn) == (dd, &dn) || s == t {
-                return self.expect_errno("exchange with itself", &r, &[0, libc::EINVAL]);
-            }
-            // Neither may end up below itself.
-            let mut bad = Vec::new();
-            if self.m.is_dir(s) && self.m.within(dd, s) || self.m.is_dir(t) && self.m.within(sd, t) {
-                bad.push(libc::EINVAL);
-            }
-            if !bad.is_empty() {
-                return self.expect_errno("exchange into itself", &r, &bad);
-            }
-            self.expect_errno("exchange", &r, &[0]);
-            self.m.nodes.get_mut(&sd).unwrap().entries.insert(sn, t);
-            self.m.nodes.get_mut(&dd).unwrap().entries.insert(dn, s);
-            if self.m.is_dir(s) {
-                self.m.nodes.get_mut(&s).unwrap().parent = dd;
-            }
-            if self.m.is_dir(t) {
-                self.m.nodes.get_mut(&t).unwrap().parent = sd;
-            }
-            return;
-        }
-        let mut bad = Vec::new();
-        if flags.noreplace && t.is_some() {
-            bad.push(libc::EEXIST);
-        }
-        if self.m.is_dir(s) && self.m.within(dd, s) && (sd, &sn) != (dd, &dn) {
-            bad.push(libc::EINVAL);
-        }
-        if let Some(t) = t {
-            if t != s {
-                match (self.m.is_dir(s), self.m.is_dir(t)) {
-                    (true, false) => bad.push(libc::ENOTDIR),
-                    // Over a directory above the source Linux says
-                    // ENOTEMPTY before EISDIR.
-                    (false, true) => bad.extend([libc::EISDIR, libc::ENOTEMPTY]),
-                    (true, true) if !self.m.nodes[&t].entries.is_empty() => bad.push(libc::ENOTEMPTY),
-                    _ => {}
-                }
-            }
-        }
-        if !bad.is_empty() {
-            return self.expect_errno("a rename POSIX refuses", &r, &bad);
-        }
-        if t == Some(s) {
-            // The same name, or two links of one file: nothing changes.
-            return self.expect_errno("rename onto itself", &r, &[0]);
-        }
-        self.expect_errno("rename", &r, &[0]);
-        self.m.nodes.get_mut(&sd).unwrap().entries.remove(&sn);
-        let old = self.m.nodes.get_mut(&dd).unwrap().entries.insert(dn, s);
-        if let Some(t) = old {
-            self.m.unlinked(t);
-        }
-        if self.m.is_dir(s) {
-            self.m.nodes.get_mut(&s).unwrap().parent = dd;
+        let want = self.m.rename((sd, &sn), (dd, &dn), flags.noreplace, flags.exchange);
+        if self.outcome("rename", &r, want) {
+            self.m.renamed((sd, &sn), (dd, &dn), flags.exchange);
         }
     }
 
@@ -348,8 +189,8 @@ impl Run {
             self.fail(format!("directory {d} lists {got:?}, the model has {:?}", node.entries));
         }
         let a = self.fs.getattr(d).unwrap_or_else(|e| self.fail(format!("getattr of directory {d}: {e}")));
-        if a.nlink != 2 + self.m.subdirs(d) {
-            self.fail(format!("directory {d} has {} links, the model {}", a.nlink, 2 + self.m.subdirs(d)));
+        if a.nlink != self.m.links(d) {
+            self.fail(format!("directory {d} has {} links, the model {}", a.nlink, self.m.links(d)));
         }
     }
 
@@ -377,8 +218,8 @@ impl Run {
                         node.kind
                     ));
                 }
-                if node.kind != Kind::Dir && a.nlink != node.nlink {
-                    self.fail(format!("inode {i} has {} links, the model {}", a.nlink, node.nlink));
+                if a.nlink != self.m.links(i) {
+                    self.fail(format!("inode {i} has {} links, the model {}", a.nlink, self.m.links(i)));
                 }
             }
         }
@@ -395,7 +236,7 @@ impl Run {
         let mut cookie = 0;
         self.note(format!("paged listing of {d}"));
         loop {
-            let page = 1 + self.rng.below(3);
+            let page = 1 + self.rng.index(3);
             let mut got = 0;
             let mut end = true;
             let r = self.fs.readdir(&self.cred, d, cookie, |it| {
@@ -416,7 +257,7 @@ impl Run {
                 break;
             }
             // Changes in between, some in this directory.
-            for _ in 0..self.rng.below(3) {
+            for _ in 0..self.rng.index(3) {
                 let names_before: BTreeMap<Vec<u8>, Ino> =
                     self.m.nodes.get(&d).map(|n| n.entries.clone()).unwrap_or_default();
                 self.mutate();
@@ -479,14 +320,11 @@ impl Run {
     }
 
     fn mutate(&mut self) {
-        match self.rng.below(20) {
-            0..=4 => self.create(0),
-            5..=6 => self.create(1),
-            7 => self.create(2),
-            8..=10 => self.unlink(false),
-            11..=12 => self.unlink(true),
-            13..=14 => self.link(),
-            _ => self.rename(),
+        match Change::draw(&mut self.rng) {
+            Change::Create(kind) => self.create(kind),
+            Change::Remove { dir } => self.unlink(dir),
+            Change::Link => self.link(),
+            Change::Rename => self.rename(),
         }
     }
 
@@ -516,22 +354,18 @@ fn runs(first: u64, seeds: u64, steps: usize, names: Vec<Vec<u8>>, max_dirs: usi
         let pool = MemPool::new(1, 64 * MB);
         let fs = pool.open_with(opts()).unwrap();
         let root = fs.resolve("/").unwrap();
-        let mut nodes = HashMap::new();
-        nodes.insert(root, Node { kind: Kind::Dir, entries: BTreeMap::new(), parent: root, nlink: 1 });
         let mut r = Run {
             rng: Rng(seed),
             pool,
             fs,
-            m: Model { nodes, root },
-            seed,
-            step: 0,
-            log: Vec::new(),
+            m: Model::new(root),
+            log: OpLog::new("namespace", seed),
             cred: Creds::root(),
             names: names.clone(),
             max_dirs,
         };
         for s in 0..steps {
-            r.step = s;
+            r.log.step = s;
             r.step();
         }
         r.check_all("at the end");

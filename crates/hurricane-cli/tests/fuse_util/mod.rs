@@ -15,6 +15,15 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hurricane");
 
+// The random-operation tests' stream and namespace model, shared with the
+// engine's tests.
+#[path = "../../../hurricane/tests/common/ns_model.rs"]
+pub mod ns_model;
+#[path = "../../../hurricane/tests/common/oplog.rs"]
+pub mod oplog;
+#[path = "../../../hurricane/tests/common/rng.rs"]
+pub mod rng;
+
 /// Why FUSE tests cannot run here, if they cannot.
 pub fn skip_reason() -> Option<String> {
     if !Path::new("/dev/fuse").exists() {

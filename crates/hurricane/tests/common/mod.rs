@@ -4,6 +4,10 @@ use hurricane::device::{CrashMode, Device, MemDevice};
 use hurricane::{FormatOptions, Fs, Options};
 use std::sync::Arc;
 
+pub mod ns_model;
+pub mod oplog;
+pub mod rng;
+
 pub const MB: u64 = 1 << 20;
 
 /// A pool of memory devices that can be "power cut" at any moment.
