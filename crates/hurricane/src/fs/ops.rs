@@ -690,11 +690,10 @@ impl Fs {
                 }
             }
             if let Some((d, dkind)) = dst {
+                // (A target with NOREPLACE was refused above, before the
+                // locks; the entries are the same under them.)
                 if d == src {
                     return Ok(());
-                }
-                if flags.noreplace {
-                    return Err(Error::Exists(show(dname)));
                 }
                 let ddata = l.get(d)?.clone_meta();
                 if !cred.may_delete(l.get(ddir)?, &ddata) {
@@ -712,8 +711,6 @@ impl Fs {
                 } else if dkind == S_IFDIR && sdir != ddir && !cred.allowed(&ddata, W) {
                     return Err(Error::Access(show(dname)));
                 }
-            } else if flags.exchange {
-                return Err(Error::NotFound(show(dname)));
             }
             // A directory changing parents rewrites its "..": needs write on it.
             if skind == S_IFDIR && sdir != ddir && !cred.allowed(&sdata, W) {
