@@ -83,8 +83,6 @@ struct Run {
     /// None only while the mount is down.
     fds: Option<Fds>,
     log: OpLog,
-    /// The layout and mount, for messages.
-    what: String,
     /// fallocate modes the mount refused (EOPNOTSUPP): not tried again.
     refused: Vec<i32>,
     /// Whether `copy_file_range` works here (a kernel may refuse it).
@@ -498,7 +496,6 @@ fn runs(opts: &[&str], open: Option<&str>, seed0: u64) {
             fds: Some(Fds::open(&path)),
             path,
             log: OpLog::new(format!("{name} ({what_mount})"), seed),
-            what: format!("{name} ({what_mount})"),
             refused: Vec::new(),
             copies: true,
         };
@@ -519,7 +516,7 @@ fn runs(opts: &[&str], open: Option<&str>, seed0: u64) {
         r.check_whole("at the end");
         eprintln!(
             "{}: {n} operations, {} bytes at the end, fallocate modes refused {:?}, copy_file_range {}",
-            r.what,
+            r.log.what(),
             r.model.len(),
             r.refused,
             if r.copies { "used" } else { "refused" }

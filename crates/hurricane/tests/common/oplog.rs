@@ -16,6 +16,11 @@ impl OpLog {
         OpLog { what: what.into(), seed, step: 0, ops: Vec::new() }
     }
 
+    /// What runs, as given to `new`.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+
     pub fn note(&mut self, op: String) {
         self.ops.push(op);
         if self.ops.len() > 400 {
