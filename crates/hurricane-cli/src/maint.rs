@@ -674,6 +674,12 @@ fn report(s: &ScrubSummary, json: bool) -> CliResult {
     if !s.rebuilt_devices.is_empty() && s.complete {
         println!("rebuilt devices: {:?} (online)", s.rebuilt_devices);
     }
+    if s.meta_lost_blocks > 0 {
+        println!(
+            "unrecoverable: {} blocks of the meta-data (no copy holds them as written; run `hurricane fsck`)",
+            s.meta_lost_blocks
+        );
+    }
     for f in &s.lost {
         let names = if f.paths.is_empty() { format!("<inode {} with no name>", f.ino) } else { f.paths.join(", ") };
         let ranges: Vec<String> = f.ranges.iter().map(|(o, l)| format!("{o}+{l}")).collect();
@@ -683,6 +689,9 @@ fn report(s: &ScrubSummary, json: bool) -> CliResult {
 }
 
 fn status_of(s: &ScrubSummary) -> CliResult {
+    if s.meta_lost_blocks > 0 {
+        return Err(Fail::code(EXIT_LOST, format!("{} meta-data blocks are unrecoverable", s.meta_lost_blocks)));
+    }
     if !s.lost.is_empty() {
         return Err(Fail::code(EXIT_LOST, format!("{} files have unrecoverable data", s.lost.len())));
     }

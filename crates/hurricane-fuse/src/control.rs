@@ -109,6 +109,9 @@ pub struct ScrubSummary {
     pub resumed: bool,
     pub rebuilt_devices: Vec<u32>,
     pub lost: Vec<LostSummary>,
+    /// Meta-file blocks no copy holds (`ScrubReport::meta_lost_blocks`).
+    #[serde(default)]
+    pub meta_lost_blocks: u64,
 }
 
 impl From<&ScrubReport> for ScrubSummary {
@@ -123,6 +126,7 @@ impl From<&ScrubReport> for ScrubSummary {
             complete: r.complete,
             resumed: r.resumed_from.is_some(),
             rebuilt_devices: r.rebuilt.clone(),
+            meta_lost_blocks: r.meta_lost_blocks,
             lost: r
                 .lost
                 .iter()

@@ -623,3 +623,38 @@ fn lookups_racing_with_checkpoints_cache_no_stale_entry() {
     }
     assert!(fs.meta_cache_stats().store.entries.hits >= hits + names, "second lookups are served from the cache");
 }
+
+/// A closed pool writes nothing more, even when it is dropped: an open of
+/// the same devices made after the close (here, or on another host once
+/// the lease is let go) is not overwritten by what the store would write
+/// on its way out.
+#[test]
+fn a_closed_pool_dropped_after_another_open_writes_nothing() {
+    let p = MemPool::new(2, 64 * MB);
+    let first = p.open_with(small_cache()).unwrap();
+    for i in 0..200u64 {
+        first.write_file(&format!("/a{i}"), &pattern(i, 3000), None).unwrap();
+    }
+    first.close().unwrap();
+    let images: Vec<Vec<u8>> = p.devs.iter().map(|d| d.image()).collect();
+    let second = p.open_with(small_cache()).unwrap();
+    for i in 0..200u64 {
+        second.write_file(&format!("/b{i}"), &pattern(1000 + i, 3000), None).unwrap();
+    }
+    second.checkpoint().unwrap();
+    let before: Vec<Vec<u8>> = p.devs.iter().map(|d| d.image()).collect();
+    drop(first);
+    let after: Vec<Vec<u8>> = p.devs.iter().map(|d| d.image()).collect();
+    assert!(before == after, "the closed pool wrote to the devices when dropped");
+    assert!(images != after, "the second open wrote");
+    second.close().unwrap();
+    drop(second);
+    let fs = p.open_with(small_cache()).unwrap();
+    for i in 0..200u64 {
+        assert_eq!(fs.read_file(&format!("/a{i}")).unwrap(), pattern(i, 3000));
+        assert_eq!(fs.read_file(&format!("/b{i}")).unwrap(), pattern(1000 + i, 3000));
+    }
+    let r = fs.scrub(&hurricane::fs::ScrubOptions { repair: false, ..Default::default() }, &|_| {}).unwrap();
+    assert_eq!((r.meta_lost_blocks, r.repaired_blocks), (0, 0));
+    check_clean(&fs, "after both opens");
+}

@@ -68,6 +68,9 @@ pub static TYPE: BlockType = BlockType {
 /// data, 4 KiB of checksums): the unit of the in-memory map and of records.
 pub const RUN: u64 = 1024;
 
+/// A block of zeros: what a failed `write_zeroes` meant to store.
+static ZEROS: [u8; BLOCK_SIZE] = [0; BLOCK_SIZE];
+
 /// The checksum of one file block.
 pub fn block_sum(block: &[u8]) -> u32 {
     crc32c::crc32c(block)
@@ -390,6 +393,73 @@ impl Checksum {
         Ok(())
     }
 
+    /// After the child failed a write of [fblk, fblk+n) (`meant(i)`: the
+    /// bytes block `fblk + i` was to hold): part of the range may hold the
+    /// new data, part the old, part nothing (the copy-on-write punch took
+    /// the old blocks; a hole reads as zeros without touching a device).
+    /// Each block is left with checksums that verify only what it may
+    /// serve: the new data where it arrived, the old where the old is still
+    /// there whole, nothing over a hole never written. Anything else (the
+    /// zeros of a punched hole, bytes half written) gets the new data's
+    /// checksum, which it does not match, so a redundant parent rebuilds
+    /// the block and a plain file's read of it fails rather than return
+    /// zeros or stray bytes as data. A range the child cannot read back
+    /// gets the new data's checksums throughout.
+    fn settle_failed<'m>(
+        &self,
+        io: &IoCtx,
+        child: &Arc<dyn Block>,
+        fblk: u64,
+        n: u64,
+        err: &Error,
+        meant: &dyn Fn(usize) -> &'m [u8],
+    ) {
+        let nb = n as usize;
+        let mut now = vec![0u8; nb * BLOCK_SIZE];
+        let read = child.read(io, fblk, &mut now).is_ok();
+        if read && matches!(err, Error::NoSpace(_)) {
+            // A full child placed nothing more: the checksums follow what
+            // it holds (RELIABILITY.md, "Known limits": an overwrite that
+            // finds a full log after its copy-on-write punch).
+            self.publish_with(io, fblk, n, &|s, len| {
+                let at = (s - fblk) as usize * BLOCK_SIZE;
+                now[at..at + len as usize * BLOCK_SIZE].chunks_exact(BLOCK_SIZE).map(block_sum).collect()
+            });
+            return;
+        }
+        let mut old = vec![None; nb];
+        self.sums.read().each(fblk, fblk + n, |b, sum| old[(b - fblk) as usize] = Some(sum));
+        let want: Vec<Option<u32>> = (0..nb)
+            .map(|i| {
+                let (m, held) = (meant(i), &now[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE]);
+                if !read || held == m {
+                    return Some(block_sum(m));
+                }
+                match old[i] {
+                    Some(o) if o == block_sum(held) => None,
+                    None if held.iter().all(|&x| x == 0) => None,
+                    _ => Some(block_sum(m)),
+                }
+            })
+            .collect();
+        let mut i = 0;
+        while i < nb {
+            if want[i].is_none() {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < nb && want[j].is_some() {
+                j += 1;
+            }
+            self.publish_with(io, fblk + i as u64, (j - i) as u64, &|s, len| {
+                let at = (s - fblk) as usize;
+                want[at..at + len as usize].iter().map(|w| w.unwrap_or_default()).collect()
+            });
+            i = j;
+        }
+    }
+
     fn device_names(&self, io: &IoCtx) -> String {
         let names: Vec<String> = self
             .devices
@@ -486,15 +556,7 @@ impl Block for Checksum {
                 Ok(())
             }
             Err(e) => {
-                // Part of the range may hold new data, part old, part
-                // nothing. Checksums follow what the child holds now; where
-                // that cannot be read, they describe the data the write
-                // meant to store, so older bytes left there never verify.
-                let mut now = vec![0u8; buf.len()];
-                match child.read(io, fblk, &mut now) {
-                    Ok(()) => self.publish(io, fblk, &now),
-                    Err(_) => self.publish(io, fblk, buf),
-                }
+                self.settle_failed(io, child, fblk, n, &e, &|i| &buf[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE]);
                 Err(e)
             }
         }
@@ -518,15 +580,8 @@ impl Block for Checksum {
                 Ok(())
             }
             Err(e) => {
-                // As for a failed write: checksums follow what the child
-                // holds now, group by group.
                 for (idx, off, len) in chunks(fblk, n, RUN) {
-                    let s = idx * RUN + off;
-                    let mut now = vec![0u8; len as usize * BLOCK_SIZE];
-                    match child.read(io, s, &mut now) {
-                        Ok(()) => self.publish(io, s, &now),
-                        Err(_) => self.publish_with(io, s, len, &|_, len| vec![zero; len as usize]),
-                    }
+                    self.settle_failed(io, child, idx * RUN + off, len, &e, &|_| &ZEROS);
                 }
                 Err(e)
             }

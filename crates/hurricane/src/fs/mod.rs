@@ -1379,6 +1379,10 @@ impl Fs {
         m.sb.generation += 1;
         let sb = m.sb.clone();
         self.inner.storage.write_superblocks(&sb)?;
+        // The checkpoint above is the store's last state: what the store
+        // would write when dropped is not written (another open, here or on
+        // another host, may be using the devices by then).
+        self.inner.state.store().file().seal();
         // Closed cleanly: another host may open the pool now.
         *self.inner.lease.lock() = None;
         Ok(())

@@ -1,7 +1,12 @@
-//! Scrub: read every copy of every block of every regular file, verify it,
-//! and rewrite what redundancy can rebuild; and the resilver that fills a
-//! replacement device, which is a scrub that treats every piece on the
-//! replaced device as lost.
+//! Scrub: read every copy of every block of the meta-file and of every
+//! regular file, verify it, and rewrite what redundancy can rebuild; and the
+//! resilver that fills a replacement device, which is a scrub that treats
+//! every piece on the replaced device as lost.
+//!
+//! The meta-file comes first (a scrub from the start): each copy's blocks
+//! and checksum pages against the checksums the file keeps, a chunk at a
+//! time with commits held off; a copy found wrong is made whole by a
+//! checkpoint that copies the file from its good blocks.
 //!
 //! Files are visited in inode order, each in chunks of file blocks. A chunk
 //! holds the file's I/O lock shared (as a write does, so truncates wait) and
@@ -16,6 +21,7 @@ use crate::blocks::{Leftovers, NodeRecord, Scrub, ScrubTally, BLOCK_SIZE};
 use crate::device::DeviceState;
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
+use crate::namespace::store::CopyCheck;
 use crate::namespace::ROOT;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
@@ -109,6 +115,9 @@ pub struct ScrubReport {
     /// Devices rebuilt; when the scrub completed, those that were
     /// resilvering are online again.
     pub rebuilt: Vec<u32>,
+    /// Blocks of the meta-file (the namespace and inode tables) that no
+    /// copy holds as written: the meta-data store is damaged (`fsck`).
+    pub meta_lost_blocks: u64,
 }
 
 impl ScrubReport {
@@ -206,6 +215,15 @@ impl Fs {
         let throttle = Throttle { rate: opts.rate, start: Instant::now() };
         let mut saved_at = Instant::now();
         let mut stopped = None;
+        // The meta-data first, as a scrub from the start.
+        let meta = if start == ScrubPos::default() { self.scrub_meta_file(repair, &stop)? } else { None };
+        if let Some(m) = &meta {
+            tally.checked(m.checked);
+            tally.repaired(m.repaired);
+            p.checked_blocks = m.checked;
+            p.repaired_blocks = m.repaired;
+            progress(&p);
+        }
         'files: for &(ino, _) in &files {
             let Some(node) = self.state().get(ino) else { continue };
             let mut b = if ino == start.ino { start.block } else { 0 };
@@ -328,7 +346,7 @@ impl Fs {
         for f in &lost {
             tracing::warn!("scrub: unrecoverable data in {:?} (inode {}): {:?}", f.paths, f.ino, f.ranges);
         }
-        let complete = stopped.is_none();
+        let complete = stopped.is_none() && meta.as_ref().is_none_or(|m| m.complete);
         if let Some(f) = &opts.position_file {
             match stopped {
                 Some(pos) => save_position(f, &pool_id, &rebuild, pos)?,
@@ -355,7 +373,53 @@ impl Fs {
             next: stopped,
             resumed_from: (start != ScrubPos::default()).then_some(start),
             rebuilt: rebuild,
+            meta_lost_blocks: meta.map_or(0, |m| m.lost),
         })
+    }
+
+    /// Checks every copy of the meta-file against its checksums, a chunk at
+    /// a time with commits held off (`MetaFile::check_copies`). With
+    /// `repair`, a copy found wrong is made whole by a checkpoint, which
+    /// copies the file to a fresh tree from the good blocks. None when the
+    /// pool keeps no meta-file checksums to check against.
+    fn scrub_meta_file(&self, repair: bool, stop: &dyn Fn() -> bool) -> Result<Option<MetaScrub>> {
+        let file = self.state().store().file();
+        if !file.verifies() {
+            return Ok(None);
+        }
+        let mut check = CopyCheck::default();
+        let mut out = MetaScrub { complete: true, ..Default::default() };
+        let mut b = 0;
+        while b == 0 || b < file.blocks() {
+            if stop() {
+                out.complete = false;
+                break;
+            }
+            let _commits = self.inner.meta.lock();
+            file.check_copies(b, META_CHUNK_BLOCKS, &mut check)?;
+            b += META_CHUNK_BLOCKS;
+        }
+        out.checked = check.checked;
+        out.lost = check.lost.len() as u64;
+        if !check.lost.is_empty() {
+            tracing::error!(
+                "scrub: {} meta-file blocks are held by no copy (first: {}); the meta-data store is damaged",
+                check.lost.len(),
+                check.lost[0]
+            );
+        }
+        if check.damaged > 0 {
+            tracing::warn!("scrub: {} meta-file blocks were wrong on a copy", check.damaged);
+            if repair && check.lost.is_empty() {
+                // The checkpoint copies the file whole when every device of
+                // it takes writes; otherwise it stays marked for a later one.
+                self.checkpoint()?;
+                if self.inner.meta.lock().relayout.is_none() && !file.is_damaged() {
+                    out.repaired = check.damaged;
+                }
+            }
+        }
+        Ok(Some(out))
     }
 
     /// This pool's identity (the same in every superblock).
@@ -376,6 +440,14 @@ impl Fs {
         self.inner.meta.lock().relayout = Some(self.inner.state.store().file().layout().spec());
         self.checkpoint()?;
         let mut m = self.inner.meta.lock();
+        if m.relayout.is_some() {
+            // The copy failed (the log says why): the device keeps its
+            // state, and a later scrub tries again.
+            m.relayout = None;
+            return Err(Error::Device(format!(
+                "devices {devs:?}: the meta-file could not be copied whole onto them; they stay resilvering"
+            )));
+        }
         let mut sb = m.sb.clone();
         sb.dev_states.retain(|(i, _)| !devs.contains(i));
         sb.generation += 1;
@@ -451,6 +523,18 @@ impl Fs {
         }
         out
     }
+}
+
+/// Meta-file blocks checked under one hold of the commit lock (1 MiB a copy).
+const META_CHUNK_BLOCKS: u64 = 256;
+
+/// What a scrub found in the meta-file's copies.
+#[derive(Debug, Clone, Default)]
+struct MetaScrub {
+    checked: u64,
+    repaired: u64,
+    lost: u64,
+    complete: bool,
 }
 
 /// Puts the devices the superblock records as resilvering in that state.

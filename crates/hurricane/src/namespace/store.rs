@@ -29,7 +29,7 @@
 
 use super::entry_cache::{EntryCache, EntryCounters};
 use crate::base::{Cursor, Ino, BLOCK_SIZE};
-use crate::blocks::{IoCtx, Layout, NodeRecord};
+use crate::blocks::{Block, IoCtx, Layout, NodeRecord};
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
 use crate::pool::{Storage, Superblock};
@@ -327,6 +327,8 @@ struct FileInner {
     sb: Mutex<Option<Superblock>>,
     /// Blocks read ahead of redb (see [`ReadAhead`]).
     ahead: Mutex<ReadAhead>,
+    /// The pool was closed: nothing is written any more ([`MetaFile::seal`]).
+    sealed: AtomicBool,
 }
 
 /// Blocks read along with one redb asked for: a page redb misses is read
@@ -404,6 +406,20 @@ fn io_err(e: Error) -> io::Error {
     io::Error::other(e.to_string())
 }
 
+/// What a check of every copy of the meta-file found
+/// ([`MetaFile::check_copies`]).
+#[derive(Debug, Clone, Default)]
+pub struct CopyCheck {
+    /// Blocks read and verified, every copy counted.
+    pub checked: u64,
+    /// Blocks (data or checksum pages) a copy got wrong or could not read
+    /// while another copy holds them.
+    pub damaged: u64,
+    /// Blocks no copy holds as written (checksum pages at
+    /// `2^36 + page`).
+    pub lost: Vec<u64>,
+}
+
 impl MetaFile {
     /// The context of the meta-file's own requests (no file, no journal
     /// batch: its tree is the superblocks'), its records to `sink`.
@@ -447,6 +463,7 @@ impl MetaFile {
                 damaged: AtomicBool::new(false),
                 sb: Mutex::new(None),
                 ahead: Mutex::new(ReadAhead::default()),
+                sealed: AtomicBool::new(false),
             }),
         }
     }
@@ -628,9 +645,137 @@ impl MetaFile {
         Ok(())
     }
 
+    /// The copies of the meta-file: the children of its root, or the root
+    /// itself when it keeps one copy.
+    fn copies(layout: &Layout) -> Vec<Arc<dyn Block>> {
+        let root = layout.root();
+        if root.children().is_empty() {
+            vec![root.clone()]
+        } else {
+            root.children().to_vec()
+        }
+    }
+
+    /// Whether every device under a copy serves reads now.
+    fn copy_readable(&self, copy: &dyn Block) -> bool {
+        let mut ok = true;
+        let mut stack: Vec<&dyn Block> = vec![copy];
+        while let Some(b) = stack.pop() {
+            if let Some(d) = b.device() {
+                ok &= self.inner.storage.devs.get(d as usize).is_some_and(|h| h.state().readable());
+            }
+            stack.extend(b.children().iter().map(|c| &**c));
+        }
+        ok
+    }
+
+    /// The meta-file's blocks (its length in blocks): what
+    /// [`MetaFile::check_copies`] walks.
+    pub fn blocks(&self) -> u64 {
+        self.len().div_ceil(BLOCK_SIZE as u64)
+    }
+
+    /// Reads blocks [first, first + n) of every copy whose devices serve
+    /// reads, and checks each against its checksum; with `first` 0 the
+    /// checksum pages are checked too, each against the page as written.
+    /// A block a copy gets wrong (or cannot read) while another holds it
+    /// marks the file damaged, so the next checkpoint copies it whole from
+    /// the good blocks; a block no copy holds is counted lost. Block 0,
+    /// redb's header, is left to redb: it is rewritten on every copy at
+    /// every commit and carries its own checksums. The caller keeps
+    /// commits out meanwhile (they write the blocks checked).
+    pub fn check_copies(&self, first: u64, n: u64, out: &mut CopyCheck) -> Result<()> {
+        let _w = self.inner.writing.lock();
+        let layout = self.layout();
+        let copies: Vec<Arc<dyn Block>> =
+            Self::copies(&layout).into_iter().filter(|c| self.copy_readable(&**c)).collect();
+        let io = self.io(&crate::blocks::ignore_records);
+        let end = (first + n).min(self.blocks());
+        let first = first.max(1);
+        if first < end {
+            let nb = (end - first) as usize;
+            let mut good = vec![false; nb];
+            let mut bad = vec![false; nb];
+            let mut buf = vec![0u8; nb * BLOCK_SIZE];
+            for copy in &copies {
+                let whole = copy.read(&io, first, &mut buf).is_ok();
+                for (i, b) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
+                    let f = first + i as u64;
+                    let read = whole || copy.read(&io, f, b).is_ok();
+                    out.checked += 1;
+                    if read && sum_ok(self.sum_entry(&layout, f)?, b) {
+                        good[i] = true;
+                    } else {
+                        bad[i] = true;
+                    }
+                }
+            }
+            for i in 0..nb {
+                if !good[i] {
+                    out.lost.push(first + i as u64);
+                } else if bad[i] {
+                    out.damaged += 1;
+                }
+            }
+        }
+        if first <= 1 {
+            let unwritten = self.inner.unwritten.lock().clone();
+            let pages = self.blocks().div_ceil(SUMS_PER_PAGE);
+            let mut b = vec![0u8; BLOCK_SIZE];
+            for p in (0..pages).filter(|p| !unwritten.contains(p)) {
+                // As written: from memory, or from a copy whose page is whole.
+                let want = match self.sum_page(&layout, p) {
+                    Ok(page) => page_bytes(&page),
+                    Err(_) => {
+                        out.lost.push(SUMS_BASE + p);
+                        continue;
+                    }
+                };
+                for copy in &copies {
+                    out.checked += 1;
+                    if copy.read(&io, SUMS_BASE + p, &mut b).is_err() || b != want {
+                        out.damaged += 1;
+                    }
+                }
+            }
+        }
+        if out.damaged > 0 {
+            self.mark_damaged();
+        }
+        Ok(())
+    }
+
     /// Marks the file as having a damaged copy (kept for a later checkpoint).
     pub fn mark_damaged(&self) {
         self.inner.damaged.store(true, Ordering::Release);
+    }
+
+    /// Refuses every later write, length change and sync: the pool was
+    /// closed (`Fs::close`), its last checkpoint is the store's state, and
+    /// the store's own writes when it is dropped (redb's allocator state
+    /// and header) must not land on devices another open may be using by
+    /// then. The next open recovers redb's header from that checkpoint, as
+    /// after any commit (quick repair).
+    pub fn seal(&self) {
+        self.inner.sealed.store(true, Ordering::Release);
+    }
+
+    fn check_open(&self) -> io::Result<()> {
+        if self.inner.sealed.load(Ordering::Acquire) {
+            return Err(io::Error::other("the pool was closed: the meta-file takes no more writes"));
+        }
+        Ok(())
+    }
+
+    /// Whether a damaged copy was met and not yet made whole.
+    pub fn is_damaged(&self) -> bool {
+        self.inner.damaged.load(Ordering::Acquire)
+    }
+
+    /// Whether reads are checked against the meta-file's checksums (not on
+    /// an image opened without them).
+    pub fn verifies(&self) -> bool {
+        self.inner.verify
     }
 
     /// Whether a damaged copy was met since the last call.
@@ -898,6 +1043,7 @@ impl redb::StorageBackend for MetaFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_open()?;
         // Blocks past a shrunk end are zeroed when it grows again.
         self.inner.ahead.lock().drop_range(0, u64::MAX / 2);
         let old = self.inner.len.load(Ordering::Acquire);
@@ -963,6 +1109,7 @@ impl redb::StorageBackend for MetaFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        self.check_open()?;
         if self.inner.scratch.is_some() {
             return Ok(());
         }
@@ -972,6 +1119,7 @@ impl redb::StorageBackend for MetaFile {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.check_open()?;
         let end = offset.checked_add(data.len() as u64).ok_or_else(|| io::Error::other("write past the end"))?;
         if end > MetaFile::len(self) {
             return Err(io::Error::other("write past the end of the meta-file"));

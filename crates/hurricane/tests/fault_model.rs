@@ -1,0 +1,449 @@
+//! Random operations on files of every redundant layout while one device at
+//! a time misbehaves, checked against a model of each file after every
+//! step. The device in trouble rots (bits flipped in blocks it holds), fails
+//! reads, flips bits as it reads, fails a write, or goes missing; the
+//! others stay healthy, so every layout here survives it, and no read may
+//! fail or return other bytes than the model's, no write or commit may
+//! fail. Trouble ends one of the ways an operator ends it: a scrub that
+//! repairs, the pool closed and opened with the device back (holding what
+//! it held when it left), or the device replaced by a blank one and
+//! rebuilt. Then the scrub must report nothing lost, every device must be
+//! online, and a later device may be the one in trouble. The meta-data
+//! (the meta-file's two copies and the journal's mirror, on the first two
+//! devices) goes through the same. `FAULT_OPS` sets the steps (default
+//! 1,200), `FAULT_SEED` the seed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::oplog::OpLog;
+use common::rng::Rng;
+use common::*;
+use hurricane::device::{Device, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
+use hurricane::fs::{ReplaceOptions, ScrubOptions};
+use hurricane::{FormatOptions, Fs, Options};
+use std::sync::Arc;
+
+const DEVICES: usize = 4;
+const DEV_BYTES: u64 = 128 * MB;
+const MAX_LEN: u64 = 384 << 10;
+const MAX_OP: u64 = 48 << 10;
+const BS: u64 = 4096;
+
+/// Layouts that survive any one device of the four.
+const LAYOUTS: &[&str] = &[
+    "replicate(copies=2)",
+    "replicate(copies=3)",
+    "replicate(copies=2,read=primary)[extent@3,extent@0]",
+    "parity(data=2,parity=1)",
+    "parity(data=3,parity=1)",
+    "parity(data=2,parity=2)",
+    "stripe(unit=16K)[replicate(copies=2)[extent@0,extent@1],replicate(copies=2)[extent@2,extent@3]]",
+];
+
+fn opts() -> Options {
+    Options { inode_cache: 64, cache_bytes: 1 << 20, ..quiet() }
+}
+
+fn repair() -> ScrubOptions {
+    ScrubOptions { repair: true, ..Default::default() }
+}
+
+/// What is wrong with the device in trouble.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Trouble {
+    /// Bits flipped in blocks it holds, on the medium: they stay flipped
+    /// until rewritten.
+    Rot,
+    /// A share of its reads fail.
+    ReadErrors,
+    /// A share of the blocks it reads come back with a bit flipped.
+    ReadFlips,
+    /// Its next write fails, which takes it out of service.
+    WriteError,
+    /// It went away.
+    Missing,
+}
+
+struct File {
+    path: String,
+    ino: u64,
+    model: Vec<u8>,
+}
+
+struct Run {
+    rng: Rng,
+    mems: Vec<Arc<MemDevice>>,
+    plans: Vec<Arc<FaultPlan>>,
+    /// None only while the pool is closed and not yet opened again.
+    fs: Option<Fs>,
+    files: Vec<File>,
+    /// The device in trouble and what its trouble is (several kinds may
+    /// pile up on the one device).
+    trouble: Option<(usize, Vec<Trouble>)>,
+    log: OpLog,
+    /// Troubles ended, by the way they ended: scrub, reopen, replacement.
+    ended: [usize; 3],
+    /// Blocks the scrubs repaired.
+    repaired: u64,
+}
+
+fn devices(mems: &[Arc<MemDevice>], plans: &[Arc<FaultPlan>]) -> Vec<Arc<dyn Device>> {
+    mems.iter().zip(plans).map(|(m, p)| Arc::new(FaultDevice::new(m.clone(), p.clone())) as Arc<dyn Device>).collect()
+}
+
+impl Run {
+    fn new(seed: u64) -> Run {
+        let mems: Vec<Arc<MemDevice>> =
+            (0..DEVICES).map(|i| Arc::new(MemDevice::new(format!("mem{i}"), DEV_BYTES))).collect();
+        let plans: Vec<Arc<FaultPlan>> = (0..DEVICES).map(|_| Arc::new(FaultPlan::default())).collect();
+        Fs::format(devices(&mems, &plans), &FormatOptions { journal_size: Some(1 << 20), ..Default::default() })
+            .unwrap();
+        let fs = Fs::open(devices(&mems, &plans), opts()).unwrap();
+        let mut files = Vec::new();
+        for (i, layout) in LAYOUTS.iter().enumerate() {
+            let path = format!("/f{i}");
+            fs.write_file(&path, b"", Some(layout)).unwrap_or_else(|e| panic!("{layout}: {e}"));
+            files.push(File { ino: fs.resolve(&path).unwrap(), path, model: Vec::new() });
+        }
+        Run {
+            rng: Rng(seed),
+            mems,
+            plans,
+            fs: Some(fs),
+            files,
+            trouble: None,
+            log: OpLog::new("faults", seed),
+            ended: [0; 3],
+            repaired: 0,
+        }
+    }
+
+    fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("the pool is open")
+    }
+
+    /// Closes the pool and opens it again on the devices as they are. The
+    /// closed pool is dropped before the open: its store's last writes
+    /// (redb's, when it is dropped) come before the open reads.
+    fn close_and_open(&mut self) {
+        let fs = self.fs.take().expect("the pool is open");
+        self.ok("close", fs.close());
+        drop(fs);
+        self.fs = Some(self.ok("open", Fs::open(devices(&self.mems, &self.plans), opts())));
+    }
+
+    fn fail(&self, why: String) -> ! {
+        self.log.fail(why)
+    }
+
+    fn note(&mut self, s: String) {
+        self.log.note(s);
+    }
+
+    fn ok<T>(&self, what: &str, r: hurricane::Result<T>) -> T {
+        r.unwrap_or_else(|e| self.fail(format!("{what}: {e} (trouble: {:?})", self.trouble)))
+    }
+
+    fn compare(&self, f: usize, off: u64, got: &[u8], how: &str) {
+        let model = &self.files[f].model;
+        let end = (off as usize + got.len()).min(model.len());
+        let want = &model[(off as usize).min(end)..end];
+        let name = &self.files[f].path;
+        if got.len() != want.len() {
+            self.fail(format!("{how} {name}: {} bytes at {off}, the model has {}", got.len(), want.len()));
+        }
+        if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+            self.fail(format!(
+                "{how} {name} ({}): byte {} is {:#04x}, the model has {:#04x} (trouble: {:?})",
+                LAYOUTS[f],
+                off as usize + i,
+                got[i],
+                want[i],
+                self.trouble
+            ));
+        }
+    }
+
+    fn check_file(&self, f: usize, how: &str) {
+        let ino = self.files[f].ino;
+        let len = self.files[f].model.len();
+        let size = self.ok("getattr", self.fs().getattr(ino)).size;
+        if size != len as u64 {
+            self.fail(format!("{how} {}: size {size}, the model has {len}", self.files[f].path));
+        }
+        let mut buf = vec![0u8; len];
+        let n = self.ok(&format!("{how}: read of {}", self.files[f].path), self.fs().read(ino, 0, &mut buf));
+        self.compare(f, 0, &buf[..n], how);
+    }
+
+    fn check_all(&self, how: &str) {
+        for f in 0..self.files.len() {
+            self.check_file(f, how);
+        }
+    }
+
+    fn read(&mut self, f: usize) {
+        let len = self.files[f].model.len() as u64;
+        let off = self.rng.offset(len + BS);
+        let n = 1 + self.rng.below(MAX_OP);
+        self.note(format!("read {} {off} +{n}", self.files[f].path));
+        let mut buf = vec![0u8; n as usize];
+        let got = self.ok("read", self.fs().read(self.files[f].ino, off, &mut buf));
+        self.compare(f, off, &buf[..got], "read");
+    }
+
+    fn write(&mut self, f: usize) {
+        let off = self.rng.offset(MAX_LEN - 1);
+        let len = (1 + self.rng.below(MAX_OP)).min(MAX_LEN - off);
+        let buf = self.rng.bytes(len as usize);
+        self.note(format!("write {} {off} +{len}", self.files[f].path));
+        let n = self.ok("write", self.fs().write(self.files[f].ino, off, &buf));
+        if n != buf.len() {
+            self.fail(format!("write: {n} of {len} bytes"));
+        }
+        let model = &mut self.files[f].model;
+        let end = (off + len) as usize;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[off as usize..end].copy_from_slice(&buf);
+    }
+
+    fn truncate(&mut self, f: usize) {
+        let len = self.rng.offset(MAX_LEN);
+        self.note(format!("truncate {} {} -> {len}", self.files[f].path, self.files[f].model.len()));
+        self.ok("truncate", self.fs().truncate(self.files[f].ino, len));
+        self.files[f].model.resize(len as usize, 0);
+    }
+
+    fn punch(&mut self, f: usize) {
+        let size = self.files[f].model.len() as u64;
+        let off = self.rng.offset(size);
+        let len = 1 + self.rng.below(MAX_OP);
+        self.note(format!("punch {} {off} +{len}", self.files[f].path));
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        self.ok("punch", self.fs().fallocate(self.files[f].ino, off, len, mode));
+        let model = &mut self.files[f].model;
+        let end = ((off + len) as usize).min(model.len());
+        if (off as usize) < end {
+            model[off as usize..end].fill(0);
+        }
+    }
+
+    /// Device blocks of the files' data on `d` (parity and copies included).
+    fn blocks_on(&self, d: usize) -> Vec<u64> {
+        let mut out = Vec::new();
+        for f in &self.files {
+            let ext = self.ok("device extents", self.fs().device_extents_of(&f.path));
+            out.extend(ext.iter().filter(|e| e.0 as usize == d).flat_map(|&(_, s, l)| s..s + l));
+        }
+        out
+    }
+
+    /// Flips one bit in each of a few blocks the files keep on `d`, and now
+    /// and then in any block of `d` past its first megabyte (superblocks
+    /// and labels have copies of their own; past them lie the journal, the
+    /// meta-file and free space).
+    fn rot(&mut self, d: usize) -> usize {
+        let mut blocks = self.blocks_on(d);
+        let anywhere = self.rng.below(3) == 0;
+        if anywhere || blocks.is_empty() {
+            let first = MB / BS;
+            blocks = (0..8).map(|_| first + self.rng.below(DEV_BYTES / BS - first)).collect();
+        }
+        let n = (1 + self.rng.index(4)).min(blocks.len());
+        let mut flipped = Vec::new();
+        for _ in 0..n {
+            let b = blocks[self.rng.index(blocks.len())];
+            let mut buf = vec![0u8; BS as usize];
+            self.mems[d].read_at(&mut buf, b * BS).unwrap();
+            let bit = self.rng.below(BS * 8) as usize;
+            buf[bit / 8] ^= 1 << (bit % 8);
+            self.mems[d].write_at(&buf, b * BS).unwrap();
+            flipped.push(b);
+        }
+        self.note(format!("rot on device {d}: blocks {flipped:?}{}", if anywhere { " (anywhere)" } else { "" }));
+        n
+    }
+
+    /// Gives one device trouble (the one in trouble already, if any).
+    fn make_trouble(&mut self) {
+        let d = match &self.trouble {
+            Some((d, _)) => *d,
+            None => self.rng.index(DEVICES),
+        };
+        let out = self
+            .trouble
+            .as_ref()
+            .is_some_and(|(_, t)| t.contains(&Trouble::Missing) || t.contains(&Trouble::WriteError));
+        let t = match self.rng.below(10) {
+            0..=3 => Trouble::Rot,
+            4 => Trouble::ReadErrors,
+            5 => Trouble::ReadFlips,
+            6..=7 => Trouble::WriteError,
+            _ => Trouble::Missing,
+        };
+        if out && matches!(t, Trouble::Missing | Trouble::WriteError) {
+            return;
+        }
+        let seed = self.rng.next();
+        match t {
+            Trouble::Rot => {
+                if self.fs().storage().devs[d].state() == DeviceState::Online {
+                    self.rot(d);
+                } else {
+                    return;
+                }
+            }
+            Trouble::ReadErrors => {
+                self.note(format!("device {d}: a third of its reads fail"));
+                self.plans[d].update(|s| {
+                    s.read_error_rate = 0.33;
+                    s.seed = seed;
+                });
+            }
+            Trouble::ReadFlips => {
+                self.note(format!("device {d}: a bit flipped in a fifth of the blocks it reads"));
+                self.plans[d].update(|s| {
+                    s.flip_rate = 0.2;
+                    s.seed = seed;
+                });
+            }
+            Trouble::WriteError => {
+                self.note(format!("device {d}: its next write fails"));
+                self.plans[d].update(|s| s.write_error_rate = 1.0);
+            }
+            Trouble::Missing => {
+                self.note(format!("device {d} goes missing"));
+                self.plans[d].go_missing();
+            }
+        }
+        self.trouble.get_or_insert((d, Vec::new())).1.push(t);
+    }
+
+    /// Checks a repairing scrub: complete, nothing lost, every device online.
+    fn scrub(&mut self, how: &str) {
+        let r = self.ok("scrub", self.fs().scrub(&repair(), &|_| {}));
+        if !r.complete || !r.lost.is_empty() {
+            self.fail(format!("{how}: scrub complete {}, lost {:?}", r.complete, r.lost));
+        }
+        self.repaired += r.repaired_blocks;
+        self.check_online(how);
+    }
+
+    fn check_online(&self, how: &str) {
+        for (i, d) in self.fs().storage().devs.iter().enumerate() {
+            if d.state() != DeviceState::Online {
+                self.fail(format!("{how}: device {i} is {}", d.state()));
+            }
+        }
+    }
+
+    /// Ends the trouble the way an operator would.
+    fn end_trouble(&mut self) {
+        let Some((d, kinds)) = self.trouble.clone() else { return };
+        let out = self.fs().storage().devs[d].state() != DeviceState::Online;
+        let how = if out { 1 + self.rng.index(2) } else { self.rng.index(2) };
+        self.plans[d].restore();
+        self.plans[d].set(FaultSpec::default());
+        match how {
+            0 => {
+                self.note(format!("device {d} ({kinds:?}) healed by a scrub"));
+                self.scrub("after a scrub");
+            }
+            1 => {
+                self.note(format!("device {d} ({kinds:?}) back after a close and open"));
+                self.close_and_open();
+                self.check_all("after the device came back");
+                self.scrub("device back, then a scrub");
+            }
+            _ => {
+                self.note(format!("device {d} ({kinds:?}) replaced by a blank one"));
+                let mem = Arc::new(MemDevice::new(format!("new{d}"), DEV_BYTES));
+                let plan = Arc::new(FaultPlan::default());
+                let dev = Arc::new(FaultDevice::new(mem.clone(), plan.clone()));
+                let r =
+                    self.ok("replace", self.fs().replace_device(d as u32, dev, &ReplaceOptions::default(), &|_| {}));
+                match &r.rebuild {
+                    Some(s) if s.complete && s.lost.is_empty() => self.repaired += s.repaired_blocks,
+                    Some(s) => self.fail(format!("rebuild: complete {}, lost {:?}", s.complete, s.lost)),
+                    // Copied from a device still readable: scrub what it had rotten.
+                    None => self.scrub("after a copy to a replacement"),
+                }
+                self.mems[d] = mem;
+                self.plans[d] = plan;
+                self.check_online("after a replacement");
+            }
+        }
+        self.ended[how] += 1;
+        self.trouble = None;
+    }
+
+    fn reopen(&mut self) {
+        self.note("close and open".into());
+        self.close_and_open();
+        self.check_all("after a reopen");
+    }
+
+    fn step(&mut self) {
+        let f = self.rng.index(self.files.len());
+        match self.rng.below(100) {
+            0..=29 => self.read(f),
+            30..=57 => self.write(f),
+            58..=63 => self.truncate(f),
+            64..=71 => self.punch(f),
+            72..=75 => {
+                self.note("drop caches".into());
+                self.fs().drop_caches();
+            }
+            76..=79 => {
+                self.note("sync".into());
+                self.ok("sync", self.fs().sync());
+            }
+            80..=82 => {
+                self.note("checkpoint".into());
+                self.ok("checkpoint", self.fs().checkpoint());
+            }
+            83..=84 => {
+                self.note(format!("read all of {}", self.files[f].path));
+                self.fs().drop_caches();
+                self.check_file(f, "whole read");
+            }
+            85..=92 => self.make_trouble(),
+            93..=97 => self.end_trouble(),
+            _ => {
+                if self.trouble.is_none() {
+                    self.reopen();
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn random_operations_while_one_device_misbehaves_match_the_model() {
+    let steps: usize = std::env::var("FAULT_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(1200);
+    let seed: u64 = std::env::var("FAULT_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let mut r = Run::new(seed);
+    for s in 0..steps {
+        r.log.step = s;
+        r.step();
+    }
+    r.end_trouble();
+    r.fs().drop_caches();
+    r.check_all("at the end");
+    r.scrub("at the end");
+    let again = r.ok("scrub", r.fs().scrub(&repair(), &|_| {}));
+    if again.repaired_blocks != 0 || !again.lost.is_empty() {
+        r.fail(format!("a second scrub repaired {} blocks, lost {:?}", again.repaired_blocks, again.lost));
+    }
+    check_clean(r.fs(), "at the end");
+    eprintln!(
+        "{steps} steps: troubles ended by scrub {}, by reopen {}, by replacement {}; {} blocks repaired",
+        r.ended[0], r.ended[1], r.ended[2], r.repaired
+    );
+    assert!(r.ended.iter().sum::<usize>() > 0, "no trouble was made and ended");
+    r.fs().close().unwrap();
+}
