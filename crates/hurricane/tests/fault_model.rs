@@ -11,7 +11,8 @@
 //! online, and a later device may be the one in trouble. The meta-data
 //! (the meta-file's two copies and the journal's mirror, on the first two
 //! devices) goes through the same. `FAULT_OPS` sets the steps (default
-//! 1,200), `FAULT_SEED` the seed.
+//! 1,200), `FAULT_SEED` the seed; with `FAULT_TRACE` set every operation
+//! is printed as it runs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,7 +21,7 @@ mod common;
 use common::oplog::OpLog;
 use common::rng::Rng;
 use common::*;
-use hurricane::device::{Device, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
+use hurricane::device::{CrashMode, Device, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice};
 use hurricane::fs::{ReplaceOptions, ScrubOptions};
 use hurricane::{FormatOptions, Fs, Options};
 use std::sync::Arc;
@@ -40,6 +41,9 @@ const LAYOUTS: &[&str] = &[
     "parity(data=3,parity=1)",
     "parity(data=2,parity=2)",
     "stripe(unit=16K)[replicate(copies=2)[extent@0,extent@1],replicate(copies=2)[extent@2,extent@3]]",
+    "compress(algo=lz4,chunk=16K)[replicate(copies=2)[extent@1,extent@2]]",
+    "replicate[log(segment=256K)@0,extent@2]",
+    "regions(size=64K)[replicate(copies=2)[extent@0,extent@3],parity(data=2,parity=1)[extent@1,extent@2,extent@3]]",
 ];
 
 fn opts() -> Options {
@@ -70,6 +74,8 @@ struct File {
     path: String,
     ino: u64,
     model: Vec<u8>,
+    /// What the file was at the last sync (what a power cut leaves).
+    synced: Vec<u8>,
 }
 
 struct Run {
@@ -87,6 +93,10 @@ struct Run {
     ended: [usize; 3],
     /// Blocks the scrubs repaired.
     repaired: u64,
+    /// Print every operation as it runs (`FAULT_TRACE`).
+    trace: bool,
+    /// Power cuts made.
+    cuts: usize,
 }
 
 fn devices(mems: &[Arc<MemDevice>], plans: &[Arc<FaultPlan>]) -> Vec<Arc<dyn Device>> {
@@ -105,7 +115,7 @@ impl Run {
         for (i, layout) in LAYOUTS.iter().enumerate() {
             let path = format!("/f{i}");
             fs.write_file(&path, b"", Some(layout)).unwrap_or_else(|e| panic!("{layout}: {e}"));
-            files.push(File { ino: fs.resolve(&path).unwrap(), path, model: Vec::new() });
+            files.push(File { ino: fs.resolve(&path).unwrap(), path, model: Vec::new(), synced: Vec::new() });
         }
         Run {
             rng: Rng(seed),
@@ -117,6 +127,8 @@ impl Run {
             log: OpLog::new("faults", seed),
             ended: [0; 3],
             repaired: 0,
+            trace: std::env::var_os("FAULT_TRACE").is_some(),
+            cuts: 0,
         }
     }
 
@@ -139,6 +151,9 @@ impl Run {
     }
 
     fn note(&mut self, s: String) {
+        if self.trace {
+            eprintln!("{} {s}", self.log.step);
+        }
         self.log.note(s);
     }
 
@@ -381,6 +396,47 @@ impl Run {
         self.trouble = None;
     }
 
+    /// Syncs, writes a little more, then cuts the power: every write not
+    /// yet flushed is lost, on every device. The pool opens again with the
+    /// trouble still there (a device away stays away), and every file must
+    /// be what it was at the sync.
+    fn power_cut(&mut self) {
+        self.note("sync, more writes, then a power cut".into());
+        self.cuts += 1;
+        self.ok("sync", self.fs().sync());
+        for f in &mut self.files {
+            f.synced = f.model.clone();
+        }
+        for _ in 0..self.rng.below(3) {
+            let f = self.rng.index(self.files.len());
+            self.write(f);
+        }
+        let images: Vec<Vec<u8>> = self.mems.iter().map(|m| m.crash_image(CrashMode::DropAll)).collect();
+        // What the stopped pool still does goes to the devices it had.
+        drop(self.fs.take());
+        self.mems = images
+            .into_iter()
+            .enumerate()
+            .map(|(i, im)| Arc::new(MemDevice::from_image(format!("mem{i}"), im)))
+            .collect();
+        self.plans = self
+            .plans
+            .iter()
+            .map(|p| {
+                let fresh = Arc::new(FaultPlan::new(p.spec()));
+                if p.is_missing() {
+                    fresh.go_missing();
+                }
+                fresh
+            })
+            .collect();
+        self.fs = Some(self.ok("open after a power cut", Fs::open(devices(&self.mems, &self.plans), opts())));
+        for f in &mut self.files {
+            f.model = f.synced.clone();
+        }
+        self.check_all("after a power cut");
+    }
+
     fn reopen(&mut self) {
         self.note("close and open".into());
         self.close_and_open();
@@ -398,10 +454,11 @@ impl Run {
                 self.note("drop caches".into());
                 self.fs().drop_caches();
             }
-            76..=79 => {
+            76..=78 => {
                 self.note("sync".into());
                 self.ok("sync", self.fs().sync());
             }
+            79 => self.power_cut(),
             80..=82 => {
                 self.note("checkpoint".into());
                 self.ok("checkpoint", self.fs().checkpoint());
@@ -441,8 +498,8 @@ fn random_operations_while_one_device_misbehaves_match_the_model() {
     }
     check_clean(r.fs(), "at the end");
     eprintln!(
-        "{steps} steps: troubles ended by scrub {}, by reopen {}, by replacement {}; {} blocks repaired",
-        r.ended[0], r.ended[1], r.ended[2], r.repaired
+        "{steps} steps: troubles ended by scrub {}, by reopen {}, by replacement {}; {} blocks repaired; {} power cuts",
+        r.ended[0], r.ended[1], r.ended[2], r.repaired, r.cuts
     );
     assert!(r.ended.iter().sum::<usize>() > 0, "no trouble was made and ended");
     r.fs().close().unwrap();

@@ -755,6 +755,43 @@ impl Block for Compress {
         Ok(())
     }
 
+    /// Scrubs the child's stored blocks of each chunk of [fblk, fblk+n)
+    /// (its copies or parity are the child's to verify and rebuild), then,
+    /// but in a resilver, reads each compressed chunk back and checks that
+    /// it expands to its checksum. A chunk of which anything is lost is
+    /// lost whole (within the range). Each chunk is held as a read holds
+    /// it, so no write replaces it meanwhile.
+    fn scrub(&self, io: &IoCtx, s: &super::Scrub, fblk: u64, n: u64) -> Result<()> {
+        if n == 0 || s.skips(self) {
+            return Ok(());
+        }
+        let c = self.g.cblocks;
+        let child = self.child()?;
+        let end = fblk.saturating_add(n);
+        let (first, last) = (fblk / c, (end - 1) / c);
+        let stored: Vec<u64> = self.map.read().range(first..=last).map(|(&i, _)| i).collect();
+        for idx in stored {
+            let _held = self.busy.hold(idx * c, (idx + 1) * c);
+            let Some(ch) = self.map.read().get(&idx).copied() else { continue };
+            let blocks = Self::blocks_of(ch.len);
+            let sub = super::ScrubTally::default();
+            child.scrub(io, &s.with_tally(&sub), idx * c, blocks)?;
+            s.tally.checked(sub.checked.into_inner());
+            s.tally.repaired(sub.repaired.into_inner());
+            let mut lost = !sub.unrecoverable.into_inner().is_empty();
+            if !lost && ch.method != Method::Raw && !s.resilver_only {
+                let mut raw = vec![0u8; blocks as usize * BS];
+                let mut out = vec![0u8; c as usize * BS];
+                lost = child.read(io, idx * c, &mut raw).and_then(|()| self.expand(idx, ch, &raw, &mut out)).is_err();
+            }
+            if lost {
+                let (a, b) = ((idx * c).max(fblk), ((idx + 1) * c).min(end));
+                s.tally.lost(a, b - a);
+            }
+        }
+        Ok(())
+    }
+
     fn next_data(&self, fblk: u64) -> Option<u64> {
         let c = self.g.cblocks;
         let idx = fblk / c;

@@ -215,8 +215,10 @@ impl Fs {
         let throttle = Throttle { rate: opts.rate, start: Instant::now() };
         let mut saved_at = Instant::now();
         let mut stopped = None;
-        // The meta-data first, as a scrub from the start.
-        let meta = if start == ScrubPos::default() { self.scrub_meta_file(repair, &stop)? } else { None };
+        // The meta-data first, as a scrub from the start. A resilver leaves
+        // it to its end, which copies the meta-file whole (`set_online`).
+        let meta =
+            if start == ScrubPos::default() && !resilver_only { self.scrub_meta_file(repair, &stop)? } else { None };
         if let Some(m) = &meta {
             tally.checked(m.checked);
             tally.repaired(m.repaired);
