@@ -2,7 +2,7 @@
 //! changes to log files (alone and under stripe, replicate and checksum)
 //! read back exactly after cleaning passes and reopens; a nearly full log
 //! keeps taking overwrites because writers clean first; a full one says
-//! so at the write, losing nothing.
+//! so at the write, losing nothing (an overwrite it refuses included).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -196,6 +196,13 @@ fn a_full_log_says_so_at_the_write_and_loses_nothing() {
         }
         assert!(off < 64 * MB, "a 24 MB device took {off} bytes");
     };
+    assert!(matches!(err, Error::NoSpace(_)), "{err}");
+    assert_eq!(fs.read_file("/a").unwrap(), pattern(1, 4 * MB as usize));
+    // An overwrite that finds the log full fails and leaves the old data
+    // (the checksum node above the log punches nothing first: the log
+    // never overwrites in place).
+    let a = fs.resolve("/a").unwrap();
+    let err = fs.write(a, 0, &pattern(9, MB as usize)).unwrap_err();
     assert!(matches!(err, Error::NoSpace(_)), "{err}");
     assert_eq!(fs.read_file("/a").unwrap(), pattern(1, 4 * MB as usize));
     let got = fs.read_file("/big").unwrap();

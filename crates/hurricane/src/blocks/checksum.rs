@@ -384,7 +384,7 @@ impl Checksum {
     /// the range holds data and the devices have room, punches the child's
     /// blocks, so the new data goes to fresh space (copy-on-write).
     fn punch_for_copy(&self, io: &IoCtx, child: &Arc<dyn Block>, fblk: u64, n: u64) -> Result<()> {
-        if self.sums.read().any(fblk, fblk + n) && self.room_for_copy(io, n) {
+        if child.overwrites_in_place() && self.sums.read().any(fblk, fblk + n) && self.room_for_copy(io, n) {
             match child.punch(io, fblk, n) {
                 Ok(()) | Err(Error::NotSupported(_)) => {}
                 Err(e) => return Err(e),
@@ -411,22 +411,11 @@ impl Checksum {
         child: &Arc<dyn Block>,
         fblk: u64,
         n: u64,
-        err: &Error,
         meant: &dyn Fn(usize) -> &'m [u8],
     ) {
         let nb = n as usize;
         let mut now = vec![0u8; nb * BLOCK_SIZE];
         let read = child.read(io, fblk, &mut now).is_ok();
-        if read && matches!(err, Error::NoSpace(_)) {
-            // A full child placed nothing more: the checksums follow what
-            // it holds (RELIABILITY.md, "Known limits": an overwrite that
-            // finds a full log after its copy-on-write punch).
-            self.publish_with(io, fblk, n, &|s, len| {
-                let at = (s - fblk) as usize * BLOCK_SIZE;
-                now[at..at + len as usize * BLOCK_SIZE].chunks_exact(BLOCK_SIZE).map(block_sum).collect()
-            });
-            return;
-        }
         let mut old = vec![None; nb];
         self.sums.read().each(fblk, fblk + n, |b, sum| old[(b - fblk) as usize] = Some(sum));
         let want: Vec<Option<u32>> = (0..nb)
@@ -556,7 +545,7 @@ impl Block for Checksum {
                 Ok(())
             }
             Err(e) => {
-                self.settle_failed(io, child, fblk, n, &e, &|i| &buf[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE]);
+                self.settle_failed(io, child, fblk, n, &|i| &buf[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE]);
                 Err(e)
             }
         }
@@ -581,7 +570,7 @@ impl Block for Checksum {
             }
             Err(e) => {
                 for (idx, off, len) in chunks(fblk, n, RUN) {
-                    self.settle_failed(io, child, idx * RUN + off, len, &e, &|_| &ZEROS);
+                    self.settle_failed(io, child, idx * RUN + off, len, &|_| &ZEROS);
                 }
                 Err(e)
             }

@@ -484,6 +484,9 @@ impl Compress {
     /// overwritten in place instead.
     fn punch_chunk(&self, io: &IoCtx, idx: u64, for_copy: bool) -> Result<()> {
         let c = self.g.cblocks;
+        if for_copy && !self.child()?.overwrites_in_place() {
+            return Ok(());
+        }
         if for_copy
             && !self
                 .devices

@@ -986,6 +986,10 @@ impl Block for Log {
         Ok(())
     }
 
+    fn overwrites_in_place(&self) -> bool {
+        false
+    }
+
     fn punch(&self, io: &IoCtx, fblk: u64, n: u64) -> Result<()> {
         if n == 0 {
             return Ok(());

@@ -325,6 +325,15 @@ pub trait Block: Send + Sync {
     fn capacity(&self) -> u64 {
         u64::MAX
     }
+    /// Whether an overwrite may land where the old data is (so a parent
+    /// that wants copy-on-write, `checksum` and `compress`, punches the old
+    /// blocks first). False for a node that never overwrites in place
+    /// (`log`, `parity`): punching first would only lose the old data if
+    /// the write then fails. A composite overwrites in place where any
+    /// child does.
+    fn overwrites_in_place(&self) -> bool {
+        self.children().is_empty() || self.children().iter().any(|c| c.overwrites_in_place())
+    }
     /// Drops file blocks [fblk, fblk+n), giving their device space back once
     /// the request's batch commits; they read as zeros afterwards. The
     /// default goes down through [`Block::map_range`] where the type offers

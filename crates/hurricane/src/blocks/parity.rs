@@ -1826,6 +1826,10 @@ impl Block for Parity {
         }
     }
 
+    fn overwrites_in_place(&self) -> bool {
+        false
+    }
+
     fn capacity(&self) -> u64 {
         let min = self.children.iter().map(|c| c.capacity()).min().unwrap_or(u64::MAX);
         if min == u64::MAX {
