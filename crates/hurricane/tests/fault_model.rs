@@ -115,6 +115,21 @@ fn devices(mems: &[Arc<MemDevice>], plans: &[Arc<FaultPlan>]) -> Vec<Arc<dyn Dev
     mems.iter().zip(plans).map(|(m, p)| Arc::new(FaultDevice::new(m.clone(), p.clone())) as Arc<dyn Device>).collect()
 }
 
+/// Device blocks of `path` on device `d` (parity and copies included).
+fn blocks_of_on(fs: &Fs, path: &str, d: usize) -> Vec<u64> {
+    let ext = fs.device_extents_of(path).unwrap_or_else(|e| panic!("device extents of {path}: {e}"));
+    ext.iter().filter(|e| e.0 as usize == d).flat_map(|&(_, s, l)| s..s + l).collect()
+}
+
+/// Flips one random bit of device block `b`, on the medium.
+fn flip(dev: &MemDevice, b: u64, rng: &mut Rng) {
+    let mut buf = vec![0u8; BS as usize];
+    dev.read_at(&mut buf, b * BS).unwrap();
+    let bit = rng.below(BS * 8) as usize;
+    buf[bit / 8] ^= 1 << (bit % 8);
+    dev.write_at(&buf, b * BS).unwrap();
+}
+
 impl Run {
     fn new(seed: u64) -> Run {
         let mems: Vec<Arc<MemDevice>> =
@@ -285,12 +300,7 @@ impl Run {
 
     /// Device blocks of the files' data on `d` (parity and copies included).
     fn blocks_on(&self, d: usize) -> Vec<u64> {
-        let mut out = Vec::new();
-        for f in &self.files {
-            let ext = self.ok("device extents", self.fs().device_extents_of(&f.path));
-            out.extend(ext.iter().filter(|e| e.0 as usize == d).flat_map(|&(_, s, l)| s..s + l));
-        }
-        out
+        self.files.iter().flat_map(|f| blocks_of_on(self.fs(), &f.path, d)).collect()
     }
 
     /// Flips one bit in each of a few blocks the files keep on `d`, and now
@@ -308,11 +318,7 @@ impl Run {
         let mut flipped = Vec::new();
         for _ in 0..n {
             let b = blocks[self.rng.index(blocks.len())];
-            let mut buf = vec![0u8; BS as usize];
-            self.mems[d].read_at(&mut buf, b * BS).unwrap();
-            let bit = self.rng.below(BS * 8) as usize;
-            buf[bit / 8] ^= 1 << (bit % 8);
-            self.mems[d].write_at(&buf, b * BS).unwrap();
+            flip(&self.mems[d], b, &mut self.rng);
             flipped.push(b);
         }
         self.note(format!("rot on device {d}: blocks {flipped:?}{}", if anywhere { " (anywhere)" } else { "" }));
@@ -689,17 +695,10 @@ fn scrubs_racing_writers_on_a_misbehaving_device_lose_nothing() {
             // (a block a writer rewrites meanwhile may get its old bytes
             // back, flipped: as bad, and as repairable).
             for (_, path) in &files {
-                let ext = fs.device_extents_of(path).unwrap();
-                let on: Vec<u64> = ext.iter().filter(|e| e.0 as usize == BAD).flat_map(|&(_, s, l)| s..s + l).collect();
-                if on.is_empty() || rng.below(2) == 0 {
-                    continue;
+                let on = blocks_of_on(fs, path, BAD);
+                if !on.is_empty() && rng.below(2) != 0 {
+                    flip(bad, on[rng.index(on.len())], &mut rng);
                 }
-                let b = on[rng.index(on.len())];
-                let mut buf = vec![0u8; BS as usize];
-                bad.read_at(&mut buf, b * BS).unwrap();
-                let bit = rng.below(BS * 8) as usize;
-                buf[bit / 8] ^= 1 << (bit % 8);
-                bad.write_at(&buf, b * BS).unwrap();
             }
         }
         let mut models = vec![Vec::new(); files.len()];

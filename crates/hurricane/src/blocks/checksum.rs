@@ -381,8 +381,11 @@ impl Checksum {
     }
 
     /// Before an overwrite of [fblk, fblk+n) (the caller holds it): where
-    /// the range holds data and the devices have room, punches the child's
-    /// blocks, so the new data goes to fresh space (copy-on-write).
+    /// the child would overwrite in place, the range holds data and the
+    /// devices have room, punches the child's blocks, so the new data goes
+    /// to fresh space (copy-on-write). A child that never overwrites in
+    /// place (`log`) is left alone: punching first would only let go of
+    /// the old data before the new has a place.
     fn punch_for_copy(&self, io: &IoCtx, child: &Arc<dyn Block>, fblk: u64, n: u64) -> Result<()> {
         if child.overwrites_in_place() && self.sums.read().any(fblk, fblk + n) && self.room_for_copy(io, n) {
             match child.punch(io, fblk, n) {

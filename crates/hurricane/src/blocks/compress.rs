@@ -21,7 +21,8 @@
 //! batch. A crash before the batch commits leaves the old entry over the
 //! old bytes; after it, the new ones. (`extent`, `checksum`, `stripe`,
 //! `regions` and `replicate` punch; `parity` does not, but never writes a
-//! stripe in place either.)
+//! stripe in place either, and a child that never overwrites in place,
+//! such as `log`, is not punched ahead of the write.)
 //!
 //! Concurrency: readers and writers hold the chunks they touch in a range
 //! lock (whole chunks), so a reader never sees a chunk half rewritten and

@@ -562,7 +562,7 @@ impl MetaFile {
         };
         if page.is_none() {
             // A copy lost or damaged it: another copy's will do.
-            for child in layout.root().children() {
+            for child in Self::copies(layout) {
                 if child.read(&io, SUMS_BASE + p, &mut b).is_ok() {
                     if let Some(v) = valid_page(&b) {
                         tracing::warn!("meta-file checksum page {p}: a copy had it wrong; read from another copy");
@@ -602,7 +602,7 @@ impl MetaFile {
     fn recover(&self, layout: &Layout, fblk: u64, out: &mut [u8]) -> Result<()> {
         let io = self.io(&crate::blocks::ignore_records);
         let p = fblk / SUMS_PER_PAGE;
-        let copies = layout.root().children();
+        let copies = Self::copies(layout);
         let mut good = None;
         let mut bad = Vec::new();
         for (c, child) in copies.iter().enumerate() {
