@@ -784,9 +784,7 @@ impl Block for Compress {
             s.tally.repaired(sub.repaired.into_inner());
             let mut lost = !sub.unrecoverable.into_inner().is_empty();
             if !lost && ch.method != Method::Raw && !s.resilver_only {
-                let mut raw = vec![0u8; blocks as usize * BS];
-                let mut out = vec![0u8; c as usize * BS];
-                lost = child.read(io, idx * c, &mut raw).and_then(|()| self.expand(idx, ch, &raw, &mut out)).is_err();
+                lost = self.load(io, idx).is_err();
             }
             if lost {
                 let (a, b) = ((idx * c).max(fblk), ((idx + 1) * c).min(end));

@@ -697,13 +697,13 @@ impl MetaFile {
             let mut good = vec![false; nb];
             let mut bad = vec![false; nb];
             let mut buf = vec![0u8; nb * BLOCK_SIZE];
+            let sums = (first..end).map(|f| self.sum_entry(&layout, f)).collect::<Result<Vec<u32>>>()?;
             for copy in &copies {
                 let whole = copy.read(&io, first, &mut buf).is_ok();
                 for (i, b) in buf.chunks_mut(BLOCK_SIZE).enumerate() {
-                    let f = first + i as u64;
-                    let read = whole || copy.read(&io, f, b).is_ok();
+                    let read = whole || copy.read(&io, first + i as u64, b).is_ok();
                     out.checked += 1;
-                    if read && sum_ok(self.sum_entry(&layout, f)?, b) {
+                    if read && sum_ok(sums[i], b) {
                         good[i] = true;
                     } else {
                         bad[i] = true;
