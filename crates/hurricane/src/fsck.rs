@@ -491,8 +491,14 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
         }
         let n = size.div_ceil(BS);
         let tally = ScrubTally::default();
-        let scrub =
-            Scrub { repair: false, rebuild: &|_| false, resilver_only: false, tally: &tally, leftovers: &leftovers };
+        let scrub = Scrub {
+            repair: false,
+            rebuild: &|_| false,
+            resilver_only: false,
+            tally: &tally,
+            leftovers: &leftovers,
+            verify: None,
+        };
         let mut pos = 0;
         while pos < n {
             let len = STEP.min(n - pos);

@@ -46,6 +46,8 @@ const LAYOUTS: &[(&str, usize)] = &[
     ("stripe(unit=16K)[replicate(copies=2)[extent@0,extent@1],replicate(copies=2)[extent@2,extent@3]]", 1),
     ("compress(algo=lz4,chunk=16K)[replicate(copies=2)[extent@1,extent@2]]", 1),
     ("replicate[log(segment=256K)@0,extent@2]", 1),
+    // A checksum above the copies: only it can tell which copy rotted.
+    ("checksum[replicate(copies=2)[extent@2,extent@3]]", 1),
     (
         "regions(size=64K)[replicate(copies=2)[extent@0,extent@3],parity(data=2,parity=1)[extent@1,extent@2,extent@3]]",
         1,

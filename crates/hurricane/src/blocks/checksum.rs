@@ -4,7 +4,11 @@
 //! node, the file block and the child's devices, counted on those devices,
 //! and the bad bytes are never handed up. Blocks never written are holes and
 //! are not verified. Under a redundant parent (`replicate[checksum[..],..]`)
-//! the error tells the parent which copy is bad.
+//! the error tells the parent which copy is bad. Above one that
+//! [`Block::verifies_copies`] (`checksum[replicate[..]]`) the node hands its
+//! check down instead ([`Block::read_verified`] on a read that fails it,
+//! [`super::Scrub::verify`] in a scrub), so the child picks, block by
+//! block, the copy that matches, and rewrites the others.
 //!
 //! Checksums are kept as runs of consecutive file blocks (4 bytes per 4 KiB
 //! block), each run inside one aligned group of [`RUN`] blocks, so updates
@@ -35,19 +39,6 @@ use crate::error::{Error, Result};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-thread_local! {
-    static PROBING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `f` with the mismatches this thread's reads find reported to the
-/// caller alone: not counted against the devices, not logged as errors.
-/// Recovery reads back data a crash may have cut off this way (a journal
-/// record written in verified mode, `Fs::open`): a mismatch there is an
-/// unacknowledged write that never reached the disk, not damage.
-pub fn probing<R>(f: impl FnOnce() -> R) -> R {
-    crate::base::with_flag(&PROBING, f)
-}
 
 pub static TYPE: BlockType = BlockType {
     name: "checksum",
@@ -344,6 +335,14 @@ impl Checksum {
         bad
     }
 
+    /// Whether one block read for file block `b` matches its checksum;
+    /// `None` for a block with none (never written).
+    fn verifies(&self, b: u64, data: &[u8]) -> Option<bool> {
+        let mut ok = None;
+        self.sums.read().each(b, b + 1, |_, sum| ok = Some(block_sum(data) == sum));
+        ok
+    }
+
     /// Applies and journals new checksums for [fblk, fblk+n) from `buf`.
     fn publish(&self, io: &IoCtx, fblk: u64, buf: &[u8]) {
         let n = (buf.len() / BLOCK_SIZE) as u64;
@@ -472,7 +471,7 @@ impl Checksum {
     /// child's devices and logged.
     fn corrupt(&self, io: &IoCtx, bad: &[u64]) -> Error {
         let first = bad.first().copied().unwrap_or_default();
-        if PROBING.with(|p| p.get()) {
+        if super::common::probing_now() {
             return Error::Checksum(format!(
                 "checksum node {}: file block {first} does not hold the data written",
                 self.id
@@ -520,9 +519,10 @@ impl Block for Checksum {
             return Ok(());
         }
         // A write may have raced this read: once no writer holds the range,
-        // read and verify again.
+        // read and verify again, this time letting a child that keeps
+        // copies choose, block by block, one that matches.
         let _held = self.busy.hold(fblk, fblk + n);
-        child.read(io, fblk, buf)?;
+        child.read_verified(io, fblk, buf, &|b, data| self.verifies(b, data))?;
         let bad = self.mismatches(fblk, buf);
         if bad.is_empty() {
             return Ok(());
@@ -629,6 +629,44 @@ impl Block for Checksum {
     fn apply(&self, payload: &[u8]) -> Result<()> {
         let c = Change::decode(payload, self.id)?;
         self.sums.write().apply(&c);
+        Ok(())
+    }
+
+    /// Over a child that [`Block::verifies_copies`], the child scrubs its
+    /// copies against the checksums (so a copy that rotted is the one
+    /// rewritten, even where copies tie), each [`RUN`] of blocks held as a
+    /// writer holds it, so data and checksums agree while it is read.
+    /// Otherwise the range is read through this node, which verifies it.
+    fn scrub(&self, io: &IoCtx, s: &super::Scrub, fblk: u64, n: u64) -> Result<()> {
+        let child = self.child()?;
+        if !child.verifies_copies() {
+            return super::common::scrub_default(self, io, s, fblk, n);
+        }
+        if s.skips(self) {
+            return Ok(());
+        }
+        let verify = |b: u64, data: &[u8]| self.verifies(b, data);
+        let end = fblk.saturating_add(n);
+        let mut pos = fblk;
+        while pos < end {
+            // Holes hold nothing to verify.
+            match self.next_data(pos) {
+                Some(d) if d < end => pos = pos.max(d),
+                _ => break,
+            }
+            let len = (RUN - pos % RUN).min(end - pos);
+            let _held = self.busy.hold(pos, pos + len);
+            let sub = super::ScrubTally::default();
+            let mut cs = s.with_tally(&sub);
+            cs.verify = Some(&verify);
+            child.scrub(io, &cs, pos, len)?;
+            s.tally.checked(sub.checked.into_inner());
+            s.tally.repaired(sub.repaired.into_inner());
+            for (lf, ll) in sub.unrecoverable.into_inner() {
+                s.tally.lost(lf, ll);
+            }
+            pos += len;
+        }
         Ok(())
     }
 

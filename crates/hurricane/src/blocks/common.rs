@@ -23,6 +23,24 @@ pub fn chunks(fblk: u64, n: u64, unit: u64) -> impl Iterator<Item = (u64, u64, u
     })
 }
 
+thread_local! {
+    static PROBING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the checksum mismatches this thread's reads find reported
+/// to the caller alone: not counted against the devices, not logged as
+/// errors. Recovery reads back data a crash may have cut off this way (a
+/// journal record written in verified mode, `Fs::open`): a mismatch there
+/// is an unacknowledged write that never reached the disk, not damage.
+pub fn probing<R>(f: impl FnOnce() -> R) -> R {
+    crate::base::with_flag(&PROBING, f)
+}
+
+/// Whether this thread's reads run under [`probing`].
+pub(super) fn probing_now() -> bool {
+    PROBING.with(|p| p.get())
+}
+
 /// File-block ranges held exclusively: a holder waits until no one holds a
 /// range overlapping its own. Types that read, change and write back a
 /// range in several steps (checksum, compress) hold it across them.

@@ -36,7 +36,7 @@ mod testenv;
 mod tests;
 mod write_mostly;
 
-pub use checksum::probing as probing_checksums;
+pub use common::probing as probing_checksums;
 
 use crate::codec::{Decoder, Encoder};
 use crate::error::{Error, Result};
@@ -156,10 +156,17 @@ pub struct Scrub<'a> {
     pub tally: &'a ScrubTally,
     /// Memory the pass's steps hand on to the steps after them.
     pub leftovers: &'a Leftovers,
+    /// A check of each block read, in the scrubbed node's block numbers,
+    /// from a parent that can tell good data from bad (`checksum`) and
+    /// hands it to a child that [`Block::verifies_copies`]: a copy whose
+    /// block fails it is bad however many copies agree with it. Never
+    /// passed further down ([`Scrub::with_tally`] drops it).
+    pub verify: Option<Verify<'a>>,
 }
 
 impl<'a> Scrub<'a> {
-    /// The same pass over a child, counting into `tally`.
+    /// The same pass over a child, counting into `tally` (and without
+    /// `verify`: a child's block numbers need not be this node's).
     pub fn with_tally<'b>(&self, tally: &'b ScrubTally) -> Scrub<'b>
     where
         'a: 'b,
@@ -170,6 +177,7 @@ impl<'a> Scrub<'a> {
             resilver_only: self.resilver_only,
             tally,
             leftovers: self.leftovers,
+            verify: None,
         }
     }
 
@@ -428,7 +436,29 @@ pub trait Block: Send + Sync {
     fn scrub(&self, io: &IoCtx, s: &Scrub, fblk: u64, n: u64) -> Result<()> {
         common::scrub_default(self, io, s, fblk, n)
     }
+    /// Whether this node picks among copies of a block by a check its
+    /// parent hands it ([`Block::read_verified`], [`Scrub::verify`]):
+    /// `replicate`, whose copies a `checksum` above can tell apart where
+    /// the copies themselves cannot. Others read as `read` does.
+    fn verifies_copies(&self) -> bool {
+        false
+    }
+    /// Reads like [`Block::read`], keeping only blocks `verify` accepts: a
+    /// node that [`Block::verifies_copies`] serves a block that fails it
+    /// from another copy, counts it on the failing copy's devices, and
+    /// (with `io.repair`) rewrites that copy from the good one; where no
+    /// copy passes, it fails. The default reads, and the caller verifies.
+    fn read_verified(&self, io: &IoCtx, fblk: u64, buf: &mut [u8], _verify: Verify<'_>) -> Result<()> {
+        self.read(io, fblk, buf)
+    }
 }
+
+/// A check of one block read for file block `fblk` (the node's own block
+/// numbers): `Some(true)` if `data` is what was written there, `Some(false)`
+/// if it is not, `None` where there is nothing to check it against (a block
+/// the checker holds no checksum for). `checksum` hands one to a child that
+/// [`Block::verifies_copies`].
+pub type Verify<'a> = &'a (dyn Fn(u64, &[u8]) -> Option<bool> + Sync);
 
 /// A file's layout: its tree of building blocks, with every node indexed by
 /// its preorder id so replayed changes go straight to their node.

@@ -2052,7 +2052,14 @@ mod tests {
         }
         fn pass(&self, l: &Layout, repair: bool, rebuild: &(dyn Fn(u32) -> bool + Sync), only: bool) -> ScrubTally {
             let tally = ScrubTally::default();
-            let s = Scrub { repair, rebuild, resilver_only: only, tally: &tally, leftovers: &Leftovers::default() };
+            let s = Scrub {
+                repair,
+                rebuild,
+                resilver_only: only,
+                tally: &tally,
+                leftovers: &Leftovers::default(),
+                verify: None,
+            };
             self.io(|io| l.root().scrub(io, &s, 0, u64::MAX / 2)).unwrap();
             tally
         }

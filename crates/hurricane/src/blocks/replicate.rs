@@ -12,6 +12,13 @@
 //! takes writes again, rewrites it too. The read policy is state too: it
 //! changes at run time through a journalled record ([`live_changes`]).
 //!
+//! Under a `checksum` (`checksum[replicate[..]]`) the copies cannot tell
+//! which of two differing copies rotted; the checksum hands its check down
+//! ([`Block::read_verified`], [`Scrub::verify`]), and a copy whose block
+//! fails it counts as a copy whose read failed: another serves, the failure
+//! is counted on its devices, and it is healed (a scrub keeps the copy that
+//! passes, not the one most copies agree with).
+//!
 //! Concurrency: every write, truncate, repair and resync holds an exclusive
 //! *range lock* of this node on the file blocks it touches (readers take
 //! none), from before it writes the first copy until its missed-range change
@@ -25,7 +32,7 @@
 
 use super::common::span;
 use super::{
-    Block, BlockType, BuildArgs, Health, IoCtx, Layout, NodeRecord, ParamKind, ParamSpec, Params, Scrub, Value,
+    Block, BlockType, BuildArgs, Health, IoCtx, Layout, NodeRecord, ParamKind, ParamSpec, Params, Scrub, Value, Verify,
     BLOCK_SIZE,
 };
 use crate::codec::{Decoder, Encoder};
@@ -555,7 +562,47 @@ impl Replicate {
     /// that served it whole, or None when no copy could and it was served
     /// in pieces: a range no copy reads whole is split in two, so blocks bad
     /// in different copies are still served (and healed).
-    fn read_segment(&self, io: &IoCtx, f: u64, buf: &mut [u8], skip: u32) -> Result<Option<usize>> {
+    /// With a check from above (`verify`), fails copy `c`'s read of `buf`
+    /// (file blocks from `f`) if a block of it fails the check, counting
+    /// those blocks on the copy's devices.
+    fn check_copy(&self, io: &IoCtx, c: usize, f: u64, buf: &[u8], verify: Option<Verify<'_>>) -> Result<()> {
+        let Some(v) = verify else { return Ok(()) };
+        let bad: Vec<u64> = (0..buf.len() / BLOCK_SIZE)
+            .filter(|&k| v(f + k as u64, &buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]) == Some(false))
+            .map(|k| f + k as u64)
+            .collect();
+        let Some(&first) = bad.first() else { return Ok(()) };
+        self.count_bad(io, c, bad.len() as u64);
+        let more = if bad.len() > 1 { format!(" and {} more", bad.len() - 1) } else { String::new() };
+        Err(Error::Checksum(format!(
+            "replicate node {}: copy {c} of file block {first}{more} does not match the checksum above it",
+            self.id
+        )))
+    }
+
+    /// Counts `blocks` blocks of copy `c` that failed the check from above
+    /// as checksum errors of its devices (not while recovery probes).
+    fn count_bad(&self, io: &IoCtx, c: usize, blocks: u64) {
+        if super::common::probing_now() {
+            return;
+        }
+        for &d in &self.devices[c] {
+            if let Some(h) = io.storage.devs.get(d as usize) {
+                for _ in 0..blocks {
+                    h.count_checksum_error();
+                }
+            }
+        }
+    }
+
+    fn read_segment(
+        &self,
+        io: &IoCtx,
+        f: u64,
+        buf: &mut [u8],
+        skip: u32,
+        verify: Option<Verify<'_>>,
+    ) -> Result<Option<usize>> {
         let n = (buf.len() / BLOCK_SIZE) as u64;
         let order = self.order(io, skip);
         if order.is_empty() {
@@ -567,15 +614,16 @@ impl Replicate {
         let mut failed = Vec::new();
         let mut err = None;
         for &c in &order {
-            match self.children[c].read(io, f, buf) {
+            match self.children[c].read(io, f, buf).and_then(|()| self.check_copy(io, c, f, buf, verify)) {
                 Ok(()) => {
                     if !failed.is_empty() {
-                        self.heal(io, f, n, c, &failed);
+                        self.heal(io, f, n, c, &failed, verify);
                     }
                     return Ok(Some(c));
                 }
                 Err(e) => {
-                    if self.copy_is(io, c, crate::device::DeviceState::readable) {
+                    let probed = matches!(e, Error::Checksum(_)) && super::common::probing_now();
+                    if !probed && self.copy_is(io, c, crate::device::DeviceState::readable) {
                         tracing::warn!(node = self.id, copy = c, fblk = f, blocks = n, error = %e,
                             "replica read failed, trying another copy");
                     }
@@ -595,10 +643,10 @@ impl Replicate {
         let mut res = Ok(None);
         for (hf, hbuf) in [(f, a), (f + half, b)] {
             let hn = (hbuf.len() / BLOCK_SIZE) as u64;
-            match self.read_segment(io, hf, hbuf, skip) {
+            match self.read_segment(io, hf, hbuf, skip, verify) {
                 Ok(Some(c)) => {
                     let others: Vec<usize> = failed.iter().copied().filter(|&o| o != c).collect();
-                    self.heal(io, hf, hn, c, &others);
+                    self.heal(io, hf, hn, c, &others, verify);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -611,11 +659,33 @@ impl Replicate {
         res
     }
 
+    /// A read, each copy's blocks also passing `verify` where one is given.
+    fn read_checked(&self, io: &IoCtx, fblk: u64, buf: &mut [u8], verify: Option<Verify<'_>>) -> Result<()> {
+        let n = span(fblk, buf.len())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut done = 0usize;
+        for (f, len, skip) in self.segments(fblk, n) {
+            let bytes = len as usize * BLOCK_SIZE;
+            let served = self.read_segment(io, f, &mut buf[done..done + bytes], skip, verify)?;
+            // Copies that missed this range and can take writes again (their
+            // device came back) are resynced from the copy that served it.
+            if let (Some(good), true) = (served, skip != 0 && io.repair) {
+                let behind: Vec<usize> = (0..self.children.len()).filter(|&c| skip & (1 << c) != 0).collect();
+                self.heal(io, f, len, good, &behind, verify);
+            }
+            done += bytes;
+        }
+        Ok(())
+    }
+
     /// Rewrites copies `bad` of [f, f+n) from copy `good` (self-heal, and
     /// resync of copies that missed the range), clearing what they missed.
     /// Under the range lock the good copy is read again (a write may have
-    /// finished since), and nothing is done if it missed the range meanwhile.
-    fn heal(&self, io: &IoCtx, f: u64, n: u64, good: usize, bad: &[usize]) {
+    /// finished since), and nothing is done if it missed the range meanwhile
+    /// or no longer passes the check from above.
+    fn heal(&self, io: &IoCtx, f: u64, n: u64, good: usize, bad: &[usize], verify: Option<Verify<'_>>) {
         if !io.repair {
             return;
         }
@@ -627,7 +697,12 @@ impl Replicate {
         let _g = self.locks.lock(f, f + n);
         let mut data = vec![0u8; n as usize * BLOCK_SIZE];
         let stale = self.missed.read()[good].overlaps(f, f + n);
-        if stale || self.children[good].read(io, f, &mut data).is_err() {
+        if stale
+            || self.children[good].read(io, f, &mut data).is_err()
+            || verify.is_some_and(|v| {
+                data.chunks_exact(BLOCK_SIZE).enumerate().any(|(k, b)| v(f + k as u64, b) == Some(false))
+            })
+        {
             return;
         }
         let good_data = data_blocks(&self.children[good], f, f + n);
@@ -714,6 +789,27 @@ impl Replicate {
             }
             for k in 0..lb {
                 ok[k] &= !missed[c][k];
+            }
+            // A block the check from above refuses is bad, however many
+            // copies agree with it.
+            if let Some(v) = s.verify {
+                let mut bad = 0;
+                for (k, ok) in ok.iter_mut().enumerate() {
+                    if *ok && v(pos + k as u64, &buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]) == Some(false) {
+                        *ok = false;
+                        bad += 1;
+                    }
+                }
+                if bad > 0 {
+                    self.count_bad(io, c, bad);
+                    tracing::warn!(
+                        node = self.id,
+                        copy = c,
+                        fblk = pos,
+                        blocks = bad,
+                        "scrub: copy does not match the checksum above it"
+                    );
+                }
             }
         };
         if reads.len() > 1 {
@@ -891,23 +987,15 @@ impl Block for Replicate {
     }
 
     fn read(&self, io: &IoCtx, fblk: u64, buf: &mut [u8]) -> Result<()> {
-        let n = span(fblk, buf.len())?;
-        if n == 0 {
-            return Ok(());
-        }
-        let mut done = 0usize;
-        for (f, len, skip) in self.segments(fblk, n) {
-            let bytes = len as usize * BLOCK_SIZE;
-            let served = self.read_segment(io, f, &mut buf[done..done + bytes], skip)?;
-            // Copies that missed this range and can take writes again (their
-            // device came back) are resynced from the copy that served it.
-            if let (Some(good), true) = (served, skip != 0 && io.repair) {
-                let behind: Vec<usize> = (0..self.children.len()).filter(|&c| skip & (1 << c) != 0).collect();
-                self.heal(io, f, len, good, &behind);
-            }
-            done += bytes;
-        }
-        Ok(())
+        self.read_checked(io, fblk, buf, None)
+    }
+
+    fn verifies_copies(&self) -> bool {
+        true
+    }
+
+    fn read_verified(&self, io: &IoCtx, fblk: u64, buf: &mut [u8], verify: Verify<'_>) -> Result<()> {
+        self.read_checked(io, fblk, buf, Some(verify))
     }
 
     fn write(&self, io: &IoCtx, fblk: u64, buf: &[u8]) -> Result<()> {

@@ -302,6 +302,7 @@ mod tests {
             resilver_only: false,
             tally: &tally,
             leftovers: &Leftovers::default(),
+            verify: None,
         };
         l.root().scrub(io, &s, 0, n).unwrap();
         tally

@@ -266,7 +266,14 @@ impl Fs {
                         sink: &sink,
                         repair,
                     };
-                    let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
+                    let s = Scrub {
+                        repair,
+                        rebuild: &is_rebuilt,
+                        resilver_only,
+                        tally: &part,
+                        leftovers: &leftovers,
+                        verify: None,
+                    };
                     // What the devices hold, not what a cache kept.
                     let r = from_media(resilver_only, || lay.root().scrub(&io, &s, b, n));
                     let ops: Vec<Op> = std::mem::take(&mut *changes.lock())
@@ -286,7 +293,14 @@ impl Fs {
                         sink: &sink,
                         repair,
                     };
-                    let s = Scrub { repair, rebuild: &is_rebuilt, resilver_only, tally: &part, leftovers: &leftovers };
+                    let s = Scrub {
+                        repair,
+                        rebuild: &is_rebuilt,
+                        resilver_only,
+                        tally: &part,
+                        leftovers: &leftovers,
+                        verify: None,
+                    };
                     from_media(resilver_only, || lay.root().scrub(&io, &s, b, n))
                 };
                 if let Err(e) = r {

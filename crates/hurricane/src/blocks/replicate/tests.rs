@@ -113,7 +113,14 @@ impl Env {
         self.io(true, |io| {
             l.root().scrub(
                 io,
-                &Scrub { repair, rebuild, resilver_only: false, tally: &tally, leftovers: &Leftovers::default() },
+                &Scrub {
+                    repair,
+                    rebuild,
+                    resilver_only: false,
+                    tally: &tally,
+                    leftovers: &Leftovers::default(),
+                    verify: None,
+                },
                 0,
                 n,
             )
@@ -584,4 +591,73 @@ fn nearest_reads_the_copy_on_the_callers_node() {
         h.set_numa_node(None);
     }
     assert_eq!(env.read(&l, 0, 32), d);
+}
+
+/// `checksum[replicate[extent@0, extent@1]]`: the checksum is above the
+/// copies, so only it can tell which copy rotted.
+fn summed_pair(read: &str) -> Layout {
+    build(&spec("checksum", vec![], vec![repl(read, vec![ext(0), ext(1)])], None))
+}
+
+/// Copy `c` (node 2 or 3) of a [`summed_pair`], read directly.
+fn summed_copy(env: &Env, l: &Layout, c: usize, n: usize) -> Vec<u8> {
+    env.try_read(&l.nodes()[2 + c], 0, n, false).unwrap()
+}
+
+#[test]
+fn a_checksum_above_is_served_by_the_copy_that_matches_it() {
+    let env = Env::new(2, 256);
+    let l = summed_pair("primary");
+    let d = pattern(21, 16);
+    env.write(&l, 0, &d).unwrap();
+    // Copy 0, which the primary policy reads, rots silently in blocks 5 and 11.
+    env.devs[0].scribble(Env::pblk(&l, 2, 5), 0x5A);
+    env.devs[0].scribble(Env::pblk(&l, 2, 11), 0xA5);
+    // A read that may not repair gets the good copy and leaves the rot.
+    assert_eq!(env.try_read(l.root(), 0, 16, false).unwrap(), d);
+    assert_ne!(summed_copy(&env, &l, 0, 16), d);
+    assert_eq!(env.storage.devs[0].errors().checksum, 2, "the rotten copy's blocks are counted on its device");
+    assert_eq!(env.storage.devs[1].errors().checksum, 0);
+    // One that may repair rewrites the rotten copy from the good one.
+    assert_eq!(env.read(&l, 0, 16), d);
+    assert_eq!(summed_copy(&env, &l, 0, 16), d);
+    assert_eq!(summed_copy(&env, &l, 1, 16), d);
+    assert!(env.storage.devs[0].repaired() >= 2);
+    assert!(env.log.lock().iter().all(|r| r.node != 1), "a successful repair misses nothing");
+    // Both copies rotten in one block: an error, never the bad bytes.
+    env.devs[0].scribble(Env::pblk(&l, 2, 7), 1);
+    env.devs[1].scribble(Env::pblk(&l, 3, 7), 2);
+    assert!(matches!(env.try_read(l.root(), 7, 1, true), Err(Error::Checksum(_))));
+    assert_eq!(env.try_read(l.root(), 8, 8, true).unwrap(), d[8 * BS..]);
+}
+
+#[test]
+fn a_scrub_under_a_checksum_keeps_the_copy_that_matches_it() {
+    for rotten in [0usize, 1] {
+        let env = Env::new(2, 256);
+        let l = summed_pair("least-loaded");
+        let d = pattern(22, 40);
+        env.write(&l, 0, &d).unwrap();
+        // One of two copies rots: the copies tie, and only the checksum
+        // says which to keep.
+        env.devs[rotten].scribble(Env::pblk(&l, 2 + rotten, 9), 0x77);
+        env.devs[rotten].scribble(Env::pblk(&l, 2 + rotten, 33), 0x78);
+        // Block 20 rots on both copies: lost, and reported so.
+        env.devs[0].scribble(Env::pblk(&l, 2, 20), 3);
+        env.devs[1].scribble(Env::pblk(&l, 3, 20), 4);
+        let t = env.scrub(&l, true, &never, 40);
+        assert_eq!(t.unrecoverable.into_inner(), vec![(20, 1)], "copy {rotten} rotten");
+        assert_eq!(t.repaired.into_inner(), 2, "copy {rotten} rotten");
+        for c in 0..2 {
+            assert_eq!(summed_copy(&env, &l, c, 20), d[..20 * BS], "copy {c}, copy {rotten} rotten");
+            assert_eq!(summed_copy(&env, &l, c, 40)[21 * BS..], d[21 * BS..], "copy {c}, copy {rotten} rotten");
+        }
+        assert_eq!(env.storage.devs[rotten].errors().checksum, 3);
+        // A scrub that only reports leaves what it finds.
+        env.devs[rotten].scribble(Env::pblk(&l, 2 + rotten, 2), 9);
+        let t = env.scrub(&l, false, &never, 40);
+        assert_eq!(t.repaired.into_inner(), 0);
+        assert_eq!(t.unrecoverable.into_inner(), vec![(20, 1)]);
+        assert_ne!(summed_copy(&env, &l, rotten, 4), d[..4 * BS]);
+    }
 }
