@@ -256,6 +256,14 @@ impl Fs {
                 let part = ScrubTally::default();
                 let changes = Mutex::new(Vec::new());
                 let sink = |c: NodeRecord| changes.lock().push(c);
+                let s = Scrub {
+                    repair,
+                    rebuild: &is_rebuilt,
+                    resilver_only,
+                    tally: &part,
+                    leftovers: &leftovers,
+                    verify: None,
+                };
                 let r = if repair {
                     let g = self.inner.gate.enter();
                     let io = crate::blocks::IoCtx {
@@ -265,14 +273,6 @@ impl Fs {
                         epoch: g.epoch(),
                         sink: &sink,
                         repair,
-                    };
-                    let s = Scrub {
-                        repair,
-                        rebuild: &is_rebuilt,
-                        resilver_only,
-                        tally: &part,
-                        leftovers: &leftovers,
-                        verify: None,
                     };
                     // What the devices hold, not what a cache kept.
                     let r = from_media(resilver_only, || lay.root().scrub(&io, &s, b, n));
@@ -292,14 +292,6 @@ impl Fs {
                         epoch: 0,
                         sink: &sink,
                         repair,
-                    };
-                    let s = Scrub {
-                        repair,
-                        rebuild: &is_rebuilt,
-                        resilver_only,
-                        tally: &part,
-                        leftovers: &leftovers,
-                        verify: None,
                     };
                     from_media(resilver_only, || lay.root().scrub(&io, &s, b, n))
                 };
