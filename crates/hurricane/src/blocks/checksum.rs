@@ -479,9 +479,7 @@ impl Checksum {
         }
         for &d in &self.devices {
             if let Some(h) = io.storage.devs.get(d as usize) {
-                for _ in bad {
-                    h.count_checksum_error();
-                }
+                h.count_checksum_errors(bad.len() as u64);
             }
         }
         let more = match bad.len() {

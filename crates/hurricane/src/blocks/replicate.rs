@@ -558,10 +558,6 @@ impl Replicate {
         }
     }
 
-    /// Reads one segment whose missed copies are `skip`; returns the copy
-    /// that served it whole, or None when no copy could and it was served
-    /// in pieces: a range no copy reads whole is split in two, so blocks bad
-    /// in different copies are still served (and healed).
     /// With a check from above (`verify`), fails copy `c`'s read of `buf`
     /// (file blocks from `f`) if a block of it fails the check, counting
     /// those blocks on the copy's devices.
@@ -588,13 +584,15 @@ impl Replicate {
         }
         for &d in &self.devices[c] {
             if let Some(h) = io.storage.devs.get(d as usize) {
-                for _ in 0..blocks {
-                    h.count_checksum_error();
-                }
+                h.count_checksum_errors(blocks);
             }
         }
     }
 
+    /// Reads one segment whose missed copies are `skip`; returns the copy
+    /// that served it whole, or None when no copy could and it was served
+    /// in pieces: a range no copy reads whole is split in two, so blocks bad
+    /// in different copies are still served (and healed).
     fn read_segment(
         &self,
         io: &IoCtx,

@@ -366,9 +366,9 @@ impl DeviceHandle {
         }
     }
 
-    /// Counts a block whose data failed its checksum.
-    pub fn count_checksum_error(&self) {
-        self.checksum_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// Counts `blocks` blocks whose data failed their checksum.
+    pub fn count_checksum_errors(&self, blocks: u64) {
+        self.checksum_errors.fetch_add(blocks, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Counts blocks rewritten on this device from redundancy (self-heal
