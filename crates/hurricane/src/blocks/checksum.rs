@@ -658,9 +658,7 @@ impl Block for Checksum {
             let mut cs = s.with_tally(&sub);
             cs.verify = Some(&verify);
             child.scrub(io, &cs, pos, len)?;
-            s.tally.checked(sub.checked.into_inner());
-            s.tally.repaired(sub.repaired.into_inner());
-            for (lf, ll) in sub.unrecoverable.into_inner() {
+            for (lf, ll) in s.tally.absorb(sub) {
                 s.tally.lost(lf, ll);
             }
             pos += len;

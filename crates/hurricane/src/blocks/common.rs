@@ -281,9 +281,7 @@ pub(super) fn scrub_default<B: super::Block + ?Sized>(
             // piece is contiguous in both, so they translate back by offset.
             let sub = super::ScrubTally::default();
             child.scrub(io, &s.with_tally(&sub), cf, len)?;
-            s.tally.checked(sub.checked.into_inner());
-            s.tally.repaired(sub.repaired.into_inner());
-            for (lf, ll) in sub.unrecoverable.into_inner() {
+            for (lf, ll) in s.tally.absorb(sub) {
                 s.tally.lost(ff + lf.saturating_sub(cf), ll);
             }
         }

@@ -780,9 +780,7 @@ impl Block for Compress {
             let blocks = Self::blocks_of(ch.len);
             let sub = super::ScrubTally::default();
             child.scrub(io, &s.with_tally(&sub), idx * c, blocks)?;
-            s.tally.checked(sub.checked.into_inner());
-            s.tally.repaired(sub.repaired.into_inner());
-            let mut lost = !sub.unrecoverable.into_inner().is_empty();
+            let mut lost = !s.tally.absorb(sub).is_empty();
             if !lost && ch.method != Method::Raw && !s.resilver_only {
                 lost = self.load(io, idx).is_err();
             }

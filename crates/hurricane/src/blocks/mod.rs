@@ -235,6 +235,14 @@ impl ScrubTally {
     pub fn lost(&self, fblk: u64, n: u64) {
         self.unrecoverable.lock().push((fblk, n));
     }
+    /// Adds the counts of a pass over a child (`sub`) to these, and returns
+    /// the ranges it could not supply, in the child's block numbers, for
+    /// the caller to place in its own.
+    pub fn absorb(&self, sub: ScrubTally) -> Vec<(u64, u64)> {
+        self.checked(sub.checked.into_inner());
+        self.repaired(sub.repaired.into_inner());
+        sub.unrecoverable.into_inner()
+    }
 }
 
 /// Typed access to a node's validated parameters (defaults already applied).

@@ -396,6 +396,12 @@ fn data_blocks(b: &Arc<dyn Block>, s: u64, e: u64) -> Vec<bool> {
 }
 
 /// Maximal runs of `true` in `v`, as (offset, length).
+/// Blocks of `buf` (file blocks from `f`) that the check from above finds
+/// wrong, by index.
+fn refused<'b>(v: Verify<'b>, f: u64, buf: &'b [u8]) -> impl Iterator<Item = usize> + 'b {
+    buf.chunks_exact(BLOCK_SIZE).enumerate().filter(move |&(k, b)| v(f + k as u64, b) == Some(false)).map(|(k, _)| k)
+}
+
 fn runs(v: &[bool]) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut i = 0;
@@ -563,10 +569,7 @@ impl Replicate {
     /// those blocks on the copy's devices.
     fn check_copy(&self, io: &IoCtx, c: usize, f: u64, buf: &[u8], verify: Option<Verify<'_>>) -> Result<()> {
         let Some(v) = verify else { return Ok(()) };
-        let bad: Vec<u64> = (0..buf.len() / BLOCK_SIZE)
-            .filter(|&k| v(f + k as u64, &buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]) == Some(false))
-            .map(|k| f + k as u64)
-            .collect();
+        let bad: Vec<u64> = refused(v, f, buf).map(|k| f + k as u64).collect();
         let Some(&first) = bad.first() else { return Ok(()) };
         self.count_bad(io, c, bad.len() as u64);
         let more = if bad.len() > 1 { format!(" and {} more", bad.len() - 1) } else { String::new() };
@@ -697,9 +700,7 @@ impl Replicate {
         let stale = self.missed.read()[good].overlaps(f, f + n);
         if stale
             || self.children[good].read(io, f, &mut data).is_err()
-            || verify.is_some_and(|v| {
-                data.chunks_exact(BLOCK_SIZE).enumerate().any(|(k, b)| v(f + k as u64, b) == Some(false))
-            })
+            || verify.is_some_and(|v| refused(v, f, &data).next().is_some())
         {
             return;
         }
@@ -792,9 +793,9 @@ impl Replicate {
             // copies agree with it.
             if let Some(v) = s.verify {
                 let mut bad = 0;
-                for (k, ok) in ok.iter_mut().enumerate() {
-                    if *ok && v(pos + k as u64, &buf[k * BLOCK_SIZE..(k + 1) * BLOCK_SIZE]) == Some(false) {
-                        *ok = false;
+                for k in refused(v, pos, buf) {
+                    if ok[k] {
+                        ok[k] = false;
                         bad += 1;
                     }
                 }

@@ -199,9 +199,7 @@ impl Block for RoundRobin {
                 // piece is contiguous in both, so they translate by offset.
                 let sub = ScrubTally::default();
                 self.children[c].scrub(io, &s.with_tally(&sub), cf, len)?;
-                s.tally.checked(sub.checked.into_inner());
-                s.tally.repaired(sub.repaired.into_inner());
-                for (lf, ll) in sub.unrecoverable.into_inner() {
+                for (lf, ll) in s.tally.absorb(sub) {
                     s.tally.lost(ff + lf.saturating_sub(cf), ll);
                 }
             }
