@@ -144,7 +144,7 @@ fn replay_ops(groups: &[Vec<Op>]) {
     // What replay left must commit to the store and read back the same.
     let mut delta = Delta::default();
     let _ = st.take(&mut delta);
-    st.store().commit(&delta).expect("a replayed state commits");
+    st.store().commit(&delta, true).expect("a replayed state commits");
     let again = State::new(st.store().clone(), 2, 64).expect("the store reopens");
     assert_eq!(again.count(), st.count(), "inode count after a commit");
     for ino in st.inos().expect("inode list") {

@@ -43,16 +43,17 @@ pub fn run(a: &CrashtestArgs) -> CliResult {
     let r = crashtest::run(&opts);
     let parts: Vec<&CrashReport> = if r.parts.is_empty() { vec![&r] } else { r.parts.iter().collect() };
     println!(
-        "{:<16} {:>7} {:>7} {:>9} {:>8} {:>8} {:>10} {:>9}",
-        "workload", "ops", "syncs", "points", "states", "same", "violations", "seconds"
+        "{:<16} {:>7} {:>7} {:>13} {:>9} {:>8} {:>8} {:>10} {:>9}",
+        "workload", "ops", "syncs", "ckpts/unsync", "points", "states", "same", "violations", "seconds"
     );
     let (mut points, mut states, mut same, mut violations) = (0, 0, 0, 0);
     for p in &parts {
         println!(
-            "{:<16} {:>7} {:>7} {:>9} {:>8} {:>8} {:>10} {:>9.1}",
+            "{:<16} {:>7} {:>7} {:>13} {:>9} {:>8} {:>8} {:>10} {:>9.1}",
             p.workload,
             p.ops,
             p.syncs,
+            format!("{}/{}", p.checkpoints, p.unsynced_checkpoints),
             p.points,
             p.states,
             p.same_states,

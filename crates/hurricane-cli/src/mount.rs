@@ -227,7 +227,10 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
     } else {
         println!("\nrequests through /dev/fuse reads (no io_uring)");
     }
-    println!("\njournal: {} commits, {} checkpoints", v.journal.commits, v.journal.checkpoints);
+    println!(
+        "\njournal: {} commits, {} checkpoints ({} of them made durable by a later commit)",
+        v.journal.commits, v.journal.checkpoints, v.journal.unsynced_checkpoints
+    );
     let m = &v.meta;
     println!(
         "meta-data: {} inodes in memory ({} changed since the checkpoint): {} hits, {} read from the store, {} evicted; \

@@ -431,6 +431,7 @@ impl HurricaneFuse {
             journal: JournalReport {
                 commits,
                 checkpoints,
+                unsynced_checkpoints: self.fs.unsynced_checkpoints(),
                 replayed_ops_at_mount: report.replayed_ops as u64,
                 was_clean_at_mount: report.was_clean,
             },

@@ -270,6 +270,10 @@ pub fn health_report(fs: &hurricane::Fs, paths: usize) -> HealthReport {
 pub struct JournalReport {
     pub commits: u64,
     pub checkpoints: u64,
+    /// Checkpoints written without a sync of their own, made durable by
+    /// the next durable commit (absent from older reports).
+    #[serde(default)]
+    pub unsynced_checkpoints: u64,
     pub replayed_ops_at_mount: u64,
     pub was_clean_at_mount: bool,
 }

@@ -516,6 +516,7 @@ impl Pool {
         let (commits, checkpoints) = fs.commit_counts();
         d.set_item("commits", commits)?;
         d.set_item("checkpoints", checkpoints)?;
+        d.set_item("unsynced_checkpoints", fs.unsynced_checkpoints())?;
         let g = fs.group_stats();
         let groups = PyDict::new(py);
         groups.set_item("groups_opened", g.groups_opened)?;

@@ -1026,7 +1026,7 @@ fn fsck_repair_of_meta_data_damaged_on_disk() {
     let mut delta = Delta { sys, ..Default::default() };
     let _taken = st.take(&mut delta);
     delta.sys.cursor = sys.cursor;
-    store.commit(&delta).unwrap();
+    store.commit(&delta, true).unwrap();
     drop(st);
     drop(store);
 

@@ -327,6 +327,104 @@ fn open_with_a_woken_committer(p: &MemPool) -> Fs {
     Fs::open(p.devs.iter().map(|d| d.clone() as _).collect(), opts).unwrap()
 }
 
+fn flushes(fs: &Fs) -> u64 {
+    fs.device_stats().iter().map(|(_, s)| s.flushes).sum()
+}
+
+/// A checkpoint that changed inodes bring on, which nobody waits to be
+/// durable, is written without flushing a device; a crash then goes back to
+/// the last sync, whose files are all there and nothing after them.
+#[test]
+fn checkpoints_nobody_waits_for_flush_nothing_and_a_crash_keeps_the_last_sync() {
+    let p = MemPool::new(2, 64 * MB);
+    let fs = open_with_a_woken_committer(&p);
+    fs.mkdir_all("/d", 0o755).unwrap();
+    for i in 0..600 {
+        fs.write_file(&format!("/d/a{i}"), b"", None).unwrap();
+    }
+    fs.sync().unwrap();
+    let (k0, u0, f0) = (fs.commit_counts().1, fs.unsynced_checkpoints(), flushes(&fs));
+    for i in 0..600 {
+        fs.write_file(&format!("/d/b{i}"), b"", None).unwrap();
+    }
+    let (k1, u1, f1) = (fs.commit_counts().1, fs.unsynced_checkpoints(), flushes(&fs));
+    assert!(k1 - k0 >= 10, "{} checkpoints for 600 creates", k1 - k0);
+    assert_eq!(u1 - u0, k1 - k0, "every checkpoint since the sync was left unsynced");
+    // (A growth of the meta-file writes the superblocks, with a flush.)
+    assert!(f1 - f0 < k1 - k0, "{} flushes for {} checkpoints", f1 - f0, k1 - k0);
+    // The new files are read back from the store, not held in memory.
+    assert!(fs.meta_cache_stats().inodes.dirty <= 200, "{:?}", fs.meta_cache_stats().inodes);
+    assert_eq!(list(&fs, "/d").len(), 2 + 1200);
+    for mode in [hurricane::device::CrashMode::DropAll, hurricane::device::CrashMode::KeepAll] {
+        let fs = p.crash(mode).open().unwrap();
+        let names: BTreeSet<String> = list(&fs, "/d").into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names.len(), 2 + 600, "{mode:?}: the files of the last sync, and only them");
+        assert!((0..600).all(|i| names.contains(&format!("a{i}"))), "{mode:?}");
+        check_clean(&fs, &format!("{mode:?}"));
+    }
+    // A sync makes them durable: a crash then keeps them all.
+    fs.sync().unwrap();
+    let fs = p.crash(hurricane::device::CrashMode::DropAll).open().unwrap();
+    assert_eq!(list(&fs, "/d").len(), 2 + 1200);
+    check_clean(&fs, "after the sync");
+}
+
+/// Space freed by a checkpoint left unsynced is not given to new files
+/// until a durable commit: a crash goes back to a state whose files still
+/// own it, and their data must still be theirs, even when every write the
+/// devices were given reached them.
+#[test]
+fn space_freed_under_an_unsynced_checkpoint_is_not_reused_before_it_is_durable() {
+    let p = MemPool::new(2, 16 * MB);
+    let fs = open_with_a_woken_committer(&p);
+    fs.mkdir_all("/d", 0o755).unwrap();
+    // The old files take three fifths of the free space: the new ones,
+    // as large, do not fit beside them.
+    let st = fs.statfs();
+    let len = (st.bfree * st.bsize as u64 * 3 / 5 / 200) as usize / 4096 * 4096;
+    for i in 0..200 {
+        fs.write_file(&format!("/d/old{i}"), &pattern(i, len), None).unwrap();
+    }
+    fs.sync().unwrap();
+    let u0 = fs.unsynced_checkpoints();
+    for i in 0..200 {
+        fs.remove(&format!("/d/old{i}")).unwrap();
+        match fs.write_file(&format!("/d/new{i}"), &pattern(1000 + i, len), None) {
+            Ok(()) => {}
+            // Full while the old files' space waits for a durable commit.
+            Err(hurricane::Error::NoSpace(_)) => break,
+            Err(e) => panic!("new{i}: {e}"),
+        }
+    }
+    assert!(fs.unsynced_checkpoints() - u0 >= 2, "{} unsynced checkpoints", fs.unsynced_checkpoints() - u0);
+    let fs2 = p.crash(hurricane::device::CrashMode::KeepAll).open().unwrap();
+    for i in 0..200 {
+        assert_eq!(fs2.read_file(&format!("/d/old{i}")).unwrap(), pattern(i, len), "old{i}");
+    }
+    check_clean(&fs2, "after the crash");
+    drop(fs2);
+    // Once durable, the space is free again: as many files as the old
+    // ones fit in place of the new ones.
+    for (name, _) in list(&fs, "/d").into_iter().skip(2) {
+        fs.remove(&format!("/d/{name}")).unwrap();
+    }
+    fs.sync().unwrap();
+    for i in 0..200 {
+        fs.write_file(&format!("/d/more{i}"), &pattern(2000 + i, len), None).unwrap();
+    }
+    fs.close().unwrap();
+    let fs = p.open().unwrap();
+    for i in 0..200 {
+        assert_eq!(fs.read_file(&format!("/d/more{i}")).unwrap(), pattern(2000 + i, len), "more{i}");
+    }
+    check_clean(&fs, "after the close");
+}
+
+fn check_clean(fs: &Fs, what: &str) {
+    let r = hurricane::fsck::check(fs, false, &mut |_, _, _| {}).unwrap();
+    assert!(r.problems.is_empty(), "{what}: {:?}", r.problems);
+}
+
 /// Removing files counts toward the next checkpoint as changing them does:
 /// a long run of deletes is checkpointed along the way (the committer is
 /// woken, or the deleting thread waits for it) instead of holding every

@@ -122,6 +122,9 @@ pub struct CrashReport {
     pub syncs: usize,
     /// Checkpoints the workload's commits wrote (journal wrap-around).
     pub checkpoints: u64,
+    /// Of them, those written without a sync of their own (made durable by
+    /// a later commit: a crash before it goes back to the one before).
+    pub unsynced_checkpoints: u64,
     pub writes: usize,
     pub flushes: usize,
     /// Crash points (cuts) checked.
@@ -163,12 +166,13 @@ impl fmt::Display for CrashReport {
         }
         write!(
             f,
-            "crashtest {} (seed {}): {} ops, {} syncs, {} checkpoints; {} writes and {} flushes recorded\n  {} crash points, {} crash states checked ({} of them crashes during recovery; {} showed an in-flight sync; {} more the same as one checked), {} violations [{:.1} s]",
+            "crashtest {} (seed {}): {} ops, {} syncs, {} checkpoints ({} unsynced); {} writes and {} flushes recorded\n  {} crash points, {} crash states checked ({} of them crashes during recovery; {} showed an in-flight sync; {} more the same as one checked), {} violations [{:.1} s]",
             self.workload,
             self.seed,
             self.ops,
             self.syncs,
             self.checkpoints,
+            self.unsynced_checkpoints,
             self.writes,
             self.flushes,
             self.points,
@@ -217,6 +221,7 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
             r.ops += p.ops;
             r.syncs += p.syncs;
             r.checkpoints += p.checkpoints;
+            r.unsynced_checkpoints += p.unsynced_checkpoints;
             r.writes += p.writes;
             r.flushes += p.flushes;
             r.points += p.points;
@@ -232,7 +237,7 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
     }
     let t0 = Instant::now();
     let mut report = CrashReport { workload: opts.workload.clone(), seed: opts.seed, ..Default::default() };
-    let (rec, ckpts) = match record_workload(opts) {
+    let (rec, (ckpts, unsynced)) = match record_workload(opts) {
         Ok(r) => r,
         Err(e) => {
             report.error = Some(e.to_string());
@@ -241,6 +246,7 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
         }
     };
     report.checkpoints = ckpts;
+    report.unsynced_checkpoints = unsynced;
     report.ops = rec.threads.iter().map(|t| t.ops.len()).sum::<usize>() + rec.txn.as_ref().map_or(0, |h| h.attempts);
     report.syncs = rec.syncs.len() - 1;
     report.flushes = rec.events.iter().filter(|e| matches!(e, record::Event::Flush { .. })).count();
@@ -295,8 +301,8 @@ pub fn run(opts: &CrashOptions) -> CrashReport {
 }
 
 /// Runs the workload on recording devices. Returns the recording and the
-/// number of checkpoints the workload's commits wrote.
-fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
+/// number of checkpoints the workload's commits wrote (all, unsynced).
+fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, (u64, u64))> {
     let name = opts.workload.as_str();
     let concurrent = name == "concurrent";
     // Transactions: threads sharing a few protected files.
@@ -411,7 +417,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, u64)> {
         }
         vec![d.hist]
     };
-    let ckpts = fs.commit_counts().1;
+    let ckpts = (fs.commit_counts().1, fs.unsynced_checkpoints());
     // A clean close is the last sync.
     let start = rec.mark();
     fs.close()?;

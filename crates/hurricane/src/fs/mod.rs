@@ -161,7 +161,23 @@ struct MetaState {
     /// The last checkpoint's [`Delta`], emptied, for the next to fill
     /// with its memory (store.rs: why).
     spare: Delta,
+    /// The op groups of checkpoints written since the last durable commit
+    /// and not durable themselves (`commit_as`), in order: a journal
+    /// record written before the next durable checkpoint carries them
+    /// first, so that what the journal holds still follows the last
+    /// durable state with nothing missing.
+    unsynced: Vec<Vec<u8>>,
+    /// Their bytes.
+    unsynced_bytes: usize,
+    /// A checkpoint since the last durable commit is not durable.
+    unsynced_state: bool,
+    /// When the last durable commit ended.
+    synced_at: Instant,
 }
+
+/// The most op bytes checkpoints left unsynced may hold in memory before
+/// one is made durable (a journal record may have to carry them).
+const UNSYNCED_MAX_BYTES: usize = 16 << 20;
 
 pub(crate) struct Inner {
     pub(crate) storage: Arc<Storage>,
@@ -199,6 +215,10 @@ pub(crate) struct Inner {
     report: Mutex<OpenReport>,
     commits: AtomicU64,
     checkpoints: AtomicU64,
+    /// Checkpoints written without a sync of their own (`commit_as`).
+    unsynced_checkpoints: AtomicU64,
+    /// How long a change may wait to become durable with no sync asked for.
+    commit_interval: Duration,
     /// Changed inodes that call for a checkpoint.
     dirty_limit: usize,
     /// File-data blocks (see `cache`).
@@ -637,6 +657,10 @@ impl Fs {
             unwritten: Vec::new(),
             relayout: None,
             spare: if opts.read_only { Delta::default() } else { Delta::with_room(dirty_limit) },
+            unsynced: Vec::new(),
+            unsynced_bytes: 0,
+            unsynced_state: false,
+            synced_at: Instant::now(),
         };
         let inner = Arc::new(Inner {
             storage,
@@ -663,6 +687,8 @@ impl Fs {
             report: Mutex::new(report),
             commits: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
+            unsynced_checkpoints: AtomicU64::new(0),
+            commit_interval: opts.commit_interval,
             dirty_limit,
             cache: crate::cache::BlockCache::new(opts.cache_bytes),
             io_pool: crate::cache::IoPool::new(match opts.io_threads {
@@ -897,6 +923,12 @@ impl Fs {
         (self.inner.commits.load(Ordering::Relaxed), self.inner.checkpoints.load(Ordering::Relaxed))
     }
 
+    /// The checkpoints since open that were written without a sync of
+    /// their own (each made durable by the next durable commit).
+    pub fn unsynced_checkpoints(&self) -> u64 {
+        self.inner.unsynced_checkpoints.load(Ordering::Relaxed)
+    }
+
     pub fn default_layout(&self) -> String {
         self.inner.default_layout.read().clone()
     }
@@ -1027,11 +1059,15 @@ impl Fs {
         }
         let half = m.sb.journal.blocks / 2;
         let dirty = inner.state.dirty_count();
-        let want_ckpt =
-            checkpoint || m.cursor.used(&m.sb.journal) > half || m.relayout.is_some() || dirty > inner.dirty_limit;
-        if only_if_due && !want_ckpt {
+        let journal_full = m.cursor.used(&m.sb.journal) > half;
+        let due = journal_full || m.relayout.is_some() || dirty > inner.dirty_limit;
+        if only_if_due && !due {
             return Ok(());
         }
+        // After a checkpoint that is not durable the next commit is a
+        // checkpoint too (or, when none can be written, a journal record
+        // that carries the unsynced ones' ops first: `write_batch`).
+        let want_ckpt = checkpoint || due || m.unsynced_state;
         let t0 = Instant::now();
         let (mut batch, mut snap) = self.capture(want_ckpt, &mut m.spare);
         let captured = t0.elapsed();
@@ -1047,20 +1083,51 @@ impl Fs {
             batch.groups.append(&mut b2.groups);
             snap = s2;
         }
-        if let Err(e) = self.write_batch(&mut m, &batch, snap, checkpoint) {
-            // Nothing of this batch may be dropped: later records would then
-            // depend on ops that never reach the disk.
-            m.unwritten = std::mem::take(&mut batch.groups);
-            return Err(e);
-        }
+        // A checkpoint that changed inodes brought on, which nobody waits
+        // to be durable, is written without the syncs that make it so
+        // (three rounds: the data, then the store's two-phase commit)
+        // while the last durable commit is recent and the ops it covers
+        // would fit a journal record: the next durable commit (a sync, the
+        // committer's tick, a checkpoint asked for) makes it durable with
+        // its own. Memory stays bounded as with a durable one: the inodes
+        // it wrote are read back from the store.
+        let sync = !only_if_due
+            || snap.is_none()
+            || journal_full
+            || m.relayout.is_some()
+            || m.synced_at.elapsed() >= inner.commit_interval
+            || !Self::may_leave_unsynced(&m, &batch);
+        let durable = match self.write_batch(&mut m, &batch, snap, checkpoint, sync) {
+            Ok(d) => d,
+            Err(e) => {
+                // Nothing of this batch may be dropped: later records would
+                // then depend on ops that never reach the disk.
+                m.unwritten = std::mem::take(&mut batch.groups);
+                return Err(e);
+            }
+        };
         inner.commits.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
-            "commit of epoch {}: {} (changes held {:.1} ms, written in {:.1} ms, {dirty} inodes changed)",
+            "commit of epoch {}: {} (changes held {:.1} ms, written in {:.1} ms, {dirty} inodes changed{})",
             batch.epoch,
             if want_ckpt { "checkpoint" } else { "journal" },
             captured.as_secs_f64() * 1e3,
-            (t0.elapsed() - captured).as_secs_f64() * 1e3
+            (t0.elapsed() - captured).as_secs_f64() * 1e3,
+            if durable { "" } else { ", not synced" }
         );
+        if !durable {
+            // Its frees wait for the durable commit: until then a crash
+            // goes back to a state whose files still own those blocks.
+            m.unsynced_bytes += batch.groups.iter().map(Vec::len).sum::<usize>();
+            m.unsynced.append(&mut batch.groups);
+            m.unsynced_state = true;
+            inner.unsynced_checkpoints.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        m.unsynced.clear();
+        m.unsynced_bytes = 0;
+        m.unsynced_state = false;
+        m.synced_at = Instant::now();
         // Freed space goes back to the devices that want it (a Ceph
         // cluster's objects), now that the frees are durable.
         for (a, d) in inner.storage.allocs.iter().zip(inner.storage.devs.iter()) {
@@ -1082,11 +1149,26 @@ impl Fs {
         Ok(())
     }
 
+    /// Whether the ops of the checkpoints left unsynced, with `batch`'s,
+    /// stay within what memory and a journal record may take.
+    fn may_leave_unsynced(m: &MetaState, batch: &Batch) -> bool {
+        let bytes = m.unsynced_bytes + batch.groups.iter().map(|g| g.len() + 4).sum::<usize>() + 4 * m.unsynced.len();
+        bytes <= UNSYNCED_MAX_BYTES && journal::fits(&m.sb.journal, &m.cursor, bytes + 64)
+    }
+
     /// Writes a captured batch: as a checkpoint when `snap` is given (or, if
     /// the meta devices have no room for a new meta-file and the checkpoint
     /// was not `required`, as a journal record when it fits), else as a
-    /// journal record.
-    fn write_batch(&self, m: &mut MetaState, batch: &Batch, snap: Option<Snapshot>, required: bool) -> Result<()> {
+    /// journal record. A checkpoint is made durable when `sync`; the
+    /// result says whether what was written is durable.
+    fn write_batch(
+        &self,
+        m: &mut MetaState,
+        batch: &Batch,
+        snap: Option<Snapshot>,
+        required: bool,
+        sync: bool,
+    ) -> Result<bool> {
         let inner = &*self.inner;
         // Small-file writes held for a group write reach their devices
         // first (blocks/colocate.rs): a failure fails the commit, before
@@ -1110,14 +1192,16 @@ impl Fs {
         // recovery to verify (journal/mod.rs): the record goes out with
         // them under one flush. The batch's writes completed before it was
         // captured, so a device they marked is seen here.
-        let order = if snap.is_none() && !batch.is_empty() && !inner.storage.has_unflushed() {
-            journal::Order::Verified
-        } else {
+        // A checkpoint left unsynced orders nothing: the durable commit
+        // after it flushes the data first.
+        let verified = snap.is_none() && !batch.is_empty() && !inner.storage.has_unflushed();
+        let mut flushed = false;
+        if !verified && sync {
             inner.storage.flush_all()?;
-            journal::Order::Ordered
-        };
+            flushed = true;
+        }
         if let Some((mut delta, taken)) = snap {
-            let written = self.write_checkpoint(m, &mut delta);
+            let written = self.write_checkpoint(m, &mut delta, sync);
             if written.is_err() {
                 self.log_usage_unsaved(&delta);
             }
@@ -1126,13 +1210,13 @@ impl Fs {
                 Ok(()) => {
                     inner.state.settle(taken);
                     inner.checkpoints.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
+                    return Ok(sync);
                 }
                 // A device the meta-file needs is down, or no room to grow
                 // it: the batch goes to the journal while it fits, and a
                 // later checkpoint takes the same changes again (they stay
                 // marked until one commits).
-                Err(e) if !required && journal::fits(&m.sb.journal, &m.cursor, batch.encode().len()) => {
+                Err(e) if !required && journal::fits(&m.sb.journal, &m.cursor, Self::record(m, batch).len()) => {
                     if !matches!(e, Error::NoSpace(_)) {
                         tracing::warn!("checkpoint failed, committing to the journal instead: {e}");
                     }
@@ -1140,14 +1224,36 @@ impl Fs {
                 Err(e) => return Err(e),
             }
         }
-        if !batch.is_empty() {
-            let payload = batch.encode();
+        if !batch.is_empty() || !m.unsynced.is_empty() {
+            let order = if verified {
+                journal::Order::Verified
+            } else {
+                if !flushed {
+                    inner.storage.flush_all()?;
+                }
+                journal::Order::Ordered
+            };
+            let payload = Self::record(m, batch);
             let mut c = m.cursor;
             let (j, mirror) = (m.sb.journal, m.sb.journal_mirror);
             journal::append_mirrored(&inner.storage, &j, mirror.as_ref(), inner.salt, &mut c, &payload, order)?;
             m.cursor = c;
+            // The journal now follows the last durable state with nothing
+            // missing: records may follow it again.
+            m.unsynced.clear();
+            m.unsynced_bytes = 0;
+            m.unsynced_state = false;
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// The journal record of `batch`, after the ops of the checkpoints left
+    /// unsynced (their state is not durable: the record must carry them).
+    fn record(m: &MetaState, batch: &Batch) -> Vec<u8> {
+        if m.unsynced.is_empty() {
+            return batch.encode();
+        }
+        Batch { epoch: batch.epoch, groups: m.unsynced.iter().chain(&batch.groups).cloned().collect() }.encode()
     }
 
     /// Takes the pending ops (and lazy time updates) out of the gate, with a
@@ -1224,7 +1330,7 @@ impl Fs {
     /// transaction, with the journal position they cover. A meta-file
     /// being moved (device removal or replacement) is copied to its new
     /// tree first, with the superblocks switched to it.
-    fn write_checkpoint(&self, m: &mut MetaState, delta: &mut Delta) -> Result<()> {
+    fn write_checkpoint(&self, m: &mut MetaState, delta: &mut Delta, sync: bool) -> Result<()> {
         let inner = &*self.inner;
         let file = inner.state.store().file();
         // The meta-file's extents, before a move and after, are recorded
@@ -1262,19 +1368,24 @@ impl Fs {
         }
         delta.sys.cursor = Cursor { tail: m.cursor.head, head: m.cursor.head, seq: m.cursor.seq };
         file.arm(m.sb.clone());
-        let r = inner.state.store().commit(delta);
+        let r = inner.state.store().commit(delta, sync);
         if let Some(sb) = file.disarm() {
             m.sb = sb;
         }
         r?;
-        m.cursor.tail = m.cursor.head;
-        // A move of the meta-file comes after the commit, so both copies of
-        // the old tree hold the header redb just wrote, and a copy read
-        // whole from them is one the store can open. It does not fail the
-        // checkpoint (which is in force): the next one tries again.
-        if let Some(spec) = m.relayout.clone() {
-            if let Err(e) = self.move_meta_file(m, &spec) {
-                tracing::warn!("meta-file not moved to {spec}: {e}");
+        // A checkpoint left unsynced keeps the journal's records (until a
+        // durable commit covers them) and the meta-file where it is.
+        if sync {
+            m.cursor.tail = m.cursor.head;
+            // A move of the meta-file comes after the commit, so both
+            // copies of the old tree hold the header redb just wrote, and
+            // a copy read whole from them is one the store can open. It
+            // does not fail the checkpoint (which is in force): the next
+            // one tries again.
+            if let Some(spec) = m.relayout.clone() {
+                if let Err(e) = self.move_meta_file(m, &spec) {
+                    tracing::warn!("meta-file not moved to {spec}: {e}");
+                }
             }
         }
         let mut ext = Vec::new();

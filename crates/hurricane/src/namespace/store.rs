@@ -1232,7 +1232,7 @@ impl MetaStore {
         };
         let mut delta = Delta { sys, free: Some(free), ..Default::default() };
         delta.put_inode(root.0, |e| e.buf.extend_from_slice(&root.1));
-        s.commit(&delta)?;
+        s.commit(&delta, true)?;
         Ok(s)
     }
 
@@ -1443,12 +1443,18 @@ impl MetaStore {
     }
 
     /// Writes a checkpoint's changes as one transaction. Its commit is the
-    /// checkpoint's commit point.
-    pub fn commit(&self, delta: &Delta) -> Result<()> {
+    /// checkpoint's commit point when `durable`; otherwise the changes are
+    /// written to the meta-file and read from it from now on, but a crash
+    /// before the next durable commit (which makes them durable with its
+    /// own) leaves the store as that one before them.
+    pub fn commit(&self, delta: &Delta, durable: bool) -> Result<()> {
         guarded("committing a checkpoint", || {
             let mut pending_free = None;
             let mut t = self.db.begin_write().map_err(store_err)?;
             t.set_quick_repair(true);
+            if !durable {
+                t.set_durability(redb::Durability::None).map_err(store_err)?;
+            }
             {
                 // Each table's changes go in in key order (two passes,
                 // `in_fill_order`): inserts and removes then walk the
