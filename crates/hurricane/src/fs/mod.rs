@@ -175,6 +175,16 @@ struct MetaState {
     synced_at: Instant,
 }
 
+impl MetaState {
+    /// The checkpoints left unsynced are covered (by a durable commit, or
+    /// by a journal record that carries their ops).
+    fn covered(&mut self) {
+        self.unsynced.clear();
+        self.unsynced_bytes = 0;
+        self.unsynced_state = false;
+    }
+}
+
 /// The most op bytes checkpoints left unsynced may hold in memory before
 /// one is made durable (a journal record may have to carry them).
 const UNSYNCED_MAX_BYTES: usize = 16 << 20;
@@ -1124,9 +1134,7 @@ impl Fs {
             inner.unsynced_checkpoints.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        m.unsynced.clear();
-        m.unsynced_bytes = 0;
-        m.unsynced_state = false;
+        m.covered();
         m.synced_at = Instant::now();
         // Freed space goes back to the devices that want it (a Ceph
         // cluster's objects), now that the frees are durable.
@@ -1240,9 +1248,7 @@ impl Fs {
             m.cursor = c;
             // The journal now follows the last durable state with nothing
             // missing: records may follow it again.
-            m.unsynced.clear();
-            m.unsynced_bytes = 0;
-            m.unsynced_state = false;
+            m.covered();
         }
         Ok(true)
     }
