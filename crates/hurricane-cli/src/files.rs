@@ -4,10 +4,14 @@ use crate::util::{
     bytes_bar, chown_to_user, full_time, human, kind_word, mode_string, short_time, CliResult, Context, Fail, Pool,
 };
 use clap::Args;
+use hurricane::dirfile::Dir;
 use hurricane::{Attr, Creds, Error, Fs, OpenOptions};
 use indicatif::ProgressBar;
+use rustix::fs::FileType;
+use std::ffi::OsStr;
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Bytes moved per request when streaming files in and out.
@@ -234,40 +238,93 @@ fn local_bytes(p: &Path) -> u64 {
     }
 }
 
+/// The mode bits a copy this command makes keeps of `mode` (a local
+/// file's on `put`, a pool file's on `get`): the permission bits, and a
+/// directory's sticky bit. Never the set-user-ID and set-group-ID bits:
+/// the copy belongs to whoever runs the command (root, often), not to the
+/// original's owner, and a set-uid copy of a user's program owned by root
+/// would run as root. (cp drops them too when it does not keep ownership;
+/// neither `put` nor `get` keeps it.)
+pub fn copy_mode(mode: u32, dir: bool) -> u32 {
+    mode & if dir { 0o1777 } else { 0o777 }
+}
+
+/// Copies the local `local` (as named: a link there is copied as a link)
+/// to `dest`. What is below a local directory is reached through the
+/// directory's descriptor and never through a link, so a user who can
+/// change the tree while root copies it cannot swap a directory or file
+/// for a link to one of root's.
 fn put_tree(fs: &Fs, local: &Path, dest: &str, layout: Option<&str>, pb: &ProgressBar) -> CliResult {
     let m = std::fs::symlink_metadata(local).ctx(local.display())?;
     let ft = m.file_type();
     if ft.is_dir() {
-        match fs.stat(dest) {
-            Ok(x) if x.is_dir() => {}
-            Ok(_) => return Err(Error::Exists(format!("{dest} (not a directory)")).into()),
-            Err(Error::NotFound(_)) => {
-                make_dir(fs, dest, false, m.permissions().mode() & 0o7777)?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-        let mut entries: Vec<_> =
-            std::fs::read_dir(local).ctx(local.display())?.collect::<Result<_, _>>().ctx(local.display())?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = e.file_name().to_string_lossy().into_owned();
-            put_tree(fs, &e.path(), &join(dest, &name), layout, pb)?;
-        }
-        Ok(())
+        let d = Dir::open(local)?;
+        put_dir(fs, &d, dest, layout, pb)
     } else if ft.is_symlink() {
         let t = std::fs::read_link(local).ctx(local.display())?;
-        if fs.lstat(dest).is_ok() {
-            fs.remove(dest)?;
-        }
-        let a = fs.symlink_path(&t.to_string_lossy(), dest)?;
-        chown_to_user(fs, a.ino)
+        put_link(fs, &t, dest)
     } else if ft.is_file() {
-        let mut f = std::fs::File::open(local).ctx(local.display())?;
-        put_stream(fs, &mut f, &local.display().to_string(), dest, layout, m.mode() & 0o7777, pb)
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(local)
+            .ctx(local.display())?;
+        put_file(fs, f, &local.display().to_string(), dest, layout, pb)
     } else {
         tracing::warn!("{}: skipped (not a file, directory or symlink)", local.display());
         Ok(())
     }
+}
+
+/// [`put_tree`] of the open local directory `d`.
+fn put_dir(fs: &Fs, d: &Dir, dest: &str, layout: Option<&str>, pb: &ProgressBar) -> CliResult {
+    let m = rustix::fs::fstat(d.fd()).ctx(d.path().display())?;
+    match fs.stat(dest) {
+        Ok(x) if x.is_dir() => {}
+        Ok(_) => return Err(Error::Exists(format!("{dest} (not a directory)")).into()),
+        Err(Error::NotFound(_)) => {
+            make_dir(fs, dest, false, copy_mode(m.st_mode, true))?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    for name in d.names()? {
+        let path = d.path().join(&name);
+        let to = join(dest, &name.to_string_lossy());
+        let Some(st) = d.lstat(&name)? else { continue };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => put_dir(fs, &d.subdir(&name)?, &to, layout, pb)?,
+            FileType::Symlink => put_link(fs, Path::new(&d.readlink(&name)?), &to)?,
+            FileType::RegularFile => put_file(fs, d.open_read(&name)?, &path.display().to_string(), &to, layout, pb)?,
+            _ => tracing::warn!("{}: skipped (not a file, directory or symlink)", path.display()),
+        }
+    }
+    Ok(())
+}
+
+fn put_link(fs: &Fs, target: &Path, dest: &str) -> CliResult {
+    if fs.lstat(dest).is_ok() {
+        fs.remove(dest)?;
+    }
+    let a = fs.symlink_path(&target.to_string_lossy(), dest)?;
+    chown_to_user(fs, a.ino)
+}
+
+/// Copies the open local file `f` (which must be a regular file: it was
+/// opened without following a link, and is asked what it is) to `dest`.
+fn put_file(
+    fs: &Fs,
+    mut f: std::fs::File,
+    name: &str,
+    dest: &str,
+    layout: Option<&str>,
+    pb: &ProgressBar,
+) -> CliResult {
+    let m = f.metadata().ctx(name)?;
+    if !m.is_file() {
+        tracing::warn!("{name}: skipped (not a file, directory or symlink)");
+        return Ok(());
+    }
+    put_stream(fs, &mut f, name, dest, layout, copy_mode(m.mode(), false), pb)
 }
 
 /// Streams `src` into a new (or truncated) pool file in 1 MiB chunks. On
@@ -378,12 +435,17 @@ pub fn get(a: &GetArgs) -> CliResult {
         if at.is_dir() && !a.recursive {
             return Err(Error::IsDir(format!("{path} (use -r)")).into());
         }
-        let mut dest = a.local.clone();
-        if dest.is_dir() && path != "/" {
-            dest = dest.join(base(&path));
-        }
         let pb = bytes_bar(if at.is_dir() { pool_bytes(fs, &path) } else { at.size }, "get");
-        let r = get_tree(fs, &path, &dest, &pb);
+        let r = match local_dir(&a.local)? {
+            // An existing directory receives PATH's name; the pool's root
+            // fills it.
+            Some(d) if path == "/" => get_dir(fs, &path, &d, &pb),
+            Some(d) => get_tree(fs, &path, &d, OsStr::new(base(&path)), true, &pb),
+            None => {
+                let (d, name) = Dir::split(&a.local)?;
+                get_tree(fs, &path, &d, &name, true, &pb)
+            }
+        };
         pb.finish_and_clear();
         r
     })
@@ -400,34 +462,127 @@ fn pool_bytes(fs: &Fs, path: &str) -> u64 {
     }
 }
 
-fn get_tree(fs: &Fs, path: &str, dest: &Path, pb: &ProgressBar) -> CliResult {
+/// Whether a link owned by `uid` is one `get` follows at the destination
+/// the caller named: one the caller (or root) made, not one another user
+/// may have planted there.
+fn trusted(uid: u32) -> bool {
+    uid == 0 || uid == crate::util::owner().0
+}
+
+/// The message for a link at `p` owned by `uid` that is not followed.
+fn untrusted_link(p: &Path, uid: u32) -> Fail {
+    Fail::new(format!(
+        "{}: a symbolic link owned by uid {uid}: not followed (remove it, or name where it leads)",
+        p.display()
+    ))
+}
+
+/// LOCAL opened, when it is an existing directory, or a link to one that
+/// the caller or root owns.
+fn local_dir(local: &Path) -> CliResult<Option<Dir>> {
+    let Ok(m) = std::fs::symlink_metadata(local) else { return Ok(None) };
+    let is_dir = m.is_dir() || (m.file_type().is_symlink() && trusted(m.uid()) && local.is_dir());
+    Ok(if is_dir { Some(Dir::open(local)?) } else { None })
+}
+
+/// Copies the pool path `path` to `name` in the local directory `dir`.
+/// Every name is reached through its directory's descriptor and none
+/// through a link: where the copy of a file goes, a link (or a file) found
+/// there is replaced, never written through; where a directory goes, a
+/// link is refused. Only at the top (`top`: the destination the caller
+/// named) is a link followed, and only one the caller or root owns, as cp
+/// would write through it (`/dev/stdout`, a link of one's own); a link
+/// that another user owns is refused there. A file is made with
+/// `O_CREAT | O_EXCL`, private until it is whole, then given the pool
+/// file's permission bits without its set-id bits ([`copy_mode`]).
+fn get_tree(fs: &Fs, path: &str, dir: &Dir, name: &OsStr, top: bool, pb: &ProgressBar) -> CliResult {
     let at = fs.lstat(path)?;
+    let dest = dir.path().join(name);
+    let found = dir.lstat(name)?;
+    let kind = found.as_ref().map(|st| FileType::from_raw_mode(st.st_mode));
+    let link_uid = found.as_ref().filter(|_| kind == Some(FileType::Symlink)).map(|st| st.st_uid);
     if at.is_dir() {
-        match std::fs::create_dir(dest) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dest.is_dir() => {}
-            Err(e) => return Err(Fail::new(format!("{}: {e}", dest.display()))),
-        }
-        for e in fs.read_dir(path)? {
-            let name = String::from_utf8_lossy(&e.name).into_owned();
-            get_tree(fs, &join(path, &name), &dest.join(&name), pb)?;
-        }
-        let _ = std::fs::set_permissions(dest, std::fs::Permissions::from_mode(at.mode & 0o7777));
-        Ok(())
+        let sub = match kind {
+            None => {
+                // Private while it fills.
+                dir.mkdir(name, 0o700)?;
+                dir.subdir(name)?
+            }
+            Some(FileType::Directory) => dir.subdir(name)?,
+            Some(FileType::Symlink) if top && link_uid.is_some_and(trusted) && dest.is_dir() => Dir::open(&dest)?,
+            Some(FileType::Symlink) if top => return Err(untrusted_link(&dest, link_uid.unwrap_or(0))),
+            Some(FileType::Symlink) => {
+                return Err(Fail::new(format!(
+                    "{}: a symbolic link where a directory goes: not followed (remove it)",
+                    dest.display()
+                )))
+            }
+            Some(_) => return Err(Error::Exists(format!("{} (not a directory)", dest.display())).into()),
+        };
+        get_dir(fs, path, &sub, pb)
     } else if at.is_symlink() {
         let t = fs.readlink(at.ino)?;
-        let _ = std::fs::remove_file(dest);
-        std::os::unix::fs::symlink(String::from_utf8_lossy(&t).as_ref(), dest).ctx(dest.display())
+        if kind == Some(FileType::Directory) {
+            return Err(Error::IsDir(dest.display().to_string()).into());
+        }
+        dir.remove(name)?;
+        Ok(dir.symlink(OsStr::from_bytes(&t), name)?)
     } else if at.is_file() {
-        let mut f = std::fs::File::create(dest).ctx(dest.display())?;
+        let mut f = match kind {
+            None => dir.create_new(name, 0o600)?,
+            Some(FileType::Directory) => return Err(Error::IsDir(dest.display().to_string()).into()),
+            Some(FileType::Symlink) if top && link_uid.is_some_and(trusted) => std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&dest)
+                .ctx(dest.display())?,
+            Some(FileType::Symlink) if top => return Err(untrusted_link(&dest, link_uid.unwrap_or(0))),
+            // A device or FIFO the caller or root made (`/dev/null`):
+            // written to, as cp would.
+            Some(FileType::CharacterDevice | FileType::BlockDevice | FileType::Fifo)
+                if top && found.as_ref().is_some_and(|st| trusted(st.st_uid)) =>
+            {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&dest)
+                    .ctx(dest.display())?
+            }
+            // A file (perhaps another user's, or a hard link to one) or a
+            // link is replaced.
+            Some(_) => {
+                dir.remove(name)?;
+                dir.create_new(name, 0o600)?
+            }
+        };
         copy_out(fs, path, &mut f, pb)?;
-        f.sync_all().ctx(dest.display())?;
-        let _ = std::fs::set_permissions(dest, std::fs::Permissions::from_mode(at.mode & 0o7777));
+        if f.metadata().ctx(dest.display())?.is_file() {
+            f.sync_all().ctx(dest.display())?;
+            // Through the descriptor: no name is looked up again. (A file
+            // of another user's that a link of the caller's leads to may
+            // refuse: it keeps its mode, as before this copy.)
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(copy_mode(at.mode, false)));
+        }
         Ok(())
     } else {
         tracing::warn!("{path}: skipped (a special file)");
         Ok(())
     }
+}
+
+/// Fills the local directory `d` with the pool directory `path`'s
+/// entries, then gives it `path`'s permission bits ([`copy_mode`]) where
+/// it may (an existing directory of another user's keeps its own).
+fn get_dir(fs: &Fs, path: &str, d: &Dir, pb: &ProgressBar) -> CliResult {
+    for e in fs.read_dir(path)? {
+        let name = String::from_utf8_lossy(&e.name).into_owned();
+        get_tree(fs, &join(path, &name), d, OsStr::new(&name), false, pb)?;
+    }
+    let mode = copy_mode(fs.lstat(path)?.mode, true);
+    let _ = rustix::fs::fchmod(d.fd(), rustix::fs::Mode::from_raw_mode(mode));
+    Ok(())
 }
 
 /// Streams a pool file to `w` in 1 MiB chunks.

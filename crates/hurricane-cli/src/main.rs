@@ -15,6 +15,7 @@ mod df;
 mod files;
 mod fsck_cmd;
 mod layout_cmd;
+mod logging;
 mod maint;
 mod mkfs;
 mod mount;
@@ -167,10 +168,7 @@ fn run(cmd: &Cmd) -> CliResult {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    logging::init();
 }
 
 /// One line and a distinct status even for a bug: never a backtrace.

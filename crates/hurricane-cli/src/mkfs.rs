@@ -97,6 +97,12 @@ fn run_in(a: &MkfsArgs, dir: &Path, name: Option<String>, force: bool) -> CliRes
     for spec in [&a.layout, &a.meta_layout].into_iter().flatten() {
         layout::parse(spec)?;
     }
+    if dir.exists() {
+        if a.devices.is_some() {
+            refuse_foreign_images(dir)?;
+        }
+        crate::util::warn_if_foreign(dir);
+    }
     let sim = match &a.sim {
         Some(spec) => hurricane::device::SimParams::parse(spec)?,
         None => None,
@@ -152,6 +158,26 @@ fn run_in(a: &MkfsArgs, dir: &Path, name: Option<String>, force: bool) -> CliRes
         println!("Every device is timed as a simulated disk: {p}.");
     }
     Ok(())
+}
+
+/// Root makes no image files (`--devices N`) in a directory another user
+/// controls: she could make their names links to files of root's, which
+/// formatting would overwrite. (pool.conf is written there safely, as
+/// `hurricane::dirfile` says; the images are opened by name.) A pool
+/// made in a directory of root's can be handed over afterwards.
+fn refuse_foreign_images(dir: &Path) -> CliResult {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(());
+    }
+    let st = rustix::fs::stat(dir).map_err(|e| Fail::new(format!("{}: {e}", dir.display())))?;
+    match hurricane::dirfile::foreign_dir(&st, 0) {
+        Some(why) => Err(Fail::new(format!(
+            "{}: {why}: root makes no image files in a directory another user controls (their names \
+             could be links to files of root's); make the pool in a directory of root's, then hand it over",
+            dir.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {

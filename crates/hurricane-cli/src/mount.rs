@@ -8,7 +8,7 @@
 use hurricane_fuse::mountinfo::{absolute, mount_ids, read_stats, serves_since, unmount_and_wait};
 use hurricane_fuse::MountOptions;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -65,6 +65,7 @@ pub struct StatsArgs {
 
 pub fn mount(args: &MountArgs) -> Result<(), String> {
     let opts = MountOptions::parse(&args.options)?;
+    crate::util::warn_if_foreign(&args.pool);
     if args.foreground {
         return hurricane_fuse::serve(&args.pool, &args.mountpoint, &opts);
     }
@@ -78,8 +79,10 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
         Ok(m) if !m.is_dir() => return Err(format!("{}: not a directory", mnt.display())),
         Ok(_) => {}
     }
-    let log_path = opts.log.clone().unwrap_or_else(|| pool.join(LOG_NAME));
-    let (log, log_start) = open_log(&log_path);
+    let (log, log_start) = match &opts.log {
+        Some(named) => open_named_log(named),
+        None => open_log(&pool),
+    };
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("mount").arg("-f").arg(&pool).arg(&mnt);
@@ -114,7 +117,7 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
     let deadline = Instant::now() + MOUNT_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            let tail = log_tail(&log_path, log_start);
+            let tail = log_tail(log.as_ref(), log_start);
             return Err(format!(
                 "mount of {} on {} failed ({status}){}",
                 pool.display(),
@@ -128,7 +131,7 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            let tail = log_tail(&log_path, log_start);
+            let tail = log_tail(log.as_ref(), log_start);
             return Err(format!(
                 "mount of {} on {} did not answer within {MOUNT_TIMEOUT:?}; server stopped{}",
                 pool.display(),
@@ -140,33 +143,73 @@ pub fn mount(args: &MountArgs) -> Result<(), String> {
     }
 }
 
-/// Opens the background server's log for appending; returns where this
-/// mount's part of it starts.
-fn open_log(path: &Path) -> (Option<File>, u64) {
-    // Keep one previous log when it grows large.
-    if std::fs::metadata(path).is_ok_and(|m| m.len() > LOG_LIMIT) {
+/// Opens the background server's log, `hurricane-mount.log` in the pool
+/// directory, for appending; returns where this mount's part of it starts.
+/// The directory may be another user's: the log is opened relative to it,
+/// never through a link, and only as a regular file with no other name
+/// (`hurricane::dirfile`); a large one is first renamed to
+/// `hurricane-mount.log.old` (a rename replaces a link there, never its
+/// target).
+fn open_log(pool: &Path) -> (Option<File>, u64) {
+    let opened = hurricane::dirfile::Dir::open(pool).and_then(|d| {
+        // Keep one previous log when it grows large.
+        if d.lstat(LOG_NAME)?.is_some_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+                && st.st_size as u64 > LOG_LIMIT
+        }) {
+            let _ = d.rename(LOG_NAME, format!("{LOG_NAME}.old"));
+        }
+        d.open_append(LOG_NAME, 0o644)
+    });
+    started(opened.map_err(|e| e.to_string()), &pool.join(LOG_NAME))
+}
+
+/// Opens the log named with `-o log=FILE` for appending, as named (the
+/// caller's choice of file; a link there is followed).
+fn open_named_log(path: &Path) -> (Option<File>, u64) {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() > LOG_LIMIT) {
         let _ = std::fs::rename(path, path.with_extension("log.old"));
     }
-    match OpenOptions::new().create(true).append(true).open(path) {
+    // Read too, for the tail of a failed mount; a file the caller may
+    // only write to is logged to all the same.
+    let f = OpenOptions::new()
+        .read(true)
+        .create(true)
+        .append(true)
+        .open(path)
+        .or_else(|_| OpenOptions::new().create(true).append(true).open(path));
+    started(f.map_err(|e| e.to_string()), path)
+}
+
+/// An opened log and its length (where this mount's lines start), or a
+/// word on stderr that the server will not log.
+fn started(f: Result<File, String>, path: &Path) -> (Option<File>, u64) {
+    match f {
         Ok(f) => {
             let start = f.metadata().map(|m| m.len()).unwrap_or(0);
             (Some(f), start)
         }
         Err(e) => {
+            let e = e.strip_prefix(&format!("{}: ", path.display())).unwrap_or(&e).to_string();
             eprintln!("hurricane: {}: {e}; the mount server will not log", path.display());
             (None, 0)
         }
     }
 }
 
-/// The last lines the server logged since `start`.
-fn log_tail(path: &Path, start: u64) -> String {
-    let mut s = String::new();
-    if let Ok(mut f) = File::open(path) {
-        if f.seek(SeekFrom::Start(start)).is_ok() {
-            let _ = f.take(64 << 10).read_to_string(&mut s);
+/// The last lines the server logged since `start`, read through the
+/// descriptor it logs to (not its name, which may have changed since).
+fn log_tail(log: Option<&File>, start: u64) -> String {
+    let Some(f) = log else { return String::new() };
+    let mut buf = vec![0u8; 64 << 10];
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read_at(&mut buf[n..], start + n as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
         }
     }
+    let s = String::from_utf8_lossy(&buf[..n]);
     let lines: Vec<&str> = s.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
@@ -291,6 +334,20 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
             l.write_amplification
         );
     }
+    let t = &v.transactions;
+    println!(
+        "transactions: {} open by {} users, {} buffered; bounds {} open ({} per user), {} ({} per user, {} per transaction), lock waits {:.0} s; {} requests waiting",
+        t.open,
+        t.users,
+        human(t.buffered_bytes),
+        t.max_open,
+        t.max_open_per_user,
+        human(t.max_bytes),
+        human(t.max_bytes_per_user),
+        human(t.max_bytes_per_txn),
+        t.lock_wait_s,
+        t.waiting_requests
+    );
     let g = &v.groups;
     if g.placed_blocks + g.group_reads > 0 {
         println!(
@@ -366,4 +423,54 @@ pub fn mount_helper_main(args: &[String]) -> Result<(), String> {
     }
     let pool = crate::util::pool_arg(&pool)?;
     mount(&MountArgs { pool, mountpoint: PathBuf::from(mountpoint), foreground: false, options })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// The pool directory may be another user's: a log name she linked to
+    /// a file of root's, or hard-linked to one, is not written to; the
+    /// mount then goes on without a log.
+    #[test]
+    fn the_log_in_the_pool_directory_is_written_through_no_planted_link() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "root's\n").unwrap();
+        let pool = t.path().join("pool");
+        std::fs::create_dir(&pool).unwrap();
+        let log = pool.join(LOG_NAME);
+        std::os::unix::fs::symlink(&victim, &log).unwrap();
+        assert!(open_log(&pool).0.is_none());
+        std::fs::remove_file(&log).unwrap();
+        std::fs::hard_link(&victim, &log).unwrap();
+        assert!(open_log(&pool).0.is_none());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's\n");
+        std::fs::remove_file(&log).unwrap();
+        // A log of its own: appended to, and its tail read back through
+        // the descriptor even when the name is made a link meanwhile.
+        let (f, start) = open_log(&pool);
+        let mut f = f.unwrap();
+        assert_eq!(start, 0);
+        writeln!(f, "first").unwrap();
+        let (g, start) = open_log(&pool);
+        let mut g = g.unwrap();
+        writeln!(g, "second").unwrap();
+        std::fs::rename(&log, pool.join("moved")).unwrap();
+        std::os::unix::fs::symlink(&victim, &log).unwrap();
+        assert_eq!(log_tail(Some(&g), start), "second");
+        assert_eq!(log_tail(Some(&f), 0), "first\nsecond");
+        // A large log is set aside under a name where a link was planted:
+        // the link is replaced.
+        std::fs::remove_file(&log).unwrap();
+        std::fs::rename(pool.join("moved"), &log).unwrap();
+        f.set_len(LOG_LIMIT + 1).unwrap();
+        let old = pool.join(format!("{LOG_NAME}.old"));
+        std::os::unix::fs::symlink(&victim, &old).unwrap();
+        let (h, start) = open_log(&pool);
+        assert!(h.is_some() && start == 0);
+        assert!(std::fs::symlink_metadata(&old).unwrap().is_file());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's\n");
+    }
 }

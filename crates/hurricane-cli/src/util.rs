@@ -275,6 +275,7 @@ pub struct PoolLock {
 impl PoolLock {
     /// Locks the pool directory itself, as the FUSE server does.
     pub fn take(dir: &Path, exclusive: bool) -> CliResult<PoolLock> {
+        warn_if_foreign(dir);
         // Let the engine name what is wrong with a directory that is not a pool.
         hurricane::pool::device_paths(dir)?;
         let file = std::fs::File::open(dir).map_err(|e| Fail::new(format!("{}: {e}", dir.display())))?;
@@ -286,6 +287,26 @@ impl PoolLock {
             }
             Err(e) => Err(Fail::new(format!("{}: cannot lock the pool: {e}", dir.display()))),
         }
+    }
+}
+
+/// Warns on stderr when root works on a pool directory another user
+/// controls: one owned by another user, or writable by others without the
+/// sticky bit. Its pool.conf says which devices root opens and writes, so
+/// root should know whose word that is. (What root writes there follows no
+/// link: `hurricane::dirfile`.) Every command on a pool directory, and
+/// every mount, comes through here.
+pub fn warn_if_foreign(dir: &Path) {
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let Ok(st) = rustix::fs::stat(dir) else { return };
+    if let Some(why) = hurricane::dirfile::foreign_dir(&st, 0) {
+        eprintln!(
+            "hurricane: warning: {}: root is using a pool directory {why}; its user decides which devices \
+             root opens (check its pool.conf)",
+            dir.display()
+        );
     }
 }
 

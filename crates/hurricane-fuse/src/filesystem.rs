@@ -3,9 +3,20 @@
 //! Every request runs on the thread that read it from the kernel (fuser
 //! runs several such threads, each with its own cloned /dev/fuse
 //! descriptor); nothing here takes a lock shared by all requests. Requests
-//! that wait for long (fsync, which waits for a journal commit, and a
-//! blocking POSIX lock) move to a thread of their own, and large reads to
-//! the I/O threads (`workers`), so they never hold a serving thread.
+//! that wait for long (fsync, which waits for a journal commit, a
+//! transaction's commit, the pool's status walk) move to a thread of their
+//! own, and large reads to the I/O threads (`workers`), so they never hold
+//! a serving thread.
+//!
+//! No serving thread waits for a lock that another request or a
+//! transaction holds (docs/SECURITY.md). Requests that may take a
+//! transaction's range locks run inside `waiting_at_most(Duration::ZERO)`:
+//! a read or write that finds its bytes locked fails at once, before it
+//! changed anything, and runs again on a helper thread where it waits at
+//! most the pool's bound (`txn_lock_wait`, then EAGAIN); a truncate,
+//! fallocate, copy or O_TRUNC open of a protected file goes there from the
+//! start. Each waiting request holds a permit (`waiting`), bounded per user
+//! and per mount.
 //!
 //! Permissions are the engine's to check (unless mounted with
 //! `default_permissions`), and the kernel keeps only names that every user
@@ -20,6 +31,8 @@ use crate::handles::{self, Handles};
 use crate::names::{searchable, NameCache, Names};
 use crate::report::{CacheReport, JournalReport, OpReport, Space, StatsReport, Transport};
 use crate::stats::{Op, Stats};
+use crate::txn::Caller as TxnCaller;
+use crate::waiting::Waiters;
 use crate::workers::Workers;
 use crossbeam_utils::CachePadded;
 use fuser::{
@@ -28,8 +41,9 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
     TimeOrNow, WriteFlags,
 };
+use hurricane::fs::waiting_at_most;
 use hurricane::open::PageCache;
-use hurricane::{Attr, Creds, Fs, SetAttr};
+use hurricane::{Attr, Creds, Error, Fs, SetAttr};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -61,6 +75,43 @@ const GEN: Generation = Generation(0);
 
 const R: u32 = 4;
 const W: u32 = 2;
+
+/// The lock bound of a serving thread: none may be waited for.
+const NO_WAIT: Duration = Duration::ZERO;
+
+/// A write request's own facts, kept for a write run again off the
+/// serving thread.
+#[derive(Debug, Clone, Copy)]
+struct PlainWrite {
+    ino: u64,
+    offset: u64,
+    /// A writeback of the kernel's page cache (`-o writeback_cache`).
+    writeback: bool,
+    append: bool,
+    /// Clears a set-user-id bit (a caller without CAP_FSETID).
+    unprivileged: bool,
+    who: Caller,
+}
+
+/// Who sent a request, kept where the request outlives it (a request run
+/// again off the serving thread).
+#[derive(Debug, Clone, Copy)]
+struct Caller {
+    uid: u32,
+    gid: u32,
+    /// The calling thread.
+    pid: u32,
+}
+
+impl Caller {
+    fn of(req: &Request) -> Caller {
+        Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+    }
+
+    fn creds(&self) -> Creds {
+        Creds { uid: self.uid, gid: self.gid, groups: Vec::new() }
+    }
+}
 
 thread_local! {
     /// Read buffer of the serving thread, reused so large reads neither
@@ -124,6 +175,10 @@ pub struct Shared {
     /// Transactions of programs that do not link the library, by the
     /// calling thread ([`crate::txn`]).
     txns: crate::txn::Txns,
+    /// Requests waiting off the serving threads, per user (`waiting`).
+    waiters: Waiters,
+    /// The pool's status, served as `user.hurricane.status` (`status`).
+    status: crate::status::StatusCache,
 }
 
 impl std::ops::Deref for HurricaneFuse {
@@ -179,7 +234,10 @@ impl HurricaneFuse {
             readers: Workers::new(readers),
             control,
             txns: Default::default(),
+            waiters: Waiters::default(),
+            status: Default::default(),
         };
+        shared.txns.set_wait(shared.fs.txn_usage().limits.lock_wait);
         HurricaneFuse { shared: Arc::new(shared), primary: true }
     }
 
@@ -244,10 +302,15 @@ impl HurricaneFuse {
     /// Runs `f` with the caller's uid and gid; if that is refused, once
     /// more with its supplementary groups (read only when needed).
     fn as_user<T>(&self, req: &Request, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
-        let mut c = creds(req);
+        self.as_caller(&Caller::of(req), f)
+    }
+
+    /// `as_user` for a request that outlived its `Request`.
+    fn as_caller<T>(&self, who: &Caller, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
+        let mut c = who.creds();
         match f(&c) {
             Err(e) if c.uid != 0 && matches!(e.errno(), libc::EACCES | libc::EPERM) => {
-                let groups = groups_of(req.pid());
+                let groups = groups_of(who.pid);
                 if groups.iter().all(|&g| g == c.gid) {
                     return Err(errno(e));
                 }
@@ -261,12 +324,173 @@ impl HurricaneFuse {
     /// Like `as_user`, with the groups loaded first: for operations whose
     /// outcome depends on group membership without failing (a setgid bit
     /// silently dropped for non-members).
-    fn as_user_with_groups<T>(&self, req: &Request, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
-        let mut c = creds(req);
+    fn as_caller_with_groups<T>(&self, who: &Caller, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
+        let mut c = who.creds();
         if c.uid != 0 {
-            c.groups = groups_of(req.pid());
+            c.groups = groups_of(who.pid);
         }
         f(&c).map_err(errno)
+    }
+
+    fn as_user_with_groups<T>(&self, req: &Request, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
+        self.as_caller_with_groups(&Caller::of(req), f)
+    }
+
+    /// Runs `job` on a helper thread of its own, where it may wait for a
+    /// transaction's range locks (at most the pool's bound), and hands what
+    /// it returns to `reply`. One user may have at most
+    /// `waiting::PER_USER` such requests at once (the mount
+    /// `waiting::TOTAL`): past that it fails at once with EAGAIN.
+    fn wait_off_thread<T: Send + 'static>(
+        &self,
+        uid: u32,
+        op: Op,
+        t0: Instant,
+        job: impl FnOnce(&HurricaneFuse) -> Result<T, Errno> + Send + 'static,
+        reply: impl FnOnce(Result<T, Errno>) + Send + 'static,
+    ) {
+        let Some(permit) = self.waiters.admit(uid) else {
+            let r = Err(Errno::EAGAIN);
+            self.done(op, t0, &r);
+            return reply(r);
+        };
+        let me = self.secondary();
+        hurricane::helpers::detach(move || {
+            let r = job(&me);
+            drop(permit);
+            me.done(op, t0, &r);
+            reply(r);
+        });
+    }
+
+    /// The transaction of the calling thread, if it began one (and is still
+    /// the thread and the user that did).
+    fn txn_of(&self, who: &Caller) -> Option<crate::txn::Handle> {
+        self.txns.of(who.pid, who.uid)
+    }
+
+    /// One write request: through the caller's transaction if it has one,
+    /// else to the engine (at the end of file for an append).
+    fn serve_write(&self, w: &PlainWrite, data: &[u8]) -> hurricane::Result<usize> {
+        let ino = w.ino;
+        // The kernel drops a file's capabilities before a write through
+        // the page cache, not before a direct one (write-only and
+        // `cache=none` handles): dropped here, before the data changes.
+        // The request does not say which of the two it is, so a
+        // write-through write looks too (a lookup of the inode's
+        // attributes). A writeback of the kernel's cache (`-o
+        // writeback_cache`) had its write(2) checked.
+        if !w.writeback {
+            self.fs.drop_caps(ino)?;
+        }
+        let n = if let Some(t) = self.txn_of(&w.who) {
+            // An append goes after what the transaction wrote already.
+            let at = if w.append { t.size(ino)? } else { w.offset };
+            t.write(ino, at, data)?
+        } else if w.append {
+            let stripe = &self.append[(ino as usize) % self.append.len()];
+            // (Held by an append waiting for a transaction's lock: this one
+            // waits too, where it may.)
+            let _g = match stripe.try_lock() {
+                Some(g) => g,
+                None if hurricane::fs::may_wait() => stripe
+                    .try_lock_for(self.fs.txn_usage().limits.lock_wait)
+                    .ok_or_else(|| Error::WouldBlock(format!("inode {ino}: appends wait for a transaction")))?,
+                None => return Err(Error::LockWait(format!("inode {ino}: another append waits"))),
+            };
+            let size = self.fs.getattr(ino)?.size;
+            self.fs.write(ino, size, data)?
+        } else {
+            self.fs.write(ino, w.offset, data)?
+        };
+        if w.unprivileged && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
+            self.kill_setid(true, ino);
+        }
+        Ok(n)
+    }
+
+    /// The work of a setattr request (see `setattr` for the two flags).
+    fn serve_setattr(
+        &self,
+        who: &Caller,
+        ino: u64,
+        mut s: SetAttr,
+        fh: Option<u64>,
+        flushed_mtime: bool,
+        kernel_now: bool,
+    ) -> Result<Attr, Errno> {
+        let size = s.size.take();
+        if let Some(sz) = size {
+            self.refuse_own_txn(who, ino)?;
+            // ftruncate on a descriptor open for writing needs no
+            // permission check now (it was checked at open).
+            if fh.is_some_and(|fh| self.handles.writable_on(FileHandle(fh), ino)) {
+                self.fs.truncate(ino, sz).map_err(errno)?;
+            } else {
+                s.size = Some(sz);
+            }
+        }
+        let needs_groups = s.mode.is_some_and(|m| m & libc::S_ISGID != 0) || s.gid.is_some();
+        let a = if needs_groups {
+            self.as_caller_with_groups(who, |c| self.fs.setattr(c, ino, &s))?
+        } else {
+            match self.as_caller(who, |c| self.fs.setattr(c, ino, &s)) {
+                Err(Errno::EPERM) if flushed_mtime || kernel_now => {
+                    if !flushed_mtime {
+                        self.as_caller(who, |c| self.fs.access(c, ino, W))?;
+                    }
+                    self.fs.setattr(&Creds::root(), ino, &s).map_err(errno)?
+                }
+                r => r?,
+            }
+        };
+        if size.is_some() && a.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            self.kill_setid(who.uid != 0, ino);
+            return self.fs.getattr(ino).map_err(errno);
+        }
+        Ok(a)
+    }
+
+    /// The work of an open request: the handle, and whether it bypasses
+    /// the page cache.
+    fn serve_open(&self, who: &Caller, ino: u64, f: i32) -> Result<(u64, bool), Errno> {
+        if f & libc::O_TRUNC != 0 {
+            self.refuse_own_txn(who, ino)?;
+        }
+        // Permission for the access mode (execute for an execve open),
+        // O_NOATIME, O_TRUNC and set-id clearing: the engine's rules.
+        let a = self.as_caller(who, |c| self.fs.open_as(c, ino, f))?;
+        if a.is_file() && self.fs.txn_protected(ino) {
+            // Reads and writes of a protected file come here as their
+            // callers make them (no page cache), so a transaction's
+            // see its own writes and others see only committed data.
+            self.fs.open_inode(ino).map_err(errno)?;
+            return Ok((self.handles.insert(ino, f, None).0, true));
+        }
+        if !a.is_file() {
+            self.fs.open_inode(ino).map_err(errno)?;
+            return Ok((self.handles.insert(ino, f, None).0, false));
+        }
+        // The file's open policy: whether the page cache stands in
+        // front of this handle, and how its reads prefetch.
+        let spec = self.fs.open_policy_for(ino);
+        let direct = spec.cache == PageCache::None;
+        if f & libc::O_ACCMODE != libc::O_WRONLY {
+            let of = hurricane::open::OpenFile::from_ino(&self.fs, ino, true, false, spec).map_err(errno)?;
+            return Ok((self.handles.insert(ino, f, Some(of)).0, direct));
+        }
+        self.fs.open_inode(ino).map_err(errno)?;
+        Ok((self.handles.insert(ino, f, None).0, direct || self.write_only_direct()))
+    }
+
+    /// A change outside the caller's transaction (truncate, fallocate) to a
+    /// file the transaction has read or written would wait for the
+    /// transaction's own locks: refused with EDEADLK.
+    fn refuse_own_txn(&self, who: &Caller, ino: u64) -> Result<(), Errno> {
+        match self.txn_of(who) {
+            Some(t) if t.touches(ino) => Err(Errno::EDEADLK),
+            _ => Ok(()),
+        }
     }
 
     fn done<T>(&self, op: Op, t0: Instant, r: &Result<T, Errno>) {
@@ -315,24 +539,24 @@ impl HurricaneFuse {
         });
     }
 
-    fn serve_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, tid: u32, reply: ReplyData) {
+    fn serve_read(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32, who: Caller, reply: ReplyData) {
         let t0 = Instant::now();
-        READ_BUF.with(|b| {
+        let txn = self.txn_of(&who);
+        // A transaction's reads lock what they read (shared) only for a
+        // caller who may write the file: no reader can hold off its writers.
+        let lock = txn.is_some() && self.as_caller(&who, |c| self.fs.access(c, ino.0, W)).is_ok();
+        let held = READ_BUF.with(|b| {
             let mut buf = b.borrow_mut();
             let want = size as usize;
             if buf.len() < want {
                 buf.resize(want, 0);
             }
-            let txn = self.txns.of(tid);
-            let r = self.handles.file(fh, ino.0).and_then(|of| {
-                match (of, txn) {
-                    // A transaction's reads see its own writes.
-                    (_, Some(t)) => t.read(ino.0, offset, &mut buf[..want]),
-                    (Some(of), None) => of.read_at(&mut buf[..want], offset),
-                    (None, None) => self.fs.read(ino.0, offset, &mut buf[..want]),
-                }
-                .map_err(errno)
-            });
+            let r =
+                waiting_at_most(NO_WAIT, || self.read_into(ino.0, fh, offset, txn.as_ref(), lock, &mut buf[..want]));
+            if let Err(Some(Error::LockWait(_))) = r {
+                return Some(reply);
+            }
+            let r = r.map_err(|e| e.map_or(Errno::EBADF, errno));
             self.done(Op::Read, t0, &r);
             match r {
                 Ok(n) => reply.data(&buf[..n]),
@@ -342,14 +566,49 @@ impl HurricaneFuse {
             if buf.len() > 4 * MAX_WRITE as usize {
                 *buf = Vec::new();
             }
+            None
         });
+        if let Some(reply) = held {
+            // Bytes a transaction locked: read where the wait may be made.
+            self.wait_off_thread(
+                who.uid,
+                Op::Read,
+                t0,
+                move |me| {
+                    let mut buf = vec![0u8; size as usize];
+                    let n = me
+                        .read_into(ino.0, fh, offset, txn.as_ref(), lock, &mut buf)
+                        .map_err(|e| e.map_or(Errno::EBADF, errno))?;
+                    buf.truncate(n);
+                    Ok(buf)
+                },
+                move |r| match r {
+                    Ok(b) => reply.data(&b),
+                    Err(e) => reply.error(e),
+                },
+            );
+        }
     }
 
-    /// Clears set-user-id (and group-executable set-group-id) after a
-    /// change of size by an unprivileged caller, as the kernel would
-    /// (the mount asks for FUSE_HANDLE_KILLPRIV and _V2).
-    fn kill_priv(&self, req: &Request, ino: u64) {
-        self.kill_setid(req.uid() != 0, ino);
+    /// One read of a request: through the caller's transaction, its open
+    /// instance, or the engine. `Err(None)`: not an open of `ino`.
+    fn read_into(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        txn: Option<&crate::txn::Handle>,
+        lock: bool,
+        buf: &mut [u8],
+    ) -> Result<usize, Option<Error>> {
+        let of = self.handles.file(fh, ino).map_err(|_| None)?;
+        match (of, txn) {
+            // A transaction's reads see its own writes.
+            (_, Some(t)) => t.read(ino, offset, buf, lock),
+            (Some(of), None) => of.read_at(buf, offset),
+            (None, None) => self.fs.read(ino, offset, buf),
+        }
+        .map_err(Some)
     }
 
     /// Whether write-only handles write past the page cache. Through the
@@ -380,15 +639,13 @@ impl HurricaneFuse {
 
     /// The pool's status served as `user.hurricane.status`: the devices,
     /// and every file's health (a walk of the whole pool, which the
-    /// statistics report, read often and by monitors, leaves out). The
-    /// paths of lost and degraded files are listed for root only: they
-    /// name files in directories other users may not read.
+    /// statistics report, read often and by monitors, leaves out; shared
+    /// and kept a while for users other than root, `status`). The paths of
+    /// lost and degraded files are listed for root only: they name files in
+    /// directories other users may not read. It may walk the pool: never
+    /// called on a serving thread.
     pub fn status_report(&self, uid: u32) -> crate::report::StatusReport {
-        let paths = if uid == 0 { crate::report::LISTED_PATHS } else { 0 };
-        crate::report::StatusReport {
-            mountpoint: self.info.mountpoint.clone(),
-            ..crate::report::StatusReport::listing(&self.fs, &self.info.pool, paths)
-        }
+        self.status.report(&self.fs, &self.info.pool, &self.info.mountpoint, uid)
     }
 
     /// The statistics report served as `user.hurricane.stats`.
@@ -519,6 +776,22 @@ impl HurricaneFuse {
                     blocks_lost: g.blocks_lost,
                 }
             },
+            transactions: {
+                let u = self.fs.txn_usage();
+                crate::report::TxnReport {
+                    open: u.open,
+                    buffered_bytes: u.bytes,
+                    users: u.accounts,
+                    max_open: u.limits.pool_open,
+                    max_open_per_user: u.limits.user_open,
+                    max_bytes: u.limits.pool_bytes,
+                    max_bytes_per_user: u.limits.user_bytes,
+                    max_bytes_per_txn: u.limits.bytes,
+                    lock_wait_s: u.limits.lock_wait.as_secs_f64(),
+                    waiting_requests: self.waiters.waiting(),
+                }
+            },
+            status_walks: self.status.walks(),
         }
     }
 }
@@ -682,42 +955,36 @@ impl Filesystem for HurricaneFuse {
             ),
             _ => (false, false),
         };
-        let r = (|| {
-            let mut s = SetAttr { mode, uid, gid, size: None, atime: when(atime), mtime: when(mtime) };
-            if let Some(sz) = size {
-                // ftruncate on a descriptor open for writing needs no
-                // permission check now (it was checked at open).
-                if fh.is_some_and(|fh| self.handles.writable_on(fh, ino)) {
-                    self.fs.truncate(ino, sz).map_err(errno)?;
-                } else {
-                    s.size = Some(sz);
+        let who = Caller::of(req);
+        let s = SetAttr { mode, uid, gid, size, atime: when(atime), mtime: when(mtime) };
+        let fh = fh.map(|f| f.0);
+        let finish = move |me: &HurricaneFuse, r: &Result<Attr, Errno>| {
+            if let (Some(b), Ok(a)) = (&before, &r) {
+                if a.is_dir() && searchable(b.mode) && !searchable(a.mode) {
+                    me.expire_names();
                 }
             }
-            let needs_groups = mode.is_some_and(|m| m & libc::S_ISGID != 0) || gid.is_some();
-            let a = if needs_groups {
-                self.as_user_with_groups(req, |c| self.fs.setattr(c, ino, &s))?
-            } else {
-                match self.as_user(req, |c| self.fs.setattr(c, ino, &s)) {
-                    Err(Errno::EPERM) if flushed_mtime || kernel_now => {
-                        if !flushed_mtime {
-                            self.as_user(req, |c| self.fs.access(c, ino, W))?;
-                        }
-                        self.fs.setattr(&Creds::root(), ino, &s).map_err(errno)?
+        };
+        if size.is_some() && self.fs.txn_protected(ino) {
+            // A truncate of a protected file locks the bytes it changes
+            // against transactions: made where it may wait for them.
+            let me = self.secondary();
+            return self.wait_off_thread(
+                who.uid,
+                Op::Setattr,
+                t0,
+                move |f| f.serve_setattr(&who, ino, s, fh, flushed_mtime, kernel_now),
+                move |r| {
+                    finish(&me, &r);
+                    match r {
+                        Ok(a) => reply.attr(&me.ttl, &file_attr(&a)),
+                        Err(e) => reply.error(e),
                     }
-                    r => r?,
-                }
-            };
-            if size.is_some() && a.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
-                self.kill_priv(req, ino);
-                return self.fs.getattr(ino).map_err(errno);
-            }
-            Ok(a)
-        })();
-        if let (Some(b), Ok(a)) = (&before, &r) {
-            if a.is_dir() && searchable(b.mode) && !searchable(a.mode) {
-                self.expire_names();
-            }
+                },
+            );
         }
+        let r = waiting_at_most(NO_WAIT, || self.serve_setattr(&who, ino, s, fh, flushed_mtime, kernel_now));
+        finish(self, &r);
         self.done(Op::Setattr, t0, &r);
         match r {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
@@ -817,41 +1084,22 @@ impl Filesystem for HurricaneFuse {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let t0 = Instant::now();
-        let ino = ino.0;
-        let f = flags.0;
-        let r = (|| {
-            // Permission for the access mode (execute for an execve open),
-            // O_NOATIME, O_TRUNC and set-id clearing: the engine's rules.
-            let a = self.as_user(req, |c| self.fs.open_as(c, ino, f))?;
-            if a.is_file() && self.fs.txn_protected(ino) {
-                // Reads and writes of a protected file come here as their
-                // callers make them (no page cache), so a transaction's
-                // see its own writes and others see only committed data.
-                self.fs.open_inode(ino).map_err(errno)?;
-                return Ok((self.handles.insert(ino, f, None), true));
-            }
-            if !a.is_file() {
-                self.fs.open_inode(ino).map_err(errno)?;
-                return Ok((self.handles.insert(ino, f, None), false));
-            }
-            // The file's open policy: whether the page cache stands in
-            // front of this handle, and how its reads prefetch.
-            let spec = self.fs.open_policy_for(ino);
-            let direct = spec.cache == PageCache::None;
-            if f & libc::O_ACCMODE != libc::O_WRONLY {
-                let of = hurricane::open::OpenFile::from_ino(&self.fs, ino, true, false, spec).map_err(errno)?;
-                return Ok((self.handles.insert(ino, f, Some(of)), direct));
-            }
-            self.fs.open_inode(ino).map_err(errno)?;
-            Ok((self.handles.insert(ino, f, None), direct || self.write_only_direct()))
-        })();
+        let (ino, f, who) = (ino.0, flags.0, Caller::of(req));
+        let reply_open = |reply: ReplyOpen, r: Result<(u64, bool), Errno>| match r {
+            Ok((fh, true)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO),
+            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(e),
+        };
+        if f & libc::O_TRUNC != 0 && self.fs.txn_protected(ino) {
+            // The truncate locks the file against transactions: made where
+            // it may wait for them.
+            let job = move |me: &HurricaneFuse| me.serve_open(&who, ino, f);
+            return self.wait_off_thread(who.uid, Op::Open, t0, job, move |r| reply_open(reply, r));
+        }
+        let r = waiting_at_most(NO_WAIT, || self.serve_open(&who, ino, f));
         let r2 = r.as_ref().map(|_| ()).map_err(|e| *e);
         self.done(Op::Open, t0, &r2);
-        match r {
-            Ok((fh, true)) => reply.opened(fh, FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO),
-            Ok((fh, false)) => reply.opened(fh, FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(e),
-        }
+        reply_open(reply, r);
     }
 
     fn read(
@@ -865,12 +1113,12 @@ impl Filesystem for HurricaneFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let tid = _req.pid();
+        let who = Caller::of(_req);
         if size >= OFF_THREAD_READ {
             let me = self.clone();
-            self.readers.run(move || me.serve_read(ino, fh, offset, size, tid, reply));
+            self.readers.run(move || me.serve_read(ino, fh, offset, size, who, reply));
         } else {
-            self.serve_read(ino, fh, offset, size, tid, reply);
+            self.serve_read(ino, fh, offset, size, who, reply);
         }
     }
 
@@ -893,37 +1141,22 @@ impl Filesystem for HurricaneFuse {
         // of file under the inode's append lock.
         let writeback = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let append = flags.0 & libc::O_APPEND != 0 && !writeback;
-        let txn = self.txns.of(req.pid());
-        // The kernel drops a file's capabilities before a write through
-        // the page cache, not before a direct one (write-only and
-        // `cache=none` handles): dropped here, before the data changes.
-        // The request does not say which of the two it is, so a
-        // write-through write looks too (a lookup of the inode's
-        // attributes). A writeback of the kernel's cache (`-o
-        // writeback_cache`) had its write(2) checked.
-        let caps = if writeback { Ok(()) } else { self.fs.drop_caps(ino) };
-        let r = if let Err(e) = caps {
-            Err(e)
-        } else if let Some(t) = &txn {
-            // An append goes after what the transaction wrote already.
-            let at = if append { t.size(ino) } else { Ok(offset) };
-            at.and_then(|off| t.write(ino, off, data))
-        } else if append {
-            let _g = self.append[(ino as usize) % self.append.len()].lock();
-            self.fs.getattr(ino).and_then(|a| self.fs.write(ino, a.size, data))
-        } else {
-            self.fs.write(ino, offset, data)
-        }
-        .map_err(errno);
         // The engine clears set-id bits of group-executable files on every
         // write; an unprivileged writer (or one the kernel says lacks
         // CAP_FSETID) also clears a plain set-user-id bit.
-        if r.is_ok() {
-            let unprivileged = req.uid() != 0 || write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-            if unprivileged && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
-                self.kill_setid(true, ino);
-            }
+        let unprivileged = req.uid() != 0 || write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let w = PlainWrite { ino, offset, writeback, append, unprivileged, who: Caller::of(req) };
+        let r = waiting_at_most(NO_WAIT, || self.serve_write(&w, data));
+        if let Err(Error::LockWait(_)) = r {
+            // Bytes a transaction locked: written where the wait may be made.
+            let data = data.to_vec();
+            let job = move |me: &HurricaneFuse| me.serve_write(&w, &data).map_err(errno);
+            return self.wait_off_thread(w.who.uid, Op::Write, t0, job, move |r| match r {
+                Ok(n) => reply.written(n.min(u32::MAX as usize) as u32),
+                Err(e) => reply.error(e),
+            });
         }
+        let r = r.map_err(errno);
         self.done(Op::Write, t0, &r);
         match r {
             Ok(n) => reply.written(n.min(u32::MAX as usize) as u32),
@@ -1103,8 +1336,9 @@ impl Filesystem for HurricaneFuse {
                     Ok(spec) => self.layout_problem(ino.0, n, spec.trim_end_matches(['\n', '\0'])),
                     Err(_) => "the value is not UTF-8".to_string(),
                 };
+                // (Quoted and escaped: the value is the caller's.)
                 tracing::warn!(
-                    "{} on inode {}: {} (errno {}): {why}",
+                    "{} on inode {}: {:?} (errno {}): {why:?}",
                     String::from_utf8_lossy(n),
                     ino.0,
                     String::from_utf8_lossy(value).trim_end_matches(['\n', '\0']),
@@ -1127,13 +1361,25 @@ impl Filesystem for HurricaneFuse {
             }
             Ok(v)
         } else if ino.0 == ROOT && n == STATUS_XATTR.as_bytes() {
-            let mut v = self.status_report(req.uid()).to_json();
-            if size == 0 {
-                // Files may turn degraded between a size probe and the
-                // read: leave room for more listed paths.
-                v.resize(v.len() + 4096, b' ');
-            }
-            Ok(v)
+            // A walk of the pool: off the serving thread.
+            let uid = req.uid();
+            let job = move |me: &HurricaneFuse| {
+                let mut v = me.status_report(uid).to_json();
+                if size == 0 {
+                    // Files may turn degraded between a size probe and the
+                    // read: leave room for more listed paths.
+                    v.resize(v.len() + 4096, b' ');
+                }
+                if size != 0 && v.len() > size as usize {
+                    return Err(Errno::ERANGE);
+                }
+                Ok(v)
+            };
+            return self.wait_off_thread(uid, Op::Getxattr, t0, job, move |r| match r {
+                Ok(v) if size == 0 => reply.size(v.len().min(u32::MAX as usize) as u32),
+                Ok(v) => reply.data(&v),
+                Err(e) => reply.error(e),
+            });
         } else if ino.0 == ROOT && n == crate::control::CONTROL_XATTR.as_bytes() {
             let mut v = self.control.status().to_json();
             if size == 0 {
@@ -1184,7 +1430,7 @@ impl Filesystem for HurricaneFuse {
     ) {
         let t0 = Instant::now();
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
-        let r = (|| {
+        let r = waiting_at_most(NO_WAIT, || {
             let mk = |c: &Creds| self.fs.mknod(c, parent.0, name.as_bytes(), mode, 0, None, None);
             let made =
                 if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) };
@@ -1192,6 +1438,10 @@ impl Filesystem for HurricaneFuse {
                 Ok(a) => a,
                 // Lost a race with another creator: open what is there,
                 // unless the caller asked for exclusive creation.
+                // (Here a file that is there is opened without waiting: a
+                // truncate a transaction's locks hold off fails with EAGAIN.
+                // The kernel sends CREATE only for a name it found absent,
+                // so this is a race with another creator.)
                 Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
                     let a = self.as_user(req, |c| self.fs.lookup(c, parent.0, name.as_bytes()))?;
                     if a.is_dir() {
@@ -1212,7 +1462,7 @@ impl Filesystem for HurricaneFuse {
                 _ => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
             };
             Ok((a, self.handles.insert(a.ino, flags, None), open))
-        })();
+        });
         self.done(Op::Create, t0, &r);
         match r {
             // One timeout for the name and the attributes: in a directory
@@ -1233,17 +1483,39 @@ impl Filesystem for HurricaneFuse {
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        match self.txns.ioctl(&self.fs, req.pid(), cmd) {
-            Some(Ok(())) => reply.ioctl(0, &[]),
-            Some(Err(e)) => reply.error(errno(e)),
+        use crate::txn::{TXN_ABORT, TXN_BEGIN, TXN_COMMIT};
+        if ![TXN_BEGIN, TXN_COMMIT, TXN_ABORT].contains(&cmd) {
             // Programs probe files with terminal ioctls (isatty); none apply.
-            None => reply.error(Errno::ENOTTY),
+            return reply.error(Errno::ENOTTY);
+        }
+        let t0 = Instant::now();
+        // The calling thread, as the transaction knows it: gone already, it
+        // has nothing to begin, commit or abort.
+        let Some(who) = TxnCaller::of(req.pid(), req.uid()) else { return reply.error(Errno::ESRCH) };
+        let r = match cmd {
+            TXN_BEGIN => self.txns.begin(&self.fs, who),
+            TXN_ABORT => self.txns.abort(who),
+            _ => {
+                // A commit waits for its files' I/O and the journal: off the
+                // serving thread, like fsync.
+                let job = move |me: &HurricaneFuse| me.txns.commit(who).map_err(errno);
+                return self.wait_off_thread(req.uid(), Op::Ioctl, t0, job, move |r| match r {
+                    Ok(()) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(e),
+                });
+            }
+        }
+        .map_err(errno);
+        self.done(Op::Ioctl, t0, &r);
+        match r {
+            Ok(()) => reply.ioctl(0, &[]),
+            Err(e) => reply.error(e),
         }
     }
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1252,7 +1524,26 @@ impl Filesystem for HurricaneFuse {
         reply: ReplyEmpty,
     ) {
         let t0 = Instant::now();
-        let r = self.fs.fallocate(ino.0, offset, length, mode).map_err(errno);
+        let (ino, who) = (ino.0, Caller::of(req));
+        let job = move |me: &HurricaneFuse| -> Result<(), Errno> {
+            me.refuse_own_txn(&who, ino)?;
+            // Like a write, it drops the file's capabilities and (for an
+            // unprivileged caller) its set-id bits.
+            me.fs.drop_caps(ino).map_err(errno)?;
+            me.fs.fallocate(ino, offset, length, mode).map_err(errno)?;
+            if who.uid != 0 && me.fs.getattr(ino).is_ok_and(|a| a.mode & (libc::S_ISUID | libc::S_ISGID) != 0) {
+                me.kill_setid(true, ino);
+            }
+            Ok(())
+        };
+        if self.fs.txn_protected(ino) {
+            // Locked against transactions throughout: made where it may wait.
+            return self.wait_off_thread(who.uid, Op::Fallocate, t0, job, move |r| match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            });
+        }
+        let r = waiting_at_most(NO_WAIT, || job(self));
         self.empty(reply, Op::Fallocate, t0, r);
     }
 
@@ -1312,39 +1603,82 @@ impl Filesystem for HurricaneFuse {
         reply: ReplyWrite,
     ) {
         let t0 = Instant::now();
-        let r = if !flags.is_empty() {
-            Err(Errno::EINVAL)
-        } else {
-            let len = len.min(MAX_COPY);
-            let mut buf = vec![0u8; len.min(MAX_WRITE as u64) as usize];
-            let mut done = 0u64;
-            let mut res = Ok(());
-            while done < len {
-                let want = (len - done).min(buf.len() as u64) as usize;
-                let n = match self.fs.read(ino_in.0, offset_in + done, &mut buf[..want]) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) => {
-                        res = Err(e);
-                        break;
-                    }
-                };
-                if let Err(e) = self.fs.write(ino_out.0, offset_out + done, &buf[..n]) {
+        let who = Caller::of(_req);
+        let (ino_in, ino_out) = (ino_in.0, ino_out.0);
+        let job = move |me: &HurricaneFuse| -> Result<u64, Errno> {
+            if !flags.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            me.copy_range(&who, ino_in, offset_in, ino_out, offset_out, len)
+        };
+        let reply_with = move |reply: ReplyWrite, r: Result<u64, Errno>| match r {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e),
+        };
+        if self.fs.txn_protected(ino_out) {
+            // Writes of a protected file lock their bytes against
+            // transactions: made where they may wait.
+            return self.wait_off_thread(who.uid, Op::CopyFileRange, t0, job, move |r| reply_with(reply, r));
+        }
+        let r = waiting_at_most(NO_WAIT, || job(self));
+        self.done(Op::CopyFileRange, t0, &r);
+        reply_with(reply, r);
+    }
+}
+
+impl HurricaneFuse {
+    /// Copies up to `len` bytes (at most `MAX_COPY`) from one file to
+    /// another: through the caller's transaction if it has one (its reads
+    /// and writes, as `read` and `write` would make them), else through the
+    /// engine. Returns the count copied; an error only if nothing was.
+    fn copy_range(
+        &self,
+        who: &Caller,
+        ino_in: u64,
+        off_in: u64,
+        ino_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64, Errno> {
+        // As for a write, the target's capabilities go first.
+        self.fs.drop_caps(ino_out).map_err(errno)?;
+        let txn = self.txn_of(who);
+        let lock = txn.is_some() && self.as_caller(who, |c| self.fs.access(c, ino_in, W)).is_ok();
+        let len = len.min(MAX_COPY);
+        let mut buf = vec![0u8; len.min(MAX_WRITE as u64) as usize];
+        let mut done = 0u64;
+        let mut res = Ok(());
+        while done < len {
+            let want = (len - done).min(buf.len() as u64) as usize;
+            let got = match &txn {
+                Some(t) => t.read(ino_in, off_in + done, &mut buf[..want], lock),
+                None => self.fs.read(ino_in, off_in + done, &mut buf[..want]),
+            };
+            let n = match got {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
                     res = Err(e);
                     break;
                 }
-                done += n as u64;
+            };
+            let put = match &txn {
+                Some(t) => t.write(ino_out, off_out + done, &buf[..n]),
+                None => self.fs.write(ino_out, off_out + done, &buf[..n]),
+            };
+            if let Err(e) = put {
+                res = Err(e);
+                break;
             }
-            // A partial copy reports what was copied; an error only if nothing was.
-            match res {
-                Err(e) if done == 0 => Err(errno(e)),
-                _ => Ok(done),
-            }
-        };
-        self.done(Op::CopyFileRange, t0, &r);
-        match r {
-            Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(e),
+            done += n as u64;
+        }
+        if done > 0 && who.uid != 0 && self.fs.getattr(ino_out).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
+            self.kill_setid(true, ino_out);
+        }
+        // A partial copy reports what was copied; an error only if nothing was.
+        match res {
+            Err(e) if done == 0 => Err(errno(e)),
+            _ => Ok(done),
         }
     }
 }

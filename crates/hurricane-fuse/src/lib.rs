@@ -22,8 +22,10 @@ mod options;
 pub mod report;
 mod serve;
 pub mod stats;
+mod status;
 pub mod txn;
 mod uring;
+mod waiting;
 mod workers;
 
 pub use filesystem::{HurricaneFuse, MountInfo, MAX_READAHEAD, MAX_WRITE};

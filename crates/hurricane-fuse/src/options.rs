@@ -71,6 +71,11 @@ pub struct MountOptions {
     /// The kernel's background request limit (`LOCAL_BACKGROUND`, or
     /// `REMOTE_BACKGROUND` by `for_pool`).
     pub max_background: u16,
+    /// Bounds on transactions begun through the mount's ioctls
+    /// (`txn_bytes=SIZE` per transaction, `txn_bytes_per_user=SIZE`,
+    /// `txn_bytes_total=SIZE`, `txn_open_per_user=N`, `txn_open=N`,
+    /// `txn_lock_wait=SECS`; docs/SECURITY.md).
+    pub txn_limits: hurricane::fs::TxnLimits,
 }
 
 impl Default for MountOptions {
@@ -99,6 +104,7 @@ impl Default for MountOptions {
             uring_chosen: false,
             writeback_cache: false,
             max_background: LOCAL_BACKGROUND,
+            txn_limits: hurricane::fs::TxnLimits::default(),
         }
     }
 }
@@ -241,6 +247,33 @@ impl MountOptions {
                     "writeback_cache" if val.is_none() => o.writeback_cache = true,
                     "nowriteback_cache" if val.is_none() => o.writeback_cache = false,
                     "log" => o.log = Some(PathBuf::from(need()?)),
+                    "txn_bytes" | "txn_bytes_per_user" | "txn_bytes_total" => {
+                        let b = parse_size(key, need()?)?;
+                        if b < 4096 {
+                            return Err(format!("mount option {key}: at least 4K"));
+                        }
+                        let l = &mut o.txn_limits;
+                        *match key {
+                            "txn_bytes" => &mut l.bytes,
+                            "txn_bytes_per_user" => &mut l.user_bytes,
+                            _ => &mut l.pool_bytes,
+                        } = b;
+                    }
+                    "txn_open" | "txn_open_per_user" => {
+                        let v = need()?;
+                        let n: usize = v.parse().map_err(|_| format!("mount option {key}={v}: not a number"))?;
+                        if n == 0 {
+                            return Err(format!("mount option {key}: at least 1"));
+                        }
+                        *if key == "txn_open" { &mut o.txn_limits.pool_open } else { &mut o.txn_limits.user_open } = n;
+                    }
+                    "txn_lock_wait" => {
+                        let d = parse_secs(key, need()?)?;
+                        if d.is_zero() || d > Duration::from_secs(3600) {
+                            return Err("mount option txn_lock_wait: above 0 and at most 3600 s".into());
+                        }
+                        o.txn_limits.lock_wait = d;
+                    }
                     k if ignored(k) => {}
                     _ => return Err(format!("unknown mount option {item:?}")),
                 }
@@ -271,6 +304,11 @@ impl MountOptions {
         }
         seen.reverse();
         o.flags = seen;
+        // A bound for one user or one transaction is at most the pool's.
+        let l = &mut o.txn_limits;
+        l.user_open = l.user_open.min(l.pool_open);
+        l.user_bytes = l.user_bytes.min(l.pool_bytes);
+        l.bytes = l.bytes.min(l.user_bytes);
         if o.auto_unmount && !(o.allow_other || o.allow_root) {
             return Err("auto_unmount needs allow_other or allow_root".into());
         }
@@ -430,6 +468,17 @@ mod tests {
         let o = MountOptions::parse(&["nouring,threads=5"]).unwrap().for_pool(true);
         assert!(!o.uring && o.thread_count() == 5);
         assert_eq!(MountOptions::parse::<&str>(&[]).unwrap().lease, None);
+        let t = MountOptions::parse(&["txn_bytes=1M,txn_bytes_per_user=2M,txn_bytes_total=8M,txn_open=10"])
+            .unwrap()
+            .txn_limits;
+        assert_eq!((t.bytes, t.user_bytes, t.pool_bytes, t.pool_open), (1 << 20, 2 << 20, 8 << 20, 10));
+        let t = MountOptions::parse(&["txn_open_per_user=3,txn_lock_wait=2"]).unwrap().txn_limits;
+        assert_eq!((t.user_open, t.lock_wait), (3, Duration::from_secs(2)));
+        let t = MountOptions::parse(&["txn_open=2,txn_bytes_total=1M"]).unwrap().txn_limits;
+        assert_eq!((t.user_open, t.user_bytes, t.bytes), (2, 1 << 20, 1 << 20));
+        for bad in ["txn_bytes=1", "txn_open=0", "txn_lock_wait=0", "txn_open=x", "txn_lock_wait=4000"] {
+            assert!(MountOptions::parse(&[bad]).is_err(), "{bad}");
+        }
         for bad in ["lease=0.5", "lease=x", "lease"] {
             assert!(MountOptions::parse(&[bad]).is_err(), "{bad}");
         }

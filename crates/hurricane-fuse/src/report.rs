@@ -34,6 +34,31 @@ pub struct StatsReport {
     /// `colocate`: groups of small files and the reads that took them whole.
     #[serde(default)]
     pub groups: GroupReport,
+    /// Transactions begun through the mount's ioctls, and their bounds.
+    #[serde(default)]
+    pub transactions: TxnReport,
+    /// Walks of the whole pool made to serve `user.hurricane.status`.
+    #[serde(default)]
+    pub status_walks: u64,
+}
+
+/// Open transactions and what they buffer, against the mount's bounds
+/// (`txn_*` options), and the requests waiting off the serving threads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TxnReport {
+    pub open: usize,
+    pub buffered_bytes: u64,
+    /// Users with a transaction open.
+    pub users: usize,
+    pub max_open: usize,
+    pub max_open_per_user: usize,
+    pub max_bytes: u64,
+    pub max_bytes_per_user: u64,
+    pub max_bytes_per_txn: u64,
+    pub lock_wait_s: f64,
+    /// Requests waiting for a lock (or a pool-wide report) off the serving
+    /// threads now.
+    pub waiting_requests: usize,
 }
 
 /// The `colocate` nodes' counters, every device summed (since the mount).

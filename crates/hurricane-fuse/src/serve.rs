@@ -110,6 +110,7 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     if let Some(d) = o.lease {
         opts.lease_duration = d;
     }
+    opts.txn_limits = o.txn_limits;
     if let Some(b) = o.cache_bytes {
         opts.cache_bytes = b;
     }

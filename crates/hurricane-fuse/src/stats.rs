@@ -31,7 +31,7 @@ ops! {
     Statfs => "statfs", Setxattr => "setxattr", Getxattr => "getxattr",
     Listxattr => "listxattr", Removexattr => "removexattr", Access => "access",
     Create => "create", Fallocate => "fallocate",
-    Lseek => "lseek", CopyFileRange => "copy_file_range",
+    Lseek => "lseek", CopyFileRange => "copy_file_range", Ioctl => "ioctl",
 }
 
 const N_OPS: usize = Op::ALL.len();

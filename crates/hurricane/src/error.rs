@@ -67,6 +67,15 @@ pub enum Error {
     /// waiting transactions: the requester is aborted (EDEADLK).
     #[error("{0}: resource deadlock avoided")]
     Deadlock(String),
+    /// A lock request made where it may not wait (a mount's serving
+    /// thread) found the range locked: nothing was changed, and the request
+    /// may be made again where it can wait (EAGAIN if it reaches a caller).
+    #[error("{0}: locked")]
+    LockWait(String),
+    /// A bound on memory was reached: transactions' buffered bytes, or
+    /// their number, for one user or the whole pool (ENOMEM).
+    #[error("{0}: cannot allocate memory")]
+    NoMemory(String),
     /// Held by another user: a pool another host is writing (EBUSY).
     #[error("{0}")]
     Busy(String),
@@ -111,7 +120,8 @@ impl Error {
             ReadOnly(_) => libc::EROFS,
             NotSupported(_) => libc::EOPNOTSUPP,
             Stale(_) => libc::ESTALE,
-            WouldBlock(_) => libc::EAGAIN,
+            WouldBlock(_) | LockWait(_) => libc::EAGAIN,
+            NoMemory(_) => libc::ENOMEM,
             Deadlock(_) => libc::EDEADLK,
             Busy(_) => libc::EBUSY,
         }

@@ -50,6 +50,7 @@ pub mod cache;
 pub mod codec;
 pub mod crashtest;
 pub mod device;
+pub mod dirfile;
 pub mod error;
 pub mod fs;
 pub mod fsck;

@@ -781,3 +781,104 @@ fn a_truncate_locks_from_the_smaller_size_on_only() {
     assert_eq!(&got[1000..1003], b"far");
     assert_eq!(fs.txn_locks_held(), 0);
 }
+
+/// What transactions buffer, and how many are open, is bounded per account
+/// and for the pool (ENOMEM, the transaction still usable); every way a
+/// transaction ends gives back what it held, a deadlock victim's included.
+#[test]
+fn buffered_bytes_and_open_transactions_are_bounded_and_given_back() {
+    let pool = MemPool::new(2, 64 * MB);
+    let limits = hurricane::fs::TxnLimits {
+        bytes: 64 << 10,
+        user_bytes: 96 << 10,
+        pool_bytes: 128 << 10,
+        user_open: 2,
+        pool_open: 3,
+        lock_wait: Duration::from_secs(5),
+    };
+    let fs = pool.open_with(hurricane::Options { txn_limits: limits, ..common::quiet() }).unwrap();
+    let a = pfile(&fs, "/a", Some("extent"), b"");
+    let enomem = |e: Error| {
+        assert!(matches!(e, Error::NoMemory(_)) && e.errno() == libc::ENOMEM, "{e}");
+    };
+    // One transaction: 64 KiB at most; rewriting bytes it holds costs nothing.
+    let t1 = fs.begin_as(1000).unwrap();
+    t1.write(&a, 0, &[1; 60 << 10]).unwrap();
+    t1.write(&a, 0, &[2; 60 << 10]).unwrap();
+    enomem(t1.write(&a, 60 << 10, &[3; 8 << 10]).unwrap_err());
+    t1.write(&a, 60 << 10, &[3; 4 << 10]).unwrap();
+    assert_eq!(fs.txn_usage().bytes, 64 << 10);
+    // The account's bound, then its count.
+    let t2 = fs.begin_as(1000).unwrap();
+    enomem(t2.write(&a, 200 << 10, &[4; 40 << 10]).unwrap_err());
+    t2.write(&a, 200 << 10, &[4; 32 << 10]).unwrap();
+    enomem(fs.begin_as(1000).err().unwrap());
+    // Another account, then the pool's bounds.
+    let t3 = fs.begin_as(2000).unwrap();
+    enomem(t3.write(&a, 400 << 10, &[5; 40 << 10]).unwrap_err());
+    t3.write(&a, 400 << 10, &[5; 32 << 10]).unwrap();
+    enomem(fs.begin_as(3000).err().unwrap());
+    let u = fs.txn_usage();
+    assert_eq!((u.open, u.bytes, u.accounts), (3, 128 << 10, 2));
+    // Commit, abort and drop each give back theirs.
+    t1.commit().unwrap();
+    assert_eq!((fs.txn_usage().open, fs.txn_usage().bytes), (2, 64 << 10));
+    t2.abort();
+    drop(t3);
+    assert_eq!(fs.txn_usage(), hurricane::fs::TxnUsage { open: 0, bytes: 0, accounts: 0, limits });
+    assert_eq!(contents(&fs, "/a")[..4], [2, 2, 2, 2]);
+    // A deadlock victim gives back its bytes at once, its slot when dropped.
+    let b = pfile(&fs, "/b", Some("extent"), &[0; 8192]);
+    let (x, y) = (fs.begin_as(1).unwrap(), fs.begin_as(2).unwrap());
+    x.write(&a, 0, &[9; 100]).unwrap();
+    y.write(&b, 0, &[9; 100]).unwrap();
+    std::thread::scope(|s| {
+        // x waits for y's lock on b ...
+        let h = s.spawn(|| x.write(&b, 0, &[8; 10]));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!h.is_finished());
+        // ... so y asking for x's lock on a is the victim.
+        let e = y.write(&a, 0, &[7; 10]).unwrap_err();
+        assert!(matches!(e, Error::Deadlock(_)), "{e}");
+        assert_eq!(fs.txn_usage().bytes, 100, "the victim's bytes are given back at once");
+        assert_eq!(fs.txn_usage().open, 2);
+        drop(y);
+        h.join().unwrap().unwrap();
+    });
+    x.commit().unwrap();
+    assert_eq!(fs.txn_usage().open, 0);
+    assert_eq!(fs.txn_usage().bytes, 0);
+    check_clean(&fs, "after bounded transactions");
+}
+
+/// A request that finds bytes locked waits at most the pool's bound, and
+/// none at all inside `waiting_at_most(Duration::ZERO)` (a mount's serving
+/// threads), where it fails before it changed anything.
+#[test]
+fn lock_waits_are_bounded() {
+    let pool = MemPool::new(2, 64 * MB);
+    let limits = hurricane::fs::TxnLimits { lock_wait: Duration::from_millis(300), ..Default::default() };
+    let fs = pool.open_with(hurricane::Options { txn_limits: limits, ..common::quiet() }).unwrap();
+    let a = pfile(&fs, "/a", Some("extent"), &[1; 8192]);
+    let t = fs.begin().unwrap();
+    t.write(&a, 0, b"held").unwrap();
+    let t0 = std::time::Instant::now();
+    let e = fs.write(a.ino(), 2, b"xx").unwrap_err();
+    assert!(matches!(e, Error::WouldBlock(_)), "{e}");
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    let e = hurricane::fs::waiting_at_most(Duration::ZERO, || fs.truncate(a.ino(), 0)).unwrap_err();
+    assert!(matches!(e, Error::LockWait(_)), "{e}");
+    let u = fs.begin().unwrap();
+    let mut buf = [0u8; 4];
+    let e = hurricane::fs::waiting_at_most(Duration::ZERO, || u.read(&a, 0, &mut buf)).unwrap_err();
+    assert!(matches!(e, Error::LockWait(_)), "{e}");
+    // Without a lock, a reader sees what is committed.
+    assert_eq!(u.read_ino_unlocked(a.ino(), 0, &mut buf).unwrap(), 4);
+    assert_eq!(buf, [1; 4]);
+    t.commit().unwrap();
+    assert_eq!(contents(&fs, "/a")[..6], *b"held\x01\x01");
+    assert_eq!(fs.getattr(a.ino()).unwrap().size, 8192);
+    fs.write(a.ino(), 2, b"xx").unwrap();
+    drop(u);
+    check_clean(&fs, "after bounded waits");
+}

@@ -144,6 +144,28 @@ pub fn new_device(
     Ok((dev, spec))
 }
 
+/// The path to read the cluster config `conf` (a device's `conf=PATH`)
+/// through. A process run by root refuses a config that another user owns
+/// or can change, or that is in a directory another user controls
+/// ([`crate::dirfile::untrusted`]): librados takes from it where the
+/// cluster is and which keyring to read, with root's rights, and a pool
+/// directory (pool.conf naming the config) is often its user's. For root
+/// the path returned is the config's real path, every link resolved, so
+/// what was checked is what is read.
+pub fn trusted_conf(conf: &std::path::Path) -> Result<PathBuf> {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(conf.to_path_buf());
+    }
+    if let Some(why) = crate::dirfile::untrusted(conf)? {
+        return Err(Error::Perm(format!(
+            "{}: a cluster config root reads must be root's alone, and {why} (make the file and its directories \
+             root's, not writable by others)",
+            conf.display()
+        )));
+    }
+    std::fs::canonicalize(conf).map_err(|e| Error::io(conf.display().to_string(), e))
+}
+
 /// Whether the object `object` of the RADOS pool `pool` in the cluster of
 /// `conf` is there.
 pub fn object_exists(conf: &std::path::Path, pool: &str, object: &str) -> Result<bool> {
@@ -175,13 +197,14 @@ impl RadosConnections {
 
     /// The connection to the cluster of the config file `conf`, made on
     /// first use.
+    /// A config root may not trust is refused ([`trusted_conf`]).
     #[cfg(feature = "rados")]
     pub fn cluster(&mut self, conf: &std::path::Path) -> Result<Arc<super::rados::RadosCluster>> {
         use super::rados::{RadosCluster, RadosOptions};
         if let Some((_, c)) = self.open.iter().find(|(c, _)| c == conf) {
             return Ok(c.clone());
         }
-        let c = RadosCluster::connect(conf, &RadosOptions::default())?;
+        let c = RadosCluster::connect(&trusted_conf(conf)?, &RadosOptions::default())?;
         self.open.push((conf.to_path_buf(), c.clone()));
         Ok(c)
     }
@@ -380,6 +403,36 @@ mod tests {
         let spec = RadosSpec::parse("rados:p/x?conf=c&size=1M").unwrap();
         let e = RadosConnections::default().open_device(&spec).err().unwrap().to_string();
         assert!(e.contains("cargo feature rados"), "{e}");
+    }
+
+    /// Root does not read a cluster config another user owns or can
+    /// change (a device line of a pool directory she owns may name hers).
+    #[test]
+    fn root_refuses_a_config_another_user_controls() {
+        let t = tempfile::tempdir().unwrap();
+        let conf = t.path().join("ceph.conf");
+        std::fs::write(&conf, "[global]\n").unwrap();
+        let link = t.path().join("link.conf");
+        std::os::unix::fs::symlink(&conf, &link).unwrap();
+        if !rustix::process::geteuid().is_root() {
+            assert_eq!(trusted_conf(&link).unwrap(), link, "a user's own configs are hers to read");
+            return;
+        }
+        assert_eq!(trusted_conf(&link).unwrap(), std::fs::canonicalize(&conf).unwrap());
+        std::os::unix::fs::chown(&conf, Some(65534), None).unwrap();
+        let e = trusted_conf(&link).unwrap_err();
+        assert!(matches!(e, Error::Perm(_)), "{e}");
+        let e = e.to_string();
+        assert!(e.contains("owned by uid 65534") && e.contains("link.conf"), "{e}");
+        std::os::unix::fs::chown(&conf, Some(0), None).unwrap();
+        std::os::unix::fs::chown(t.path(), Some(65534), None).unwrap();
+        let e = trusted_conf(&conf).unwrap_err().to_string();
+        assert!(e.contains("its directory") && e.contains("uid 65534"), "{e}");
+        std::os::unix::fs::chown(t.path(), Some(0), None).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o646)).unwrap();
+        let e = trusted_conf(&conf).unwrap_err().to_string();
+        assert!(e.contains("written by other users"), "{e}");
     }
 
     #[test]

@@ -113,7 +113,7 @@ fn claim_new_device(dev: &dyn Device, sb: &Superblock, index: u32) -> Result<()>
 /// so a crash leaves the old list or the new one).
 pub fn add_device_path(dir: &Path, path: &Path) -> Result<()> {
     let f = dir.join(pool::POOL_FILE);
-    let mut text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let mut text = pool::read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }

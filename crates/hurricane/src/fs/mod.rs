@@ -38,7 +38,7 @@ pub use rollforward::RolledForward;
 pub use scrub::{
     load_position, save_position, LostFile, PositionRecord, ScrubOptions, ScrubPos, ScrubProgress, ScrubReport,
 };
-pub use txn::{Transaction, MAX_TXN_BYTES};
+pub use txn::{may_wait, waiting_at_most, Transaction, TxnLimits, TxnUsage, DEFAULT_LOCK_WAIT, MAX_TXN_BYTES};
 
 use crate::blocks::Layout;
 use crate::codec::{Decoder, Encoder};
@@ -107,6 +107,9 @@ pub struct Options {
     /// how soon another host may take over once this one dies. Renewed
     /// every third of it.
     pub lease_duration: Duration,
+    /// Bounds on transactions: bytes buffered and transactions open, per
+    /// user and for the pool, and how long a lock is waited for.
+    pub txn_limits: txn::TxnLimits,
 }
 
 impl Default for Options {
@@ -121,6 +124,7 @@ impl Default for Options {
             entry_cache: DEFAULT_ENTRY_CACHE,
             io_threads: 0,
             lease_duration: crate::device::DEFAULT_LEASE_DURATION,
+            txn_limits: txn::TxnLimits::default(),
         }
     }
 }
@@ -244,6 +248,8 @@ pub(crate) struct Inner {
     pub(crate) logs_indexed: AtomicBool,
     /// Range locks of transactions and of writes to protected files (`txn`).
     pub(crate) txn_locks: txn::LockTable,
+    /// What open transactions hold, against their bounds (`txn`).
+    pub(crate) txn_budget: txn::TxnBudget,
     /// Held writes lost with their device, until fsync and sync report them.
     write_errors: write_errors::WriteErrors,
 }
@@ -708,7 +714,8 @@ impl Fs {
             migrations: Default::default(),
             cleaning: Mutex::new(()),
             logs_indexed: AtomicBool::new(false),
-            txn_locks: Default::default(),
+            txn_locks: txn::LockTable::new(opts.txn_limits.lock_wait),
+            txn_budget: txn::TxnBudget::new(opts.txn_limits),
             write_errors: Default::default(),
         });
         let fs = Fs { inner };

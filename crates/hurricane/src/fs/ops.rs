@@ -907,7 +907,13 @@ impl Fs {
         let g = self.inner.gate.enter();
         let mut l = self.state().lock(&[ino]);
         let d = l.get(ino)?;
-        xattr_perm(cred, d, name, W)?;
+        // A writer may drop a file's capabilities: the kernel removes them
+        // before a write, a truncate or a fallocate, with the writer's
+        // credentials (as ext4 does, the write goes on without them).
+        let writer_drops_caps = name == crate::xattr::CAPS.as_bytes() && cred.allowed(d, W);
+        if !writer_drops_caps {
+            xattr_perm(cred, d, name, W)?;
+        }
         if !d.xattrs.contains_key(name) {
             return Err(Error::NoAttr(show(name)));
         }
@@ -1105,6 +1111,10 @@ impl Fs {
     }
 }
 
+/// Hurricane's attributes that only a file's owner (or root) may set or
+/// remove, whoever may write the file.
+const OWNER_ONLY: [&str; 2] = [crate::xattr::TXN, crate::xattr::OPEN];
+
 fn xattr_perm(cred: &Creds, d: &InodeData, name: &[u8], mask: u32) -> Result<()> {
     if name.starts_with(b"user.") {
         if !(d.kind() == S_IFREG || d.is_dir()) {
@@ -1115,6 +1125,13 @@ fn xattr_perm(cred: &Creds, d: &InodeData, name: &[u8], mask: u32) -> Result<()>
         }
         if !cred.allowed(d, mask) {
             return Err(Error::Access(show(name)));
+        }
+        // Settings that change how others' requests on the file are served
+        // (transaction protection takes locks for every writer; the open
+        // policy chooses every opener's caching and prefetch) are the
+        // owner's, like the layout.
+        if mask == W && OWNER_ONLY.iter().any(|n| n.as_bytes() == name) && !(cred.is_root() || cred.uid == d.uid) {
+            return Err(Error::Perm(show(name)));
         }
         Ok(())
     } else if name.starts_with(b"trusted.") || name.starts_with(b"security.") {

@@ -288,7 +288,7 @@ fn claim_device(dev: &dyn Device, sb: &Superblock, index: u32) -> Result<()> {
 /// renamed over it, so a crash leaves the old list or the new one).
 pub fn set_device_path(dir: &Path, index: u32, path: &Path) -> Result<()> {
     let f = dir.join(pool::POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let text = pool::read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     let mut seen = 0u32;
     let mut out = String::new();
     let mut done = false;

@@ -594,12 +594,16 @@ impl PositionRecord {
     }
 }
 
-/// Writes the position file (a temporary file renamed over it).
+/// Writes the position file: a temporary file beside it (`scrub.tmp` for
+/// `scrub.pos`) renamed over it, both opened relative to their directory
+/// and never through a link (the pool directory may be another user's:
+/// [`crate::dirfile`]).
 pub fn save_position(f: &std::path::Path, pool: &[u8; 16], rebuild: &[u32], pos: ScrubPos) -> Result<()> {
     let text = PositionRecord { pool: *pool, rebuild: rebuild.to_vec(), pos }.encode();
     let tmp = f.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(|e| Error::io(tmp.display().to_string(), e))?;
-    std::fs::rename(&tmp, f).map_err(|e| Error::io(f.display().to_string(), e))
+    let tmp = tmp.file_name().and_then(|n| n.to_str()).unwrap_or("scrub.tmp");
+    let (dir, name) = crate::dirfile::Dir::split(f)?;
+    dir.replace(&name, tmp, text.as_bytes())
 }
 
 fn remove_position(f: &std::path::Path) -> Result<()> {
@@ -704,6 +708,30 @@ fn from_media<R>(resilver: bool, f: impl FnOnce() -> R) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pool directory may be another user's: a `scrub.tmp` link she
+    /// left there is removed, not written through, and a `scrub.pos` link
+    /// is replaced.
+    #[test]
+    fn the_position_is_written_through_no_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "root's").unwrap();
+        let pool = dir.path().join("pool");
+        std::fs::create_dir(&pool).unwrap();
+        std::os::unix::fs::symlink(&victim, pool.join("scrub.tmp")).unwrap();
+        let f = pool.join("scrub.pos");
+        let at = ScrubPos { ino: 9, block: 2 };
+        save_position(&f, &[1; 16], &[], at).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's");
+        assert_eq!(load_position(&f, &[1; 16], &[]).unwrap(), Some(at));
+        assert!(std::fs::symlink_metadata(pool.join("scrub.tmp")).is_err());
+        std::fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink(&victim, &f).unwrap();
+        save_position(&f, &[1; 16], &[], at).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's");
+        assert!(std::fs::symlink_metadata(&f).unwrap().is_file());
+    }
 
     #[test]
     fn position_files_round_trip_and_refuse_damage() {

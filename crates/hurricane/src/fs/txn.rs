@@ -62,10 +62,17 @@
 //!   (ordered mode).
 //! * **Cleaning.** A commit first waits for the log cleaner when a device's
 //!   log is down to its reserve of clean segments, as a plain write does.
+//! * **Bounds.** Every lock wait is bounded ([`TxnLimits::lock_wait`];
+//!   `locks.rs`). What transactions buffer is counted per account (the user
+//!   a mount begins one for, [`Fs::begin_as`]; the process for
+//!   [`Fs::begin`]) and for the pool: a transaction past
+//!   [`TxnLimits::bytes`], an account past `user_bytes` or `user_open`, or
+//!   the pool past `pool_bytes` or `pool_open` is refused with
+//!   [`Error::NoMemory`] (ENOMEM), and the transaction stays usable.
 
 mod locks;
 
-pub use locks::{LockTable, Mode, Owner};
+pub use locks::{may_wait, waiting_at_most, LockTable, Mode, Owner, DEFAULT_LOCK_WAIT};
 
 use super::io::MAX_FILE_SIZE;
 use super::{now, File, Fs};
@@ -74,14 +81,162 @@ use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
 use crate::xattr::TXN;
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 const BS: u64 = BLOCK_SIZE as u64;
 /// Cleaning passes a commit refused for space runs before it gives up.
 const MAX_CLEAN_RETRIES: usize = 8;
-/// Bytes a transaction may buffer (its patches, overlaps counted once).
+/// Bytes a transaction may buffer (its patches, overlaps counted once), by
+/// default.
 pub const MAX_TXN_BYTES: u64 = 256 << 20;
+
+/// Bounds on transactions (`Options::txn_limits`; a mount's `txn_*`
+/// options). An *account* is whom a transaction is counted against: the
+/// user a mount began it for ([`Fs::begin_as`]), or the process itself
+/// ([`Fs::begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnLimits {
+    /// Bytes one transaction may buffer.
+    pub bytes: u64,
+    /// Bytes the open transactions of one account may buffer together.
+    pub user_bytes: u64,
+    /// Bytes all open transactions may buffer together.
+    pub pool_bytes: u64,
+    /// Transactions one account may have open at once.
+    pub user_open: usize,
+    /// Transactions open at once in the pool.
+    pub pool_open: usize,
+    /// The longest a request waits for a range lock (then EAGAIN).
+    pub lock_wait: Duration,
+}
+
+impl Default for TxnLimits {
+    fn default() -> Self {
+        TxnLimits {
+            bytes: MAX_TXN_BYTES,
+            user_bytes: MAX_TXN_BYTES,
+            pool_bytes: 4 * MAX_TXN_BYTES,
+            user_open: 64,
+            pool_open: 1024,
+            lock_wait: DEFAULT_LOCK_WAIT,
+        }
+    }
+}
+
+/// What open transactions hold now, and their bounds (`Fs::txn_usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnUsage {
+    /// Transactions open.
+    pub open: usize,
+    /// Bytes they buffer.
+    pub bytes: u64,
+    /// Accounts with a transaction open.
+    pub accounts: usize,
+    pub limits: TxnLimits,
+}
+
+/// Who a transaction is counted against: a user, or the process (None).
+type Account = Option<u32>;
+
+/// The counts behind [`TxnLimits`]: open transactions and buffered bytes,
+/// per account and for the pool.
+pub(crate) struct TxnBudget {
+    limits: TxnLimits,
+    inner: Mutex<BudgetState>,
+}
+
+#[derive(Default)]
+struct BudgetState {
+    open: usize,
+    bytes: u64,
+    /// Per account: (open, bytes); absent once both are 0.
+    accounts: HashMap<Account, (usize, u64)>,
+}
+
+fn who(a: Account) -> String {
+    a.map_or_else(|| "this process".to_string(), |u| format!("uid {u}"))
+}
+
+impl TxnBudget {
+    pub(crate) fn new(limits: TxnLimits) -> TxnBudget {
+        TxnBudget { limits, inner: Mutex::default() }
+    }
+
+    /// Counts a new transaction of `a`, or refuses it.
+    fn open(&self, a: Account) -> Result<()> {
+        let mut b = self.inner.lock();
+        let mine = b.accounts.get(&a).map_or(0, |x| x.0);
+        if mine >= self.limits.user_open {
+            return Err(Error::NoMemory(format!(
+                "{}: {mine} transactions open, the most one user may have (txn_open_per_user)",
+                who(a)
+            )));
+        }
+        if b.open >= self.limits.pool_open {
+            return Err(Error::NoMemory(format!(
+                "{} transactions open in the pool, the most it allows (txn_open)",
+                b.open
+            )));
+        }
+        b.open += 1;
+        b.accounts.entry(a).or_default().0 += 1;
+        Ok(())
+    }
+
+    /// Counts `n` more buffered bytes of `a` (`had` already), or refuses them.
+    fn charge(&self, a: Account, had: u64, n: u64) -> Result<()> {
+        if had + n > self.limits.bytes {
+            return Err(Error::NoMemory(format!(
+                "a transaction of {} would buffer more than {} bytes (txn_bytes): commit it and start another",
+                who(a),
+                self.limits.bytes
+            )));
+        }
+        let mut b = self.inner.lock();
+        let mine = b.accounts.get(&a).map_or(0, |x| x.1);
+        if mine + n > self.limits.user_bytes {
+            return Err(Error::NoMemory(format!(
+                "{}: its transactions would buffer more than {} bytes (txn_bytes_per_user)",
+                who(a),
+                self.limits.user_bytes
+            )));
+        }
+        if b.bytes + n > self.limits.pool_bytes {
+            return Err(Error::NoMemory(format!(
+                "the pool's transactions would buffer more than {} bytes (txn_bytes_total)",
+                self.limits.pool_bytes
+            )));
+        }
+        b.bytes += n;
+        b.accounts.entry(a).or_default().1 += n;
+        Ok(())
+    }
+
+    /// Gives back `bytes` of `a`, and its transaction too when `close`.
+    fn refund(&self, a: Account, bytes: u64, close: bool) {
+        let mut b = self.inner.lock();
+        b.bytes = b.bytes.saturating_sub(bytes);
+        if close {
+            b.open = b.open.saturating_sub(1);
+        }
+        if let Some(x) = b.accounts.get_mut(&a) {
+            x.1 = x.1.saturating_sub(bytes);
+            if close {
+                x.0 = x.0.saturating_sub(1);
+            }
+            if *x == (0, 0) {
+                b.accounts.remove(&a);
+            }
+        }
+    }
+
+    pub(crate) fn usage(&self) -> TxnUsage {
+        let b = self.inner.lock();
+        TxnUsage { open: b.open, bytes: b.bytes, accounts: b.accounts.len(), limits: self.limits }
+    }
+}
 /// Block types whose punch drops a mapping (space freed when the batch
 /// commits) and whose write of a hole goes to fresh space: a commit that
 /// punches and rewrites a range through them never overwrites data in place.
@@ -168,6 +323,8 @@ struct TxnState {
 pub struct Transaction {
     fs: Fs,
     owner: Owner,
+    /// Whom its buffered bytes count against.
+    account: Account,
     st: Mutex<TxnState>,
     done: bool,
 }
@@ -222,15 +379,34 @@ fn check_layout(ino: Ino, lay: &Layout) -> Result<()> {
 }
 
 impl Fs {
-    /// Starts a transaction (see [`Transaction`]).
+    /// Starts a transaction (see [`Transaction`]), counted against this
+    /// process.
     pub fn begin(&self) -> Result<Transaction> {
+        self.begin_for(None)
+    }
+
+    /// Starts a transaction counted against user `uid` (a mount's caller):
+    /// refused with [`Error::NoMemory`] when that user, or the pool, has
+    /// as many open as [`TxnLimits`] allows.
+    pub fn begin_as(&self, uid: u32) -> Result<Transaction> {
+        self.begin_for(Some(uid))
+    }
+
+    fn begin_for(&self, account: Account) -> Result<Transaction> {
         self.check_writable()?;
+        self.inner.txn_budget.open(account)?;
         Ok(Transaction {
             fs: self.clone(),
             owner: self.inner.txn_locks.owner(),
+            account,
             st: Mutex::new(TxnState::default()),
             done: false,
         })
+    }
+
+    /// Open transactions, what they buffer, and the bounds.
+    pub fn txn_usage(&self) -> TxnUsage {
+        self.inner.txn_budget.usage()
     }
 
     /// The lock a non-transactional change of bytes [start, end) of a
@@ -283,8 +459,14 @@ impl Transaction {
     fn kill(&self, st: &mut TxnState, why: &Error) {
         st.dead = Some(why.to_string());
         st.files.clear();
-        st.bytes = 0;
+        self.fs.inner.txn_budget.refund(self.account, std::mem::take(&mut st.bytes), false);
         self.fs.inner.txn_locks.release(self.owner);
+    }
+
+    /// Whether the transaction has read or written file `ino` (holds a lock
+    /// on it or buffers bytes of it).
+    pub fn touches(&self, ino: Ino) -> bool {
+        self.st.lock().files.contains_key(&ino) || self.fs.inner.txn_locks.holds(self.owner, ino)
     }
 
     /// This transaction's id (the owner named in deadlock errors).
@@ -320,13 +502,8 @@ impl Transaction {
             check_layout(ino, &lay)?;
         }
         let adds = st.files.get(&ino).map_or(end - off, |f| f.uncovered(off, end));
-        if st.bytes + adds > MAX_TXN_BYTES {
-            return Err(Error::TooBig(format!(
-                "transaction {}: more than {MAX_TXN_BYTES} bytes written (commit it and start another)",
-                self.owner
-            )));
-        }
         self.lock(&mut st, ino, off, end, Mode::Exclusive)?;
+        self.fs.inner.txn_budget.charge(self.account, st.bytes, adds)?;
         st.bytes += adds;
         st.files.entry(ino).or_default().put(off, data);
         Ok(data.len())
@@ -350,12 +527,27 @@ impl Transaction {
 
     /// [`Transaction::read`] by inode number.
     pub fn read_ino(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_as(ino, off, buf, true)
+    }
+
+    /// Reads like [`Transaction::read_ino`] but takes no lock: what a
+    /// caller who may not write the file reads (a mount serves such a
+    /// caller's reads this way, so no reader can hold off the file's
+    /// writers). It sees committed data with the transaction's own
+    /// writes laid over it, with no guarantee that the bytes stay as read.
+    pub fn read_ino_unlocked(&self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_as(ino, off, buf, false)
+    }
+
+    fn read_as(&self, ino: Ino, off: u64, buf: &mut [u8], lock: bool) -> Result<usize> {
         let mut st = self.live()?;
         if buf.is_empty() {
             return Ok(0);
         }
         let end = off.saturating_add(buf.len() as u64);
-        self.lock(&mut st, ino, off, end, Mode::Shared)?;
+        if lock {
+            self.lock(&mut st, ino, off, end, Mode::Shared)?;
+        }
         let (_, _, size) = self.fs.file_layout(ino)?;
         let mine = st.files.get(&ino);
         let size = size.max(mine.map_or(0, |f| f.end));
@@ -393,6 +585,7 @@ impl Transaction {
         }
         let r = r.and_then(|logged| if logged { self.fs.commit_all() } else { Ok(()) });
         self.fs.inner.txn_locks.release(self.owner);
+        self.fs.inner.txn_budget.refund(self.account, st.bytes, false);
         r
     }
 
@@ -616,6 +809,10 @@ impl Drop for Transaction {
         if !self.done {
             self.fs.inner.txn_locks.release(self.owner);
         }
+        // (A commit gave back the bytes it took; what is left is an
+        // aborted or dropped transaction's.)
+        let bytes = std::mem::take(&mut self.st.get_mut().bytes);
+        self.fs.inner.txn_budget.refund(self.account, bytes, true);
     }
 }
 

@@ -155,26 +155,49 @@ impl Storage {
     }
 }
 
-/// The file in a pool directory that lists its devices, one path a line.
+/// The file in a pool directory that lists its devices (`device = PATH`
+/// lines) and the settings of its pool on this host.
 pub const POOL_FILE: &str = "pool.conf";
 
-/// Device paths of a pool directory.
+/// The text of a pool directory's `pool.conf`, read without following a
+/// link (the directory may be another user's: a link there would have
+/// root read a file of its own, and name its lines in errors), and only
+/// from a regular file.
+pub fn read_pool_text(dir: &Path) -> std::io::Result<String> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read;
+    let d = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = match rustix::fs::openat(&d, POOL_FILE, flags, Mode::empty()) {
+        Err(rustix::io::Errno::LOOP) => {
+            return Err(std::io::Error::other("a symbolic link: not followed (make it the file itself)"))
+        }
+        r => r?,
+    };
+    let mut f = std::fs::File::from(fd);
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Device paths of a pool directory. A `pool.conf` holding a line it
+/// cannot hold is refused ([`check_text`]).
 pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     let f = dir.join(POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| {
+    let text = read_pool_text(dir).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             Error::NotFound(format!("{} (not a Hurricane pool directory: no {POOL_FILE})", dir.display()))
         } else {
             Error::io(f.display().to_string(), e)
         }
     })?;
+    check_text(&text, &f.display().to_string())?;
     let mut out = Vec::new();
     for line in text.lines() {
-        let line = line.trim();
-        if !is_device_line(line) {
-            continue;
-        }
-        let p = line.strip_prefix("device").map(|r| r.trim_start().trim_start_matches('=').trim()).unwrap_or(line);
+        let Some(p) = device_of(line.trim()) else { continue };
         if crate::device::is_rados(p) {
             out.push(PathBuf::from(p));
             continue;
@@ -188,13 +211,93 @@ pub fn device_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Whether a (trimmed) line of `pool.conf` names a device: anything but
-/// blank lines, comments, and `sim =`, `fault =`, `numa =`, `name =`, `id =`
-/// and `revision =` lines.
+/// What a line of `pool.conf` is (docs/FORMAT.md, "Pool directory").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    Blank,
+    /// `# ...`
+    Comment,
+    /// `device = PATH` (an image file or block device, a path relative to
+    /// the directory or absolute) or `device = rados:...`.
+    Device,
+    /// `sim = MODEL`: the disk simulator (`mkfs --sim`).
+    Sim,
+    /// `fault = DEV SPEC`: faults to inject (tests).
+    Fault,
+    /// `numa = DEV NODE`: a device's NUMA node.
+    Numa,
+    /// `name =`, `id =`, `revision =`: a pool found by name in its Ceph
+    /// cluster (`published`).
+    Name,
+    Id,
+    Revision,
+}
+
+/// The `KEY = VALUE` lines, by key.
+const KEYED: [(&str, Line); 7] = [
+    ("device", Line::Device),
+    ("sim", Line::Sim),
+    ("fault", Line::Fault),
+    ("numa", Line::Numa),
+    ("name", Line::Name),
+    ("id", Line::Id),
+    ("revision", Line::Revision),
+];
+
+/// What the (trimmed) line `line` of `pool.conf` is; None for a line the
+/// file cannot hold.
+pub fn classify(line: &str) -> Option<Line> {
+    if line.is_empty() {
+        return Some(Line::Blank);
+    }
+    if line.starts_with('#') {
+        return Some(Line::Comment);
+    }
+    KEYED.iter().find(|(k, _)| published::setting(line, k).is_some()).map(|(_, kind)| *kind)
+}
+
+/// Whether a (trimmed) line of `pool.conf` names a device (`device = PATH`).
 pub fn is_device_line(line: &str) -> bool {
-    !(line.is_empty()
-        || line.starts_with('#')
-        || ["sim", "fault", "numa", "name", "id", "revision"].iter().any(|k| published::setting(line, k).is_some()))
+    classify(line) == Some(Line::Device)
+}
+
+/// The device a (trimmed) `device = PATH` line names; None for another line.
+pub fn device_of(line: &str) -> Option<&str> {
+    published::setting(line, "device")
+}
+
+/// Refuses a `pool.conf` text (`what` names the file) holding a line the
+/// file cannot hold, naming the line and its number: each line is blank,
+/// a `#` comment, or a `KEY = VALUE` line of a key [`classify`] knows,
+/// `device =` naming a device. A pool directory is often its user's, who
+/// may write anything there: nothing else is taken (or written) as part
+/// of a pool's description.
+pub fn check_text(text: &str, what: &str) -> Result<()> {
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        let bad = |why: &str| {
+            // The line as written, cut short if long.
+            let mut shown: String = line.chars().take(100).collect();
+            if shown.len() < line.len() {
+                shown.push_str("...");
+            }
+            Error::Invalid(format!("{what} line {}: {shown:?} {why}", n + 1))
+        };
+        match classify(line) {
+            None => {
+                return Err(bad(
+                    "is not a pool.conf line (pool.conf holds blank lines, # comments, and device =, sim =, \
+                     fault =, numa =, name =, id = and revision = lines; a device is listed as `device = PATH`)",
+                ))
+            }
+            Some(Line::Device) if device_of(line).is_some_and(str::is_empty) => {
+                return Err(bad("names no device (`device = PATH`)"))
+            }
+            _ if line.contains('\0') => return Err(bad("holds a NUL byte")),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The value of a `numa = DEV NODE` line.
@@ -208,7 +311,7 @@ fn numa_line(line: &str) -> Option<&str> {
 /// whose disk sysfs places on no node).
 pub fn numa_nodes(dir: &Path) -> Result<Vec<(u32, u32)>> {
     let f = dir.join(POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let text = read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().map(str::trim).enumerate() {
         let Some(v) = numa_line(line) else { continue };
@@ -238,20 +341,15 @@ pub fn replace_pool_file(dir: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// Replaces `pool.conf` with `text`: a temporary file, synced, renamed over
-/// it, and the directory synced, so a crash leaves the old list or the new.
+/// Replaces `pool.conf` with `text`: a temporary file (`pool.conf.tmp`,
+/// one left there before removed first), synced, renamed over it, and the
+/// directory synced, so a crash leaves the old list or the new. Both names
+/// are opened relative to the directory, never through a link
+/// ([`crate::dirfile`]). A text holding a line pool.conf cannot hold is
+/// refused ([`check_text`]).
 pub fn write_pool_text(dir: &Path, text: &str) -> Result<()> {
-    let f = dir.join(POOL_FILE);
-    let tmp = dir.join(format!("{POOL_FILE}.tmp"));
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut t = std::fs::File::create(&tmp)?;
-        t.write_all(text.as_bytes())?;
-        t.sync_all()?;
-        std::fs::rename(&tmp, &f)?;
-        std::fs::File::open(dir)?.sync_all()
-    };
-    write().map_err(|e| Error::io(f.display().to_string(), e))
+    check_text(text, &dir.join(POOL_FILE).display().to_string())?;
+    crate::dirfile::Dir::open(dir)?.replace(POOL_FILE, format!("{POOL_FILE}.tmp"), text.as_bytes())
 }
 
 /// The value of a `sim = SPEC` line.
@@ -269,7 +367,7 @@ fn fault_line(line: &str) -> Option<&str> {
 /// device DEV in a [`crate::device::FaultDevice`] with it. For tests.
 pub fn fault_specs(dir: &Path) -> Result<Vec<(u32, FaultSpec)>> {
     let f = dir.join(POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let text = read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     let mut out = Vec::new();
     for (n, line) in text.lines().map(str::trim).enumerate() {
         let Some(v) = fault_line(line) else { continue };
@@ -286,7 +384,7 @@ pub fn fault_specs(dir: &Path) -> Result<Vec<(u32, FaultSpec)>> {
 /// in a [`crate::device::SimDevice`] with it.
 pub fn sim_params(dir: &Path) -> Result<Option<crate::device::SimParams>> {
     let f = dir.join(POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let text = read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     let mut found = None;
     for line in text.lines().map(str::trim) {
         if let Some(spec) = sim_line(line) {
@@ -300,7 +398,7 @@ pub fn sim_params(dir: &Path) -> Result<Option<crate::device::SimParams>> {
 /// Records (or with `None` removes) the disk simulator of a pool directory.
 pub fn set_sim(dir: &Path, p: Option<&crate::device::SimParams>) -> Result<()> {
     let f = dir.join(POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let text = read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     const NOTE: &str = "# timing of a simulated disk on every device (see device::sim)";
     let mut out: String =
         text.lines().filter(|l| sim_line(l.trim()).is_none() && l.trim() != NOTE).map(|l| format!("{l}\n")).collect();
@@ -611,4 +709,106 @@ pub fn new_pool_id() -> [u8; 16] {
     let mut id = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut id);
     id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind of line pool.conf holds: as mkfs, `device add` and
+    /// `replace`, `mkfs --sim` and a pool named in its cluster write them,
+    /// and the `numa =` and `fault =` lines docs/FORMAT.md describes.
+    const EVERY_KIND: &str = "# Hurricane pool: one device a line, in device order
+device = dev0.img
+device=/abs/dev1.img
+  device = rados:hfs/hurricane.ab.2?conf=/etc/ceph/ceph.conf&size=67108864
+
+# timing of a simulated disk on every device (see device::sim)
+sim = hdd
+fault = 1 read-error=2-16383
+numa = 0 1
+# found from other hosts as rados:CEPHPOOL/web?conf=PATH
+name = web
+id = 0123456789abcdef0123456789abcdef
+revision = 3
+";
+
+    #[test]
+    fn every_kind_of_line_is_known() {
+        use Line::*;
+        let kinds: Vec<Line> = EVERY_KIND.lines().map(|l| classify(l.trim()).unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [Comment, Device, Device, Device, Blank, Comment, Sim, Fault, Numa, Comment, Name, Id, Revision]
+        );
+        check_text(EVERY_KIND, "pool.conf").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(POOL_FILE), EVERY_KIND).unwrap();
+        let devs = device_paths(dir.path()).unwrap();
+        assert_eq!(devs[0], dir.path().join("dev0.img"));
+        assert_eq!(devs[1], PathBuf::from("/abs/dev1.img"));
+        assert!(devs[2].to_str().unwrap().starts_with("rados:hfs/"));
+        assert_eq!(devs.len(), 3);
+    }
+
+    #[test]
+    fn an_unknown_line_is_refused_naming_it() {
+        for (bad, why) in [
+            ("* * * * * root /tmp/x", "is not a pool.conf line"),
+            ("dev0.img", "`device = PATH`"),
+            ("/dev/sdb", "`device = PATH`"),
+            ("device dev0.img", "is not a pool.conf line"),
+            ("devices = 3", "is not a pool.conf line"),
+            ("[global]", "is not a pool.conf line"),
+            ("sim hdd", "is not a pool.conf line"),
+            ("device =", "names no device"),
+            ("device = a\0b", "NUL"),
+        ] {
+            let text = format!("device = dev0.img\n{bad}\nnuma = 0 1\n");
+            let e = check_text(&text, "/p/pool.conf").unwrap_err().to_string();
+            let shown = format!("{:?}", bad.trim());
+            assert!(e.contains("/p/pool.conf line 2: ") && e.contains(&shown) && e.contains(why), "{bad}: {e}");
+        }
+        // A long line is cut short in the message.
+        let e = check_text(&"x".repeat(5000), "pool.conf").unwrap_err().to_string();
+        assert!(e.len() < 500 && e.contains("line 1"), "{e}");
+        // Opening refuses it; nothing writes it.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join(POOL_FILE);
+        std::fs::write(&f, "device = dev0.img\nrm -rf /\n").unwrap();
+        let e = device_paths(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("rm -rf /"), "{e}");
+        let e = write_pool_text(dir.path(), "device = a\nhello\n").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("hello"), "{e}");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "device = dev0.img\nrm -rf /\n");
+        assert!(!dir.path().join("pool.conf.tmp").exists());
+    }
+
+    /// The pool directory may be another user's: `pool.conf.tmp` or
+    /// `pool.conf` links she left there are replaced, never written
+    /// through.
+    #[test]
+    fn the_list_is_written_through_no_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "root's\n").unwrap();
+        let pool = dir.path().join("pool");
+        std::fs::create_dir(&pool).unwrap();
+        std::os::unix::fs::symlink(&victim, pool.join("pool.conf.tmp")).unwrap();
+        write_pool_file(&pool, &[pool.join("dev0.img")], None).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's\n");
+        assert_eq!(device_paths(&pool).unwrap(), [pool.join("dev0.img")]);
+        assert!(std::fs::symlink_metadata(pool.join("pool.conf.tmp")).is_err());
+        std::fs::remove_file(pool.join(POOL_FILE)).unwrap();
+        std::os::unix::fs::symlink(&victim, pool.join(POOL_FILE)).unwrap();
+        replace_pool_file(&pool, "device = dev1.img\n").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's\n");
+        assert!(std::fs::symlink_metadata(pool.join(POOL_FILE)).unwrap().is_file());
+        assert_eq!(device_paths(&pool).unwrap(), [pool.join("dev1.img")]);
+        // Nor read through: a link there is refused, naming the file.
+        std::fs::rename(pool.join(POOL_FILE), dir.path().join("copy")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("copy"), pool.join(POOL_FILE)).unwrap();
+        let e = device_paths(&pool).unwrap_err().to_string();
+        assert!(e.contains("symbolic link") && e.contains("pool.conf"), "{e}");
+    }
 }

@@ -63,7 +63,7 @@ pub(super) fn setting<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 
 /// The device named by a (trimmed) device line.
 fn device_of(line: &str) -> &str {
-    line.strip_prefix("device").map(|r| r.trim_start().trim_start_matches('=').trim()).unwrap_or(line)
+    super::device_of(line).unwrap_or(line)
 }
 
 /// What a pool.conf text says of its pool's place in a cluster.
@@ -191,7 +191,7 @@ fn publish_on(text: &str, create: bool, conns: &mut RadosConnections) -> Result<
 /// unnamed, with a warning: the device is added either way.
 pub fn name_after_add(dir: &Path, pool_id: &[u8; 16]) -> Result<()> {
     let f = dir.join(POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let text = super::read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     let d = describe(&text)?;
     let (None, Some(home)) = (&d.name, &d.home) else { return Ok(()) };
     let Some(name) = dir.file_name().and_then(|n| n.to_str()) else { return Ok(()) };
@@ -219,7 +219,7 @@ pub fn name_after_add(dir: &Path, pool_id: &[u8; 16]) -> Result<()> {
 /// name.
 pub fn sync(dir: &Path, conns: &mut RadosConnections) -> Result<()> {
     let f = dir.join(POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let text = super::read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     let local = describe(&text)?;
     let (Some(name), Some(home)) = (&local.name, &local.home) else { return Ok(()) };
     let Some(bytes) = conns.read_object(&home.conf, &home.pool, &object_name(name))? else {
@@ -262,6 +262,7 @@ pub fn sync(dir: &Path, conns: &mut RadosConnections) -> Result<()> {
 pub fn take(bytes: &[u8], loc: &Locator, local: &str) -> Result<(String, Description)> {
     let what = format!("rados:{}/{}", loc.pool, object_name(&loc.name));
     let text = std::str::from_utf8(bytes).map_err(|_| Error::corrupt(&what, "not text"))?;
+    super::check_text(text, &what)?;
     let d = describe(text)?;
     let home = d.home.as_ref().ok_or_else(|| Error::corrupt(&what, "a pool description without a rados device"))?;
     if home.pool != loc.pool || d.name.as_deref() != Some(loc.name.as_str()) {
@@ -276,7 +277,7 @@ pub fn take(bytes: &[u8], loc: &Locator, local: &str) -> Result<(String, Descrip
 /// for a pool without a name in a cluster.
 pub fn locator_of(dir: &Path) -> Result<Option<String>> {
     let f = dir.join(POOL_FILE);
-    let text = std::fs::read_to_string(&f).map_err(|e| Error::io(f.display().to_string(), e))?;
+    let text = super::read_pool_text(dir).map_err(|e| Error::io(f.display().to_string(), e))?;
     let d = describe(&text)?;
     Ok(match (d.name, d.home) {
         (Some(name), Some(home)) => Some(format!("rados:{}/{name}?conf={}", home.pool, home.conf.display())),
@@ -349,7 +350,7 @@ pub fn locate(locator: &str, root: &Path) -> Result<PathBuf> {
     let dir = loc.dir(root);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
     let f = dir.join(POOL_FILE);
-    let old = match std::fs::read_to_string(&f) {
+    let old = match super::read_pool_text(&dir) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(Error::io(f.display().to_string(), e)),

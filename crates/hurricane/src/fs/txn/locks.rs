@@ -14,6 +14,16 @@
 //! [`Error::Deadlock`] and the requester (the victim) is expected to release
 //! its locks. Every release wakes the waiters, which look again.
 //!
+//! Every wait is bounded. A table waits at most its `max_wait` (the pool's
+//! `Options::txn_limits.lock_wait`), then the request fails with
+//! [`Error::WouldBlock`] (EAGAIN) holding nothing new. A thread may lower
+//! that bound for the calls it makes inside [`waiting_at_most`]: a mount's
+//! serving threads wait not at all (`Duration::ZERO`), so a request that
+//! would wait fails at once with [`Error::LockWait`], before it changed
+//! anything, and the mount runs it again on a thread of its own, where it
+//! may wait out the table's bound. No serving thread ever waits for a lock
+//! that another request or a transaction holds.
+//!
 //! One mutex covers the whole table. Lock requests come once per
 //! transactional read or write (or write to a protected file), never per
 //! byte or block, and an owner's ranges of one mode that touch are kept as
@@ -22,8 +32,40 @@
 use crate::error::{Error, Result};
 use crate::journal::Ino;
 use parking_lot::{Condvar, Mutex};
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a lock request waits when nothing lowers it (`LockTable::new`).
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+thread_local! {
+    /// This thread's bound on lock waits, when lower than the table's
+    /// (set by [`waiting_at_most`]).
+    static WAIT: Cell<Option<Duration>> = const { Cell::new(None) };
+}
+
+/// Whether this thread's lock requests may wait (they may not inside
+/// `waiting_at_most(Duration::ZERO, ..)`).
+pub fn may_wait() -> bool {
+    WAIT.with(Cell::get) != Some(Duration::ZERO)
+}
+
+/// Runs `f` with this thread's lock requests waiting at most `bound` (or the
+/// table's bound, if lower). With `Duration::ZERO` a request that would wait
+/// fails at once with [`Error::LockWait`] before it changed anything, and
+/// the caller may run it again where waiting is allowed.
+pub fn waiting_at_most<T>(bound: Duration, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Duration>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            WAIT.with(|w| w.set(self.0));
+        }
+    }
+    let _restore = Restore(WAIT.with(|w| w.replace(Some(bound))));
+    f()
+}
 
 /// Who holds or asks for locks.
 pub type Owner = u64;
@@ -91,14 +133,26 @@ impl Table {
 }
 
 /// The lock table of an open pool.
-#[derive(Default)]
 pub struct LockTable {
     table: Mutex<Table>,
     cv: Condvar,
     next: AtomicU64,
+    /// The longest any request waits.
+    max_wait: Duration,
+}
+
+impl Default for LockTable {
+    fn default() -> Self {
+        LockTable::new(DEFAULT_LOCK_WAIT)
+    }
 }
 
 impl LockTable {
+    /// A table whose requests wait at most `max_wait`.
+    pub fn new(max_wait: Duration) -> LockTable {
+        LockTable { table: Mutex::default(), cv: Condvar::new(), next: AtomicU64::new(0), max_wait }
+    }
+
     /// A new owner id (never reused while the pool is open).
     pub fn owner(&self) -> Owner {
         self.next.fetch_add(1, Ordering::Relaxed) + 1
@@ -107,13 +161,18 @@ impl LockTable {
     /// Locks bytes [start, end) of `ino` for `owner` in `mode`, waiting
     /// while other owners hold conflicting locks. Fails with
     /// [`Error::Deadlock`] (holding nothing new) when waiting would close a
-    /// cycle of waiting owners. A range the owner holds already (in any
-    /// mode for shared, exclusive for exclusive) is not asked for again; one
-    /// that touches a range the owner holds in the same mode extends it.
+    /// cycle of waiting owners, with [`Error::LockWait`] when this thread
+    /// may not wait at all ([`waiting_at_most`] zero), and with
+    /// [`Error::WouldBlock`] once it waited its bound. A range the owner
+    /// holds already (in any mode for shared, exclusive for exclusive) is
+    /// not asked for again; one that touches a range the owner holds in the
+    /// same mode extends it.
     pub fn lock(&self, owner: Owner, ino: Ino, start: u64, end: u64, mode: Mode) -> Result<()> {
         if start >= end {
             return Ok(());
         }
+        let bound = WAIT.with(Cell::get).map_or(self.max_wait, |w| w.min(self.max_wait));
+        let deadline = Instant::now().checked_add(bound);
         let mut t = self.table.lock();
         loop {
             let c = t.conflicts(owner, ino, start, end, mode);
@@ -151,9 +210,36 @@ impl LockTable {
                     c[0]
                 )));
             }
+            if bound.is_zero() {
+                t.waits.remove(&owner);
+                return Err(Error::LockWait(format!(
+                    "inode {ino} bytes {start}..{end}: locked by transaction {}",
+                    c[0]
+                )));
+            }
+            let first = c[0];
             t.waits.insert(owner, c);
-            self.cv.wait(&mut t);
+            let timed_out = match deadline {
+                Some(d) => self.cv.wait_until(&mut t, d).timed_out(),
+                None => {
+                    self.cv.wait(&mut t);
+                    false
+                }
+            };
+            if timed_out && !t.conflicts(owner, ino, start, end, mode).is_empty() {
+                t.waits.remove(&owner);
+                // Others may have waited on a graph that had this edge.
+                self.cv.notify_all();
+                return Err(Error::WouldBlock(format!(
+                    "inode {ino} bytes {start}..{end}: still locked by transaction {first} after {bound:?}"
+                )));
+            }
         }
+    }
+
+    /// Whether `owner` holds any lock on `ino`.
+    pub fn holds(&self, owner: Owner, ino: Ino) -> bool {
+        self.table.lock().by_owner.get(&owner).is_some_and(|s| s.contains(&ino))
     }
 
     /// Releases every lock of `owner` and wakes the waiters.
@@ -287,6 +373,29 @@ mod tests {
         t.release(b);
         h.join().unwrap().unwrap();
         t.release(a);
+        assert_eq!(t.held(), 0);
+    }
+
+    #[test]
+    fn a_wait_is_bounded_and_a_thread_that_may_not_wait_fails_at_once() {
+        let t = LockTable::new(Duration::from_millis(200));
+        let (a, b) = (t.owner(), t.owner());
+        t.lock(a, 1, 0, 10, Mode::Exclusive).unwrap();
+        let t0 = Instant::now();
+        let e = t.lock(b, 1, 5, 6, Mode::Shared).unwrap_err();
+        assert!(matches!(e, Error::WouldBlock(_)), "{e}");
+        assert_eq!(e.errno(), libc::EAGAIN);
+        assert!(t0.elapsed() >= Duration::from_millis(200), "{:?}", t0.elapsed());
+        let e = waiting_at_most(Duration::ZERO, || t.lock(b, 1, 0, 1, Mode::Exclusive)).unwrap_err();
+        assert!(matches!(e, Error::LockWait(_)), "{e}");
+        // Nothing was taken, and the thread's bound is back to the table's.
+        assert!(!t.holds(b, 1) && t.holds(a, 1));
+        assert!(t.table.lock().waits.is_empty());
+        assert!(WAIT.with(Cell::get).is_none());
+        // What does not conflict is granted whatever the bound.
+        waiting_at_most(Duration::ZERO, || t.lock(b, 1, 10, 20, Mode::Exclusive)).unwrap();
+        t.release(a);
+        t.release(b);
         assert_eq!(t.held(), 0);
     }
 
