@@ -12,7 +12,8 @@ pub struct MkfsArgs {
     /// `rados:CEPHPOOL/NAME?conf=PATH`: the pool NAME, found by that name
     /// from any host.
     pub pool: PathBuf,
-    /// Number of image files (dev0.img, dev1.img, ...) to make in POOL_DIR.
+    /// Number of image files (dev0.img, dev1.img, ...) to make in POOL_DIR,
+    /// as new files: one already there is refused unless --force is given.
     #[arg(short = 'n', long, conflicts_with = "device")]
     pub devices: Option<u32>,
     /// Size of each device (K, M, G, T suffixes); with --device, missing
@@ -46,7 +47,8 @@ pub struct MkfsArgs {
     /// `rados:CEPHPOOL/NAME?conf=PATH`.
     #[arg(long)]
     pub name: Option<String>,
-    /// Overwrite a pool that POOL_DIR already holds.
+    /// Overwrite a pool that POOL_DIR already holds (with --devices, what
+    /// is at the image files' names is removed and the images made anew).
     #[arg(short = 'f', long)]
     pub force: bool,
 }
@@ -121,18 +123,11 @@ fn run_in(a: &MkfsArgs, dir: &Path, name: Option<String>, force: bool) -> CliRes
             if n == 0 {
                 return Err(Fail::code(2, "--devices must be at least 1"));
             }
-            let paths: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("dev{i}.img"))).collect();
-            let fresh: Vec<PathBuf> = paths.iter().filter(|p| !p.exists()).cloned().collect();
-            match Fs::mkfs_dir(dir, n, size, &opts) {
-                Ok(p) => p,
-                Err(e) => {
-                    // Leave no half-made images behind.
-                    for p in fresh {
-                        let _ = std::fs::remove_file(p);
-                    }
-                    return Err(e.into());
-                }
+            if dir.exists() {
+                clear_image_names(dir, n, force)?;
             }
+            // It makes every image new, and removes them again on an error.
+            Fs::mkfs_dir(dir, n, size, &opts)?
         }
         (None, false) => {
             let fresh: Vec<PathBuf> = a.device.iter().filter(|p| !p.exists()).cloned().collect();
@@ -161,10 +156,13 @@ fn run_in(a: &MkfsArgs, dir: &Path, name: Option<String>, force: bool) -> CliRes
 }
 
 /// Root makes no image files (`--devices N`) in a directory another user
-/// controls: she could make their names links to files of root's, which
-/// formatting would overwrite. (pool.conf is written there safely, as
-/// `hurricane::dirfile` says; the images are opened by name.) A pool
-/// made in a directory of root's can be handed over afterwards.
+/// controls: their names are hers (she may plant links there, or swap the
+/// images afterwards). The images are made new relative to the
+/// directory's descriptor, never through a link (`Fs::mkfs_dir`), so a
+/// planted link fails the mkfs rather than redirecting it, and pool.conf
+/// is written there safely, as `hurricane::dirfile` says; this refusal
+/// comes first and names the directory. A pool made in a directory of
+/// root's can be handed over afterwards.
 fn refuse_foreign_images(dir: &Path) -> CliResult {
     if !rustix::process::geteuid().is_root() {
         return Ok(());
@@ -178,6 +176,29 @@ fn refuse_foreign_images(dir: &Path) -> CliResult {
         ))),
         None => Ok(()),
     }
+}
+
+/// `--devices N` makes its images (`dev0.img`...) new, never writing
+/// through what has their names: with `--force` that is removed first (a
+/// link, not what it leads to; a directory is an error), without it the
+/// pool is refused, naming it.
+fn clear_image_names(dir: &Path, n: u32, force: bool) -> CliResult {
+    let d = hurricane::dirfile::Dir::open(dir)?;
+    for i in 0..n {
+        let name = format!("dev{i}.img");
+        if d.lstat(&name)?.is_none() {
+            continue;
+        }
+        if force {
+            d.remove(&name)?;
+        } else {
+            return Err(Fail::new(format!(
+                "{}: already exists; mkfs overwrites no image file (use --force to replace it)",
+                dir.join(&name).display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {

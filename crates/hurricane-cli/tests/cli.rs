@@ -522,6 +522,33 @@ fn mkfs_on_given_devices() {
     assert!(e.contains("nothing"), "{e}");
 }
 
+/// `mkfs --devices` makes its images new: a file or link at `devN.img`
+/// is refused by name (nothing written through the link), unless
+/// `--force` asks to replace it, which removes the link, not its target.
+#[test]
+fn mkfs_devices_overwrites_no_image_without_force() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pool = tmp.path().join("pool");
+    let target = tmp.path().join("target");
+    std::fs::write(&target, b"kept\n").expect("write");
+    std::fs::create_dir(&pool).expect("mkdir");
+    std::os::unix::fs::symlink(&target, pool.join("dev1.img")).expect("symlink");
+    let e = fails(&["mkfs", s(&pool), "--devices", "2", "--device-size", "16M"], 1);
+    assert!(e.contains("dev1.img") && e.contains("--force"), "{e}");
+    assert_eq!(std::fs::read(&target).expect("target"), b"kept\n");
+    assert!(!pool.join("dev0.img").exists() && !pool.join("pool.conf").exists());
+    ok(&["mkfs", s(&pool), "--devices", "2", "--device-size", "16M", "--force"]);
+    assert_eq!(std::fs::read(&target).expect("target"), b"kept\n");
+    assert!(std::fs::symlink_metadata(pool.join("dev1.img")).expect("made").is_file());
+    ok(&["put", s(&pool), s(&target), "/t"]);
+    // An existing pool is replaced with --force, its images made anew.
+    let e = fails(&["mkfs", s(&pool), "--devices", "2", "--device-size", "16M"], 1);
+    assert!(e.contains("--force"), "{e}");
+    ok(&["mkfs", s(&pool), "--devices", "2", "--device-size", "32M", "--force"]);
+    assert_eq!(std::fs::metadata(pool.join("dev0.img")).expect("dev0").len(), 32 << 20);
+    assert_eq!(ok(&["ls", s(&pool), "/"]).trim(), "");
+}
+
 #[test]
 fn a_pool_in_use_is_refused() {
     let pool = Pool::new(2, "16M");
@@ -699,4 +726,18 @@ fn mkfs_checksum_off_keeps_layouts_as_written() {
     ok(&["put", s(&dir2), s(&local), "/f", "--layout", "stripe[extent@0,extent@1]"]);
     assert_eq!(ok(&["layout", "get", s(&dir2), "/f"]).trim(), "stripe[checksum[extent@0],checksum[extent@1]]");
     fails(&["mkfs", s(&tmp.path().join("p3")), "--devices", "1", "--device-size", "16M", "--checksum", "maybe"], 2);
+}
+
+/// The image files `mkfs --devices` makes are their owner's alone: each
+/// holds every file's data, whatever the files' own modes say.
+#[test]
+fn image_files_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let pool = tmp.path().join("pool");
+    ok(&["mkfs", s(&pool), "--devices", "2", "--device-size", "64M"]);
+    for i in 0..2 {
+        let mode = std::fs::metadata(pool.join(format!("dev{i}.img"))).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "dev{i}.img has mode {mode:o}");
+    }
 }

@@ -532,3 +532,32 @@ print(r, err(os.getxattr, p, "security.capability"))
     assert!(ok && out.trim() == "EPERM", "{out}");
     m.unmount();
 }
+
+/// Hole 8: a value a user chose (a layout with line breaks and an escape
+/// sequence) reaches the mount's log as one escaped line: no user can forge
+/// a line of root's log, or send control sequences to the terminal of
+/// whoever reads it.
+#[test]
+fn a_users_strings_cannot_forge_log_lines() {
+    require_users!();
+    let pool = Pool::new(2, "128M");
+    let m = pool.mount(&["allow_other"]);
+    std::fs::create_dir(m.path("bob")).unwrap();
+    chown(&m.path("bob"), BOB);
+    let forge = r#"
+p = sys.argv[1] + "/f"
+open(p, "w").close()
+v = b"stripe(width=99)\n2026-01-01T00:00:00.000000Z  INFO root: FORGED line\x1b[2K\r"
+print(err(os.setxattr, p, "user.hurricane.layout", v))
+"#;
+    let (ok, out) = py(Some(BOB), 30, forge, &[s(&m.path("bob"))]);
+    assert!(ok && out.trim() != "ok", "{out}");
+    m.unmount();
+    let log = pool.log();
+    assert!(log.contains("FORGED line"), "the refusal is logged: {log}");
+    for line in log.lines() {
+        assert!(!line.trim_start().starts_with("2026-01-01T00:00:00.000000Z"), "a forged line: {line:?}");
+        assert!(!line.contains('\x1b') && !line.contains('\r'), "a control character: {line:?}");
+    }
+    assert!(log.contains("\\n2026-01-01T00:00:00.000000Z  INFO root: FORGED line"), "{log}");
+}

@@ -132,7 +132,8 @@ impl Pool {
 #[pymethods]
 impl Pool {
     /// Makes a new pool: ``devices`` image files of ``size`` bytes each in
-    /// ``directory`` (``dev0.img``...), or, when ``paths`` is given, on those
+    /// ``directory`` (``dev0.img``..., made as new files: one already there,
+    /// or a link, is an error naming it), or, when ``paths`` is given, on those
     /// files or block devices (their whole size unless ``size`` is given),
     /// recorded in ``directory``. ``layout`` is the default layout of new
     /// files (default: striped over every device), ``checksum`` puts a

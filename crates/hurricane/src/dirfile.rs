@@ -93,10 +93,31 @@ impl Dir {
     /// open for writing, with permission bits `mode` (less the umask).
     pub fn create_new(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<File> {
         let name = name.as_ref();
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode & 0o777))
-            .map_err(|e| self.named(name, e))?;
-        Ok(File::from(fd))
+        self.create_excl(name, mode, OFlags::WRONLY).map_err(|e| self.named(name, e))
+    }
+
+    /// [`Dir::create_new`], open for reading too (a device image). What is
+    /// already at `name` (a file, a link, anything) is an error naming it
+    /// and saying what it is; nothing there is opened or changed.
+    pub fn create_new_rw(&self, name: impl AsRef<OsStr>, mode: u32) -> Result<File> {
+        let name = name.as_ref();
+        match self.create_excl(name, mode, OFlags::RDWR) {
+            Ok(f) => Ok(f),
+            Err(Errno::EXIST) => {
+                let what = self.lstat(name)?.map(|st| format!(" ({})", kind(&st))).unwrap_or_default();
+                Err(Error::Invalid(format!(
+                    "{}: already exists{what}: not overwritten",
+                    self.path.join(name).display()
+                )))
+            }
+            Err(e) => Err(self.named(name, e)),
+        }
+    }
+
+    /// Makes `name` with `O_CREAT | O_EXCL | O_NOFOLLOW`, open for `access`.
+    fn create_excl(&self, name: &OsStr, mode: u32, access: OFlags) -> std::result::Result<File, Errno> {
+        let flags = access | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode & 0o777)).map(File::from)
     }
 
     /// Renames `from` to `to`, both in this directory (a link at `to` is
@@ -231,6 +252,20 @@ impl Dir {
     }
 }
 
+/// What `st` describes, in words.
+fn kind(st: &Stat) -> &'static str {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => "a regular file",
+        FileType::Symlink => "a symbolic link",
+        FileType::Directory => "a directory",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::BlockDevice => "a block device",
+        FileType::CharacterDevice => "a character device",
+        FileType::Unknown => "a file of unknown type",
+    }
+}
+
 /// Whether users other than the owner (and the root group) can write
 /// what has mode `mode` and group `gid`.
 fn writable_by_others(mode: u32, gid: u32) -> bool {
@@ -323,6 +358,32 @@ mod tests {
         let e = d.replace("f", "f.tmp", b"newer").unwrap_err().to_string();
         assert!(e.contains("f.tmp"), "{e}");
         assert_eq!(std::fs::read(dir.join("f")).unwrap(), b"new");
+    }
+
+    #[test]
+    fn create_new_rw_makes_only_new_files_and_says_what_was_there() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, "theirs").unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        std::os::unix::fs::symlink(&victim, t.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("nowhere"), t.path().join("dangling")).unwrap();
+        std::fs::create_dir(t.path().join("dir")).unwrap();
+        for (name, what) in
+            [("link", "symbolic link"), ("dangling", "symbolic link"), ("victim", "regular file"), ("dir", "directory")]
+        {
+            let e = d.create_new_rw(name, 0o644).unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains(what) && e.contains("already exists"), "{e}");
+        }
+        assert_eq!(std::fs::read(&victim).unwrap(), b"theirs");
+        assert!(d.lstat("nowhere").unwrap().is_none(), "made through a dangling link");
+        let mut f = d.create_new_rw("new", 0o644).unwrap();
+        f.write_all(b"rw").unwrap();
+        let mut back = String::new();
+        use std::io::{Read, Seek};
+        f.rewind().unwrap();
+        f.read_to_string(&mut back).unwrap();
+        assert_eq!(back, "rw");
     }
 
     #[test]

@@ -1284,6 +1284,64 @@ fn hostile_scrub_position_files_are_refused_or_start_over() {
     assert!(r.complete && r.checked_blocks < full);
 }
 
+/// Links a pool directory's owner planted at the names of the image files
+/// `mkfs_dir` makes (`dev0.img` to a file of the caller's, `dev1.img`
+/// dangling): mkfs fails naming the link, writes nothing through it,
+/// creates nothing where it points and leaves no image or pool.conf
+/// behind. A file already there is refused too: mkfs overwrites nothing.
+#[test]
+fn mkfs_writes_no_image_through_a_planted_link() {
+    use std::os::unix::fs::symlink;
+    let t = tempfile::tempdir().unwrap();
+    let target = t.path().join("target");
+    std::fs::write(&target, b"the caller's own file\n").unwrap();
+    let dir = t.path().join("pool");
+    std::fs::create_dir(&dir).unwrap();
+    let unchanged = |what: &str| {
+        assert_eq!(std::fs::read(&target).unwrap(), b"the caller's own file\n", "{what}");
+        assert!(!dir.join("pool.conf").exists(), "{what}");
+    };
+
+    symlink(&target, dir.join("dev0.img")).unwrap();
+    let e = Fs::mkfs_dir(&dir, 2, 8 * MB, &FormatOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("dev0.img") && e.contains("symbolic link"), "{e}");
+    unchanged("a link at dev0.img");
+    assert!(std::fs::symlink_metadata(dir.join("dev0.img")).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(dir.join("dev1.img")).is_err(), "no image made past the refusal");
+
+    // A dangling link further on: dev0.img, made first, is removed again,
+    // and nothing is created where the link points.
+    std::fs::remove_file(dir.join("dev0.img")).unwrap();
+    let made = t.path().join("made");
+    symlink(&made, dir.join("dev1.img")).unwrap();
+    let e = Fs::mkfs_dir(&dir, 2, 8 * MB, &FormatOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("dev1.img") && e.contains("symbolic link"), "{e}");
+    assert!(std::fs::symlink_metadata(&made).is_err(), "created through a dangling link");
+    assert!(std::fs::symlink_metadata(dir.join("dev0.img")).is_err(), "a half-made image left behind");
+    unchanged("a dangling link at dev1.img");
+
+    // A regular file at an image's name is not overwritten either.
+    std::fs::remove_file(dir.join("dev1.img")).unwrap();
+    std::fs::write(dir.join("dev1.img"), b"kept").unwrap();
+    let e = Fs::mkfs_dir(&dir, 2, 8 * MB, &FormatOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("dev1.img") && e.contains("regular file"), "{e}");
+    assert_eq!(std::fs::read(dir.join("dev1.img")).unwrap(), b"kept");
+    unchanged("a file at dev1.img");
+
+    // With the names free, the pool is made and opens.
+    std::fs::remove_file(dir.join("dev1.img")).unwrap();
+    let paths = Fs::mkfs_dir(&dir, 2, 8 * MB, &FormatOptions::default()).unwrap();
+    assert_eq!(paths, vec![dir.join("dev0.img"), dir.join("dev1.img")]);
+    for p in &paths {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        assert!(m.is_file() && m.len() == 8 * MB, "{}: {m:?}", p.display());
+    }
+    let fs = Fs::open_dir(&dir, quiet()).unwrap();
+    fs.write_file("/x", b"made", None).unwrap();
+    fs.close().unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), b"the caller's own file\n");
+}
+
 /// The meta-file image of a pool: its bytes, read through its layout.
 fn meta_image(p: &MemPool) -> Vec<u8> {
     use hurricane::blocks::{IoCtx, Layout, NodeRecord};

@@ -1,7 +1,7 @@
 use super::Device;
 use crate::error::{Error, Result};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -54,21 +54,44 @@ const UNCACHED_MIN: usize = 256 << 10;
 /// largest logical block size of disks in use).
 const DIRECT_ALIGN: usize = 4096;
 
+/// The mode of a new image file: read and written by its owner only (an
+/// image holds every file's data, whatever the files' own modes say).
+pub const IMAGE_MODE: u32 = 0o600;
+
 impl FileDevice {
     /// Creates (or extends) an image file of `size` bytes. The file is sparse:
     /// unused space costs nothing on the host.
     pub fn create(path: &Path, size: u64) -> Result<Self> {
         let name = path.display().to_string();
+        // A new image is its owner's alone: it holds every file's data,
+        // whatever the files' own modes say.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(IMAGE_MODE)
             .open(path)
             .map_err(|e| Error::io(&name, e))?;
         let meta = file.metadata().map_err(|e| Error::io(&name, e))?;
         if meta.file_type().is_block_device() {
             return Self::open(path, true);
+        }
+        file.set_len(size).map_err(|e| Error::io(&name, e))?;
+        Ok(FileDevice::new(file, name, size, false))
+    }
+
+    /// An image file the caller has opened (to read and write), sized to
+    /// `size` bytes (sparse, as [`FileDevice::create`] makes them);
+    /// `name` names it in messages. Nothing is opened by name: a caller
+    /// that made the file relative to a directory's descriptor
+    /// (`dirfile::Dir::create_new_rw`) gets the file it made. Anything but
+    /// a regular file is refused.
+    pub fn from_file(file: File, name: impl Into<String>, size: u64) -> Result<Self> {
+        let name = name.into();
+        let meta = file.metadata().map_err(|e| Error::io(&name, e))?;
+        if !meta.is_file() {
+            return Err(Error::Device(format!("{name}: not a regular file")));
         }
         file.set_len(size).map_err(|e| Error::io(&name, e))?;
         Ok(FileDevice::new(file, name, size, false))
@@ -200,7 +223,6 @@ impl FileDevice {
         self.direct
             .get_or_init(|| {
                 use std::os::fd::AsRawFd;
-                use std::os::unix::fs::OpenOptionsExt;
                 let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
                 let open = |w: bool| OpenOptions::new().read(true).write(w).custom_flags(libc::O_DIRECT).open(&path);
                 match open(true).map(|file| Direct { file, writable: true }) {

@@ -17,7 +17,7 @@ pub mod sim;
 mod stats;
 
 pub use fault::{FaultDevice, FaultPlan, FaultSpec};
-pub use file::FileDevice;
+pub use file::{FileDevice, IMAGE_MODE};
 pub use mem::{CrashMode, MemDevice};
 #[cfg(feature = "rados")]
 pub use rados::{RadosCluster, RadosDevice, RadosLease, RadosOptions};

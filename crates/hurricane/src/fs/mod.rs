@@ -762,16 +762,36 @@ impl Fs {
         self.inner.report.lock().orphans_freed = n;
     }
 
-    /// Makes a pool of `n` image files of `size` bytes in `dir`.
+    /// Makes a pool of `n` image files of `size` bytes in `dir`
+    /// (`dev0.img`, `dev1.img`, ...), which must all be new: each is made
+    /// relative to the directory's descriptor with `O_CREAT | O_EXCL |
+    /// O_NOFOLLOW`, so a file or link already at one of those names (a
+    /// link the directory's owner planted to a file of the caller's) is an
+    /// error naming it, and nothing there is opened or written. On an
+    /// error, the images made are removed again.
     pub fn mkfs_dir(dir: &Path, n: u32, size: u64, opts: &FormatOptions) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
-        let paths: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("dev{i}.img"))).collect();
-        let mut devs: Vec<Arc<dyn Device>> = Vec::new();
-        for p in &paths {
-            devs.push(Arc::new(crate::device::FileDevice::create(p, size)?));
+        let d = crate::dirfile::Dir::open(dir)?;
+        let names: Vec<String> = (0..n).map(|i| format!("dev{i}.img")).collect();
+        let paths: Vec<PathBuf> = names.iter().map(|name| dir.join(name)).collect();
+        let mut made = 0;
+        let r = (|| {
+            let mut devs: Vec<Arc<dyn Device>> = Vec::new();
+            for (name, p) in names.iter().zip(&paths) {
+                let file = d.create_new_rw(name, crate::device::IMAGE_MODE)?;
+                made += 1;
+                devs.push(Arc::new(crate::device::FileDevice::from_file(file, p.display().to_string(), size)?));
+            }
+            Fs::format(devs, opts)?;
+            pool::write_pool_file(dir, &paths, None)
+        })();
+        if let Err(e) = r {
+            // Leave no half-made images behind (only those made here).
+            for name in &names[..made] {
+                let _ = d.remove(name);
+            }
+            return Err(e);
         }
-        Fs::format(devs, opts)?;
-        pool::write_pool_file(dir, &paths, None)?;
         Ok(paths)
     }
 
