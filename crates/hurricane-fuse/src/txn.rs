@@ -330,6 +330,57 @@ impl Txns {
 mod tests {
     use super::*;
 
+    fn pool() -> Fs {
+        use hurricane::device::{Device, MemDevice};
+        let devs: Vec<Arc<dyn Device>> =
+            (0..2).map(|i| Arc::new(MemDevice::new(format!("m{i}"), 64 << 20)) as Arc<dyn Device>).collect();
+        Fs::format(devs.clone(), &Default::default()).unwrap();
+        Fs::open(devs, hurricane::Options { background_commit: false, ..Default::default() }).unwrap()
+    }
+
+    /// A request joins a transaction only from the thread (id and start
+    /// time) and the user that began it; one begun by a thread that is gone
+    /// is aborted by the first request that comes with its id.
+    #[test]
+    fn a_request_joins_only_its_own_threads_transaction() {
+        let fs = pool();
+        let txns = Txns::default();
+        let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+        let start = thread_start(me).unwrap();
+        let who = Caller { tid: me, start, uid: 1000 };
+        txns.begin(&fs, who).unwrap();
+        assert!(txns.of(me, 1000).is_some());
+        assert!(txns.of(me, 1001).is_none(), "another user never joins");
+        assert!(matches!(txns.begin(&fs, who), Err(Error::Invalid(_))));
+        // Another thread that had this id: it commits and aborts nothing.
+        let earlier = Caller { start: start.saturating_sub(1), ..who };
+        assert!(matches!(txns.commit(earlier), Err(Error::Invalid(_))));
+        assert!(matches!(txns.abort(earlier), Err(Error::Invalid(_))));
+        assert_eq!(txns.open(), 1);
+        txns.abort(who).unwrap();
+        assert_eq!((txns.open(), fs.txn_usage().open), (0, 0));
+        // A transaction of a thread that is gone (its start time is not
+        // this thread's): this thread's request does not join it, and it
+        // is aborted.
+        // (The reaper may find it first: either way it is gone, though the
+        // reaper may still be aborting it.)
+        let gone = || {
+            let t0 = std::time::Instant::now();
+            while txns.open() > 0 || fs.txn_usage().open > 0 {
+                assert!(t0.elapsed() < Duration::from_secs(5), "an orphan was left open");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        txns.begin(&fs, earlier).unwrap();
+        assert!(txns.of(me, 1000).is_none());
+        gone();
+        // The reaper finds one with no request at all.
+        txns.begin(&fs, earlier).unwrap();
+        gone();
+        txns.abort_all();
+        fs.close().unwrap();
+    }
+
     #[test]
     fn a_thread_is_known_by_its_start_time_and_a_gone_one_by_none() {
         let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
