@@ -40,7 +40,9 @@ pub struct MountArgs {
     /// devices in a Ceph cluster), cache=SIZE (data blocks), inode_cache=N (inodes
     /// kept in memory), entry_cache=N (directory entries kept in memory),
     /// meta_cache=SIZE (memory for meta-data store pages), log=FILE,
-    /// nouring, default_permissions
+    /// txn_bytes=SIZE, txn_bytes_per_user=SIZE, txn_bytes_total=SIZE,
+    /// txn_open_per_user=N, txn_open=N, txn_lock_wait=SECS (bounds on
+    /// transactions, docs/TXN.md), nouring, default_permissions
     /// (the kernel checks permissions too; by default the engine alone checks
     /// and the kernel keeps only names every user may reach), writeback_cache
     /// (the kernel merges writes; their errors come at fsync or close).
