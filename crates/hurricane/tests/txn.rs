@@ -840,7 +840,10 @@ fn buffered_bytes_and_open_transactions_are_bounded_and_given_back() {
         // ... so y asking for x's lock on a is the victim.
         let e = y.write(&a, 0, &[7; 10]).unwrap_err();
         assert!(matches!(e, Error::Deadlock(_)), "{e}");
-        assert_eq!(fs.txn_usage().bytes, 100, "the victim's bytes are given back at once");
+        // (x's write may already have gone through, its 10 bytes counted,
+        // once the victim's locks went.)
+        let held = fs.txn_usage().bytes;
+        assert!(held == 100 || held == 110, "the victim's bytes are given back at once: {held} held");
         assert_eq!(fs.txn_usage().open, 2);
         drop(y);
         h.join().unwrap().unwrap();
