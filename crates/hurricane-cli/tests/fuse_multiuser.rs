@@ -138,6 +138,21 @@ fn protected_file(m: &Mounted, name: &str, owner: u32, mode: u32, data: &[u8]) -
     p
 }
 
+/// Waits (20 s at most) until the mount has no transaction open and none
+/// of their bytes buffered: `whose` were aborted, and their count follows
+/// their locks.
+fn no_transactions_left(m: &Mounted, whose: &str) {
+    let t0 = Instant::now();
+    loop {
+        let t = m.stats().transactions;
+        if t.open == 0 && t.buffered_bytes == 0 {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{whose} transactions were not aborted: {t:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Skips (or fails in CI) where the test cannot act as other users.
 macro_rules! require_users {
     () => {
@@ -301,11 +316,7 @@ sys.stdin.readline()
     assert!(ok && out.trim() == "6", "{out} (after {:?})", t0.elapsed());
     assert_eq!(&std::fs::read(&a).unwrap()[..6], b"second");
     // (Its locks went first; the count follows.)
-    let t0 = Instant::now();
-    while m.stats().transactions.open > 0 {
-        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", m.stats().transactions);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    no_transactions_left(&m, "a killed reader's");
 
     // Only the owner (or root) sets or removes these, whoever may write.
     let set = r#"
@@ -386,12 +397,7 @@ print("left")
 "#;
     let (ok, out) = py(Some(ALICE), 60, many, &[s(&a)]);
     assert!(ok && out.trim() == "left", "{out}");
-    let t0 = Instant::now();
-    while m.stats().transactions.open > 0 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "orphans were not aborted: {:?}", m.stats().transactions);
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(m.stats().transactions.buffered_bytes, 0);
+    no_transactions_left(&m, "300 orphans'");
     assert_eq!(std::fs::read(&a).unwrap(), vec![0u8; 4096]);
     m.unmount();
     pool.fsck_clean();
@@ -444,12 +450,7 @@ fcntl.ioctl(fd, ABORT)
     assert!(ok && out.trim() == "ok ENOMEM", "{out}");
     al.cue("go");
     let _ = al.finish();
-    let t0 = Instant::now();
-    while m.stats().transactions.open > 0 {
-        assert!(t0.elapsed() < Duration::from_secs(20));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(m.stats().transactions.buffered_bytes, 0);
+    no_transactions_left(&m, "the aborted ones'");
     assert_eq!(std::fs::metadata(&a).unwrap().len(), 0);
     m.unmount();
 }
