@@ -2,8 +2,8 @@
 //! errno values, nanosecond times to and from `SystemTime`, attributes,
 //! and the caller's credentials.
 
-use fuser::{Errno, FileAttr, FileType, INodeNo, Request, TimeOrNow};
-use hurricane::{Attr, Creds};
+use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
+use hurricane::Attr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub(crate) fn errno(e: hurricane::Error) -> Errno {
@@ -94,10 +94,6 @@ pub(crate) fn groups_of(pid: u32) -> Vec<u32> {
         .find_map(|l| l.strip_prefix("Groups:"))
         .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_default()
-}
-
-pub(crate) fn creds(req: &Request) -> Creds {
-    Creds { uid: req.uid(), gid: req.gid(), groups: Vec::new() }
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@
 //! inode; the handle number records the open flags, and the engine counts
 //! opens per inode so an unlinked file lives until its last release.
 
-use crate::convert::{creds, errno, file_attr, groups_of, kind, near_now, when};
+use crate::convert::{errno, file_attr, groups_of, kind, near_now, when};
 use crate::handles::{self, Handles};
 use crate::names::{searchable, NameCache, Names};
 use crate::report::{CacheReport, JournalReport, OpReport, Space, StatsReport, Transport};
@@ -93,6 +93,21 @@ struct PlainWrite {
     who: Caller,
 }
 
+/// A value for a getxattr or listxattr that gave a buffer of `size` bytes
+/// (0: a size probe): ERANGE if it does not fit.
+fn fit_xattr(size: u32, r: Result<Vec<u8>, Errno>) -> Result<Vec<u8>, Errno> {
+    r.and_then(|v| if size != 0 && v.len() > size as usize { Err(Errno::ERANGE) } else { Ok(v) })
+}
+
+/// Answers a getxattr or listxattr with what [`fit_xattr`] made of it.
+fn send_xattr(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Errno>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len().min(u32::MAX as usize) as u32),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
 /// Who sent a request, kept where the request outlives it (a request run
 /// again off the serving thread).
 #[derive(Debug, Clone, Copy)]
@@ -110,6 +125,15 @@ impl Caller {
 
     fn creds(&self) -> Creds {
         Creds { uid: self.uid, gid: self.gid, groups: Vec::new() }
+    }
+
+    /// `creds` with the supplementary groups (read from /proc; root needs none).
+    fn creds_with_groups(&self) -> Creds {
+        let mut c = self.creds();
+        if c.uid != 0 {
+            c.groups = groups_of(self.pid);
+        }
+        c
     }
 }
 
@@ -175,6 +199,9 @@ pub struct Shared {
     /// Transactions of programs that do not link the library, by the
     /// calling thread ([`crate::txn`]).
     txns: crate::txn::Txns,
+    /// The longest a request waits for a lock (the pool's
+    /// `TxnLimits::lock_wait`).
+    lock_wait: Duration,
     /// Requests waiting off the serving threads, per user (`waiting`).
     waiters: Waiters,
     /// The pool's status, served as `user.hurricane.status` (`status`).
@@ -214,6 +241,7 @@ impl HurricaneFuse {
         let readers =
             if remote { crate::options::REMOTE_THREADS } else { (fs.pool_info().devices as usize * 2).clamp(4, 32) };
         let control = crate::control::Control::new(fs.clone(), std::path::PathBuf::from(&info.pool));
+        let lock_wait = fs.txn_usage().limits.lock_wait;
         let shared = Shared {
             fs,
             handles: Handles::starting_at(n, first_handle()),
@@ -233,11 +261,11 @@ impl HurricaneFuse {
             ring_requests: (0..crate::workers::possible_cpus()).map(|_| Default::default()).collect(),
             readers: Workers::new(readers),
             control,
-            txns: Default::default(),
+            txns: crate::txn::Txns::new(lock_wait),
+            lock_wait,
             waiters: Waiters::default(),
             status: Default::default(),
         };
-        shared.txns.set_wait(shared.fs.txn_usage().limits.lock_wait);
         HurricaneFuse { shared: Arc::new(shared), primary: true }
     }
 
@@ -325,11 +353,7 @@ impl HurricaneFuse {
     /// outcome depends on group membership without failing (a setgid bit
     /// silently dropped for non-members).
     fn as_caller_with_groups<T>(&self, who: &Caller, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
-        let mut c = who.creds();
-        if c.uid != 0 {
-            c.groups = groups_of(who.pid);
-        }
-        f(&c).map_err(errno)
+        f(&who.creds_with_groups()).map_err(errno)
     }
 
     fn as_user_with_groups<T>(&self, req: &Request, f: impl Fn(&Creds) -> hurricane::Result<T>) -> Result<T, Errno> {
@@ -394,7 +418,7 @@ impl HurricaneFuse {
             let _g = match stripe.try_lock() {
                 Some(g) => g,
                 None if hurricane::fs::may_wait() => stripe
-                    .try_lock_for(self.fs.txn_usage().limits.lock_wait)
+                    .try_lock_for(self.lock_wait)
                     .ok_or_else(|| Error::WouldBlock(format!("inode {ino}: appends wait for a transaction")))?,
                 None => return Err(Error::LockWait(format!("inode {ino}: another append waits"))),
             };
@@ -403,9 +427,7 @@ impl HurricaneFuse {
         } else {
             self.fs.write(ino, w.offset, data)?
         };
-        if w.unprivileged && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
-            self.kill_setid(true, ino);
-        }
+        self.written_by(w.unprivileged, ino);
         Ok(n)
     }
 
@@ -514,13 +536,9 @@ impl HurricaneFuse {
     }
 
     fn xattr_reply(&self, reply: ReplyXattr, op: Op, t0: Instant, size: u32, r: Result<Vec<u8>, Errno>) {
-        let r = r.and_then(|v| if size != 0 && v.len() > size as usize { Err(Errno::ERANGE) } else { Ok(v) });
+        let r = fit_xattr(size, r);
         self.done(op, t0, &r);
-        match r {
-            Ok(v) if size == 0 => reply.size(v.len().min(u32::MAX as usize) as u32),
-            Ok(v) => reply.data(&v),
-            Err(e) => reply.error(e),
-        }
+        send_xattr(reply, size, r);
     }
 
     /// Runs a request that waits on the devices (a journal commit) on a
@@ -627,6 +645,15 @@ impl HurricaneFuse {
     /// there is that option's point.
     fn write_only_direct(&self) -> bool {
         self.direct_writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// After data was written to `ino`: the engine cleared the set-id bits
+    /// of a group-executable file; an unprivileged writer (or one the
+    /// kernel says lacks CAP_FSETID) also clears a plain set-user-id bit.
+    fn written_by(&self, unprivileged: bool, ino: u64) {
+        if unprivileged && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
+            self.kill_setid(true, ino);
+        }
     }
 
     fn kill_setid(&self, unprivileged: bool, ino: u64) {
@@ -1141,9 +1168,7 @@ impl Filesystem for HurricaneFuse {
         // of file under the inode's append lock.
         let writeback = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let append = flags.0 & libc::O_APPEND != 0 && !writeback;
-        // The engine clears set-id bits of group-executable files on every
-        // write; an unprivileged writer (or one the kernel says lacks
-        // CAP_FSETID) also clears a plain set-user-id bit.
+        // (Set-id bits after the write: `written_by`.)
         let unprivileged = req.uid() != 0 || write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let w = PlainWrite { ino, offset, writeback, append, unprivileged, who: Caller::of(req) };
         let r = waiting_at_most(NO_WAIT, || self.serve_write(&w, data));
@@ -1301,10 +1326,7 @@ impl Filesystem for HurricaneFuse {
             // A file holding data moves to the new layout (an online
             // migration), which takes as long as its copy: off the serving
             // thread, so the queue it came on keeps serving.
-            let mut c = creds(req);
-            if c.uid != 0 {
-                c.groups = groups_of(req.pid());
-            }
+            let c = Caller::of(req).creds_with_groups();
             let (fs, value, ino) = (self.fs.clone(), value.to_vec(), ino.0);
             self.off_thread(Op::Setxattr, reply, move || {
                 let r = fs.setxattr(&c, ino, LAYOUT_XATTR.as_bytes(), &value, flags);
@@ -1370,16 +1392,9 @@ impl Filesystem for HurricaneFuse {
                     // read: leave room for more listed paths.
                     v.resize(v.len() + 4096, b' ');
                 }
-                if size != 0 && v.len() > size as usize {
-                    return Err(Errno::ERANGE);
-                }
-                Ok(v)
+                fit_xattr(size, Ok(v))
             };
-            return self.wait_off_thread(uid, Op::Getxattr, t0, job, move |r| match r {
-                Ok(v) if size == 0 => reply.size(v.len().min(u32::MAX as usize) as u32),
-                Ok(v) => reply.data(&v),
-                Err(e) => reply.error(e),
-            });
+            return self.wait_off_thread(uid, Op::Getxattr, t0, job, move |r| send_xattr(reply, size, r));
         } else if ino.0 == ROOT && n == crate::control::CONTROL_XATTR.as_bytes() {
             let mut v = self.control.status().to_json();
             if size == 0 {
@@ -1672,8 +1687,8 @@ impl HurricaneFuse {
             }
             done += n as u64;
         }
-        if done > 0 && who.uid != 0 && self.fs.getattr(ino_out).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
-            self.kill_setid(true, ino_out);
+        if done > 0 {
+            self.written_by(who.uid != 0, ino_out);
         }
         // A partial copy reports what was copied; an error only if nothing was.
         match res {

@@ -86,22 +86,25 @@ struct Inner {
     reaper_started: AtomicBool,
     closed: AtomicBool,
     /// The longest a request waits for a transaction that another request
-    /// of its thread is using.
-    wait: Mutex<Duration>,
+    /// of its thread is using (the pool's lock bound).
+    wait: Duration,
 }
 
 /// The open transactions, by calling thread.
 pub struct Txns(Arc<Inner>);
 
-impl Default for Txns {
-    fn default() -> Self {
+impl Txns {
+    /// No transaction open yet; a request waits at most `wait` for its
+    /// thread's transaction while another request uses it (the pool's
+    /// lock bound, `TxnLimits::lock_wait`).
+    pub fn new(wait: Duration) -> Txns {
         Txns(Arc::new(Inner {
             map: Mutex::default(),
             open: AtomicUsize::new(0),
             wake: Condvar::new(),
             reaper_started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            wait: Mutex::new(hurricane::fs::DEFAULT_LOCK_WAIT),
+            wait,
         }))
     }
 }
@@ -161,12 +164,6 @@ fn abort(slot: &Slot, why: &str) {
 }
 
 impl Txns {
-    /// Sets how long a request waits for its thread's transaction while
-    /// another request uses it (the pool's lock bound).
-    pub fn set_wait(&self, d: Duration) {
-        *self.0.wait.lock() = d;
-    }
-
     /// Open transactions.
     pub fn open(&self) -> usize {
         self.0.open.load(Ordering::Relaxed)
@@ -182,7 +179,7 @@ impl Txns {
         let who = self.0.map.lock().get(&tid).map(|e| e.who)?;
         let now = thread_start(tid);
         if now != Some(who.start) {
-            self.remove_if(tid, who, "its thread is gone");
+            self.remove_if(who, "its thread is gone");
             return None;
         }
         if who.uid != uid {
@@ -191,36 +188,30 @@ impl Txns {
             return None;
         }
         let slot = self.0.map.lock().get(&tid).filter(|e| e.who == who).map(|e| e.slot.clone())?;
-        Some(Handle { slot, wait: *self.0.wait.lock() })
+        Some(Handle { slot, wait: self.0.wait })
     }
 
-    /// Removes and aborts the transaction of `tid` if it is still `who`'s.
-    fn remove_if(&self, tid: u32, who: Caller, why: &str) {
-        let e = {
-            let mut m = self.0.map.lock();
-            match m.get(&tid) {
-                Some(e) if e.who == who => {
-                    self.0.open.fetch_sub(1, Ordering::AcqRel);
-                    m.remove(&tid)
-                }
-                _ => None,
-            }
-        };
-        if let Some(e) = e {
-            abort(&e.slot, why);
+    /// Takes the transaction of `who` out of the table, if it is there.
+    fn remove(&self, who: Caller) -> Option<Slot> {
+        let mut m = self.0.map.lock();
+        if m.get(&who.tid).is_none_or(|e| e.who != who) {
+            return None;
+        }
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        m.remove(&who.tid).map(|e| e.slot)
+    }
+
+    /// Removes and aborts the transaction of `who`'s thread id if it is
+    /// still `who`'s.
+    fn remove_if(&self, who: Caller, why: &str) {
+        if let Some(slot) = self.remove(who) {
+            abort(&slot, why);
         }
     }
 
     /// Takes the transaction of `who` out of the table, for commit or abort.
     fn take(&self, who: Caller) -> Result<Slot> {
-        let mut m = self.0.map.lock();
-        match m.get(&who.tid) {
-            Some(e) if e.who == who => {
-                self.0.open.fetch_sub(1, Ordering::AcqRel);
-                Ok(m.remove(&who.tid).map(|e| e.slot).unwrap_or_default())
-            }
-            _ => Err(Error::Invalid("no transaction is open on this thread".into())),
-        }
+        self.remove(who).ok_or_else(|| Error::Invalid("no transaction is open on this thread".into()))
     }
 
     /// Begins a transaction for `who`, counted against its uid.
@@ -230,7 +221,7 @@ impl Txns {
             if old == who {
                 return Err(Error::Invalid("a transaction is already open on this thread".into()));
             }
-            self.remove_if(who.tid, old, "its thread is gone");
+            self.remove_if(old, "its thread is gone");
         }
         let t = fs.begin_as(who.uid)?;
         {
@@ -300,11 +291,11 @@ impl Txns {
 
     /// Aborts every transaction whose thread is gone.
     pub fn reap(&self) -> usize {
-        let all: Vec<(u32, Caller)> = self.0.map.lock().iter().map(|(&tid, e)| (tid, e.who)).collect();
+        let all: Vec<Caller> = self.0.map.lock().values().map(|e| e.who).collect();
         let mut n = 0;
-        for (tid, who) in all {
-            if thread_start(tid) != Some(who.start) {
-                self.remove_if(tid, who, "its thread is gone");
+        for who in all {
+            if thread_start(who.tid) != Some(who.start) {
+                self.remove_if(who, "its thread is gone");
                 n += 1;
             }
         }
@@ -344,7 +335,7 @@ mod tests {
     #[test]
     fn a_request_joins_only_its_own_threads_transaction() {
         let fs = pool();
-        let txns = Txns::default();
+        let txns = Txns::new(Duration::from_secs(5));
         let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
         let start = thread_start(me).unwrap();
         let who = Caller { tid: me, start, uid: 1000 };

@@ -811,6 +811,7 @@ fn buffered_bytes_and_open_transactions_are_bounded_and_given_back() {
     // The account's bound, then its count.
     let t2 = fs.begin_as(1000).unwrap();
     enomem(t2.write(&a, 200 << 10, &[4; 40 << 10]).unwrap_err());
+    assert_eq!(fs.txn_locks_held(), 1, "a write refused for memory holds no lock");
     t2.write(&a, 200 << 10, &[4; 32 << 10]).unwrap();
     enomem(fs.begin_as(1000).err().unwrap());
     // Another account, then the pool's bounds.

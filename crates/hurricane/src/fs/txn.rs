@@ -502,8 +502,13 @@ impl Transaction {
             check_layout(ino, &lay)?;
         }
         let adds = st.files.get(&ino).map_or(end - off, |f| f.uncovered(off, end));
-        self.lock(&mut st, ino, off, end, Mode::Exclusive)?;
+        // Counted before the lock is taken: a write refused for memory
+        // holds no lock it never used.
         self.fs.inner.txn_budget.charge(self.account, st.bytes, adds)?;
+        if let Err(e) = self.lock(&mut st, ino, off, end, Mode::Exclusive) {
+            self.fs.inner.txn_budget.refund(self.account, adds, false);
+            return Err(e);
+        }
         st.bytes += adds;
         st.files.entry(ino).or_default().put(off, data);
         Ok(data.len())
