@@ -35,7 +35,28 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("scrub_pos", scrub_pos),
     ("log_summary", log_summary),
     ("pool_description", pool_description),
+    ("pool_conf", pool_conf),
 ];
+
+/// A pool directory's `pool.conf`, which its owner (perhaps not the user
+/// who opens the pool) may write anything into: its lines are checked
+/// before anything in it is taken.
+pub fn pool_conf(data: &[u8]) {
+    use hurricane::pool::{check_text, classify, device_of, Line};
+    let text = String::from_utf8_lossy(data);
+    match check_text(&text, "pool.conf") {
+        // Every line taken is one the file may hold.
+        Ok(()) => {
+            for line in text.lines().map(str::trim) {
+                let kind = classify(line).expect("an accepted line is classified");
+                assert!(kind != Line::Device || device_of(line).is_some_and(|d| !d.is_empty()), "{line:?}");
+                assert!(!line.contains('\0'), "{line:?}");
+            }
+        }
+        // A refusal names the line.
+        Err(e) => assert!(e.to_string().contains("pool.conf line "), "{e}"),
+    }
+}
 
 /// A pool's description as read from its Ceph cluster (the object
 /// `hurricane.pool.NAME`), taken as a host's pool.conf.
