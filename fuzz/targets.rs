@@ -199,7 +199,7 @@ pub fn journal_replay(data: &[u8]) {
         allocs: vec![Allocator::new(0, JBLOCKS)].into(),
     };
     let region = Region { dev: 0, start: 0, blocks: JBLOCKS };
-    let salt = 0x5eed;
+    let copies = journal::Copies { regions: vec![region], salt: 0x5eed, epoch: 3 };
     let start = Cursor { tail: 3, head: 3, seq: 7 };
     let mut c = start;
     while let Ok(len) = d.u16() {
@@ -207,7 +207,7 @@ pub fn journal_replay(data: &[u8]) {
         if !journal::fits(&region, &c, p.len()) {
             break;
         }
-        if journal::append(&storage, &region, salt, &mut c, p).is_err() {
+        if journal::append(&storage, &copies, &mut c, p, journal::Order::Ordered).is_err() {
             break;
         }
     }
@@ -218,7 +218,8 @@ pub fn journal_replay(data: &[u8]) {
             let _ = dev.write_at(&[b[0] ^ x], at);
         }
     }
-    let Ok((records, end)) = journal::replay(&storage, &region, salt, start) else { return };
+    let Ok(rp) = journal::replay(&storage, &copies, start, 0) else { return };
+    let (records, end) = (rp.records, rp.end);
     assert!(end.head < JBLOCKS && end.seq >= start.seq, "replay cursor in range");
     for r in &records {
         if let Ok(groups) = journal::decode_payload(r) {
@@ -293,11 +294,12 @@ pub fn store(data: &[u8]) {
 fn sys_bytes(s: &Sys) -> Vec<u8> {
     let mut e = Encoder::new();
     e.u32(hurricane::namespace::store::STORE_VERSION).u64(s.cursor.tail).u64(s.cursor.head).u64(s.cursor.seq);
-    e.u64(s.next_ino).u64(s.inodes);
+    e.u64(s.next_ino).u64(s.inodes).u64(s.epoch);
     e.into_inner()
 }
 
-/// The store's `sys` record (journal cursor, next inode, inode count).
+/// The store's `sys` record (journal cursor, next inode, inode count,
+/// epoch; store version 1 without the epoch).
 pub fn store_sys(data: &[u8]) {
     let Ok(s) = Sys::decode(data) else { return };
     let again = Sys::decode(&sys_bytes(&s)).expect("re-encoded sys record decodes");

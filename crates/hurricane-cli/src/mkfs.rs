@@ -231,14 +231,15 @@ fn summary(dir: &Path, paths: &[PathBuf]) -> CliResult<String> {
             .map(|l| l.spec().to_string())
             .unwrap_or_else(|e| format!("unreadable ({e})"));
     Ok(format!(
-        "Made a Hurricane pool in {}: {n} device{} ({}), {size_text}. The journal takes {} on device {}; the meta-data is stored as {meta}. \
+        "Made a Hurricane pool in {}: {n} device{} ({}), {size_text}. The journal takes {} on {} {}; the meta-data is stored as {meta}. \
          New files get the layout {default} unless a directory or the file says otherwise{sums}. \
          Use it with `hurricane put {} LOCAL PATH`, or mount it with `hurricane mount {} MOUNTPOINT`.",
         dir.display(),
         if n == 1 { "" } else { "s" },
         names.join(", "),
         human(sb.journal.blocks * 4096),
-        sb.journal.dev,
+        if sb.journals().len() == 1 { "device" } else { "each of devices" },
+        sb.journals().iter().map(|j| j.dev.to_string()).collect::<Vec<_>>().join(", "),
         dir.display(),
         dir.display(),
         sums = if sb.checksum { ", with a checksum of every block verified on every read" } else { "" },

@@ -814,8 +814,8 @@ fn check_space(fs: &Fs, s: &mut Scan, progress: Progress) -> Result<()> {
         Ok(sb) => {
             let j = sb.journal;
             push(&|| "journal".into(), j.dev, j.start, j.blocks, &mut claims);
-            if let Some(m) = sb.journal_mirror {
-                push(&|| "journal mirror".into(), m.dev, m.start, m.blocks, &mut claims);
+            for m in &sb.journal_copies {
+                push(&|| "journal copy".into(), m.dev, m.start, m.blocks, &mut claims);
             }
             match Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta-file layout")) {
                 Ok(meta) => meta.extents(&mut |d, st, l| push(&|| "meta-file".into(), d, st, l, &mut claims)),

@@ -8,7 +8,6 @@ mod common;
 use common::*;
 use hurricane::blocks::Health;
 use hurricane::device::{CrashMode, Device, DeviceState, FaultDevice, FaultPlan, FaultSpec, MemDevice, BLOCK_SIZE};
-use hurricane::journal::JournalCopy;
 use hurricane::{FormatOptions, Fs};
 use std::sync::Arc;
 
@@ -76,7 +75,7 @@ fn replicated_file_reads_with_a_device_missing() {
     assert!(h.lost_paths.contains(&"/on2".to_string()), "{h:?}");
     assert!(h.degraded_paths.contains(&"/r".to_string()) || h.lost_paths.contains(&"/r".to_string()), "{h:?}");
     assert_eq!(h.degraded + h.lost, 2, "{h:?}");
-    assert_eq!(h.meta, Health::Ok, "the meta-file is on devices 0 and 1");
+    assert_eq!(h.meta, Health::Degraded, "the meta-file has a copy on device 2");
     // The pool goes on: new files, commits, a checkpoint and a clean close.
     fs.write_file("/later", &pattern(4, 20_000), Some("extent@1")).unwrap();
     fs.sync().unwrap();
@@ -105,12 +104,18 @@ fn no_device_or_no_journal_copy_is_a_clear_error() {
     let gone: Vec<Arc<dyn Device>> = vec![Arc::new(hurricane::device::MissingDevice::new("/x/dev0.img", 0))];
     let e = Fs::open(gone, quiet()).err().unwrap().to_string();
     assert!(e.contains("/x/dev0.img") && e.contains("missing"), "{e}");
-    // Devices 0 and 1 hold the journal and its mirror: without both the
+    // Devices 0, 1 and 2 hold the journal's copies: without all three the
     // pool cannot replay, and says which devices it needs.
-    let p = MemPool::new(3, 16 * MB);
+    let p = MemPool::new(4, 16 * MB);
     p.open().unwrap().close().unwrap();
-    let e = Fs::open(devs_without(&images(&p, CrashMode::KeepAll), &[0, 1]), quiet()).err().unwrap().to_string();
-    assert!(e.contains("journal") && e.contains("device 0") && e.contains("mirror on device 1"), "{e}");
+    let imgs = images(&p, CrashMode::KeepAll);
+    let e = Fs::open(devs_without(&imgs, &[0, 1, 2]), quiet()).err().unwrap().to_string();
+    assert!(e.contains("journal") && e.contains("device 0") && e.contains("device 2"), "{e}");
+    // Any one copy opens it.
+    for keep in 0..3 {
+        let gone: Vec<usize> = (0..3).filter(|&d| d != keep).collect();
+        Fs::open(devs_without(&imgs, &gone), hurricane::Options { read_only: true, ..quiet() }).unwrap();
+    }
 }
 
 #[test]
@@ -128,7 +133,7 @@ fn device0_missing_opens_through_the_journal_mirror() {
     drop(fs);
     let fs = Fs::open(devs_without(&imgs, &[0]), quiet()).unwrap();
     let r = fs.report();
-    assert_eq!(r.journal_copy, JournalCopy::Mirror);
+    assert_eq!(r.journal_unreadable, [0]);
     assert!(r.replayed_records >= 2, "{r:?}");
     assert_eq!(fs.read_file("/d/a").unwrap(), pattern(5, 100_000));
     assert_eq!(fs.read_file("/d/small").unwrap(), b"inline data");
@@ -149,7 +154,7 @@ fn records(img: &[u8]) -> Vec<(usize, u64)> {
     let mut out = Vec::new();
     for b in 2..img.len() / BLOCK_SIZE {
         let blk = &img[b * BLOCK_SIZE..(b + 1) * BLOCK_SIZE];
-        if &blk[..8] == b"HCJRNL01" || &blk[..8] == b"HCJRNLV1" {
+        if &blk[..8] == b"HCJRNL02" || &blk[..8] == b"HCJRNLV2" {
             out.push((b, u64::from_le_bytes(blk[8..16].try_into().unwrap())));
         }
     }
@@ -177,13 +182,13 @@ fn a_torn_record_in_one_journal_copy_is_read_from_the_other() {
     let mut t = imgs.clone();
     tear(&mut t[0]);
     let fs = Fs::open(devs_without(&t, &[]), quiet()).unwrap();
-    assert_eq!(fs.report().journal_copy, JournalCopy::Mirror);
+    assert_eq!(fs.report().journal_repaired, [0]);
     assert_eq!(fs.read_file("/two").unwrap(), b"2");
     // The open brought the torn copy up to date: alone it replays both.
     let healed = live_images(&fs);
     drop(fs);
     let fs = Fs::open(devs_without(&healed, &[1]), quiet()).unwrap();
-    assert_eq!(fs.report().journal_copy, JournalCopy::Primary);
+    assert!(fs.report().journal_repaired.is_empty());
     assert_eq!(fs.read_file("/two").unwrap(), b"2");
     drop(fs);
 
@@ -191,7 +196,7 @@ fn a_torn_record_in_one_journal_copy_is_read_from_the_other() {
     let mut t = imgs.clone();
     tear(&mut t[1]);
     let fs = Fs::open(devs_without(&t, &[]), quiet()).unwrap();
-    assert_eq!(fs.report().journal_copy, JournalCopy::Primary);
+    assert_eq!(fs.report().journal_repaired, [1]);
     assert_eq!(fs.read_file("/two").unwrap(), b"2");
     drop(fs);
 
@@ -228,12 +233,12 @@ fn failing_writes_fault_the_device_and_commits_go_on() {
     let c = p.crash(CrashMode::DropAll);
     drop(fs);
     let fs = c.open().unwrap();
-    assert_eq!(fs.report().journal_copy, JournalCopy::Mirror);
     assert_eq!(fs.read_file("/after").unwrap(), b"committed to the mirror");
     assert_eq!(fs.read_file("/keep").unwrap(), pattern(7, 30_000));
     // With every journal copy failing, the commit fails.
     c.devs[0].fail_after_writes(0);
     c.devs[1].fail_after_writes(0);
+    c.devs[2].fail_after_writes(0);
     fs.write_file("/lost", b"x", Some("inline")).unwrap();
     let e = fs.sync().unwrap_err().to_string();
     assert!(e.contains("journal"), "{e}");

@@ -230,7 +230,8 @@ fn generate_fuzz_corpus() {
         Options { read_only: true, ..quiet() },
     )
     .unwrap();
-    let (records, _) = journal::replay(cfs.storage(), &sb.journal, salt, sb.cursor).unwrap();
+    let copies = journal::Copies { regions: sb.journals(), salt, epoch: 0 };
+    let records = journal::replay(cfs.storage(), &copies, sb.cursor, 0).unwrap().records;
     assert!(records.len() >= 3, "{} records", records.len());
     let mut replay_seed = vec![0u8];
     for (i, r) in records.iter().enumerate() {
@@ -595,12 +596,11 @@ fn every_device_filled_to_the_last_block() {
             Err(e) => failures.push(format!("{path}: {e}")),
         }
     }
-    // Device 2 is full to its last block; devices 0 and 1 keep a small
-    // reserve (under 5%) for the meta-file to grow at the next checkpoint.
+    // Every device holds a copy of the meta-file and keeps a small reserve
+    // (under 5%) for it to grow at the next checkpoint.
     let free: Vec<u64> = fs.storage().allocs.iter().map(|a| a.free_blocks()).collect();
-    assert_eq!(free[2], 0, "{free:?}");
     let limit = 16 * MB / 4096 / 20;
-    assert!(free[0] < limit && free[1] < limit, "{free:?}");
+    assert!(free.iter().all(|&f| f < limit), "{free:?}");
     // Meta-data operations on the full pool.
     for i in 0..200 {
         let path = format!("/kept/m{i}");
@@ -647,14 +647,15 @@ fn a_failed_commit_loses_nothing() {
     for round in 0..4 {
         fs.mkdir_path(&format!("/dir{round}"), 0o755).unwrap();
         fs.write_file(&format!("/dir{round}/old"), &pattern(round, 9000), None).unwrap();
-        // Both journal devices (the journal and its mirror) fail mid-commit;
-        // every second round the commit is a checkpoint.
-        p.devs[0].fail_after_writes(0);
-        p.devs[1].fail_after_writes(0);
+        // Every journal device (its three copies) fails mid-commit; every
+        // second round the commit is a checkpoint.
+        for d in 0..3 {
+            p.devs[d].fail_after_writes(0);
+        }
         let r = if round % 2 == 0 { fs.sync() } else { fs.checkpoint() };
         assert!(r.is_err(), "round {round}: the commit should have failed");
         // The failed writes faulted them; they are brought back.
-        for d in 0..2 {
+        for d in 0..3 {
             p.devs[d].fail_after_writes(-1);
             fs.storage().devs[d].set_state(hurricane::device::DeviceState::Online);
         }
@@ -852,18 +853,37 @@ fn random_garbage_over_meta_data_never_panics() {
     check_files(&fs, &files, "undamaged");
 }
 
+/// A member device overwritten with garbage (or zeroed) is taken as
+/// faulted: the pool opens degraded, what had a copy elsewhere reads, what
+/// lived only there fails with EIO naming the device; a pool with no
+/// device left that reads as one is refused, naming them.
 #[test]
-fn garbage_devices_are_refused() {
-    let (p, _) = closed_pool();
+fn garbage_devices_are_taken_as_faulted() {
+    let (p, files) = closed_pool();
     let mut imgs = images(&p);
     let len = imgs[2].len() as u64;
-    scribble(&mut imgs[2], 0, len, 1234);
-    let msg = Fs::open(devs_from(&imgs), quiet()).map(|_| ()).unwrap_err().to_string();
-    assert!(msg.contains("mem2") && msg.contains("not a Hurricane device"), "{msg}");
-    // A zeroed device, and one of another pool's.
-    imgs[2] = vec![0; len as usize];
-    let msg = Fs::open(devs_from(&imgs), quiet()).map(|_| ()).unwrap_err().to_string();
-    assert!(msg.contains("mem2"), "{msg}");
+    for zeroed in [false, true] {
+        if zeroed {
+            imgs[2] = vec![0; len as usize];
+        } else {
+            scribble(&mut imgs[2], 0, len, 1234);
+        }
+        let fs = Fs::open(devs_from(&imgs), quiet()).unwrap();
+        assert_eq!(fs.storage().devs[2].state(), hurricane::device::DeviceState::Faulted);
+        for (path, data) in &files {
+            match fs.read_file(path) {
+                Ok(got) => assert!(got == *data, "{path}: wrong bytes"),
+                Err(e) => assert!(e.errno() == libc::EIO && e.to_string().contains("device 2"), "{path}: {e}"),
+            }
+        }
+        assert_eq!(fs.read_file("/a/b/f0").unwrap(), files[0].1);
+        assert_eq!(fs.read_file("/a/b/f3").unwrap(), files[3].1);
+        assert!(fs.read_file("/a/b/f2").is_err(), "striped over the faulted device");
+        drop(fs);
+    }
+    let all_bad: Vec<Vec<u8>> = imgs.iter().map(|i| vec![0u8; i.len()]).collect();
+    let msg = Fs::open(devs_from(&all_bad), quiet()).map(|_| ()).unwrap_err().to_string();
+    assert!(msg.contains("mem") && msg.contains("not a Hurricane device"), "{msg}");
 }
 
 // ---------------------------------------------------------------- fsck --repair
@@ -1108,11 +1128,6 @@ fn crafted_superblocks_with_extreme_fields_are_refused() {
         ("journal.start = 0", Box::new(|s| s.journal.start = 0), &["mem", "journal"]),
         ("journal.blocks = u64::MAX", Box::new(|s| s.journal.blocks = u64::MAX), &["mem", "journal"]),
         ("journal.dev = u32::MAX", Box::new(|s| s.journal.dev = u32::MAX), &["mem", "journal"]),
-        (
-            "journal past the device",
-            Box::new(|s| s.journal.start = s.dev_blocks - s.journal.blocks + 1),
-            &["mem", "journal"],
-        ),
         ("cursor.tail = u64::MAX", Box::new(|s| s.cursor.tail = u64::MAX), &["mem", "journal"]),
         ("cursor.seq = u64::MAX", Box::new(|s| s.cursor.seq = u64::MAX), &["mem", "sequence"]),
         ("generation = u64::MAX", Box::new(|s| s.generation = u64::MAX), &["mem", "generation"]),
@@ -1123,6 +1138,13 @@ fn crafted_superblocks_with_extreme_fields_are_refused() {
     for (what, f, words) in &cases {
         refused_clearly(&craft(&imgs, f.as_ref()), what, words);
     }
+    // A journal said to end past device 0 makes device 0's superblocks
+    // invalid: the device is faulted and the pool opens from the other
+    // journal copies.
+    let past = craft(&imgs, &|s| s.journal.start = s.dev_blocks - s.journal.blocks + 1);
+    let fs = Fs::open(devs_from(&past), Options { read_only: true, ..quiet() }).unwrap();
+    assert_eq!(fs.storage().devs[0].state(), hurricane::device::DeviceState::Faulted);
+    drop(fs);
     // The untouched pool still opens with everything in it.
     let fs = Fs::open(devs_from(&imgs), quiet()).unwrap();
     check_files(&fs, &files, "after crafted superblocks");
@@ -1174,13 +1196,14 @@ fn format_versions(p: &MemPool) -> Vec<u32> {
 }
 
 /// A pool whose superblocks say version 4 (the oldest this build reads)
-/// opens with every file intact, and that open marks it version 5: what
-/// this build writes (layout trees in the varint encoding) is then refused
-/// by name by a version-4 build instead of misread.
+/// opens with every file intact, and that open marks it version 6: what
+/// this build writes (layout trees in the varint encoding, journal records
+/// with epochs) is then refused by name by an older build instead of
+/// misread.
 #[test]
-fn version_4_pools_open_and_are_marked_5() {
+fn version_4_pools_open_and_are_marked_6() {
     use hurricane::pool::{FORMAT_VERSION, OLDEST_READABLE};
-    assert_eq!((OLDEST_READABLE, FORMAT_VERSION), (4, 5));
+    assert_eq!((OLDEST_READABLE, FORMAT_VERSION), (4, 6));
     let p = MemPool::new(2, 8 * MB);
     let fs = p.open().unwrap();
     let files = populate(&fs);
@@ -1188,7 +1211,7 @@ fn version_4_pools_open_and_are_marked_5() {
     set_format_version(&p, 4);
     assert!(format_versions(&p).iter().all(|&v| v == 4));
     let fs = p.open().unwrap();
-    assert!(format_versions(&p).iter().all(|&v| v == 5), "{:?}", format_versions(&p));
+    assert!(format_versions(&p).iter().all(|&v| v == 6), "{:?}", format_versions(&p));
     for (path, data) in &files {
         assert_eq!(&fs.read_file(path).unwrap(), data, "{path}");
     }

@@ -602,6 +602,47 @@ impl Layout {
         }
     }
 
+    /// The most device failures the tree's data survives whichever devices
+    /// fail (up to `cap`), asked of the nodes themselves
+    /// ([`Block::health`]): the least number of its devices whose loss
+    /// loses data, less one. A tree on no device (data in the meta-data)
+    /// survives what the meta-data does: `cap`.
+    pub fn failures_survived(&self, cap: u32) -> u32 {
+        let mut devs: Vec<u32> = self.nodes.iter().filter_map(|n| n.device()).collect();
+        devs.sort_unstable();
+        devs.dedup();
+        if devs.is_empty() {
+            return cap;
+        }
+        let cap = cap.min(devs.len() as u32);
+        // Every set of k devices, k = 1, 2, ...: the first k at which some
+        // set loses data is one past what the tree survives. Sets are
+        // walked as index combinations; layouts span few devices, and a
+        // wide one with no redundancy fails at k = 1.
+        for k in 1..=cap as usize {
+            let mut idx: Vec<usize> = (0..k).collect();
+            loop {
+                let down = |d: u32| idx.iter().any(|&i| devs[i] == d);
+                if self.root.health(&down) == Health::Lost {
+                    return k as u32 - 1;
+                }
+                // Next combination.
+                let mut i = k;
+                while i > 0 && idx[i - 1] == devs.len() - k + i - 1 {
+                    i -= 1;
+                }
+                if i == 0 {
+                    break;
+                }
+                idx[i - 1] += 1;
+                for j in i..k {
+                    idx[j] = idx[j - 1] + 1;
+                }
+            }
+        }
+        cap
+    }
+
     /// Every device extent the file owns.
     pub fn extents(&self, f: &mut dyn FnMut(u32, u64, u64)) {
         for n in &self.nodes {

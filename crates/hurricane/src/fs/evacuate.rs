@@ -225,12 +225,14 @@ impl Fs {
         let m = self.inner.meta.lock();
         let meta = self.inner.state.store().file().layout();
         if meta.nodes().iter().any(|n| n.device() == Some(dev)) {
-            crate::layout::relocate(&meta.spec(), dev, &info).map_err(|e| {
+            self.meta_file_without(dev, &info).map_err(|e| {
                 Error::NotSupported(format!("device {dev} holds a copy of the meta-data, which cannot move: {e}"))
             })?;
         }
-        for (r, other) in journal_copies(&m.sb) {
-            if r.dev == dev && journal_target(self.storage(), dev, other.map(|o| o.dev)).is_none() {
+        let copies = journal_copies(&m.sb);
+        let spare = copies.len() > 2;
+        for (r, other) in copies {
+            if r.dev == dev && !spare && journal_target(self.storage(), dev, &other).is_none() {
                 return Err(Error::NotSupported(format!(
                     "device {dev} holds a copy of the journal, and no other device can take it (the pool needs \
                      another device besides the other copy's; add one first)"
@@ -251,7 +253,7 @@ impl Fs {
             let mut m = self.inner.meta.lock();
             let meta = self.inner.state.store().file().layout();
             if meta.nodes().iter().any(|n| n.device() == Some(dev)) {
-                let spec = crate::layout::relocate(&meta.spec(), dev, &self.pool_info())?;
+                let spec = self.meta_file_without(dev, &self.pool_info())?;
                 tracing::info!("meta-file: moving off device {dev} to {spec}");
                 m.relayout = Some(spec);
             }
@@ -268,14 +270,27 @@ impl Fs {
             }
             let mut sb = m.sb.clone();
             let mut moved = Vec::new();
-            let copies: Vec<(Region, Option<Region>)> = journal_copies(&sb);
+            let copies: Vec<(Region, Vec<u32>)> = journal_copies(&sb);
+            let count = copies.len();
             for (i, (r, other)) in copies.into_iter().enumerate() {
                 if r.dev != dev {
                     continue;
                 }
-                let j = journal_target(self.storage(), dev, other.map(|o| o.dev)).ok_or_else(|| {
-                    Error::NotSupported(format!("no device can take the journal copy on device {dev}"))
-                })?;
+                let Some(j) = journal_target(self.storage(), dev, &other) else {
+                    // No device without a copy: with two or more others
+                    // left, this one is dropped.
+                    if count <= 2 {
+                        return Err(Error::NotSupported(format!(
+                            "no device can take the journal copy on device {dev}"
+                        )));
+                    }
+                    let mut all = sb.journals();
+                    all.remove(i);
+                    sb.journal = all[0];
+                    sb.journal_copies = all[1..].to_vec();
+                    moved.push((r, None));
+                    continue;
+                };
                 let a = &self.storage().allocs[j as usize];
                 let start = match a.alloc_reserved(None, r.blocks) {
                     Some((s, n)) if n == r.blocks => s,
@@ -298,9 +313,9 @@ impl Fs {
                 if i == 0 {
                     sb.journal = new;
                 } else {
-                    sb.journal_mirror = Some(new);
+                    sb.journal_copies[i - 1] = new;
                 }
-                moved.push((r, new));
+                moved.push((r, Some(new)));
             }
             if moved.is_empty() {
                 return Ok(());
@@ -312,13 +327,16 @@ impl Fs {
                 if let Some(a) = self.storage().allocs.get(old.dev as usize) {
                     a.free_now(old.start, old.blocks);
                 }
-                tracing::info!(
-                    "journal copy moved from device {} to device {} (blocks {}+{})",
-                    old.dev,
-                    new.dev,
-                    new.start,
-                    new.blocks
-                );
+                match new {
+                    Some(new) => tracing::info!(
+                        "journal copy moved from device {} to device {} (blocks {}+{})",
+                        old.dev,
+                        new.dev,
+                        new.start,
+                        new.blocks
+                    ),
+                    None => tracing::info!("journal copy on device {} dropped: no other device can take it", old.dev),
+                }
             }
             return Ok(());
         }
@@ -464,23 +482,43 @@ impl Fs {
     }
 }
 
-/// The journal's copies, each with the other one: (primary, mirror) and
-/// (mirror, primary).
-fn journal_copies(sb: &crate::pool::Superblock) -> Vec<(Region, Option<Region>)> {
-    let mut v = vec![(sb.journal, sb.journal_mirror)];
-    if let Some(m) = sb.journal_mirror {
-        v.push((m, Some(sb.journal)));
+impl Fs {
+    /// The meta-file's tree without its copy on `dev`. A tree the pool
+    /// made (copies of one extent each) moves the copy to a healthy device
+    /// that holds none, or, where there is none and two or more copies
+    /// remain, leaves it out; any other tree is relocated leaf by leaf.
+    fn meta_file_without(&self, dev: u32, info: &crate::layout::PoolInfo) -> Result<crate::blocks::Spec> {
+        let meta = self.inner.state.store().file().layout();
+        let Some(devs) = super::meta_copies::made_by_pool(&meta, info) else {
+            return crate::layout::relocate(&meta.spec(), dev, info);
+        };
+        let mut keep: Vec<u32> = devs.iter().copied().filter(|&d| d != dev).collect();
+        match self.spare_devices(&devs).into_iter().find(|&d| d != dev) {
+            Some(t) => keep.push(t),
+            None if keep.len() >= 2 => {}
+            None => {
+                return Err(Error::Layout(format!(
+                    "no device to move the meta-file's copy on device {dev} to, and fewer than two others"
+                )))
+            }
+        }
+        crate::layout::resolve(&crate::layout::parse(&super::meta_layout_on(&keep))?, info)
     }
-    v
+}
+
+/// The journal's copies, each with the devices of the others.
+fn journal_copies(sb: &crate::pool::Superblock) -> Vec<(Region, Vec<u32>)> {
+    let all = sb.journals();
+    all.iter().map(|r| (*r, all.iter().filter(|o| o.dev != r.dev).map(|o| o.dev).collect())).collect()
 }
 
 /// The device a journal copy on `from` moves to: one that takes new data,
-/// is neither `from` nor the other copy's, with the most free space.
-fn journal_target(storage: &crate::pool::Storage, from: u32, other: Option<u32>) -> Option<u32> {
+/// is neither `from` nor another copy's, with the most free space.
+fn journal_target(storage: &crate::pool::Storage, from: u32, others: &[u32]) -> Option<u32> {
     storage
         .devs
         .iter()
-        .filter(|d| d.index != from && Some(d.index) != other && d.state().placeable())
+        .filter(|d| d.index != from && !others.contains(&d.index) && d.state().placeable())
         .max_by_key(|d| storage.allocs.get(d.index as usize).map_or(0, |a| a.free_blocks()))
         .map(|d| d.index)
 }

@@ -216,6 +216,7 @@ impl Fs {
             return Ok(report);
         }
         let fresh = Arc::new(Layout::build(&target)?);
+        self.note_layout(&fresh);
         let mut e = Encoder::new();
         fresh.encode(&mut e);
         let encoded = e.into_inner();

@@ -10,6 +10,7 @@ mod clean;
 mod evacuate;
 mod health;
 mod io;
+mod meta_copies;
 mod migrate;
 mod ops;
 mod path;
@@ -27,6 +28,7 @@ pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
 pub use clean::{CleanOptions, CleanPolicy, CleanProgress, CleanReport, LogStatsSnapshot};
 pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
 pub use health::PoolHealth;
+pub use meta_copies::MetaRedundancy;
 pub use migrate::{MigrateOptions, MigrateProgress, MigrateReport, MigrationStatus, TreeProgress, TreeReport};
 pub use ops::{open_mask, Attr, DirItem, RenameFlags, SetAttr, StatFs, O_EXEC_OPEN};
 pub use path::{File, OpenOptions};
@@ -142,9 +144,12 @@ pub struct OpenReport {
     /// Devices of the pool that were not there (index, name): the pool
     /// opened degraded.
     pub missing_devices: Vec<(u32, String)>,
-    /// Which journal copy replay used (the mirror when device 0 was
-    /// unreadable or its copy ended sooner).
-    pub journal_copy: journal::JournalCopy,
+    /// Devices of the journal copies that lacked records replay read from
+    /// another copy (torn, damaged, or away when they were written), and
+    /// were rewritten from it.
+    pub journal_repaired: Vec<u32>,
+    /// Devices of the journal copies replay could not read.
+    pub journal_unreadable: Vec<u32>,
     /// Journal records recovery dropped (0 or 1): the last, written in
     /// verified mode, whose data a crash kept from the disk.
     pub dropped_records: usize,
@@ -156,6 +161,8 @@ pub struct OpenReport {
 struct MetaState {
     sb: Superblock,
     cursor: Cursor,
+    /// The epoch of this open's journal records ([`journal::Copies`]).
+    epoch: u64,
     /// Groups a failed commit took out of the gate: the next commit writes
     /// them first, so what is durable is always a prefix of what was done.
     unwritten: Vec<Vec<u8>>,
@@ -252,6 +259,12 @@ pub(crate) struct Inner {
     pub(crate) txn_budget: txn::TxnBudget,
     /// Held writes lost with their device, until fsync and sync report them.
     write_errors: write_errors::WriteErrors,
+    /// The most device failures a file layout in use survives
+    /// (`meta_copies::UNMANAGED`: the meta-file layout is kept as made).
+    meta_survives: std::sync::atomic::AtomicU32,
+    /// Copies the last journal record reached (high half) of those it was
+    /// written to (low half).
+    last_record_copies: AtomicU64,
 }
 
 /// An open pool. Clones share it.
@@ -320,9 +333,30 @@ impl Fs {
             None => (dev0 / 32).clamp(1024, 65536),
         };
         let min_blocks = RESERVED_BLOCKS + 64;
-        // Device 1 holds the journal's mirror in pools of two or more.
+        let default_layout = match &opts.default_layout {
+            Some(s) => s.clone(),
+            None => default_pool_layout(n),
+        };
+        // The meta-data's copies: on the first devices, as many as the
+        // default layout asks for (`meta_copies_wanted`), or as the meta
+        // layout given has (the journal keeps two where it can).
+        let info = PoolInfo {
+            devices: n,
+            free_blocks: handles.iter().map(|h| h.blocks().saturating_sub(RESERVED_BLOCKS)).collect(),
+            retired: Vec::new(),
+            prefer: None,
+        };
+        let survived = |text: &str| -> Result<u32> {
+            Ok(Layout::build(&layout::resolve(&layout::parse(text)?, &info)?)?.failures_survived(MAX_META_COPIES))
+        };
+        let data_survives = survived(&default_layout)?;
+        let copies = match &opts.meta_layout {
+            Some(m) => (survived(m)? + 1).max(n.min(2)),
+            None => meta_copies_wanted(n, data_survives),
+        };
+        let meta_survives = opts.meta_layout.is_none().then_some(data_survives as u8);
         for h in &handles {
-            let need = if h.index <= 1 { min_blocks + jblocks } else { min_blocks };
+            let need = if h.index < copies { min_blocks + jblocks } else { min_blocks };
             if h.blocks() < need {
                 return Err(Error::Device(format!(
                     "{}: too small: {} KiB, needs at least {} KiB",
@@ -336,10 +370,10 @@ impl Fs {
             return Err(Error::Invalid(format!("journal of {jblocks} blocks is too small")));
         }
         let journal = Region { dev: 0, start: RESERVED_BLOCKS, blocks: jblocks };
-        let journal_mirror = (n >= 2).then_some(Region { dev: 1, ..journal });
+        let journal_copies: Vec<Region> = (1..copies).map(|d| Region { dev: d, ..journal }).collect();
         let allocs = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
         let storage = Arc::new(Storage { devs: handles.into(), allocs });
-        for j in std::iter::once(&journal).chain(journal_mirror.as_ref()) {
+        for j in std::iter::once(&journal).chain(&journal_copies) {
             storage.allocs[j.dev as usize].mark_used(j.start, j.blocks);
         }
         // Wipe both superblock slots and the journal head of a reused device.
@@ -347,23 +381,17 @@ impl Fs {
         for d in &storage.devs {
             d.write_blocks(0, &zero)?;
         }
-        for j in std::iter::once(&journal).chain(journal_mirror.as_ref()) {
+        for j in std::iter::once(&journal).chain(&journal_copies) {
             storage.devs[j.dev as usize].write_blocks(j.start, &vec![0u8; BLOCK_SIZE * 4])?;
         }
 
-        let default_layout = match &opts.default_layout {
-            Some(s) => s.clone(),
-            None => default_pool_layout(n),
-        };
         let info = pool_info(&storage);
-        layout::resolve(&layout::parse(&default_layout)?, &info)?;
         // The meta-file's extents may be as long as extents go: its tree is
         // kept in the superblock, and with 128 MiB runs (the extent default)
         // a meta-file of about 7 GB (7 million files) no longer fits there.
         let meta_spec = match &opts.meta_layout {
             Some(s) => s.clone(),
-            None if n >= 2 => "replicate(copies=2)[extent(max=1T)@0,extent(max=1T)@1]".into(),
-            None => "extent(max=1T)@0".into(),
+            None => meta_layout_on(&(0..copies).collect::<Vec<_>>()),
         };
         let meta = Layout::build(&layout::resolve(&layout::parse(&meta_spec)?, &info)?)?;
 
@@ -401,9 +429,10 @@ impl Fs {
             meta_crc: 0,
             clean: true,
             default_layout,
-            journal_mirror,
+            journal_copies,
             checksum: opts.checksum,
             dev_states: Vec::new(),
+            meta_survives,
         };
         // The free map before the meta-file takes its space: an open claims
         // the meta-file's extents from the superblock.
@@ -413,7 +442,7 @@ impl Fs {
         }
         let file = MetaFile::new(storage.clone(), meta, 0, false);
         file.arm(sb);
-        let sys = Sys { cursor, next_ino: ROOT + 1, inodes: 1 };
+        let sys = Sys { cursor, next_ino: ROOT + 1, inodes: 1, epoch: 0 };
         let store = MetaStore::create(file, 1 << 20, 0, sys, (ROOT, rec.into_inner()), free)?;
         let mut sb = store.file().disarm().ok_or_else(|| Error::Device("meta-file superblock lost".into()))?;
         let (layout, len) = store.file().describe();
@@ -434,6 +463,7 @@ impl Fs {
         // framed layout state differently, docs/FORMAT.md); a version-2
         // superblock is rewritten as version 3 by the next superblock write.
         let mut sb = sb;
+        let upgrading = sb.version < FORMAT_VERSION;
         sb.version = FORMAT_VERSION;
         let allocs: Vec<Allocator> = handles.iter().map(|h| Allocator::new(RESERVED_BLOCKS, h.blocks())).collect();
         let storage = Arc::new(Storage { devs: handles.into(), allocs: allocs.into() });
@@ -444,8 +474,8 @@ impl Fs {
             }
         }
         let j = sb.journal;
-        let mirror = sb.journal_mirror;
-        for r in std::iter::once(&j).chain(mirror.as_ref()) {
+        let journals = sb.journals();
+        for r in &journals {
             // pool::identify checked the regions against the devices there;
             // checked again here because the allocator below trusts them.
             let jdev = storage.devs.get(r.dev as usize);
@@ -532,27 +562,47 @@ impl Fs {
             crate::blocks::log::LogSpace::of(h).load_usage([(seg, start, crate::blocks::log::SegUse { live, mtime })]);
         }
         set_meta_reserve(&storage, &meta_extents, &j);
+        // A pool of an earlier format keeps its meta-data copies from now
+        // on as a new one does, if its meta-file is the shape mkfs made.
+        if upgrading && sb.meta_survives.is_none() {
+            let info = pool_info(&storage);
+            if meta_copies::made_by_pool(&store.file().layout(), &info).is_some() {
+                let t = meta_copies::layout_survives(&sb.default_layout, &info);
+                sb.meta_survives = Some(t.min(u8::MAX as u32 - 1) as u8);
+            }
+        }
+        let meta_survives = sb.meta_survives.map_or(meta_copies::UNMANAGED, u32::from);
         let state = State::new(store.clone(), shards(), opts.inode_cache)?;
 
         let salt = salt_of(&sb.pool_id);
         let t0 = Instant::now();
-        let replayed = journal::replay_mirrored(&storage, &j, mirror.as_ref(), salt, sys.cursor)?;
-        let (mut records, mut cursor, copy) = (replayed.records, replayed.end, replayed.copy);
-        report.journal_copy = copy;
-        // The copy that fell behind (or lay on a device that was away) gets
-        // the records replay took from the other, so the two agree again.
-        if let (false, Some(m)) = (opts.read_only, mirror) {
-            let (from, to) = match copy {
-                journal::JournalCopy::Primary => (j, m),
-                journal::JournalCopy::Mirror => (m, j),
-            };
-            let live = Cursor { tail: sys.cursor.tail, head: cursor.head, seq: cursor.seq };
-            if storage.devs.get(to.dev as usize).is_some_and(|d| d.state().writable()) {
-                if let Err(e) = journal::resync(&storage, &from, &to, &live) {
-                    tracing::warn!("journal copy on device {} not brought up to date: {e}", to.dev);
+        let mut copies = journal::Copies { regions: journals.clone(), salt, epoch: 0 };
+        let replayed = journal::replay(&storage, &copies, sys.cursor, sys.epoch)?;
+        // This open's records are of an epoch above every one the pool
+        // has written (`journal::next_epoch`).
+        copies.epoch = journal::next_epoch(sb.generation, replayed.max_epoch);
+        report.journal_unreadable = replayed.unreadable.clone();
+        // A copy that lacks records another holds (torn, damaged, or away
+        // when they were written) gets them, so every copy holds the
+        // history replay took before anything is appended to it.
+        let lagging = replayed.lagging(&copies);
+        if !lagging.is_empty() {
+            tracing::warn!("journal copies on devices {lagging:?} lack records the others hold");
+            if !opts.read_only {
+                match journal::resync(&storage, &copies, &replayed) {
+                    Ok(fixed) => {
+                        for d in &fixed {
+                            if let Some(h) = storage.devs.get(*d as usize) {
+                                let _ = h.flush();
+                            }
+                        }
+                        report.journal_repaired = fixed;
+                    }
+                    Err(e) => tracing::warn!("journal copies not brought up to date: {e}"),
                 }
             }
         }
+        let (mut records, mut cursor) = (replayed.records, replayed.end);
         // Replay, noting the extents each file replay changes had at the
         // checkpoint: the free map knows those, and is moved on from them
         // to the files' extents after replay; and the log runs among them,
@@ -607,7 +657,7 @@ impl Fs {
             records.pop();
             cursor = before;
             if !opts.read_only {
-                for r in std::iter::once(&j).chain(mirror.as_ref()) {
+                for r in &journals {
                     if let Some(d) = storage.devs.get(r.dev as usize).filter(|d| d.state().writable()) {
                         d.write_blocks(r.start + before.head, &[0u8; BLOCK_SIZE])?;
                         d.flush()?;
@@ -642,7 +692,7 @@ impl Fs {
         // leaves them free (they are where the superblocks say), and a
         // file's space at the checkpoint may have gone to the meta-file
         // since.
-        for r in std::iter::once(&j).chain(mirror.as_ref()) {
+        for r in &journals {
             storage.allocs[r.dev as usize].claim(r.start, r.blocks);
         }
         // The tree as it is now (the one the superblocks named, unless the
@@ -669,6 +719,7 @@ impl Fs {
         let dirty_limit = (opts.inode_cache / 2).min(fits).max(16);
         let ms = MetaState {
             cursor: Cursor { tail: sys.cursor.tail, head: cursor.head, seq: cursor.seq },
+            epoch: copies.epoch,
             sb,
             unwritten: Vec::new(),
             relayout: None,
@@ -717,8 +768,20 @@ impl Fs {
             txn_locks: txn::LockTable::new(opts.txn_limits.lock_wait),
             txn_budget: txn::TxnBudget::new(opts.txn_limits),
             write_errors: Default::default(),
+            meta_survives: std::sync::atomic::AtomicU32::new(meta_survives),
+            last_record_copies: AtomicU64::new(0),
         });
         let fs = Fs { inner };
+        if !opts.read_only {
+            // The superblocks say the pool is in use, with a generation
+            // above the last, before this open appends anything to the
+            // journal (`journal::next_epoch` relies on it).
+            let mut m = fs.inner.meta.lock();
+            m.sb.clean = false;
+            m.sb.generation += 1;
+            let sb = m.sb.clone();
+            fs.inner.storage.write_superblocks(&sb)?;
+        }
         // Plain log writes that reached the disk after the last record: a
         // writable pool writes them again, a read-only one counts them.
         if !anchors.is_empty() {
@@ -743,12 +806,6 @@ impl Fs {
             if !orphans.is_empty() {
                 tracing::info!("freed {} orphaned inodes", orphans.len());
             }
-            let mut m = fs.inner.meta.lock();
-            m.sb.clean = false;
-            m.sb.generation += 1;
-            let sb = m.sb.clone();
-            fs.inner.storage.write_superblocks(&sb)?;
-            drop(m);
             if opts.background_commit {
                 fs.start_committer(opts.commit_interval);
                 fs.start_cleaner();
@@ -1097,7 +1154,7 @@ impl Fs {
         let half = m.sb.journal.blocks / 2;
         let dirty = inner.state.dirty_count();
         let journal_full = m.cursor.used(&m.sb.journal) > half;
-        let due = journal_full || m.relayout.is_some() || dirty > inner.dirty_limit;
+        let due = journal_full || m.relayout.is_some() || dirty > inner.dirty_limit || self.copies_short(&mut m);
         if only_if_due && !due {
             return Ok(());
         }
@@ -1270,9 +1327,10 @@ impl Fs {
             };
             let payload = Self::record(m, batch);
             let mut c = m.cursor;
-            let (j, mirror) = (m.sb.journal, m.sb.journal_mirror);
-            journal::append_mirrored(&inner.storage, &j, mirror.as_ref(), inner.salt, &mut c, &payload, order)?;
+            let copies = journal::Copies { regions: m.sb.journals(), salt: inner.salt, epoch: m.epoch };
+            let durable = journal::append(&inner.storage, &copies, &mut c, &payload, order)?;
             m.cursor = c;
+            self.note_record(durable, copies.regions.len());
             // The journal now follows the last durable state with nothing
             // missing: records may follow it again.
             m.covered();
@@ -1374,6 +1432,7 @@ impl Fs {
         // again once every device of the meta-file takes writes: the file
         // is copied to a fresh tree (the copies' missed ranges go with the
         // old one).
+        self.plan_meta_file(m);
         if m.relayout.is_none() {
             let lay = file.layout();
             let mut all_up = true;
@@ -1394,12 +1453,13 @@ impl Fs {
             // The journal and the meta-file are recorded free: an open
             // claims them from the superblocks, wherever they are by then.
             let mut extra = meta_extents;
-            for r in std::iter::once(&m.sb.journal).chain(m.sb.journal_mirror.as_ref()) {
+            for r in m.sb.journals() {
                 extra.push((r.dev, r.start, r.blocks));
             }
             delta.free = Some(merge_free(free, extra));
         }
         delta.sys.cursor = Cursor { tail: m.cursor.head, head: m.cursor.head, seq: m.cursor.seq };
+        delta.sys.epoch = m.epoch;
         file.arm(m.sb.clone());
         let r = inner.state.store().commit(delta, sync);
         if let Some(sb) = file.disarm() {
@@ -1419,6 +1479,9 @@ impl Fs {
                 if let Err(e) = self.move_meta_file(m, &spec) {
                     tracing::warn!("meta-file not moved to {spec}: {e}");
                 }
+            }
+            if let Err(e) = self.place_journal(m) {
+                tracing::warn!("journal copies not placed: {e}");
             }
         }
         let mut ext = Vec::new();
@@ -1559,6 +1622,31 @@ impl Drop for Inner {
     fn drop(&mut self) {
         *self.shutdown.lock() = true;
         self.shutdown_cv.notify_all();
+    }
+}
+
+/// The most copies of the meta-data a pool keeps.
+pub const MAX_META_COPIES: u32 = 6;
+
+/// How many copies of the meta-data a pool of `devices` keeps when the
+/// most tolerant layout its files use survives `survived` device
+/// failures: one more copy than that takes, as ZFS keeps its meta-data
+/// one copy above its data (so losing the devices the data survives still
+/// leaves a spare copy), and never fewer than three; as many as there are
+/// devices, when there are fewer.
+pub fn meta_copies_wanted(devices: u32, survived: u32) -> u32 {
+    survived.saturating_add(2).clamp(3, MAX_META_COPIES).min(devices).max(1)
+}
+
+/// The meta-file's layout with a copy on each of `devs`: its extents may
+/// be as long as extents go (its tree is kept in the superblock, and with
+/// 128 MiB runs, the extent default, a meta-file of about 7 GB, 7 million
+/// files, no longer fits there).
+fn meta_layout_on(devs: &[u32]) -> String {
+    let leaves: Vec<String> = devs.iter().map(|d| format!("extent(max=1T)@{d}")).collect();
+    match leaves.as_slice() {
+        [one] => one.clone(),
+        _ => format!("replicate(copies={})[{}]", leaves.len(), leaves.join(",")),
     }
 }
 

@@ -334,6 +334,7 @@ impl Fs {
             return Ok(hit);
         }
         let l = Layout::build(&self.file_spec_in(&key.spec, &info)?)?;
+        self.note_layout(&l);
         let mut e = Encoder::new();
         l.encode(&mut e);
         let encoded = e.into_inner();
@@ -954,6 +955,7 @@ impl Fs {
             return self.dir_layout_set(cred, ino, spec);
         }
         let lay = Layout::build(&self.file_spec(spec)?)?;
+        self.note_layout(&lay);
         let mut e = Encoder::new();
         lay.encode(&mut e);
         let _io = node.io.write();

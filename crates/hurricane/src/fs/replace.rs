@@ -375,11 +375,11 @@ pub fn prepare_replacement(
     if new.size() < (RESERVED_BLOCKS + 64) * BS {
         return Err(Error::Device(format!("{}: too small ({} bytes)", new.name(), new.size())));
     }
-    if sb.journal.dev == old {
-        // The journal is lost with the device: replay must find its end
-        // right at the cursor, not stale records of an earlier use.
-        let at = sb.journal.start + sb.cursor.tail;
-        let n = 4u64.min(sb.journal.blocks - sb.cursor.tail);
+    for j in sb.journals().iter().filter(|j| j.dev == old) {
+        // The journal copy is lost with the device: replay must find its
+        // end right at the cursor, not stale records of an earlier use.
+        let at = j.start + sb.cursor.tail;
+        let n = 4u64.min(j.blocks - sb.cursor.tail);
         new.write_at(&vec![0u8; (n * BS) as usize], at * BS)?;
     }
     claim_device(new, &sb, old)?;

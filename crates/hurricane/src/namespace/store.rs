@@ -93,8 +93,9 @@ fn page_bytes(p: &[u32]) -> Vec<u8> {
 /// Bytes zeroed at a time when the meta-file grows.
 const GROW_STEP: usize = 16 << 20;
 
-/// The version of the store's tables and records, kept in `sys`.
-pub const STORE_VERSION: u32 = 1;
+/// The version of the store's tables and records, kept in `sys`. Version 2
+/// adds the journal epoch to `sys`; version 1 (no epoch: 0) is read too.
+pub const STORE_VERSION: u32 = 2;
 
 fn store_err(e: impl fmt::Display) -> Error {
     Error::corrupt("meta-data store", e.to_string())
@@ -124,13 +125,17 @@ pub struct Sys {
     pub cursor: Cursor,
     pub next_ino: Ino,
     pub inodes: u64,
+    /// The epoch of the open that wrote the checkpoint: replay takes no
+    /// record of an older epoch from where it starts (a record a copy kept
+    /// from a history the pool abandoned), `journal::replay`.
+    pub epoch: u64,
 }
 
 impl Sys {
     fn encode(&self) -> Vec<u8> {
         let mut e = Encoder::new();
         e.u32(STORE_VERSION).u64(self.cursor.tail).u64(self.cursor.head).u64(self.cursor.seq);
-        e.u64(self.next_ino).u64(self.inodes);
+        e.u64(self.next_ino).u64(self.inodes).u64(self.epoch);
         e.into_inner()
     }
 
@@ -138,23 +143,24 @@ impl Sys {
     pub fn decode(buf: &[u8]) -> Result<Sys> {
         let mut d = Decoder::new(buf, "meta-data store sys record");
         let v = d.u32()?;
-        if v != STORE_VERSION {
-            return Err(d.err(format!("store version {v} is not {STORE_VERSION}, the one this build reads")));
+        if v != STORE_VERSION && v != 1 {
+            return Err(d.err(format!("store version {v} is not 1 or {STORE_VERSION}, the ones this build reads")));
         }
         let cursor = Cursor { tail: d.u64()?, head: d.u64()?, seq: d.u64()? };
         let next_ino = d.u64()?;
         let inodes = d.u64()?;
+        let epoch = if v >= 2 { d.u64()? } else { 0 };
         d.expect_end()?;
         if next_ino < 2 || next_ino == u64::MAX {
             return Err(Error::corrupt("meta-data store sys record", format!("next inode {next_ino} out of range")));
         }
-        Ok(Sys { cursor, next_ino, inodes })
+        Ok(Sys { cursor, next_ino, inodes, epoch })
     }
 }
 
 impl Default for Sys {
     fn default() -> Self {
-        Sys { cursor: Cursor { tail: 0, head: 0, seq: 0 }, next_ino: 2, inodes: 0 }
+        Sys { cursor: Cursor { tail: 0, head: 0, seq: 0 }, next_ino: 2, inodes: 0, epoch: 0 }
     }
 }
 
@@ -1296,7 +1302,7 @@ impl MetaStore {
         let spec = crate::blocks::Spec { kind: "extent".into(), params: vec![], children: vec![], device: Some(0) };
         let file = MetaFile::new(storage, Layout::build(&spec)?, 0, false);
         file.arm(Superblock::scratch());
-        let sys = Sys { cursor: Cursor { tail: 0, head: 0, seq: 1 }, next_ino: 2, inodes: 1 };
+        let sys = Sys { cursor: Cursor { tail: 0, head: 0, seq: 1 }, next_ino: 2, inodes: 1, epoch: 0 };
         MetaStore::create(file, 4 << 20, 1024, sys, (1, root), Vec::new())
     }
 

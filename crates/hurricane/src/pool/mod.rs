@@ -480,15 +480,16 @@ pub fn open_device(path: &Path, writable: bool) -> Result<Arc<dyn Device>> {
 
 /// Reads and cross-checks the superblocks of `devs`; returns the newest
 /// valid superblock and the devices ordered by their index. Refuses
-/// foreign, duplicated and newer-format devices and devices whose
-/// superblocks are damaged, naming them. Devices of the pool that are not
-/// among `devs`, or that are gone (a [`MissingDevice`] placeholder, whose
-/// position in `devs` names the slot it stands for), get a placeholder
-/// handle in state Missing: the pool opens degraded as long as one device
-/// has a valid superblock, and what needs the missing ones fails naming
-/// them. A device whose superblocks fail to read (I/O errors) takes the
-/// slot of its position in `devs` as Faulted, when that slot is otherwise
-/// empty; else it is refused.
+/// duplicated and newer-format devices, naming them. Devices of the pool
+/// that are not among `devs`, or that are gone (a [`MissingDevice`]
+/// placeholder, whose position in `devs` names the slot it stands for),
+/// get a placeholder handle in state Missing: the pool opens degraded as
+/// long as one device has a valid superblock, and what needs the missing
+/// ones fails naming them. A device whose superblocks fail to read (I/O
+/// errors), are damaged in both slots or are not a Hurricane device's, or
+/// that belongs to another pool while most devices agree on this one,
+/// takes the slot of its position in `devs` as Faulted, when that slot is
+/// otherwise empty; else it is refused, naming it.
 pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHandle>)> {
     let mut found: Vec<(Superblock, Arc<dyn Device>)> = Vec::new();
     // Position in `devs` and name of every device that is gone.
@@ -496,6 +497,8 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
     // Devices whose superblocks cannot be read (I/O errors): position,
     // device, error.
     let mut unreadable: Vec<(usize, Arc<dyn Device>, Error)> = Vec::new();
+    // Position in `devs` of each device with a valid superblock.
+    let mut positions: Vec<(usize, Arc<dyn Device>)> = Vec::new();
     for (pos, dev) in devs.into_iter().enumerate() {
         if dev.gone() {
             gone.push((pos, dev.name().to_string()));
@@ -541,12 +544,21 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
             unreadable.push((pos, dev, e));
             continue;
         }
+        // A device whose superblocks are garbage (overwritten, damaged in
+        // both slots) is taken as faulted in its slot, like one that fails
+        // to read: the pool opens degraded without it, and it is replaced.
         let sb = match best {
             Some(sb) => sb,
             None if errs.is_empty() => {
-                return Err(Error::Device(format!("{}: not a Hurricane device (no superblock)", dev.name())));
+                let e = Error::Device(format!("{}: not a Hurricane device (no superblock)", dev.name()));
+                unreadable.push((pos, dev, e));
+                continue;
             }
-            None => return Err(Error::Device(format!("{}: no valid superblock ({})", dev.name(), errs.join("; ")))),
+            None => {
+                let e = Error::Device(format!("{}: no valid superblock ({})", dev.name(), errs.join("; ")));
+                unreadable.push((pos, dev, e));
+                continue;
+            }
         };
         // `decode` holds dev_blocks to what fits in a byte count.
         let expect = sb.dev_blocks.saturating_mul(BLOCK_SIZE as u64);
@@ -558,7 +570,31 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
                 expect
             )));
         }
+        positions.push((pos, dev.clone()));
         found.push((sb, dev));
+    }
+    // A device of another pool among them (one overwritten with another
+    // pool's device) is faulted in its slot too, when most of the devices
+    // agree on the pool; with no majority, the open is refused below.
+    let mut ids: Vec<([u8; 16], usize)> = Vec::new();
+    for (sb, _) in &found {
+        match ids.iter_mut().find(|(id, _)| *id == sb.pool_id) {
+            Some((_, n)) => *n += 1,
+            None => ids.push((sb.pool_id, 1)),
+        }
+    }
+    ids.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    if let [(id, a), (_, b), ..] = ids.as_slice() {
+        if a > b {
+            let id = *id;
+            let (ours, theirs): (Vec<_>, Vec<_>) = found.into_iter().partition(|(sb, _)| sb.pool_id == id);
+            found = ours;
+            for (_, dev) in theirs {
+                let pos = positions.iter().find(|(_, d)| Arc::ptr_eq(d, &dev)).map_or(usize::MAX, |(p, _)| *p);
+                let e = Error::Device(format!("{}: belongs to another pool", dev.name()));
+                unreadable.push((pos, dev, e));
+            }
+        }
     }
     let Some(first) = found.first().map(|f| f.0.clone()) else {
         if let Some((_, _, e)) = unreadable.into_iter().next() {
@@ -616,12 +652,13 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
     let mut handles = Vec::with_capacity(count as usize);
     for i in 0..count {
         // A device listed in this slot's place whose superblocks fail to
-        // read: it stays in the slot, faulted (nothing is read from or
-        // written to it until it is brought back or replaced).
+        // read, are garbage or another pool's: it stays in the slot,
+        // faulted (nothing is read from or written to it until it is
+        // brought back or replaced).
         let failing = unreadable.iter().position(|(pos, _, _)| *pos == i as usize && !slots.contains_key(&i));
         if let Some(k) = failing {
             let (_, dev, e) = unreadable.swap_remove(k);
-            tracing::warn!("device {i} ({}) fails to read its superblocks, taken as faulted: {e}", dev.name());
+            tracing::warn!("device {i} ({}) taken as faulted: {e}", dev.name());
             handles.push(DeviceHandle::with_state(i, dev, DeviceState::Faulted));
             continue;
         }
@@ -668,7 +705,7 @@ pub fn identify(devs: Vec<Arc<dyn Device>>) -> Result<(Superblock, Vec<DeviceHan
 /// readable device.
 fn check_journal(sb: &Superblock, handles: &[DeviceHandle]) -> Result<()> {
     let mut readable = 0;
-    for j in std::iter::once(&sb.journal).chain(sb.journal_mirror.as_ref()) {
+    for j in &sb.journals() {
         let dev = handles.get(j.dev as usize).ok_or_else(|| {
             Error::corrupt("superblock", format!("journal on device {} of a pool of {}", j.dev, handles.len()))
         })?;
@@ -685,19 +722,15 @@ fn check_journal(sb: &Superblock, handles: &[DeviceHandle]) -> Result<()> {
         }
     }
     if readable == 0 {
-        let j = &sb.journal;
         let name = |d: u32| handles.get(d as usize).map(|h| h.name()).unwrap_or_default();
-        let mirror = match &sb.journal_mirror {
-            Some(m) => {
-                format!("its mirror on device {} ({}) is {}", m.dev, name(m.dev), handles[m.dev as usize].state())
-            }
-            None => "the pool has no journal mirror".into(),
-        };
+        let each: Vec<String> = sb
+            .journals()
+            .iter()
+            .map(|j| format!("device {} ({}) is {}", j.dev, name(j.dev), handles[j.dev as usize].state()))
+            .collect();
         return Err(Error::Device(format!(
-            "{} ({}) holds the journal and is {}; {mirror}: the pool cannot open",
-            j.dev,
-            name(j.dev),
-            handles[j.dev as usize].state()
+            "no copy of the journal can be read ({}): the pool cannot open",
+            each.join("; ")
         )));
     }
     Ok(())

@@ -10,13 +10,18 @@ use crate::error::{Error, Result};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"HURRICAN");
 /// On-disk format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// The oldest format this build opens. Version 4 keeps the meta-data in an
 /// indexed store in the meta-file (docs/FORMAT.md); versions 2 and 3 kept it
 /// as one whole checkpoint and are refused by name. Version 5 writes layout
 /// trees in a varint encoding that version-4 builds cannot read; this build
 /// reads both, and the first writable open of a version-4 pool marks it 5.
+/// Version 6 keeps any number of journal copies and the number of
+/// meta-data copies the pool keeps, and writes journal records with an
+/// epoch; a version-4 or 5 pool's first writable open marks it 6.
 pub const OLDEST_READABLE: u32 = 4;
+/// The most copies of the journal a superblock names.
+pub const MAX_JOURNAL_COPIES: usize = 16;
 /// The most device-state entries a superblock carries.
 pub const MAX_DEV_STATES: usize = 256;
 /// Blocks reserved at the start of every device (the two superblock slots).
@@ -51,14 +56,23 @@ pub struct Superblock {
     pub clean: bool,
     /// Pool default layout spec for new files.
     pub default_layout: String,
-    /// A second copy of the journal on another device (written with the
-    /// first, replayed when the first is unreadable). Version 3.
-    pub journal_mirror: Option<Region>,
+    /// The journal's other copies, each on a device of its own (written
+    /// with the first, merged with it on replay). Version 3 has at most
+    /// one (its "mirror"), version 6 any number.
+    pub journal_copies: Vec<Region>,
     /// New files get a `checksum` block under every per-device leaf. Version 3.
     pub checksum: bool,
     /// Devices that are not simply online, with their persistent state
     /// (`DeviceState as u8`: removed, resilvering). Version 3.
     pub dev_states: Vec<(u32, u8)>,
+    /// The most device failures a file layout used in the pool survives,
+    /// from which the number of meta-data copies (the meta-file's and the
+    /// journal's) follows (`fs::meta_copies_wanted`), kept by the pool on
+    /// distinct healthy devices; None when the pool keeps the meta-file
+    /// layout given at mkfs as it is. Version 6 (a byte: 0 for None, else
+    /// the count plus one); older pools have None until their first
+    /// writable open sets it.
+    pub meta_survives: Option<u8>,
 }
 
 impl Superblock {
@@ -80,10 +94,16 @@ impl Superblock {
             meta_crc: 0,
             clean: true,
             default_layout: "extent".into(),
-            journal_mirror: None,
+            journal_copies: Vec::new(),
             checksum: false,
             dev_states: Vec::new(),
+            meta_survives: None,
         }
+    }
+
+    /// Every copy of the journal, the first one first.
+    pub fn journals(&self) -> Vec<Region> {
+        std::iter::once(self.journal).chain(self.journal_copies.iter().copied()).collect()
     }
 
     pub fn encode(&self) -> Result<Vec<u8>> {
@@ -96,7 +116,7 @@ impl Superblock {
         e.bytes(&self.meta_layout).u64(self.meta_len).u32(self.meta_crc);
         e.u8(self.clean as u8).str(&self.default_layout);
         if self.version >= 3 {
-            match self.journal_mirror {
+            match self.journal_copies.first() {
                 Some(m) => e.u32(m.dev).u64(m.start).u64(m.blocks),
                 None => e.u32(u32::MAX).u64(0).u64(0),
             };
@@ -105,6 +125,19 @@ impl Superblock {
             for &(i, st) in &self.dev_states {
                 e.u32(i).u8(st);
             }
+        }
+        if self.version >= 6 {
+            let more = self.journal_copies.get(1..).unwrap_or_default();
+            e.u32(more.len() as u32);
+            for m in more {
+                e.u32(m.dev).u64(m.start).u64(m.blocks);
+            }
+            e.u8(self.meta_survives.map_or(0, |t| t.saturating_add(1)));
+        } else if self.journal_copies.len() > 1 {
+            return Err(Error::Invalid(format!(
+                "a version-{} superblock holds at most two journal copies",
+                self.version
+            )));
         }
         if e.len() + 4 > BLOCK_SIZE {
             return Err(Error::NoSpace("superblock: meta-file layout too fragmented to record".into()));
@@ -150,11 +183,12 @@ impl Superblock {
         let meta_crc = d.u32()?;
         let clean = d.u8()? != 0;
         let default_layout = d.str()?.to_string();
-        let (mut journal_mirror, mut checksum, mut dev_states) = (None, false, Vec::new());
+        let (mut journal_copies, mut checksum, mut dev_states) = (Vec::new(), false, Vec::new());
+        let mut meta_survives = None;
         if version >= 3 {
             let (dev, start, blocks) = (d.u32()?, d.u64()?, d.u64()?);
             if dev != u32::MAX {
-                journal_mirror = Some(Region { dev, start, blocks });
+                journal_copies.push(Region { dev, start, blocks });
             }
             checksum = match d.u8()? {
                 0 => false,
@@ -168,6 +202,16 @@ impl Superblock {
             for _ in 0..n {
                 dev_states.push((d.u32()?, d.u8()?));
             }
+        }
+        if version >= 6 {
+            let n = d.count(20)?;
+            if n + 2 > MAX_JOURNAL_COPIES || (n > 0 && journal_copies.is_empty()) {
+                return Err(Error::corrupt(format!("superblock of {device}"), format!("{n} more journal copies")));
+            }
+            for _ in 0..n {
+                journal_copies.push(Region { dev: d.u32()?, start: d.u64()?, blocks: d.u64()? });
+            }
+            meta_survives = d.u8()?.checked_sub(1);
         }
         let end = d.pos();
         let stored = d.u32()?;
@@ -206,13 +250,17 @@ impl Superblock {
                 journal.start, journal.blocks
             ));
         }
-        if let Some(m) = journal_mirror {
-            if m.dev >= dev_count || m.dev == journal.dev || m.blocks != journal.blocks || m.start < RESERVED_BLOCKS {
-                return bad(format!("journal mirror {}:{}+{} does not match the journal", m.dev, m.start, m.blocks));
+        for (k, m) in journal_copies.iter().enumerate() {
+            let shared = m.dev == journal.dev || journal_copies[..k].iter().any(|o| o.dev == m.dev);
+            if m.dev >= dev_count || shared || m.blocks != journal.blocks || m.start < RESERVED_BLOCKS {
+                return bad(format!("journal copy {}:{}+{} does not match the journal", m.dev, m.start, m.blocks));
             }
             if m.start.checked_add(m.blocks).is_none_or(|e| m.dev == dev_index && e > dev_blocks) {
-                return bad(format!("journal mirror region {}+{} blocks out of range", m.start, m.blocks));
+                return bad(format!("journal copy region {}+{} blocks out of range", m.start, m.blocks));
             }
+        }
+        if meta_survives.is_some_and(|t| t > 16) {
+            return bad(format!("meta-data policy for layouts surviving {meta_survives:?} failures"));
         }
         for &(i, st) in &dev_states {
             if i >= dev_count || st == 0 || st > 5 {
@@ -237,9 +285,10 @@ impl Superblock {
             meta_crc,
             clean,
             default_layout,
-            journal_mirror,
+            journal_copies,
             checksum,
             dev_states,
+            meta_survives,
         }))
     }
 }
@@ -264,9 +313,10 @@ mod tests {
             meta_crc: 42,
             clean: true,
             default_layout: "stripe".into(),
-            journal_mirror: Some(Region { dev: 2, start: 2, blocks: 100 }),
+            journal_copies: vec![Region { dev: 2, start: 2, blocks: 100 }, Region { dev: 1, start: 9, blocks: 100 }],
             checksum: true,
             dev_states: vec![(2, 3)],
+            meta_survives: Some(2),
         }
     }
 
@@ -283,6 +333,38 @@ mod tests {
         newer.version = FORMAT_VERSION + 1;
         let msg = Superblock::decode(&newer.encode().unwrap(), "d").unwrap_err().to_string();
         assert!(msg.contains("newer"), "{msg}");
+    }
+
+    #[test]
+    fn journal_copies_and_the_meta_policy_round_trip_and_are_checked() {
+        // Version 5 holds one other copy and no policy; version 6 any
+        // number of copies, each on a device of its own, and the policy.
+        let mut v5 = sample();
+        v5.version = 5;
+        assert!(v5.encode().is_err(), "two other copies in a version-5 superblock");
+        v5.journal_copies.truncate(1);
+        v5.meta_survives = None;
+        assert_eq!(Superblock::decode(&v5.encode().unwrap(), "d").unwrap(), Some(v5));
+        let mut none = sample();
+        none.meta_survives = None;
+        assert_eq!(Superblock::decode(&none.encode().unwrap(), "d").unwrap(), Some(none));
+        for (what, f) in [
+            (
+                "a copy on the journal's device",
+                Box::new(|s: &mut Superblock| s.journal_copies[1].dev = 0) as Box<dyn Fn(&mut Superblock)>,
+            ),
+            ("two copies on one device", Box::new(|s: &mut Superblock| s.journal_copies[1].dev = 2)),
+            ("a copy of another size", Box::new(|s: &mut Superblock| s.journal_copies[1].blocks = 99)),
+            ("a copy past the devices", Box::new(|s: &mut Superblock| s.journal_copies[1].dev = 3)),
+        ] {
+            let mut sb = sample();
+            f(&mut sb);
+            let msg = Superblock::decode(&sb.encode().unwrap(), "d").unwrap_err().to_string();
+            assert!(msg.contains("journal copy"), "{what}: {msg}");
+        }
+        let mut sb = sample();
+        sb.meta_survives = Some(40);
+        assert!(Superblock::decode(&sb.encode().unwrap(), "d").is_err());
     }
 
     #[test]
@@ -304,6 +386,7 @@ mod tests {
         for v in [1, 2, 3] {
             let mut sb = sample();
             sb.version = v;
+            sb.journal_copies.truncate(1);
             let msg = Superblock::decode(&sb.encode().unwrap(), "d").unwrap_err().to_string();
             assert!(msg.contains(&format!("version {v} is older")) && msg.contains("indexed store"), "{msg}");
         }
