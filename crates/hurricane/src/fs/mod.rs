@@ -7,6 +7,7 @@
 
 mod add;
 mod clean;
+mod errors;
 mod evacuate;
 mod health;
 mod io;
@@ -25,6 +26,7 @@ mod write_errors;
 
 pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
 pub use clean::{CleanOptions, CleanPolicy, CleanProgress, CleanReport, LogStatsSnapshot};
+pub use errors::{DataError, ErrorSource};
 pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
 pub use health::PoolHealth;
 pub use migrate::{MigrateOptions, MigrateProgress, MigrateReport, MigrationStatus, TreeProgress, TreeReport};
@@ -252,6 +254,8 @@ pub(crate) struct Inner {
     pub(crate) txn_budget: txn::TxnBudget,
     /// Held writes lost with their device, until fsync and sync report them.
     write_errors: write_errors::WriteErrors,
+    /// Files with data no copy could supply (`errors.rs`).
+    pub(crate) errors: errors::ErrorList,
 }
 
 /// An open pool. Clones share it.
@@ -717,8 +721,10 @@ impl Fs {
             txn_locks: txn::LockTable::new(opts.txn_limits.lock_wait),
             txn_budget: txn::TxnBudget::new(opts.txn_limits),
             write_errors: Default::default(),
+            errors: Default::default(),
         });
         let fs = Fs { inner };
+        fs.inner.errors.load(fs.inner.state.store().errors()?);
         // Plain log writes that reached the disk after the last record: a
         // writable pool writes them again, a read-only one counts them.
         if !anchors.is_empty() {
@@ -743,6 +749,8 @@ impl Fs {
             if !orphans.is_empty() {
                 tracing::info!("freed {} orphaned inodes", orphans.len());
             }
+            // Permanent errors of files deleted since the checkpoint.
+            fs.inner.errors.retain(|i| fs.inner.state.get(i).is_some());
             let mut m = fs.inner.meta.lock();
             m.sb.clean = false;
             m.sb.generation += 1;
@@ -1354,6 +1362,7 @@ impl Fs {
                     );
                 }
                 delta.free = Some(if unnamed.is_empty() { free } else { merge_free(free, unnamed) });
+                delta.errors = inner.errors.take_changed();
                 (delta, taken)
             })
         })
@@ -1404,6 +1413,9 @@ impl Fs {
         let r = inner.state.store().commit(delta, sync);
         if let Some(sb) = file.disarm() {
             m.sb = sb;
+        }
+        if r.is_err() && delta.errors.is_some() {
+            inner.errors.unwritten();
         }
         r?;
         // A checkpoint left unsynced keeps the journal's records (until a
