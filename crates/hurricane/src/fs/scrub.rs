@@ -194,13 +194,12 @@ impl Fs {
         let read0 = read_bytes(self);
 
         // The files to visit, with what they hold from the start point on.
-        let focus = |n: &crate::namespace::Inode| {
-            opts.focus.is_empty()
-                || match n.data.read().peek_layout() {
-                    Ok(Some(l)) => touches(l.root(), &opts.focus),
-                    Ok(None) => false,
-                    Err(_) => true,
-                }
+        // With a focus, only files with a piece on its devices (a tree that
+        // cannot be read back is visited, to be reported).
+        let focused = |d: &crate::namespace::InodeData| match d.peek_layout() {
+            Ok(Some(l)) => touches(l.root(), &opts.focus),
+            Ok(None) => false,
+            Err(_) => true,
         };
         let files: Vec<(Ino, u64)> = self
             .state()
@@ -208,9 +207,8 @@ impl Fs {
             .filter(|n| n.ino >= start.ino)
             .filter_map(|n| {
                 let d = n.data.read();
-                d.is_file().then(|| (n.ino, d.size.div_ceil(BS)))
+                (d.is_file() && (opts.focus.is_empty() || focused(&d))).then(|| (n.ino, d.size.div_ceil(BS)))
             })
-            .filter(|&(ino, _)| self.state().get(ino).is_some_and(|n| focus(&n)))
             .collect();
         let total_bytes: u64 = files
             .iter()

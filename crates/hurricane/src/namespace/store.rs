@@ -577,6 +577,7 @@ impl MetaFile {
                         page = Some(v);
                         break;
                     }
+                    self.count_bad(&child, SUMS_BASE + p);
                 }
             }
         }
