@@ -390,3 +390,46 @@ fn meta_file_errors_count_against_the_copy_device() {
     assert_eq!(checksum_errors(&fs), before);
     fs.close().unwrap();
 }
+
+/// Zeroing or punching the damaged blocks (fallocate) leaves nothing
+/// damaged: the entry goes, block by block.
+#[test]
+fn punched_or_zeroed_damage_leaves_the_list() {
+    let pool = MemPool::new(1, 64 * MB);
+    let fs = pool.open().unwrap();
+    let data = pattern(31, 64 * BS as usize);
+    fs.write_file("/f", &data, Some("extent@0")).unwrap();
+    fs.close().unwrap();
+    drop(fs);
+    let fs = pool.open().unwrap();
+    let ext = fs.device_extents_of("/f").unwrap();
+    let blocks: Vec<u64> = ext.iter().flat_map(|&(_, s, l)| s..s + l).collect();
+    let mut rng = StdRng::seed_from_u64(2);
+    let mut bad = BTreeSet::new();
+    for &b in &[blocks[3], blocks[40]] {
+        bad.insert(file_block_at(&pool.devs[0], b, &data));
+        flip(&pool.devs[0], b, &mut rng);
+    }
+    fs.scrub(&repair(), &|_| {}).unwrap();
+    assert_eq!(listed(&fs), BTreeMap::from([("/f".to_string(), bad.clone())]));
+    let ino = fs.resolve("/f").unwrap();
+    let first = *bad.first().unwrap();
+    fs.fallocate(ino, first * BS + 100, 10, libc_punch()).unwrap_err();
+    assert_eq!(listed(&fs)["/f"], bad, "a partial punch reads the damaged block first, and fails");
+    fs.fallocate(ino, first * BS, BS, libc_punch()).unwrap();
+    bad.remove(&first);
+    assert_eq!(listed(&fs), BTreeMap::from([("/f".to_string(), bad.clone())]));
+    let last = *bad.first().unwrap();
+    fs.fallocate(ino, last * BS, BS, 0x10 /* FALLOC_FL_ZERO_RANGE */).unwrap();
+    assert!(fs.data_errors().is_empty());
+    let mut want = data.clone();
+    for b in [first, last] {
+        want[(b * BS) as usize..((b + 1) * BS) as usize].fill(0);
+    }
+    assert_eq!(fs.read_file("/f").unwrap(), want);
+}
+
+/// FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE.
+fn libc_punch() -> i32 {
+    0x02 | 0x01
+}

@@ -786,6 +786,8 @@ impl Fs {
                     b += n;
                 }
                 self.inner.cache.invalidate(ino, first, last + 1 - first);
+                // Every block of the range holds what was written now.
+                self.inner.errors.written(ino, first * BS, (last + 1 - first) * BS);
             }
             let g = self.inner.gate.enter();
             let mut l = self.state().lock(&[ino]);
