@@ -489,7 +489,7 @@ fn replace(a: &ReplaceArgs) -> CliResult {
         let r = r?;
         c.map_err(|e| Fail::new(format!("closing the pool: {e}")))?;
         drop(lock);
-        let s = r.rebuild.as_ref().map(ScrubSummary::from);
+        let s = r.rebuild.as_ref().or(r.verify.as_ref()).map(ScrubSummary::from);
         return report_replace(r.copied_bytes, s.as_ref(), a.json);
     }
     // The old device is gone: the new one takes its place resilvering,
@@ -555,6 +555,11 @@ fn show(pb: &ProgressBar, p: &ReplaceProgress) {
             pb.set_length(*total);
             pb.set_position(*done);
         }
+        ReplaceProgress::Verify(p) => {
+            pb.set_message("verify");
+            pb.set_length(p.total_bytes);
+            pb.set_position(p.done_bytes);
+        }
         ReplaceProgress::Rebuild(p) => {
             pb.set_message("rebuild");
             pb.set_length(p.total_bytes);
@@ -585,7 +590,7 @@ fn device_index(paths: &[PathBuf], old: &str) -> CliResult<u32> {
 
 /// Asks the mount at `mnt` to run `req`, shows its progress, and returns
 /// its final status.
-fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
+pub fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
     let read = || -> CliResult<Status> {
         let raw = hurricane_fuse::mountinfo::get_xattr(mnt, CONTROL_XATTR).map_err(|e| match e.raw_os_error() {
             Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => {
@@ -613,6 +618,7 @@ fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
         Request::Migrate { .. } => "migrate",
         Request::Clean { .. } => "clean",
         Request::Regroup { .. } => "regroup",
+        Request::ClearErrors => "clear-errors",
     };
     let pb = if matches!(req, Request::Regroup { .. }) { files_bar(0, what) } else { bytes_bar(0, what) };
     let st = loop {
@@ -635,7 +641,12 @@ fn online(mnt: &Path, req: &Request) -> CliResult<Status> {
 
 fn report_replace(copied: u64, rebuild: Option<&ScrubSummary>, json: bool) -> CliResult {
     if json {
-        let v = serde_json::json!({ "copied_bytes": copied, "rebuild": rebuild });
+        // A copy's check is its "verify"; a rebuild's scrub its "rebuild".
+        let v = if copied > 0 {
+            serde_json::json!({ "copied_bytes": copied, "verify": rebuild })
+        } else {
+            serde_json::json!({ "copied_bytes": copied, "rebuild": rebuild })
+        };
         println!("{v}");
         return match rebuild {
             Some(s) => status_of(s),
@@ -646,6 +657,15 @@ fn report_replace(copied: u64, rebuild: Option<&ScrubSummary>, json: bool) -> Cl
         None => {
             println!("replaced: copied {} from the old device", human(copied));
             Ok(())
+        }
+        // A copy, then the check of what it copied.
+        Some(s) if copied > 0 => {
+            println!(
+                "replaced: copied {} from the old device; verified, {} blocks rebuilt from redundancy",
+                human(copied),
+                s.repaired_blocks
+            );
+            report(s, false)
         }
         Some(s) => {
             println!("replaced: rebuilt from redundancy");

@@ -1,7 +1,10 @@
 //! `hurricane status POOL|MOUNTPOINT`: each device's state and error
-//! counts, and how many files are healthy, degraded or lost. Exit status 0
-//! when the pool is healthy (every device online, every file with all its
-//! copies), 1 when it is degraded or has lost files (and on errors).
+//! counts, how many files are healthy, degraded or lost, and the files on
+//! the pool's permanent error list (data a read, scrub, replacement or
+//! `fsck --data` found no good copy of). Exit status 0 when the pool is
+//! healthy (every device online, every file with all its copies, no
+//! permanent errors), 1 when it is not (and on errors). `--clear-errors`
+//! empties the permanent error list first (as `zpool clear` does).
 
 use crate::util::{human, CliResult, Fail, Pool};
 use clap::Args;
@@ -18,11 +21,25 @@ pub struct StatusArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Empty the pool's list of permanent errors first (root only on a
+    /// mount; offline the pool is opened writable). A file whose data is
+    /// still bad goes back on the list when a read or scrub finds it again.
+    #[arg(long)]
+    pub clear_errors: bool,
 }
 
 pub fn run(a: &StatusArgs) -> CliResult {
     let mnt = absolute(&a.target);
-    let rep = if !fuse_mounts_at(&mnt).is_empty() {
+    let mounted = !fuse_mounts_at(&mnt).is_empty();
+    if a.clear_errors {
+        if mounted {
+            crate::maint::online(&mnt, &hurricane_fuse::control::Request::ClearErrors)?;
+        } else {
+            let n = Pool::run(&a.target, true, |fs| Ok(fs.clear_data_errors()?))?;
+            tracing::info!("cleared {n} permanent errors");
+        }
+    }
+    let rep = if mounted {
         read_status(&mnt).map_err(Fail::new)?
     } else {
         let pool = a.target.display().to_string();
@@ -44,7 +61,7 @@ pub fn run(a: &StatusArgs) -> CliResult {
 fn print(o: &mut impl Write, r: &StatusReport) -> std::io::Result<()> {
     let what = if r.healthy() {
         "healthy"
-    } else if r.health.lost > 0 {
+    } else if r.health.lost > 0 || r.health.error_files > 0 {
         "lost data"
     } else {
         "degraded"
@@ -96,5 +113,36 @@ fn print(o: &mut impl Write, r: &StatusReport) -> std::io::Result<()> {
     };
     list(o, "lost", &h.lost_paths, h.lost)?;
     list(o, "degraded", &h.degraded_paths, h.degraded)?;
+    if h.error_files > 0 {
+        writeln!(o, "permanent errors in the following files:")?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        for e in &h.errors {
+            let names = if e.paths.is_empty() { format!("<inode {}>", e.ino) } else { e.paths.join(", ") };
+            let ranges: Vec<String> = e.ranges.iter().map(|(o, l)| format!("{o}+{l}")).collect();
+            writeln!(
+                o,
+                "  {names} (bytes {}; found by {} {} ago: {})",
+                ranges.join(", "),
+                e.source,
+                age(now - e.last_s),
+                e.detail
+            )?;
+        }
+        let more = h.error_files.saturating_sub(h.errors.len() as u64);
+        if more > 0 {
+            writeln!(o, "  ... and {more} more")?;
+        }
+    }
     Ok(())
+}
+
+/// A time span in seconds, in the largest unit that keeps it above 1.
+fn age(s: i64) -> String {
+    let s = s.max(0);
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86400 => format!("{} h", s / 3600),
+        _ => format!("{} days", s / 86400),
+    }
 }

@@ -68,6 +68,9 @@ pub enum Request {
         path: String,
         recursive: bool,
     },
+    /// Empty the pool's list of permanent errors (`hurricane status
+    /// --clear-errors`).
+    ClearErrors,
     /// A log cleaning pass.
     Clean {
         /// "cost-benefit" or "greedy".
@@ -144,7 +147,7 @@ pub struct Status {
     pub state: JobState,
     /// "scrub" or "replace".
     pub what: String,
-    /// "copy", "rebuild" or "scrub".
+    /// "copy", "verify", "rebuild" or "scrub".
     pub phase: String,
     pub done_bytes: u64,
     pub total_bytes: u64,
@@ -224,6 +227,7 @@ impl Control {
             Request::Migrate { .. } => "migrate",
             Request::Clean { .. } => "clean",
             Request::Regroup { .. } => "regroup",
+            Request::ClearErrors => "clear-errors",
         };
         *st = Status { job, state: JobState::Running, what: what.into(), ..Default::default() };
         drop(st);
@@ -312,11 +316,12 @@ fn run(
                             st.copied_bytes = *done;
                         }
                         ReplaceProgress::Rebuild(p) => st.scrub_progress("rebuild", p),
+                        ReplaceProgress::Verify(p) => st.scrub_progress("verify", p),
                     }
                 })
                 .map_err(|e| e.to_string())?;
             status.lock().copied_bytes = r.copied_bytes;
-            Ok(r.rebuild.as_ref().map(ScrubSummary::from))
+            Ok(r.rebuild.as_ref().or(r.verify.as_ref()).map(ScrubSummary::from))
         }
         Request::Add { new, size } => {
             let size = size.unwrap_or_else(|| fs.storage().devs.iter().map(|d| d.blocks()).max().unwrap_or(0) * 4096);
@@ -384,6 +389,11 @@ fn run(
             if !r.complete {
                 return Err("stopped before every file was looked at: run it again to go on".into());
             }
+            Ok(None)
+        }
+        Request::ClearErrors => {
+            let n = fs.clear_data_errors().map_err(|e| e.to_string())?;
+            tracing::info!("cleared the permanent error list ({n} files)");
             Ok(None)
         }
         Request::Clean { policy, segments } => {

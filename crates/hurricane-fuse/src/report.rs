@@ -189,6 +189,31 @@ pub struct HealthReport {
     pub degraded_paths: Vec<String>,
     /// The meta-data checkpoint: ok, degraded or lost.
     pub meta: String,
+    /// Files on the pool's permanent error list: data a read, scrub,
+    /// replacement or `fsck --data` found no copy of (absent from older
+    /// reports).
+    #[serde(default)]
+    pub error_files: u64,
+    /// Those files, at most [`LISTED_PATHS`] (their paths only for root on
+    /// a mount).
+    #[serde(default)]
+    pub errors: Vec<ErrorReport>,
+}
+
+/// One file on the permanent error list.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReport {
+    pub ino: u64,
+    /// Every name of the file (empty: none left, or not shown).
+    pub paths: Vec<String>,
+    /// Damaged byte ranges (offset, length).
+    pub ranges: Vec<(u64, u64)>,
+    /// What found it last: read, scrub, replace or fsck.
+    pub source: String,
+    /// When it was first and last found (seconds since the Unix epoch).
+    pub first_s: i64,
+    pub last_s: i64,
+    pub detail: String,
 }
 
 /// How many paths of lost (and of degraded) files a report lists.
@@ -207,13 +232,14 @@ pub struct StatusReport {
 }
 
 impl StatusReport {
-    /// Every device online (or removed from the pool) and every file with
-    /// all its copies.
+    /// Every device online (or removed from the pool), every file with
+    /// all its copies, and no permanent errors.
     pub fn healthy(&self) -> bool {
         self.devices.iter().all(|d| d.state == "online" || d.state == "removed")
             && self.health.degraded == 0
             && self.health.lost == 0
             && self.health.meta == "ok"
+            && self.health.error_files == 0
     }
 
     pub fn to_json(&self) -> Vec<u8> {
@@ -288,6 +314,20 @@ pub fn health_report(fs: &hurricane::Fs, paths: usize) -> HealthReport {
         lost_paths: h.lost_paths,
         degraded_paths: h.degraded_paths,
         meta: word(h.meta).to_string(),
+        error_files: h.error_files,
+        errors: h
+            .errors
+            .into_iter()
+            .map(|(e, paths)| ErrorReport {
+                ino: e.ino,
+                paths,
+                ranges: e.ranges,
+                source: e.source.name().to_string(),
+                first_s: e.first / 1_000_000_000,
+                last_s: e.last / 1_000_000_000,
+                detail: e.detail,
+            })
+            .collect(),
     }
 }
 

@@ -10,8 +10,9 @@
 //!   device changed state or counted an error since: a user looping on the
 //!   attribute costs at most one walk in twenty of the pool's time;
 //! - root is given a fresh walk, and the paths of lost and degraded files
-//!   (other users get the counts only: the paths name files in directories
-//!   they may not be allowed to read).
+//!   and of the files on the permanent error list (other users get the
+//!   counts only: the paths name files in directories they may not be
+//!   allowed to read).
 //!
 //! The devices' part is made afresh for every reader.
 
@@ -69,6 +70,9 @@ impl StatusCache {
         if uid != 0 {
             r.health.lost_paths.clear();
             r.health.degraded_paths.clear();
+            for e in &mut r.health.errors {
+                e.paths.clear();
+            }
         }
         r
     }

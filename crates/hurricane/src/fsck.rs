@@ -523,11 +523,15 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
                 _ => ranges.push((f, l)),
             }
         }
-        let bytes = ranges.into_iter().map(|(f, l)| (f * BS, ((f + l) * BS).min(size.max(f * BS)) - f * BS)).collect();
+        let bytes: Vec<(u64, u64)> =
+            ranges.into_iter().map(|(f, l)| (f * BS, ((f + l) * BS).min(size.max(f * BS)) - f * BS)).collect();
         let path = s.path(ino);
         tracing::error!(ino, path = %path, "file data damaged");
+        fs.note_data_error(ino, &bytes, crate::fs::ErrorSource::Fsck, "no copy could be read or verified", true);
         rep.damaged.push((path, bytes));
     }
+    // On the pool's permanent error list (durable when the pool is writable).
+    fs.persist_data_errors();
     for h in &fs.storage().devs {
         let n = h.errors().checksum;
         if n > 0 {

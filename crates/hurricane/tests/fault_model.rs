@@ -13,7 +13,9 @@
 //! back (holding what they held when they left), or each replaced by a
 //! blank one and rebuilt. Then the scrub must report nothing lost but what
 //! two devices took from a file that survives one (which is then written
-//! again from its model), and every device must be online. `FAULT_OPS` sets the steps (default
+//! again from its model), every device must be online, and the pool's
+//! list of permanent errors must hold exactly what the scrub found lost.
+//! `FAULT_OPS` sets the steps (default
 //! 1,200), `FAULT_SEED` the seed; with `FAULT_TRACE` set every operation
 //! is printed as it runs.
 
@@ -412,6 +414,14 @@ impl Run {
         self.allow_lost(how, &r.lost, took, lost);
         self.repaired += r.repaired_blocks;
         self.check_online(how);
+        // The scrub read every file whole: the permanent error list is
+        // exactly what it found lost, range for range.
+        let listed: Vec<(u64, Vec<(u64, u64)>)> =
+            self.fs().data_errors().into_iter().map(|e| (e.ino, e.ranges)).collect();
+        let found: Vec<(u64, Vec<(u64, u64)>)> = r.lost.iter().map(|l| (l.ino, l.ranges.clone())).collect();
+        if listed != found {
+            self.fail(format!("{how}: the permanent error list holds {listed:?}, the scrub found {found:?}"));
+        }
     }
 
     /// Fails unless every file in `found` survives fewer than `took`

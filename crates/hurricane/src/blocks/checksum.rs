@@ -1,7 +1,8 @@
 //! `checksum`: one child, and a crc32c of every file block written through
 //! it, kept in the node's state. Every block read is verified against its
 //! checksum; a mismatch is an I/O error ([`Error::Checksum`]) naming the
-//! node, the file block and the child's devices, counted on those devices,
+//! node, the file block and the child's devices, counted on the device that
+//! holds the block (where the child places each block on one device),
 //! and the bad bytes are never handed up. Blocks never written are holes and
 //! are not verified. Under a redundant parent (`replicate[checksum[..],..]`)
 //! the error tells the parent which copy is bad. Above one that
@@ -451,9 +452,8 @@ impl Checksum {
         }
     }
 
-    fn device_names(&self, io: &IoCtx) -> String {
-        let names: Vec<String> = self
-            .devices
+    fn device_names(io: &IoCtx, devices: &[u32]) -> String {
+        let names: Vec<String> = devices
             .iter()
             .map(|&d| match io.storage.devs.get(d as usize) {
                 Some(h) => format!("device {d} ({})", h.name()),
@@ -467,8 +467,9 @@ impl Checksum {
         }
     }
 
-    /// The error for blocks that failed verification: counted on the
-    /// child's devices and logged.
+    /// The error for blocks that failed verification: each counted on the
+    /// device that holds it (`common::each_device_of`: the one leaf under a
+    /// `stripe`, every copy's under a `replicate`), and logged.
     fn corrupt(&self, io: &IoCtx, bad: &[u64]) -> Error {
         let first = bad.first().copied().unwrap_or_default();
         if super::common::probing_now() {
@@ -477,16 +478,22 @@ impl Checksum {
                 self.id
             ));
         }
-        for &d in &self.devices {
-            if let Some(h) = io.storage.devs.get(d as usize) {
-                h.count_checksum_errors(bad.len() as u64);
+        let mut held = std::collections::BTreeSet::new();
+        if let Ok(child) = self.child() {
+            for &b in bad {
+                super::common::each_device_of(child, b, 1, &mut |d, k| {
+                    held.insert(d);
+                    if let Some(h) = io.storage.devs.get(d as usize) {
+                        h.count_checksum_errors(k);
+                    }
+                });
             }
         }
         let more = match bad.len() {
             0 | 1 => String::new(),
             n => format!(" and {} more", n - 1),
         };
-        let devs = self.device_names(io);
+        let devs = Self::device_names(io, &held.into_iter().collect::<Vec<u32>>());
         tracing::error!(node = self.id, fblk = first, blocks = bad.len(), devices = %devs, "checksum mismatch");
         Error::Checksum(format!("checksum node {}: file block {first}{more} on {devs}", self.id))
     }

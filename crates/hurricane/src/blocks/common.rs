@@ -328,6 +328,31 @@ pub fn scrub_by_read<B: super::Block + ?Sized>(
 
 /// Every device under `b` (its own and its descendants'), sorted, each once:
 /// what a composite names in errors and weighs for load.
+/// Calls `f(device, blocks)` for the devices that hold blocks [fblk,
+/// fblk+n) of `b`: exactly where the composition says (down through
+/// [`super::Block::map_range`] to the leaf), otherwise every device under
+/// the node where the composition stops saying (each of a replicate's
+/// copies, a parity stripe's members). What a checksum error or a repair
+/// is counted against.
+pub fn each_device_of(b: &std::sync::Arc<dyn super::Block>, fblk: u64, n: u64, f: &mut dyn FnMut(u32, u64)) {
+    if let Some(d) = b.device() {
+        f(d, n);
+        return;
+    }
+    let mut pieces = Vec::new();
+    if b.map_range(fblk, n, &mut |_, c, cf, len| pieces.push((c, cf, len))) {
+        for (c, cf, len) in pieces {
+            if let Some(child) = b.children().get(c) {
+                each_device_of(child, cf, len, f);
+            }
+        }
+        return;
+    }
+    for c in b.children() {
+        each_device_of(c, fblk, n, f);
+    }
+}
+
 pub(super) fn devices_under(b: &std::sync::Arc<dyn super::Block>) -> Vec<u32> {
     fn walk(b: &std::sync::Arc<dyn super::Block>, out: &mut Vec<u32>) {
         out.extend(b.device());

@@ -47,7 +47,7 @@ use std::sync::Arc;
 pub use crate::base::BLOCK_SIZE;
 pub use crate::journal::NodeRecord;
 pub use checksum::block_sum;
-pub use common::{chunks, scrub_by_read, span};
+pub use common::{chunks, each_device_of, scrub_by_read, span};
 pub use compress::{stats as compress_stats, CompressStats};
 pub use registry::{canonical, lookup, BlockType, ParamKind, ParamSpec, Registry, TYPES};
 pub use replicate::live_changes;

@@ -354,28 +354,14 @@ fn decode_state(s: &[u8], copies: usize) -> Result<Vec<Ranges>> {
     Ok(out)
 }
 
-/// Credits `n` repaired blocks of `b` at `fblk` to the devices holding them:
-/// exactly where the composition says (`map_range`), otherwise to every
-/// device under `b`.
+/// Credits `n` repaired blocks of `b` at `fblk` to the devices holding them
+/// (`common::each_device_of`).
 fn credit_repair(b: &Arc<dyn Block>, io: &IoCtx, fblk: u64, n: u64) {
-    if let Some(d) = b.device() {
+    super::common::each_device_of(b, fblk, n, &mut |d, k| {
         if let Some(h) = io.storage.devs.get(d as usize) {
-            h.count_repaired(n);
+            h.count_repaired(k);
         }
-        return;
-    }
-    let mut pieces = Vec::new();
-    if b.map_range(fblk, n, &mut |_, c, cf, len| pieces.push((c, cf, len))) {
-        for (c, cf, len) in pieces {
-            if let Some(child) = b.children().get(c) {
-                credit_repair(child, io, cf, len);
-            }
-        }
-        return;
-    }
-    for c in b.children() {
-        credit_repair(c, io, fblk, n);
-    }
+    });
 }
 
 /// Runs of [s, e) where `b` may hold data (its `next_data` says so).
@@ -571,7 +557,7 @@ impl Replicate {
         let Some(v) = verify else { return Ok(()) };
         let bad: Vec<u64> = refused(v, f, buf).map(|k| f + k as u64).collect();
         let Some(&first) = bad.first() else { return Ok(()) };
-        self.count_bad(io, c, bad.len() as u64);
+        self.count_bad(io, c, &bad);
         let more = if bad.len() > 1 { format!(" and {} more", bad.len() - 1) } else { String::new() };
         Err(Error::Checksum(format!(
             "replicate node {}: copy {c} of file block {first}{more} does not match the checksum above it",
@@ -579,16 +565,20 @@ impl Replicate {
         )))
     }
 
-    /// Counts `blocks` blocks of copy `c` that failed the check from above
-    /// as checksum errors of its devices (not while recovery probes).
-    fn count_bad(&self, io: &IoCtx, c: usize, blocks: u64) {
+    /// Counts the blocks `bad` (file blocks) of copy `c` that failed the
+    /// check from above as checksum errors of the devices holding them
+    /// (not while recovery probes).
+    fn count_bad(&self, io: &IoCtx, c: usize, bad: &[u64]) {
         if super::common::probing_now() {
             return;
         }
-        for &d in &self.devices[c] {
-            if let Some(h) = io.storage.devs.get(d as usize) {
-                h.count_checksum_errors(blocks);
-            }
+        let Some(child) = self.children.get(c) else { return };
+        for &b in bad {
+            super::common::each_device_of(child, b, 1, &mut |d, k| {
+                if let Some(h) = io.storage.devs.get(d as usize) {
+                    h.count_checksum_errors(k);
+                }
+            });
         }
     }
 
@@ -792,15 +782,16 @@ impl Replicate {
             // A block the check from above refuses is bad, however many
             // copies agree with it.
             if let Some(v) = s.verify {
-                let mut bad = 0;
+                let mut refused_blocks = Vec::new();
                 for k in refused(v, pos, buf) {
                     if ok[k] {
                         ok[k] = false;
-                        bad += 1;
+                        refused_blocks.push(pos + k as u64);
                     }
                 }
+                let bad = refused_blocks.len();
                 if bad > 0 {
-                    self.count_bad(io, c, bad);
+                    self.count_bad(io, c, &refused_blocks);
                     tracing::warn!(
                         node = self.id,
                         copy = c,

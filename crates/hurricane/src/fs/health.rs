@@ -1,6 +1,9 @@
 //! What survives the devices that are down: every file's layout asked for
-//! its [`Health`] (for `hurricane status`, the mount's statistics, tests).
+//! its [`Health`] (for `hurricane status`, the mount's statistics, tests);
+//! and the files with data already found unrecoverable (the permanent
+//! error list, `errors.rs`), which a pool with every device back still has.
 
+use super::errors::DataError;
 use super::Fs;
 use crate::blocks::Health;
 use crate::journal::Ino;
@@ -22,6 +25,11 @@ pub struct PoolHealth {
     pub degraded_paths: Vec<String>,
     /// The meta-file (the pool's meta-data checkpoint).
     pub meta: Health,
+    /// Files on the permanent error list.
+    pub error_files: u64,
+    /// Those entries (at most the limit given), by inode, with every path
+    /// of each file.
+    pub errors: Vec<(DataError, Vec<String>)>,
 }
 
 impl Fs {
@@ -38,7 +46,22 @@ impl Fs {
             lost_paths: Vec::new(),
             degraded_paths: Vec::new(),
             meta: self.inner.state.store().file().layout().root().health(&down),
+            error_files: 0,
+            errors: Vec::new(),
         };
+        let mut errs = self.data_errors();
+        h.error_files = errs.len() as u64;
+        errs.truncate(limit);
+        if !errs.is_empty() {
+            let mut paths = self.paths_of(&errs.iter().map(|e| e.ino).collect());
+            h.errors = errs
+                .into_iter()
+                .map(|e| {
+                    let p = paths.remove(&e.ino).unwrap_or_default();
+                    (e, p)
+                })
+                .collect();
+        }
         let mut lost = Vec::new();
         let mut degraded = Vec::new();
         for n in self.inner.state.each() {

@@ -145,8 +145,12 @@ impl Fs {
             drop(g);
             self.mark_dirty(ino);
         }
-        if let Err(e @ Error::Checksum(_)) = &r {
-            tracing::error!(ino, offset = off, len = n, error = %e, "file data failed checksum verification");
+        if let Err(e) = &r {
+            if let Error::Checksum(_) = e {
+                tracing::error!(ino, offset = off, len = n, error = %e, "file data failed checksum verification");
+            }
+            // Data no copy could supply: on the pool's permanent error list.
+            self.note_read_error(ino, &lay, off, n as u64, e);
         }
         r?;
         Ok(n)
@@ -390,6 +394,10 @@ impl Fs {
                     if !logged_size {
                         self.mark_dirty(ino);
                     }
+                    // Every block the write touched was written whole (a
+                    // partial one read, changed and written back).
+                    let (first, last) = (off / BS * BS, end.div_ceil(BS) * BS);
+                    self.inner.errors.written(ino, first, last - first);
                     return Ok(data.len());
                 }
                 Err(e) => {
@@ -532,6 +540,9 @@ impl Fs {
         self.state().apply(&set, &mut l)?;
         ops.push(set);
         self.log(&g, &ops);
+        // Damage past the new end went with it (a partial last block was
+        // read, cut and written back above).
+        self.inner.errors.truncated(ino, size.div_ceil(BS) * BS);
         Ok(())
     }
 
@@ -775,6 +786,8 @@ impl Fs {
                     b += n;
                 }
                 self.inner.cache.invalidate(ino, first, last + 1 - first);
+                // Every block of the range holds what was written now.
+                self.inner.errors.written(ino, first * BS, (last + 1 - first) * BS);
             }
             let g = self.inner.gate.enter();
             let mut l = self.state().lock(&[ino]);

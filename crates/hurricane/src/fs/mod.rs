@@ -7,6 +7,7 @@
 
 mod add;
 mod clean;
+mod errors;
 mod evacuate;
 mod health;
 mod io;
@@ -26,6 +27,7 @@ mod write_errors;
 
 pub use add::{add_device_path, AddOptions, MIN_DEVICE_BLOCKS};
 pub use clean::{CleanOptions, CleanPolicy, CleanProgress, CleanReport, LogStatsSnapshot};
+pub use errors::{DataError, ErrorSource};
 pub use evacuate::{RemoveOptions, RemoveProgress, RemoveReport};
 pub use health::PoolHealth;
 pub use meta_copies::MetaRedundancy;
@@ -265,6 +267,8 @@ pub(crate) struct Inner {
     /// Copies the last journal record reached (high half) of those it was
     /// written to (low half).
     last_record_copies: AtomicU64,
+    /// Files with data no copy could supply (`errors.rs`).
+    pub(crate) errors: errors::ErrorList,
 }
 
 /// An open pool. Clones share it.
@@ -770,8 +774,10 @@ impl Fs {
             write_errors: Default::default(),
             meta_survives: std::sync::atomic::AtomicU32::new(meta_survives),
             last_record_copies: AtomicU64::new(0),
+            errors: Default::default(),
         });
         let fs = Fs { inner };
+        fs.inner.errors.load(fs.inner.state.store().errors()?);
         if !opts.read_only {
             // The superblocks say the pool is in use, with a generation
             // above the last, before this open appends anything to the
@@ -806,6 +812,8 @@ impl Fs {
             if !orphans.is_empty() {
                 tracing::info!("freed {} orphaned inodes", orphans.len());
             }
+            // Permanent errors of files deleted since the checkpoint.
+            fs.inner.errors.retain(|i| fs.inner.state.get(i).is_some());
             if opts.background_commit {
                 fs.start_committer(opts.commit_interval);
                 fs.start_cleaner();
@@ -1412,6 +1420,7 @@ impl Fs {
                     );
                 }
                 delta.free = Some(if unnamed.is_empty() { free } else { merge_free(free, unnamed) });
+                delta.errors = inner.errors.take_changed();
                 (delta, taken)
             })
         })
@@ -1464,6 +1473,9 @@ impl Fs {
         let r = inner.state.store().commit(delta, sync);
         if let Some(sb) = file.disarm() {
             m.sb = sb;
+        }
+        if r.is_err() && delta.errors.is_some() {
+            inner.errors.unwritten();
         }
         r?;
         // A checkpoint left unsynced keeps the journal's records (until a

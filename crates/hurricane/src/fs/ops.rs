@@ -544,6 +544,7 @@ impl Fs {
         self.end_migration(ino, || Error::NotFound(format!("inode {ino} was deleted during its migration")));
         let op = Op::Free { ino };
         self.state().apply(&op, l)?;
+        self.inner.errors.forget(ino);
         // Its number may be given to a new file, which must not inherit
         // an unreported write error.
         self.inner.write_errors.forget(ino);

@@ -5,10 +5,18 @@
 //! - **Copy**, when the old device still reads: the slot's device becomes a
 //!   mirror that reads the old one and writes both, every allocated range is
 //!   copied across (a range copy holds the mirror's lock, so a write racing
-//!   it lands after it), then the superblocks are written through the
-//!   mirror, `pool.conf` is switched to the new device (the commit point: a
+//!   it lands after it; a range the old device fails to read is copied
+//!   block by block, and blocks it cannot read at all are left for the
+//!   check below), then the superblocks are written through the mirror,
+//!   `pool.conf` is switched to the new device (the commit point: a
 //!   temporary file renamed over it) and the slot takes the new device. A
-//!   crash before the switch leaves the old device in place, current.
+//!   crash before the switch leaves the old device in place, current. What
+//!   was copied is then verified: a scrub with repair of the meta-file and
+//!   of every file with a piece on the device ([`ScrubOptions::focus`])
+//!   reads every copy against its checksums and rewrites bad blocks (what
+//!   the old device held wrong, or could not read) from redundancy; data
+//!   with no good copy is reported by path and goes on the pool's list of
+//!   permanent errors.
 //! - **Rebuild**, when it does not (missing, faulted) or when asked: the new
 //!   device gets a superblock saying it is *resilvering*, `pool.conf` names
 //!   it, the other superblocks record the state, and the slot takes the new
@@ -21,6 +29,7 @@
 //!   scrub` (or `device replace --resume`) finishes it. Data with no
 //!   redundancy on a lost device is reported by path.
 
+use super::errors::ErrorSource;
 use super::scrub::{ScrubOptions, ScrubProgress, ScrubReport};
 use super::Fs;
 use crate::device::{Device, DeviceState, BLOCK_SIZE};
@@ -56,6 +65,8 @@ pub enum ReplaceProgress {
         total: u64,
     },
     Rebuild(ScrubProgress),
+    /// The check of what was copied (copy).
+    Verify(ScrubProgress),
 }
 
 /// What a replacement did.
@@ -63,8 +74,12 @@ pub enum ReplaceProgress {
 pub struct ReplaceReport {
     /// Bytes copied from the old device (copy).
     pub copied_bytes: u64,
+    /// Blocks the old device could not read (copy): left for the check.
+    pub unreadable_blocks: u64,
     /// The rebuild's scrub (rebuild).
     pub rebuild: Option<ScrubReport>,
+    /// The scrub that verified what was copied (copy).
+    pub verify: Option<ScrubReport>,
 }
 
 /// Reads one device, writes two: the slot's device while a copy runs.
@@ -101,11 +116,24 @@ impl Device for Mirror {
 }
 
 impl Mirror {
-    fn copy(&self, blk: u64, n: u64, buf: &mut [u8]) -> Result<()> {
+    /// Copies blocks [blk, blk+n); returns how many the old device could
+    /// not read (those are written as zeros, for the check after the copy
+    /// to rebuild). A range that fails to read is tried block by block.
+    fn copy(&self, blk: u64, n: u64, buf: &mut [u8]) -> Result<u64> {
         let _g = self.lock.write();
         let b = &mut buf[..(n * BS) as usize];
-        self.old.read_at(b, blk * BS)?;
-        self.new.write_at(b, blk * BS)
+        let mut unreadable = 0;
+        if self.old.read_at(b, blk * BS).is_err() {
+            for (i, one) in b.chunks_mut(BS as usize).enumerate() {
+                if let Err(e) = self.old.read_at(one, (blk + i as u64) * BS) {
+                    tracing::warn!("device replace: block {} of the old device: {e}", blk + i as u64);
+                    one.fill(0);
+                    unreadable += 1;
+                }
+            }
+        }
+        self.new.write_at(b, blk * BS)?;
+        Ok(unreadable)
     }
 }
 
@@ -141,16 +169,39 @@ impl Fs {
             h.dev().read_at(&mut b, 0).is_ok()
         };
         if readable && !opts.rebuild {
-            let copied = self.replace_by_copy(old, new, opts, progress)?;
-            return Ok(ReplaceReport { copied_bytes: copied, rebuild: None });
+            let (copied, unreadable) = self.replace_by_copy(old, new, opts, progress)?;
+            // What was copied is checked against the checksums, and what
+            // the old device held wrong is rebuilt from redundancy.
+            let sopts = ScrubOptions {
+                repair: true,
+                rate: opts.scrub.rate,
+                stop: opts.scrub.stop.clone(),
+                focus: vec![old],
+                source: ErrorSource::Replace,
+                ..Default::default()
+            };
+            let v = self.scrub(&sopts, &|p| progress(&ReplaceProgress::Verify(p.clone())))?;
+            tracing::info!(
+                "device {old}: copy verified ({} blocks checked, {} rebuilt from redundancy, {} files with unrecoverable data)",
+                v.checked_blocks,
+                v.repaired_blocks,
+                v.lost.len()
+            );
+            return Ok(ReplaceReport {
+                copied_bytes: copied,
+                unreadable_blocks: unreadable,
+                rebuild: None,
+                verify: Some(v),
+            });
         }
         self.start_rebuild(old, new, opts)?;
         let mut sopts = opts.scrub.clone();
         sopts.repair = true;
         sopts.rebuild = vec![old];
         sopts.resilver_only = true;
+        sopts.source = ErrorSource::Replace;
         let r = self.scrub(&sopts, &|p| progress(&ReplaceProgress::Rebuild(p.clone())))?;
-        Ok(ReplaceReport { copied_bytes: 0, rebuild: Some(r) })
+        Ok(ReplaceReport { rebuild: Some(r), ..Default::default() })
     }
 
     fn replace_by_copy(
@@ -159,7 +210,7 @@ impl Fs {
         new: Arc<dyn Device>,
         opts: &ReplaceOptions,
         progress: &dyn Fn(&ReplaceProgress),
-    ) -> Result<u64> {
+    ) -> Result<(u64, u64)> {
         let h = &self.storage().devs[old as usize];
         let alloc = &self.storage().allocs[old as usize];
         // Nothing of a previous use may look like a superblock of this pool.
@@ -190,6 +241,7 @@ impl Fs {
         }
         let total: u64 = used.iter().map(|r| r.1 * BS).sum();
         let mut done = 0u64;
+        let mut unreadable = 0u64;
         let mut buf = vec![0u8; (COPY_BLOCKS * BS) as usize];
         let stop = || opts.scrub.stop.as_ref().is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed));
         let copy = || -> Result<()> {
@@ -200,7 +252,7 @@ impl Fs {
                         return Err(Error::Invalid("replacement stopped before the copy finished".into()));
                     }
                     let n = COPY_BLOCKS.min(s + l - b);
-                    mirror.copy(b, n, &mut buf).map_err(|e| {
+                    unreadable += mirror.copy(b, n, &mut buf).map_err(|e| {
                         Error::Device(format!(
                             "copying device {old} block {b}: {e} (rebuild from redundancy instead: --rebuild)"
                         ))
@@ -236,8 +288,8 @@ impl Fs {
         }
         h.swap(new);
         drop(m);
-        tracing::info!("device {old}: replaced by {} (copied {total} bytes)", h.name());
-        Ok(total)
+        tracing::info!("device {old}: replaced by {} (copied {total} bytes, {unreadable} blocks unreadable)", h.name());
+        Ok((total, unreadable))
     }
 
     /// Puts `new` in slot `old` as a resilvering device, recording that in

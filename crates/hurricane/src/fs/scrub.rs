@@ -16,6 +16,7 @@
 //! (docs/FORMAT.md, "Scrub position"), so an interrupted scrub continues
 //! where it stopped.
 
+use super::errors::ErrorSource;
 use super::Fs;
 use crate::blocks::{Leftovers, NodeRecord, Scrub, ScrubTally, BLOCK_SIZE};
 use crate::device::DeviceState;
@@ -69,6 +70,11 @@ pub struct ScrubOptions {
     /// Set from elsewhere to stop the scrub after its current chunk (the
     /// position is saved; the report says it is incomplete).
     pub stop: Option<Arc<AtomicBool>>,
+    /// Only the files with a piece on one of these devices (empty: every
+    /// file): what a replacement verifies after its copy.
+    pub focus: Vec<u32>,
+    /// What the permanent error list says found the damage.
+    pub source: ErrorSource,
 }
 
 /// Progress, reported after every chunk.
@@ -188,13 +194,20 @@ impl Fs {
         let read0 = read_bytes(self);
 
         // The files to visit, with what they hold from the start point on.
+        // With a focus, only files with a piece on its devices (a tree that
+        // cannot be read back is visited, to be reported).
+        let focused = |d: &crate::namespace::InodeData| match d.peek_layout() {
+            Ok(Some(l)) => touches(l.root(), &opts.focus),
+            Ok(None) => false,
+            Err(_) => true,
+        };
         let files: Vec<(Ino, u64)> = self
             .state()
             .each()
             .filter(|n| n.ino >= start.ino)
             .filter_map(|n| {
                 let d = n.data.read();
-                d.is_file().then(|| (n.ino, d.size.div_ceil(BS)))
+                (d.is_file() && (opts.focus.is_empty() || focused(&d))).then(|| (n.ino, d.size.div_ceil(BS)))
             })
             .collect();
         let total_bytes: u64 = files
@@ -207,6 +220,8 @@ impl Fs {
         let tally = ScrubTally::default();
         let leftovers = Leftovers::default();
         let mut lost: BTreeMap<Ino, Vec<(u64, u64)>> = BTreeMap::new();
+        // Files read from their first block to their last.
+        let mut whole: BTreeSet<Ino> = BTreeSet::new();
         let mut p = ScrubProgress { pos: start, total_bytes, ..Default::default() };
         let chunk = match opts.rate {
             Some(r) if r > 0 => (r / 4 / BS).clamp(1, CHUNK_BLOCKS),
@@ -229,6 +244,7 @@ impl Fs {
         'files: for &(ino, _) in &files {
             let Some(node) = self.state().get(ino) else { continue };
             let mut b = if ino == start.ino { start.block } else { 0 };
+            let from_start = b == 0;
             loop {
                 if stop() {
                     stopped = Some(ScrubPos { ino, block: b });
@@ -326,6 +342,9 @@ impl Fs {
             }
             p.files_done += 1;
             p.pos = ScrubPos { ino: ino + 1, block: 0 };
+            if from_start {
+                whole.insert(ino);
+            }
         }
         lost.retain(|_, v| !v.is_empty());
         let paths = self.paths_of(&lost.keys().copied().collect());
@@ -353,7 +372,25 @@ impl Fs {
             .collect();
         for f in &lost {
             tracing::warn!("scrub: unrecoverable data in {:?} (inode {}): {:?}", f.paths, f.ino, f.ranges);
+            // A file read whole (every copy, not only a resilver's pieces)
+            // has exactly these ranges damaged.
+            let all = whole.contains(&f.ino) && !resilver_only;
+            let what = if resilver_only {
+                "could not be rebuilt from redundancy"
+            } else {
+                "no copy could be read or verified"
+            };
+            self.note_data_error(f.ino, &f.ranges, opts.source, what, all);
         }
+        // A file read whole and found clean leaves the list.
+        if !resilver_only {
+            for ino in whole.iter().filter(|i| !lost.iter().any(|f| f.ino == **i)) {
+                if self.inner.errors.forget(*ino) {
+                    tracing::info!(ino, "permanent error cleared: a scrub read the file clean");
+                }
+            }
+        }
+        self.persist_data_errors();
         let complete = stopped.is_none() && meta.as_ref().is_none_or(|m| m.complete);
         if let Some(f) = &opts.position_file {
             match stopped {
@@ -531,6 +568,11 @@ impl Fs {
         }
         out
     }
+}
+
+/// Whether a device in `devs` holds a piece of the tree under `b`.
+fn touches(b: &Arc<dyn crate::blocks::Block>, devs: &[u32]) -> bool {
+    b.device().is_some_and(|d| devs.contains(&d)) || b.children().iter().any(|c| touches(c, devs))
 }
 
 /// Meta-file blocks checked under one hold of the commit lock (1 MiB a copy).

@@ -656,6 +656,10 @@ impl Transaction {
             };
             for (b, n) in runs(f) {
                 fs.inner.cache.invalidate(ino, b, n);
+                if r.is_ok() {
+                    // Written whole: no longer damaged.
+                    fs.inner.errors.written(ino, b * BS, n * BS);
+                }
             }
             ops.extend(changes.into_inner().into_iter().map(|change| Op::Map { ino, change }));
             if let Err(e) = r {

@@ -20,6 +20,8 @@
 //!   checkpoint, so an open does not walk every file's extents.
 //! - `orphans`: inodes with no links at the checkpoint (open files that
 //!   were unlinked), freed by the next open.
+//! - `errors`: inode → permanent error record (`fs::DataError::encode`):
+//!   files with data no copy could supply, written whole when it changed.
 //! - `sys`: the journal cursor, the next inode number, the inode count.
 //!
 //! The meta-file's length and tree change when redb grows it; the backend
@@ -48,6 +50,7 @@ const COOKIES: TableDefinition<(u64, u64), (u64, u32, &[u8])> = TableDefinition:
 const FREE: TableDefinition<(u32, u64), u64> = TableDefinition::new("free");
 const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
 const LOG_USAGE: TableDefinition<(u32, u64, u64), (u64, i64)> = TableDefinition::new("log_usage");
+const ERRORS: TableDefinition<u64, &[u8]> = TableDefinition::new("errors");
 const SYS: TableDefinition<&str, &[u8]> = TableDefinition::new("sys");
 
 /// The meta-file's block checksums: entry `b % 1024` of checksum page
@@ -205,6 +208,9 @@ pub struct Delta {
     /// size, first block) -> (live blocks, last write time) to put, or
     /// `None` to delete.
     pub log_usage: Vec<(LogSegment, Option<(u64, i64)>)>,
+    /// The permanent error list, replacing the `errors` table (`None`
+    /// leaves it as it is): (inode, record).
+    pub errors: Option<Vec<(Ino, Vec<u8>)>>,
     pub sys: Sys,
 }
 
@@ -274,6 +280,7 @@ impl Delta {
         self.orphans.clear();
         self.free = None;
         self.log_usage.clear();
+        self.errors = None;
         self.sys = Sys::default();
         self
     }
@@ -576,6 +583,7 @@ impl MetaFile {
                         page = Some(v);
                         break;
                     }
+                    self.count_bad(&child, SUMS_BASE + p);
                 }
             }
         }
@@ -643,12 +651,31 @@ impl MetaFile {
         if let Some(m) = self.inner.sums.lock().get_mut(&p) {
             m[i] = page[i];
         }
+        for &c in &bad {
+            self.count_bad(&copies[c], fblk);
+        }
         if self.inner.scratch.is_none() {
             for c in bad {
-                let _ = copies[c].write(&io, fblk, &b);
+                if copies[c].write(&io, fblk, &b).is_ok() {
+                    crate::blocks::each_device_of(&copies[c], fblk, 1, &mut |d, k| {
+                        if let Some(h) = self.inner.storage.devs.get(d as usize) {
+                            h.count_repaired(k);
+                        }
+                    });
+                }
             }
         }
         Ok(())
+    }
+
+    /// Counts block `fblk` of a copy that disagreed with its checksum as a
+    /// checksum error of the device holding it.
+    fn count_bad(&self, copy: &Arc<dyn Block>, fblk: u64) {
+        crate::blocks::each_device_of(copy, fblk, 1, &mut |d, k| {
+            if let Some(h) = self.inner.storage.devs.get(d as usize) {
+                h.count_checksum_errors(k);
+            }
+        });
     }
 
     /// The copies of the meta-file: the children of its root, or the root
@@ -713,6 +740,9 @@ impl MetaFile {
                         good[i] = true;
                     } else {
                         bad[i] = true;
+                        if read {
+                            self.count_bad(copy, first + i as u64);
+                        }
                     }
                 }
             }
@@ -739,8 +769,13 @@ impl MetaFile {
                 };
                 for copy in &copies {
                     out.checked += 1;
-                    if copy.read(&io, SUMS_BASE + p, &mut b).is_err() || b != want {
-                        out.damaged += 1;
+                    match copy.read(&io, SUMS_BASE + p, &mut b) {
+                        Err(_) => out.damaged += 1,
+                        Ok(()) if b != want => {
+                            out.damaged += 1;
+                            self.count_bad(copy, SUMS_BASE + p);
+                        }
+                        Ok(()) => {}
                     }
                 }
             }
@@ -1433,6 +1468,25 @@ impl MetaStore {
         })
     }
 
+    /// The permanent error list at the checkpoint: (inode, record); empty
+    /// in a pool written before it was kept.
+    pub fn errors(&self) -> Result<Vec<(Ino, Vec<u8>)>> {
+        guarded("reading the permanent error list", || {
+            let t = self.read_txn()?;
+            let tab = match t.open_table(ERRORS) {
+                Ok(tab) => tab,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(store_err(e)),
+            };
+            let mut v = Vec::new();
+            for r in tab.iter().map_err(store_err)? {
+                let (k, rec) = r.map_err(store_err)?;
+                v.push((k.value(), rec.value().to_vec()));
+            }
+            Ok(v)
+        })
+    }
+
     /// The free extents of every device at the checkpoint.
     pub fn free_map(&self) -> Result<Vec<(u32, u64, u64)>> {
         guarded("reading the free map", || {
@@ -1504,6 +1558,23 @@ impl MetaStore {
                         None => tab.remove(*key).map(drop),
                     }
                     .map_err(store_err)?;
+                }
+                if let Some(errors) = &delta.errors {
+                    let mut tab = t.open_table(ERRORS).map_err(store_err)?;
+                    let keep: std::collections::HashSet<Ino> = errors.iter().map(|e| e.0).collect();
+                    let mut gone = Vec::new();
+                    for r in tab.iter().map_err(store_err)? {
+                        let k = r.map_err(store_err)?.0.value();
+                        if !keep.contains(&k) {
+                            gone.push(k);
+                        }
+                    }
+                    for k in gone {
+                        tab.remove(k).map_err(store_err)?;
+                    }
+                    for (ino, rec) in errors {
+                        tab.insert(*ino, rec.as_slice()).map_err(store_err)?;
+                    }
                 }
                 let mut tab = t.open_table(FREE).map_err(store_err)?;
                 if let Some(free) = &delta.free {
