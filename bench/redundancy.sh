@@ -3,6 +3,8 @@
 # btrfs RAID profiles that also checksum, scrub and self-heal, each on image
 # files on the same disk (btrfs through loop devices), in the same run:
 #   replicate[2 copies]            vs btrfs raid1 over 2 loops
+#   replicate(copies=3)            vs btrfs raid1c3 over 3 loops (meta-data in
+#                                  three copies on both)
 #   parity(data=3,parity=1)        vs btrfs raid5 over 4 loops
 #   parity(data=2,parity=2)        vs btrfs raid6 over 4 loops
 # Measured: sequential write and read (1 MiB requests), 4 KiB random writes,
@@ -37,6 +39,7 @@ print(round((j["read"]["bw"]+j["write"]["bw"])/1024,1), round(j["read"]["iops"]+
 layout_of() { # profile -> devices and Hurricane layout
     case $1 in
         raid1) echo "2 replicate[extent@0,extent@1]" ;;
+        raid1c3) echo "3 replicate(copies=3)[extent@0,extent@1,extent@2]" ;;
         raid5) echo "4 parity(data=3,parity=1)[extent@0,extent@1,extent@2,extent@3]" ;;
         raid6) echo "4 parity(data=2,parity=2)[extent@0,extent@1,extent@2,extent@3]" ;;
         *) echo "unknown profile $1" >&2; exit 1 ;;
@@ -95,7 +98,8 @@ btrfs_run() { # profile run
         rm -f "$work/b$i.img"; truncate -s "$dev_size" "$work/b$i.img"
         loops+=("$(losetup -f --show "$work/b$i.img")")
     done
-    mkfs.btrfs -q -f -d "$p" -m raid1 "${loops[@]}" >/dev/null
+    local m=raid1; [ "$p" = raid1c3 ] && m=raid1c3
+    mkfs.btrfs -q -f -d "$p" -m "$m" "${loops[@]}" >/dev/null
     mount "${loops[0]}" "$mnt"
     local remount="eval umount $mnt && mount ${loops[0]} $mnt"
     read -r w r rw < <(workload "$mnt" "$remount")

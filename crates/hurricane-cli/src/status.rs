@@ -97,6 +97,23 @@ fn print(o: &mut impl Write, r: &StatusReport) -> std::io::Result<()> {
     }
     let h = &r.health;
     writeln!(o, "files: {} healthy, {} degraded, {} lost; meta-data: {}", h.healthy, h.degraded, h.lost, h.meta)?;
+    let m = &r.meta_copies;
+    let devs = |v: &[(u32, bool)]| -> String {
+        v.iter().map(|(d, ok)| if *ok { d.to_string() } else { format!("{d} (down)") }).collect::<Vec<_>>().join(", ")
+    };
+    let kept = if m.wanted == 0 { "as made at mkfs".to_string() } else { format!("{} kept", m.wanted) };
+    writeln!(
+        o,
+        "meta-data copies ({kept}): meta-file on devices {}; journal on devices {}; survives {} more device failure{}{}",
+        devs(&m.meta_file),
+        devs(&m.journal),
+        m.survives,
+        if m.survives == 1 { "" } else { "s" },
+        if m.degraded { " (DEGRADED)" } else { "" }
+    )?;
+    if m.last_record.0 < m.last_record.1 {
+        writeln!(o, "  the last journal record reached {} of its {} copies", m.last_record.0, m.last_record.1)?;
+    }
     let list = |o: &mut dyn Write, what: &str, paths: &[String], total: u64| -> std::io::Result<()> {
         if total == 0 {
             return Ok(());

@@ -338,7 +338,8 @@ fn images_truncated_or_overwritten_while_unmounted() {
         pool.fsck_clean();
     }
 
-    // Garbage over the superblocks of a whole device: refused by name.
+    // Garbage over the superblocks of a whole device: the device is taken
+    // as faulted, the pool mounts degraded, and status names it.
     let f = OpenOptions::new().write(true).open(img(2)).unwrap();
     let saved = {
         let mut b = vec![0u8; 8192];
@@ -346,11 +347,12 @@ fn images_truncated_or_overwritten_while_unmounted() {
         b
     };
     f.write_all_at(&data(8192, 11), 0).unwrap();
-    let o = cmd(BIN, &["mount", s(&pool.dir), s(&pool.mnt)]);
-    assert!(!o.status.success());
-    let msg = String::from_utf8_lossy(&o.stderr);
-    assert!(msg.contains("dev2.img"), "{msg}");
-    assert!(!is_fuse_mount(&pool.mnt));
+    let m = pool.mount(&[]);
+    let o = cmd(BIN, &["status", s(&pool.mnt)]);
+    assert!(!o.status.success(), "status of a pool with a faulted device");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("dev2.img") && out.contains("faulted"), "{out}");
+    m.unmount();
     f.write_all_at(&saved, 0).unwrap();
     drop(f);
     let m = pool.mount(&[]);

@@ -216,6 +216,39 @@ pub struct ErrorReport {
     pub detail: String,
 }
 
+/// The meta-data's copies (`Fs::meta_redundancy`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaCopiesReport {
+    /// Copies the pool keeps of the meta-file and of the journal (0: it
+    /// keeps the meta-file layout made with `mkfs --meta-layout`).
+    pub wanted: u32,
+    /// Devices holding a copy of the meta-file, and of the journal, with
+    /// whether each is online.
+    pub meta_file: Vec<(u32, bool)>,
+    pub journal: Vec<(u32, bool)>,
+    /// Device failures the meta-data survives as the devices stand.
+    pub survives: u32,
+    /// The copies the last journal record reached, of those it was
+    /// written to.
+    pub last_record: (u32, u32),
+    /// Fewer copies than kept, or fewer than the files need.
+    pub degraded: bool,
+}
+
+impl MetaCopiesReport {
+    pub fn of(fs: &hurricane::Fs) -> MetaCopiesReport {
+        let r = fs.meta_redundancy();
+        MetaCopiesReport {
+            wanted: r.wanted.unwrap_or(0),
+            survives: r.survives(),
+            degraded: r.degraded(),
+            meta_file: r.meta_file,
+            journal: r.journal,
+            last_record: r.last_record,
+        }
+    }
+}
+
 /// How many paths of lost (and of degraded) files a report lists.
 pub const LISTED_PATHS: usize = 50;
 
@@ -229,6 +262,7 @@ pub struct StatusReport {
     pub mountpoint: String,
     pub devices: Vec<DeviceReport>,
     pub health: HealthReport,
+    pub meta_copies: MetaCopiesReport,
 }
 
 impl StatusReport {
@@ -240,6 +274,7 @@ impl StatusReport {
             && self.health.lost == 0
             && self.health.meta == "ok"
             && self.health.error_files == 0
+            && !self.meta_copies.degraded
     }
 
     pub fn to_json(&self) -> Vec<u8> {
@@ -264,6 +299,7 @@ impl StatusReport {
             mountpoint: String::new(),
             devices: device_reports(fs),
             health: health_report(fs, paths),
+            meta_copies: MetaCopiesReport::of(fs),
         }
     }
 }

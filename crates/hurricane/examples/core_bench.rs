@@ -6,6 +6,7 @@
 //!                                              (DATA: a file whose first SIZE_MIB MiB are written; else 0x5A bytes)
 //! core_bench meta POOL_DIR COUNT [INODES]      create COUNT empty files, then stat each (INODES: inode cache)
 //! core_bench posix-meta DIR COUNT              create, stat, unlink with std::fs on a mounted file system
+//! core_bench posix-fsync DIR COUNT             COUNT times: create a file, write 4 KiB, fsync it
 //! ```
 //! Prints one JSON object per measurement.
 
@@ -27,7 +28,9 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: core_bench seq POOL SIZE_MIB [LAYOUT] [DATA] | meta POOL COUNT [INODES] | posix-meta DIR COUNT";
+    let usage =
+        "usage: core_bench seq POOL SIZE_MIB [LAYOUT] [DATA] | meta POOL COUNT [INODES] | posix-meta DIR COUNT \
+                 | posix-fsync DIR COUNT";
     let mode = args.get(1).ok_or(usage)?;
     let target = Path::new(args.get(2).ok_or(usage)?);
     let n: u64 = args.get(3).ok_or(usage)?.parse()?;
@@ -146,6 +149,20 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 n as f64 / s,
                 n as f64 / u
             );
+        }
+        "posix-fsync" => {
+            use std::io::Write;
+            let dir = target.join("s");
+            std::fs::create_dir_all(&dir)?;
+            let block = vec![0x5au8; 4096];
+            let t = Instant::now();
+            for i in 0..n {
+                let mut f = std::fs::File::create(dir.join(format!("f{i}")))?;
+                f.write_all(&block)?;
+                f.sync_all()?;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            println!("{{\"bench\":\"posix-fsync\",\"files\":{n},\"fsync_per_s\":{:.0}}}", n as f64 / secs);
         }
         _ => return Err(usage.into()),
     }
