@@ -90,8 +90,9 @@ pub(crate) struct Driver<'a> {
     pub compressible: bool,
     /// The engine may commit on its own between any two journal groups
     /// (the log cleans, and commits, when a write finds its clean segments
-    /// gone): every operation is one group, a file made with contents is
-    /// a create and then a write.
+    /// gone; a write refused for space commits before it tries again):
+    /// every operation is one group, a file made with contents is a create
+    /// and then a write.
     pub atomic_only: bool,
 }
 
@@ -1566,7 +1567,10 @@ pub(crate) fn degraded(d: &mut Driver, size: Size) -> Result<()> {
             .collect();
     for (p, id) in files {
         let Some(f) = d.m.files.get(&id) else { continue };
-        let only2 = f.layout.starts_with("extent") && f.layout.contains("@2");
+        // A file whose only copy lies on device 2, whatever wraps its
+        // leaf (the pool's default checksums make `extent@2` a
+        // `checksum[extent@2]`): no mirror, no parity, no other device.
+        let only2 = single_copy_on(&f.layout, 2);
         match fs.read_file(&p) {
             Ok(got) if !only2 || f.data.iter().all(|b| *b == 0) => {
                 if got != f.data {
@@ -1580,6 +1584,23 @@ pub(crate) fn degraded(d: &mut Driver, size: Size) -> Result<()> {
         }
     }
     d.sync()
+}
+
+/// Whether a file of layout `spec` keeps its data in one copy on device
+/// `dev` alone: every leaf is on `dev`, and no node keeps a second copy
+/// (a mirror) or parity. Wrappers (`checksum`, `compress`) change nothing.
+pub(crate) fn single_copy_on(spec: &str, dev: u32) -> bool {
+    let mut leaves = 0;
+    let mut rest = spec;
+    while let Some(i) = rest.find('@') {
+        let digits: String = rest[i + 1..].chars().take_while(|c| c.is_ascii_digit()).collect();
+        if digits.parse::<u32>().ok() != Some(dev) {
+            return false;
+        }
+        leaves += 1;
+        rest = &rest[i + 1 + digits.len()..];
+    }
+    leaves > 0 && !spec.contains("replicate") && !spec.contains("parity")
 }
 
 /// Files on every device, then device 1 (which holds the journal's mirror
@@ -1840,4 +1861,30 @@ pub(crate) fn migrate(d: &mut Driver, size: Size) -> Result<()> {
         }
     }
     d.sync()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::single_copy_on;
+
+    /// The degraded workload's test of which files lose their data with
+    /// device 2: wrapped leaves count as the leaf (the pool's default
+    /// checksums wrap every one), a mirror, parity or a
+    /// stripe over other devices never does.
+    #[test]
+    fn a_single_copy_on_a_device_is_seen_through_wrappers() {
+        for spec in ["extent@2", "checksum[extent@2]", "compress[checksum[extent@2]]"] {
+            assert!(single_copy_on(spec, 2), "{spec}");
+        }
+        for spec in [
+            "checksum[extent@0]",
+            "extent@12",
+            "replicate[checksum[extent@0],checksum[extent@2]]",
+            "stripe(unit=16K)[checksum[extent@1],checksum[extent@2]]",
+            "parity(data=1,parity=1)[extent@2,extent@2]",
+            "inline",
+        ] {
+            assert!(!single_copy_on(spec, 2), "{spec}");
+        }
+    }
 }
