@@ -250,7 +250,7 @@ fn colocate() {
 }
 
 /// Seeds for [`many_seeds`]: `fixed` (each once found a failure), then
-/// `CRASH_SEEDS` more (default 3) drawn from `CRASH_SEED` (default: a
+/// `CRASH_SEEDS` more (default 5) drawn from `CRASH_SEED` (default: a
 /// fixed start, so CI runs the same ones; set it to explore). With
 /// `CRASH_SEED_LIST` (seeds separated by commas), those seeds alone.
 fn seeds(fixed: &[u64]) -> Vec<u64> {
@@ -260,7 +260,7 @@ fn seeds(fixed: &[u64]) -> Vec<u64> {
             .map(|v| v.trim().parse().expect("CRASH_SEED_LIST: seeds separated by commas"))
             .collect();
     }
-    let n: u64 = std::env::var("CRASH_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let n: u64 = std::env::var("CRASH_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let start: u64 = std::env::var("CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20_261_207);
     let mut out = fixed.to_vec();
     let mut x = start;

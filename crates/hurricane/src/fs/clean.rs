@@ -17,6 +17,10 @@
 //! background cleaner, alongside the writers); and in the foreground of a
 //! write or a transaction's commit when they have fallen to the log's
 //! reserve (writers wait for it: the throttle).
+//!
+//! A request of any layout refused for space reclaims it here before it
+//! fails ([`Fs::with_room`]): a commit frees what the batches since the
+//! last one freed, a pass for space empties segments of dead log blocks.
 
 use super::Fs;
 use crate::blocks::log::{Candidate, LogSpace, RESERVE_SEGMENTS};
