@@ -28,7 +28,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes, a table over an extent and a stripe, write-mostly over extents and a stripe)"),
     ("txn", "4 threads running overlapping transactions over 5 protected files (extent, stripe, checksum, replicate, log): reads and writes in random order, partial blocks, records of one block updated side by side, and appends, some aborted, some deadlock victims; each committed transaction wholly present or absent"),
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
-    ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
+    ("full", "devices filled to their last block: writes failing with ENOSPC (each refused write commits and tries again), removals, truncations, meta-data operations on a full pool"),
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
     ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
     ("migrate", "files of every layout moved online to other layouts (extent, stripe, replicate, parity, compress, regions) in chunks of 8K to 64K, some migrations stopped part way, between writes, truncations, punched holes, collapsed and inserted ranges, creates and removals"),
@@ -1123,10 +1123,26 @@ pub(crate) fn full(d: &mut Driver, size: Size) -> Result<()> {
             }
         }
     }
+    // Files a write may fill: not the inline ones, whose growth is two
+    // journal groups (the move to another layout, then the write), and
+    // the engine may commit between them when the write is refused for
+    // space (every operation here must be one group).
+    let growable = |d: &mut Driver| {
+        let v: Vec<String> =
+            d.m.paths
+                .iter()
+                .filter(|(_, n)| match n {
+                    Node::File(id) => d.m.files.get(id).is_some_and(|f| !f.layout.starts_with("inline")),
+                    _ => false,
+                })
+                .map(|(p, _)| p.clone())
+                .collect();
+        v.choose(&mut d.rng).cloned()
+    };
     for _ in 0..size.ops / 2 {
         match d.rng.gen_range(0..10) {
             0..=5 => {
-                let p = match d.pick_file() {
+                let p = match growable(d) {
                     Some(p) if d.rng.gen_bool(0.6) => p,
                     _ => {
                         let spec = *SPECS.choose(&mut d.rng).unwrap_or(&"extent@1");
