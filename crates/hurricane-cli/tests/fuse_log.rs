@@ -95,3 +95,58 @@ fn a_killed_mount_loses_no_log_overwrite_that_reached_the_image() {
     drop(m);
     pool.fsck_clean();
 }
+
+/// A log file fills its device through the mount, is removed, and a new
+/// one is written at once (no sync between: the removed file's space is
+/// free only once the removal commits): the writer reclaims that space
+/// rather than fail with ENOSPC, and gets as much as the first. Both
+/// read back as written, after a remount too, and fsck finds the pool
+/// consistent.
+#[test]
+fn a_log_that_filled_its_device_takes_as_much_again_after_a_removal() {
+    use std::io::Write;
+    require_fuse!();
+    let pool = Pool::new(1, "32M");
+    let m = pool.mount(&["commit_interval=3600", "cache=0"]);
+    let d = m.path("d");
+    std::fs::create_dir(&d).unwrap();
+    setxattr(&d, "user.hurricane.dir_layout", b"log@0").unwrap();
+    let chunk = 1 << 20;
+    // Written chunk by chunk, each made durable at once, until ENOSPC.
+    let mut f = std::fs::File::create(d.join("a")).unwrap();
+    let mut a = 0usize;
+    loop {
+        let r = f.write_all(&data(chunk, a as u64)).and_then(|()| f.sync_data());
+        match r {
+            Ok(()) => a += chunk,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("writing a at {a}: {e}"),
+        }
+        assert!(a <= 32 << 20, "a 32 MiB device took {a} bytes");
+    }
+    drop(f);
+    assert!(a >= 16 << 20, "ENOSPC after {a} bytes of a 32 MiB device");
+    std::fs::remove_file(d.join("a")).unwrap();
+    // As much again, less the chunk the first fill lost at its end: no
+    // sync until the end.
+    let b = a - chunk;
+    let mut f = std::fs::File::create(d.join("b")).unwrap();
+    for off in (0..b).step_by(chunk) {
+        f.write_all(&data(chunk, off as u64 + 7)).unwrap_or_else(|e| panic!("writing b at {off} (a took {a}): {e}"));
+    }
+    f.sync_all().unwrap_or_else(|e| panic!("syncing b ({b} bytes, a took {a}): {e}"));
+    drop(f);
+    let check = |path: &std::path::Path| {
+        let got = std::fs::read(path).unwrap();
+        assert_eq!(got.len(), b);
+        for off in (0..b).step_by(chunk) {
+            assert!(got[off..off + chunk] == data(chunk, off as u64 + 7)[..], "b differs at {off}");
+        }
+    };
+    check(&d.join("b"));
+    m.unmount();
+    pool.fsck_clean();
+    let m = pool.mount(&[]);
+    check(&m.path("d/b"));
+    m.unmount();
+}

@@ -1,6 +1,9 @@
 //! The crash harness in CI mode: every workload, a fixed number of crash
 //! points, zero violations allowed. `hurricane crashtest --long` runs more.
 
+// A test crate: a panic is how a test fails, so unwrap and expect are fine.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use hurricane::crashtest::{run, workloads, CrashOptions};
 
 /// Crash points per workload in CI (each checked in up to 5 crash modes).
@@ -244,4 +247,70 @@ fn directory() {
 #[test]
 fn colocate() {
     ci("colocate");
+}
+
+/// Seeds for [`many_seeds`]: `fixed` (each once found a failure), then
+/// `CRASH_SEEDS` more (default 5) drawn from `CRASH_SEED` (default: a
+/// fixed start, so CI runs the same ones; set it to explore). With
+/// `CRASH_SEED_LIST` (seeds separated by commas), those seeds alone.
+fn seeds(fixed: &[u64]) -> Vec<u64> {
+    if let Ok(list) = std::env::var("CRASH_SEED_LIST") {
+        return list
+            .split(',')
+            .map(|v| v.trim().parse().expect("CRASH_SEED_LIST: seeds separated by commas"))
+            .collect();
+    }
+    let n: u64 = std::env::var("CRASH_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let start: u64 = std::env::var("CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20_261_207);
+    let mut out = fixed.to_vec();
+    let mut x = start;
+    for _ in 0..n {
+        // splitmix64: seeds spread over 1..=1,000,000.
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        out.push((z ^ (z >> 31)) % 1_000_000 + 1);
+    }
+    out
+}
+
+/// A workload over many seeds with few crash points each (the CI runs
+/// above check 500 points of seed 7; `CRASH_POINTS` changes how many):
+/// every run must record (no engine error) and break no rule.
+fn many_seeds(workload: &str, points: usize, fixed: &[u64]) {
+    let points = std::env::var("CRASH_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(points);
+    let mut failed = Vec::new();
+    for seed in seeds(fixed) {
+        let r = run(&CrashOptions { jobs: 2, max_reported: 3, ..CrashOptions::new(workload, points, seed) });
+        eprintln!("{r}");
+        if !r.passed() {
+            failed.push(format!("{r}"));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Log files on small devices: writers refused for space reclaim it
+/// (commit, clean) and go on; the seeds listed all failed with "log:
+/// device full" while half of a device was free.
+#[test]
+fn log_many_seeds() {
+    many_seeds("log", 40, &[4127, 4128, 4129, 5000, 7002, 8003, 10005]);
+}
+
+/// Full devices: an overwrite of checksummed data with no room to copy is
+/// refused, never written in place (seed 424242 once read synced data
+/// back as checksum errors after a crash).
+#[test]
+fn full_many_seeds() {
+    many_seeds("full", 40, &[424242]);
+}
+
+/// Device 2 lost: files whose only copy it held (wrapped in the pool's
+/// default checksums) fail with EIO (seed 424242 once stopped the
+/// workload there).
+#[test]
+fn degraded_many_seeds() {
+    many_seeds("degraded", 40, &[424242]);
 }

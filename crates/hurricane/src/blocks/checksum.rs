@@ -16,13 +16,16 @@
 //! copy at most one group and the state costs a few bytes per run beyond the
 //! checksums themselves.
 //!
-//! Overwrites go copy-on-write when the child can punch holes and its
-//! devices have room: the child's old blocks are punched (their space is
-//! freed only once the request's journal batch commits), the new data goes
-//! to fresh space, and the new checksums are recorded in the same batch. A
-//! crash before the batch commits leaves the old mapping, the old checksums
-//! and the old data; after it, the new ones. (Written in place, a crash could
-//! leave new data under old checksums.)
+//! Overwrites go copy-on-write when the child can punch holes: the child's
+//! old blocks are punched (their space is freed only once the request's
+//! journal batch commits), the new data goes to fresh space, and the new
+//! checksums are recorded in the same batch. A crash before the batch
+//! commits leaves the old mapping, the old checksums and the old data;
+//! after it, the new ones. Written in place, a crash could leave new data
+//! under old checksums, and the old data, synced, would read as an error:
+//! so an overwrite the child's devices have no room to copy is refused
+//! with ENOSPC before anything changes (the engine reclaims space and
+//! tries again, `Fs::with_room`), never written in place.
 //!
 //! Concurrency: a writer (and truncate, punch) holds the file range it
 //! changes in `busy` across the child write and the checksum update, so two
@@ -375,19 +378,28 @@ impl Checksum {
     }
 
     /// Whether an overwrite of [fblk, fblk+n) can go to fresh space: every
-    /// device under the child has room for it beside what it holds.
+    /// device under the child has room for all of it beside what it holds,
+    /// past the allocator's reserve (which data never takes).
     fn room_for_copy(&self, io: &IoCtx, n: u64) -> bool {
-        self.devices.iter().all(|&d| io.storage.allocs.get(d as usize).is_some_and(|a| a.free_blocks() >= n * 2))
+        self.devices.iter().all(|&d| io.storage.allocs.get(d as usize).is_some_and(|a| a.free_for_data() >= n))
     }
 
     /// Before an overwrite of [fblk, fblk+n) (the caller holds it): where
-    /// the child would overwrite in place, the range holds data and the
-    /// devices have room, punches the child's blocks, so the new data goes
-    /// to fresh space (copy-on-write). A child that never overwrites in
-    /// place (`log`) is left alone: punching first would only let go of
-    /// the old data before the new has a place.
+    /// the child would overwrite in place and the range holds data,
+    /// punches the child's blocks, so the new data goes to fresh space
+    /// (copy-on-write); without room for that, refuses with
+    /// [`Error::NoSpace`], nothing changed. A child that never overwrites
+    /// in place (`log`) is left alone: punching first would only let go
+    /// of the old data before the new has a place.
     fn punch_for_copy(&self, io: &IoCtx, child: &Arc<dyn Block>, fblk: u64, n: u64) -> Result<()> {
-        if child.overwrites_in_place() && self.sums.read().any(fblk, fblk + n) && self.room_for_copy(io, n) {
+        if child.overwrites_in_place() && self.sums.read().any(fblk, fblk + n) {
+            if !self.room_for_copy(io, n) {
+                return Err(Error::NoSpace(format!(
+                    "checksum node {}: no room on {} to copy an overwrite of {n} blocks (never written in place)",
+                    self.id,
+                    self.device_names(io)
+                )));
+            }
             match child.punch(io, fblk, n) {
                 Ok(()) | Err(Error::NotSupported(_)) => {}
                 Err(e) => return Err(e),

@@ -80,12 +80,26 @@ const SMALL_PIECE: u64 = 32;
 /// the head takes what free runs there are (from the device's end, as it
 /// takes segments, so the log leaves the space at the start whole for the
 /// meta-file and contiguous files) and the space reports itself low, so
-/// writers clean first.
+/// writers clean first. A small device leaves fewer ([`reserve_segments`]).
 pub const RESERVE_SEGMENTS: usize = 4;
 
 /// Clean segments under which the background cleaner starts (before the
-/// writers would have to wait for it at [`RESERVE_SEGMENTS`]).
+/// writers would have to wait for it at [`RESERVE_SEGMENTS`]), as a
+/// multiple of the device's reserve.
 pub const CLEAN_START: usize = 4 * RESERVE_SEGMENTS;
+
+/// Segments of `seg` blocks a log's writers leave to the cleaner on the
+/// device `alloc` allocates: [`RESERVE_SEGMENTS`], but no more than a
+/// sixteenth of the device, and at least one. One is enough for the
+/// cleaner to always empty a segment that is not full: with a segment's
+/// worth of free blocks on the device, the blocks free outside the
+/// emptiest segment are at least as many as the live ones in it. Four of
+/// 1 MiB would be half of an 8 MiB device: its writers would be refused
+/// for space with half of it free.
+pub fn reserve_segments(alloc: &Allocator, seg: u64) -> usize {
+    let sixteenth = alloc.total_blocks() / 16 / seg.max(1);
+    (sixteenth.min(RESERVE_SEGMENTS as u64) as usize).max(1)
+}
 
 struct Log {
     id: u32,
@@ -291,10 +305,14 @@ impl LogSpace {
     }
 
     /// Blocks the log's writers leave free for the cleaner to move live
-    /// blocks into: [`RESERVE_SEGMENTS`] of its largest segments (0 before
-    /// any write).
-    pub fn cleaner_reserve(&self) -> u64 {
-        RESERVE_SEGMENTS as u64 * self.inner.lock().heads.keys().map(|k| k.0).max().unwrap_or(0)
+    /// blocks into on the device `alloc` allocates: the reserve of its
+    /// largest segments ([`reserve_segments`]; 0 before any write).
+    pub fn cleaner_reserve(&self, alloc: &Allocator) -> u64 {
+        let seg = self.inner.lock().heads.keys().map(|k| k.0).max().unwrap_or(0);
+        if seg == 0 {
+            return 0;
+        }
+        reserve_segments(alloc, seg) as u64 * seg
     }
 
     /// Blocks the heads hold and have not handed out yet.
@@ -307,7 +325,7 @@ impl LogSpace {
     /// Whether the free space of the device (`alloc`) is down to twice the
     /// cleaner's reserve: writers clean before they write (the throttle).
     pub fn short_of_space(&self, alloc: &Allocator) -> bool {
-        let r = self.cleaner_reserve();
+        let r = self.cleaner_reserve(alloc);
         r > 0 && alloc.free_for_data() < 2 * r
     }
 
@@ -399,23 +417,24 @@ impl LogSpace {
     }
 
     /// Takes a run for a head of `seg`-block segments: a whole clean
-    /// segment while more than [`RESERVE_SEGMENTS`] are left (or for the
-    /// cleaner), else the highest free run, leaving the cleaner room for a
-    /// pass. Sets the low and wants-cleaning flags. Runs shorter than
-    /// `min` are skipped.
+    /// segment while more than the device's reserve ([`reserve_segments`])
+    /// are left (or for the cleaner), else the highest free run, leaving
+    /// the cleaner room for a pass. Sets the low and wants-cleaning flags.
+    /// Runs shorter than `min` are skipped.
     fn take_run(&self, alloc: &Allocator, seg: u64, cleaning: bool, min: u64) -> Option<(u64, u64)> {
+        let reserve = reserve_segments(alloc, seg);
+        let start = CLEAN_START / RESERVE_SEGMENTS * reserve;
         // Once low, the count is taken again only after a cleaner pass
         // (which clears the flag): counting walks the free map, and a head
         // that lives on free runs comes back for another at every few
         // writes.
-        let clean = if self.is_low() && !cleaning { 0 } else { alloc.aligned_free(seg, CLEAN_START + 1) };
-        self.low.store(clean <= RESERVE_SEGMENTS, Ordering::Release);
-        if clean <= CLEAN_START {
+        let clean = if self.is_low() && !cleaning { 0 } else { alloc.aligned_free(seg, start + 1) };
+        self.low.store(clean <= reserve, Ordering::Release);
+        if clean <= start {
             self.wants.store(true, Ordering::Release);
         }
-        let run =
-            if cleaning || clean > RESERVE_SEGMENTS { alloc.alloc_aligned(seg, false).map(|a| (a, seg)) } else { None };
-        let keep = if cleaning { 0 } else { RESERVE_SEGMENTS as u64 * seg };
+        let run = if cleaning || clean > reserve { alloc.alloc_aligned(seg, false).map(|a| (a, seg)) } else { None };
+        let keep = if cleaning { 0 } else { reserve as u64 * seg };
         let mut short = Vec::new();
         let mut got = run;
         while got.is_none() && short.len() < 16 {

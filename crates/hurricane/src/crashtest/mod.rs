@@ -308,6 +308,10 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, (u64, u64))>
     // Transactions: threads sharing a few protected files.
     let txn = name == "txn";
     let log = name == "log" || name == "cleaner";
+    // A write refused for space commits (to free what the batches since
+    // the last commit freed) and runs again (`Fs::with_room`): on a full
+    // pool the engine commits on its own inside an operation.
+    let fills = name == "full";
     let threads = if concurrent { 4 } else { 1 };
     let size = Size { ops: if opts.long { 2000 } else { 400 } };
     if !workloads().iter().any(|(n, _)| *n == name) {
@@ -396,7 +400,7 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, (u64, u64))>
         let rng = StdRng::seed_from_u64(opts.seed);
         let mut d = Driver::new(&fs, &rec, &syncs, rng, 0, String::new(), Default::default());
         d.compressible = name == "compress";
-        d.atomic_only = log;
+        d.atomic_only = log || fills;
         match name {
             "posix" => workloads::posix(&mut d, size)?,
             "renames" => workloads::renames(&mut d, size)?,
@@ -435,9 +439,10 @@ fn record_workload(opts: &CrashOptions) -> Result<(check::Recorded, (u64, u64))>
             threads: hists,
             syncs,
             // The log cleans and commits on its own when a write finds its
-            // clean segments gone: a commit of the engine's own, as the
+            // clean segments gone, and a write refused for space commits
+            // before it tries again: commits of the engine's own, as the
             // committer's.
-            background: concurrent || txn || log,
+            background: concurrent || txn || log || fills,
             txn: txn.then(|| txn_hist.into_inner()),
         },
         ckpts,

@@ -28,7 +28,7 @@ pub(crate) const WORKLOADS: &[(&str, &str)] = &[
     ("nested", "the same on nested compositions (replicate of stripes, stripe of replicates, regions of stripes, a table over an extent and a stripe, write-mostly over extents and a stripe)"),
     ("txn", "4 threads running overlapping transactions over 5 protected files (extent, stripe, checksum, replicate, log): reads and writes in random order, partial blocks, records of one block updated side by side, and appends, some aborted, some deadlock victims; each committed transaction wholly present or absent"),
     ("concurrent", "4 threads, each in its own directory, syncing on their own while the background committer also commits"),
-    ("full", "devices filled to their last block: writes failing with ENOSPC, removals, truncations, meta-data operations on a full pool"),
+    ("full", "devices filled to their last block: writes failing with ENOSPC (each refused write commits and tries again), removals, truncations, meta-data operations on a full pool"),
     ("resilver", "device 1 replaced by a blank device and resilvered in steps between creates, writes, truncations and removals, to online"),
     ("evacuate", "files on every device, then device 1 (journal mirror, meta-file copy) removed: marked evacuating, its files moved off one per step between creates, writes, truncations and removals, then its journal mirror and meta-file copy moved, to removed"),
     ("migrate", "files of every layout moved online to other layouts (extent, stripe, replicate, parity, compress, regions) in chunks of 8K to 64K, some migrations stopped part way, between writes, truncations, punched holes, collapsed and inserted ranges, creates and removals"),
@@ -90,8 +90,9 @@ pub(crate) struct Driver<'a> {
     pub compressible: bool,
     /// The engine may commit on its own between any two journal groups
     /// (the log cleans, and commits, when a write finds its clean segments
-    /// gone): every operation is one group, a file made with contents is
-    /// a create and then a write.
+    /// gone; a write refused for space commits before it tries again):
+    /// every operation is one group, a file made with contents is a create
+    /// and then a write.
     pub atomic_only: bool,
 }
 
@@ -1122,10 +1123,26 @@ pub(crate) fn full(d: &mut Driver, size: Size) -> Result<()> {
             }
         }
     }
+    // Files a write may fill: not the inline ones, whose growth is two
+    // journal groups (the move to another layout, then the write), and
+    // the engine may commit between them when the write is refused for
+    // space (every operation here must be one group).
+    let growable = |d: &mut Driver| {
+        let v: Vec<String> =
+            d.m.paths
+                .iter()
+                .filter(|(_, n)| match n {
+                    Node::File(id) => d.m.files.get(id).is_some_and(|f| !f.layout.starts_with("inline")),
+                    _ => false,
+                })
+                .map(|(p, _)| p.clone())
+                .collect();
+        v.choose(&mut d.rng).cloned()
+    };
     for _ in 0..size.ops / 2 {
         match d.rng.gen_range(0..10) {
             0..=5 => {
-                let p = match d.pick_file() {
+                let p = match growable(d) {
                     Some(p) if d.rng.gen_bool(0.6) => p,
                     _ => {
                         let spec = *SPECS.choose(&mut d.rng).unwrap_or(&"extent@1");
@@ -1566,7 +1583,10 @@ pub(crate) fn degraded(d: &mut Driver, size: Size) -> Result<()> {
             .collect();
     for (p, id) in files {
         let Some(f) = d.m.files.get(&id) else { continue };
-        let only2 = f.layout.starts_with("extent") && f.layout.contains("@2");
+        // A file whose only copy lies on device 2, whatever wraps its
+        // leaf (the pool's default checksums make `extent@2` a
+        // `checksum[extent@2]`): no mirror, no parity, no other device.
+        let only2 = single_copy_on(&f.layout, 2);
         match fs.read_file(&p) {
             Ok(got) if !only2 || f.data.iter().all(|b| *b == 0) => {
                 if got != f.data {
@@ -1580,6 +1600,23 @@ pub(crate) fn degraded(d: &mut Driver, size: Size) -> Result<()> {
         }
     }
     d.sync()
+}
+
+/// Whether a file of layout `spec` keeps its data in one copy on device
+/// `dev` alone: every leaf is on `dev`, and no node keeps a second copy
+/// (a mirror) or parity. Wrappers (`checksum`, `compress`) change nothing.
+pub(crate) fn single_copy_on(spec: &str, dev: u32) -> bool {
+    let mut leaves = 0;
+    let mut rest = spec;
+    while let Some(i) = rest.find('@') {
+        let digits: String = rest[i + 1..].chars().take_while(|c| c.is_ascii_digit()).collect();
+        if digits.parse::<u32>().ok() != Some(dev) {
+            return false;
+        }
+        leaves += 1;
+        rest = &rest[i + 1 + digits.len()..];
+    }
+    leaves > 0 && !spec.contains("replicate") && !spec.contains("parity")
 }
 
 /// Files on every device, then device 1 (which holds the journal's mirror
@@ -1840,4 +1877,30 @@ pub(crate) fn migrate(d: &mut Driver, size: Size) -> Result<()> {
         }
     }
     d.sync()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::single_copy_on;
+
+    /// The degraded workload's test of which files lose their data with
+    /// device 2: wrapped leaves count as the leaf (the pool's default
+    /// checksums wrap every one), a mirror, parity or a
+    /// stripe over other devices never does.
+    #[test]
+    fn a_single_copy_on_a_device_is_seen_through_wrappers() {
+        for spec in ["extent@2", "checksum[extent@2]", "compress[checksum[extent@2]]"] {
+            assert!(single_copy_on(spec, 2), "{spec}");
+        }
+        for spec in [
+            "checksum[extent@0]",
+            "extent@12",
+            "replicate[checksum[extent@0],checksum[extent@2]]",
+            "stripe(unit=16K)[checksum[extent@1],checksum[extent@2]]",
+            "parity(data=1,parity=1)[extent@2,extent@2]",
+            "inline",
+        ] {
+            assert!(!single_copy_on(spec, 2), "{spec}");
+        }
+    }
 }

@@ -17,11 +17,15 @@
 //! background cleaner, alongside the writers); and in the foreground of a
 //! write or a transaction's commit when they have fallen to the log's
 //! reserve (writers wait for it: the throttle).
+//!
+//! A request of any layout refused for space reclaims it here before it
+//! fails ([`Fs::with_room`]): a commit frees what the batches since the
+//! last one freed, a pass for space empties segments of dead log blocks.
 
 use super::Fs;
 use crate::blocks::log::{Candidate, LogSpace, RESERVE_SEGMENTS};
 use crate::blocks::IoCtx;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::journal::{NodeRecord, Op};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -110,6 +114,11 @@ pub struct LogStatsSnapshot {
     /// (written + moved + summaries) / written.
     pub write_amplification: f64,
 }
+
+/// How often a request refused for space reclaims space and runs again
+/// ([`Fs::with_room`]): each try must gain something, so the bound only
+/// stops writers that keep losing what was reclaimed to others.
+const MAX_RECLAIM_TRIES: usize = 8;
 
 /// Passes leave segments with fewer than 1/`MIN_GAIN_DIVISOR` of their
 /// blocks free.
@@ -371,6 +380,45 @@ impl Fs {
                 false
             }
         }
+    }
+
+    /// After a request was refused for space: makes free what is free but
+    /// for a commit (the space of the batches since the last one, freed
+    /// once they commit) and, where a log is, runs a foreground pass for
+    /// space. Returns whether the devices gained free blocks or the pass
+    /// emptied or moved anything: a try again may succeed.
+    pub(crate) fn reclaim_space(&self) -> bool {
+        if self.inner.read_only {
+            return false;
+        }
+        let storage = self.storage();
+        let free = || storage.allocs.iter().map(|a| a.free_for_data()).sum::<u64>();
+        let before = free();
+        if storage.allocs.iter().any(|a| a.pending_frees() > 0) {
+            if let Err(e) = self.commit_all() {
+                tracing::warn!("committing for space: {e}");
+                return false;
+            }
+        }
+        let cleaned = self.clean_for_space();
+        cleaned || free() > before
+    }
+
+    /// Runs `f`, a request that may place data, and when it is refused for
+    /// space ([`Error::NoSpace`]), reclaims space ([`Fs::reclaim_space`])
+    /// and runs it again, while that gains something and at most
+    /// [`MAX_RECLAIM_TRIES`] times: a writer sees ENOSPC only when nothing
+    /// more can be made free. `f` must leave what it did recorded when it
+    /// fails, and do it again whole.
+    pub(crate) fn with_room<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut r = f();
+        for _ in 0..MAX_RECLAIM_TRIES {
+            if !matches!(r, Err(Error::NoSpace(_))) || !self.reclaim_space() {
+                break;
+            }
+            r = f();
+        }
+        r
     }
 
     /// Starts the background cleaner: a thread that, while some device's

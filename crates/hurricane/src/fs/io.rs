@@ -307,8 +307,13 @@ impl Fs {
         }
     }
 
-    /// Writes `data` at `off`; returns the count written.
+    /// Writes `data` at `off`; returns the count written. Refused for
+    /// space, it runs again once space is reclaimed ([`Fs::with_room`]).
     pub fn write(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
+        self.with_room(|| self.write_once(ino, off, data))
+    }
+
+    fn write_once(&self, ino: Ino, off: u64, data: &[u8]) -> Result<usize> {
         self.check_writable()?;
         if data.is_empty() {
             return Ok(0);
@@ -484,7 +489,14 @@ impl Fs {
     }
 
     /// Sets a file's size: frees blocks past it or leaves a hole before it.
+    /// Refused for space (the rewrite of a partial last block goes to
+    /// fresh space), it runs again once space is reclaimed: the blocks it
+    /// dropped are free once the batch that dropped them commits.
     pub fn truncate(&self, ino: Ino, size: u64) -> Result<()> {
+        self.with_room(|| self.truncate_once(ino, size))
+    }
+
+    fn truncate_once(&self, ino: Ino, size: u64) -> Result<()> {
         self.check_writable()?;
         if size > MAX_FILE_SIZE {
             return Err(Error::TooBig(format!("inode {ino}: size {size}")));
@@ -528,7 +540,19 @@ impl Fs {
                 }
                 Ok(())
             };
-            cut(&lay, &io)?;
+            let r = cut(&lay, &io);
+            if let Err(e) = r {
+                // What was dropped stays dropped, and is recorded: the
+                // size is the old one, the blocks past the new end gone. A
+                // migration under way ends (its tree still has them).
+                self.end_migration(ino, || {
+                    Error::Stale(format!("inode {ino}: a truncate failed during the migration"))
+                });
+                self.inner.cache.invalidate_from(ino, size / BS);
+                let ops: Vec<Op> = changes.into_inner().into_iter().map(|change| Op::Map { ino, change }).collect();
+                self.log(&g, &ops);
+                return Err(e);
+            }
             self.mirror(ino, g.epoch(), &|fresh, io, _| cut(fresh, io));
         }
         // The last block may have been zeroed past the new end.
@@ -555,6 +579,12 @@ impl Fs {
     /// and FALLOC_FL_INSERT_RANGE move what follows a range, where the
     /// layout can ([`Fs::move_range`]).
     pub fn fallocate(&self, ino: Ino, off: u64, len: u64, mode: i32) -> Result<()> {
+        // Refused for space, it runs again once space is reclaimed (each
+        // step is recorded as it goes; a range done again is the same).
+        self.with_room(|| self.fallocate_once(ino, off, len, mode))
+    }
+
+    fn fallocate_once(&self, ino: Ino, off: u64, len: u64, mode: i32) -> Result<()> {
         self.check_writable()?;
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         let end = off

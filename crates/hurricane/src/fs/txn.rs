@@ -737,9 +737,12 @@ impl Transaction {
             // nor a log's writers the room its cleaner keeps; a log's head
             // has room of its own.
             let log = storage.devs.get(dev as usize).and_then(|h| h.shared_if::<crate::blocks::log::LogSpace>());
-            let (keep, head) = log.map_or((0, 0), |s| (s.cleaner_reserve(), s.head_room()));
-            let (free, reserved) =
-                storage.allocs.get(dev as usize).map_or((0, 0), |a| (a.free_blocks(), a.reserved_blocks()));
+            let alloc = storage.allocs.get(dev as usize);
+            let (keep, head) = match (log, alloc) {
+                (Some(s), Some(a)) => (s.cleaner_reserve(a), s.head_room()),
+                _ => (0, 0),
+            };
+            let (free, reserved) = alloc.map_or((0, 0), |a| (a.free_blocks(), a.reserved_blocks()));
             let usable = free.saturating_sub(reserved).saturating_sub(keep) + head;
             if usable < blocks {
                 return Err(Error::NoSpace(format!(

@@ -332,6 +332,11 @@ impl Allocator {
         }
     }
 
+    /// Blocks freed by batches not yet committed: free once they are.
+    pub fn pending_frees(&self) -> u64 {
+        self.deferred.lock().iter().map(|&(_, _, l)| l).sum()
+    }
+
     /// Releases the deferred frees of every batch up to `committed`.
     pub fn release(&self, committed: u64) {
         self.release_with(committed, 1, |_, _| {});
