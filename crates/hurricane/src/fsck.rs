@@ -77,9 +77,13 @@ pub struct FsckReport {
     pub meta_checked: u64,
     /// Meta-file blocks a copy got wrong while another copy holds them.
     pub meta_damaged: u64,
-    /// Meta-file blocks no copy holds intact (checksum pages at `2^36 +
-    /// page`).
+    /// Meta-file blocks no copy holds intact that the committed state
+    /// uses (checksum pages at `2^36 + page`).
     pub meta_lost: Vec<u64>,
+    /// Meta-file blocks no copy holds intact that nothing the store
+    /// reaches uses (what a crash leaves of a checkpoint that never
+    /// committed: later checkpoints write over them).
+    pub meta_unused: Vec<u64>,
     /// Device blocks the first pass found allocated but owned by nothing:
     /// what `repair` returns to the free maps.
     pub would_free: u64,
@@ -426,6 +430,16 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
     check_with(fs, FsckOptions { repair, force: false }, progress)
 }
 
+/// Reads every record of the committed store through a store opened
+/// afresh over the meta-file, read-only.
+fn read_committed(fs: &Fs) -> Result<u64> {
+    use crate::namespace::store::{MetaFile, MetaStore};
+    let (tree, len) = fs.state().store().file().describe();
+    let layout = Layout::decode(&mut Decoder::new(&tree, "meta-file layout"))?;
+    let file = MetaFile::new(fs.inner.storage.clone(), layout, len, true);
+    MetaStore::open(file, 16 << 20, 0, 1)?.read_all()
+}
+
 /// Every meta-file block from each copy ([`Fs::check_meta_copies`]).
 fn check_meta(fs: &Fs, progress: Progress) -> Result<Option<CopyCheck>> {
     fs.check_meta_copies(&mut |done, total| progress("meta-data blocks", done, total))
@@ -477,6 +491,25 @@ pub fn check_with(fs: &Fs, opts: FsckOptions, progress: Progress) -> Result<Fsck
             rep.meta_checked = c.checked;
             rep.meta_damaged = c.damaged;
             rep.meta_lost = c.lost.clone();
+            // Blocks no copy holds may be ones nothing uses: every record
+            // of every table read through a store opened afresh (no page
+            // cache to hide them) says whether the committed state needs
+            // any of them.
+            if !c.lost.is_empty() {
+                match read_committed(fs) {
+                    Ok(records) => {
+                        rep.notes.push(format!(
+                            "meta-file: {} blocks no copy holds intact are used by none of the store's {records} records (a checkpoint a crash cut short left them; later checkpoints write over them)",
+                            c.lost.len()
+                        ));
+                        rep.meta_unused = std::mem::take(&mut rep.meta_lost);
+                        if let Some(m) = meta.as_mut() {
+                            m.lost.clear();
+                        }
+                    }
+                    Err(e) => tracing::error!("fsck: the store's records could not all be read: {e}"),
+                }
+            }
         }
         None => rep.notes.push("the meta-file keeps no block checksums: its blocks were not verified".into()),
     }
@@ -533,7 +566,12 @@ pub fn check_with(fs: &Fs, opts: FsckOptions, progress: Progress) -> Result<Fsck
     // Blocks a copy of the meta-file got wrong: a checkpoint copies the
     // file whole to a fresh tree from the good blocks, then they are read
     // again from every copy.
-    if repair && rep.meta_damaged > 0 && meta_whole {
+    if repair && rep.meta_damaged > 0 && meta_whole && !rep.meta_unused.is_empty() {
+        rep.notes.push(
+            "meta-file: the copies are not rewritten while blocks no copy holds remain (the copy reads every block)"
+                .into(),
+        );
+    } else if repair && rep.meta_damaged > 0 && meta_whole {
         fs.checkpoint()?;
         meta = check_meta(fs, progress)?;
         match meta.as_ref() {
