@@ -1,7 +1,14 @@
 //! `hurricane fsck`: check a pool's consistency, and repair it.
+//!
+//! With `--repair` the pool is first checked read-only and what was found
+//! printed (the blocks a repair would return to the free maps among it);
+//! only then, if the check read all the meta-data (or `--force`), is it
+//! opened read-write and repaired. A pool whose meta-data could not all be
+//! read is never written unless forced, and never has space freed.
 
 use crate::util::{interactive, CliResult, Fail, Pool};
 use clap::Args;
+use hurricane::fsck::{self, DataReport, FsckOptions, FsckReport};
 use hurricane::Options;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -10,10 +17,12 @@ use std::path::PathBuf;
 pub const EXIT_REPAIRED: i32 = 3;
 /// Exit status when problems remain.
 pub const EXIT_PROBLEMS: i32 = 4;
+/// Exit status when meta-data could not be read: the check is incomplete.
+pub const EXIT_INCOMPLETE: i32 = 5;
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Exit status: 0 consistent; 1 the pool could not be checked; 3 problems found and all repaired; 4 problems remain (or, with --data, damaged file data was found)."
+    after_help = "Exit status: 0 consistent (every meta-data block verified, everything read, nothing found); 1 the pool could not be checked; 3 problems found and all repaired; 4 problems remain (or, with --data, damaged file data was found); 5 meta-data could not be read (the check is incomplete: `hurricane recover` copies out what can be read)."
 )]
 pub struct FsckArgs {
     #[arg(value_parser = crate::util::pool_arg)]
@@ -23,6 +32,10 @@ pub struct FsckArgs {
     /// more than one group (without it they are only counted in a note).
     #[arg(short = 'r', long)]
     pub repair: bool,
+    /// With --repair: repair what was found even when the meta-data could
+    /// not all be read (space is still never freed then).
+    #[arg(long, requires = "repair")]
+    pub force: bool,
     /// Also read every block of every file through its layout, verify the
     /// checksums the layout keeps, and list damaged files with their ranges.
     #[arg(long)]
@@ -32,9 +45,10 @@ pub struct FsckArgs {
     pub quiet: bool,
 }
 
-pub fn run(a: &FsckArgs) -> CliResult {
+/// One check: the report and, with --data, the data check's.
+fn check(a: &FsckArgs, repair: bool, data: bool) -> CliResult<(FsckReport, Option<DataReport>)> {
     // No background commits: a repair becomes durable in one checkpoint.
-    let opts = Options { read_only: !a.repair, background_commit: false, ..Options::default() };
+    let opts = Options { read_only: !repair, background_commit: false, ..Options::default() };
     let pool = Pool::open_with(&a.pool, opts)?;
     let pb = bar();
     let rep = pool.finish(|fs| {
@@ -43,33 +57,60 @@ pub fn run(a: &FsckArgs) -> CliResult {
             pb.set_length(total);
             pb.set_position(done);
         };
-        let rep = hurricane::fsck::check(fs, a.repair, &mut progress)?;
-        let data = if a.data {
+        let rep = fsck::check_with(fs, FsckOptions { repair, force: a.force }, &mut progress)?;
+        let data = if data {
             pb.set_style(data_style());
-            Some(hurricane::fsck::check_data(fs, &mut progress)?)
+            Some(fsck::check_data(fs, &mut progress)?)
         } else {
             None
         };
         Ok((rep, data))
     });
     pb.finish_and_clear();
-    let (rep, data) = rep?;
-    for n in &rep.notes {
+    rep
+}
+
+/// At most this many unreadable items are printed one by one.
+const SHOWN_UNREAD: usize = 50;
+
+pub fn run(a: &FsckArgs) -> CliResult {
+    // Read-only first: what a repair would do is printed before it is done.
+    let (first, data) = check(a, false, a.data)?;
+    for n in &first.notes {
         if !a.quiet {
             println!("note: {n}");
         }
     }
-    for p in &rep.problems {
+    for u in first.incomplete.iter().take(SHOWN_UNREAD) {
+        println!("unreadable: {u}");
+    }
+    if first.incomplete.len() > SHOWN_UNREAD {
+        println!("unreadable: and {} more", first.incomplete.len() - SHOWN_UNREAD);
+    }
+    for p in &first.problems {
         println!("problem: {p}");
     }
-    for r in &rep.repaired {
-        println!("repaired: {r}");
+    if a.repair && first.would_free > 0 {
+        println!("repair frees {} device blocks allocated but owned by nothing", first.would_free);
     }
-    if a.repair {
+    let repairable = !first.problems.is_empty() || first.scattered > 0 || first.meta_damaged > 0;
+    let rep = if a.repair && repairable && (first.is_complete() || a.force) {
+        let (rep, _) = check(a, true, false)?;
+        for r in &rep.repaired {
+            println!("repaired: {r}");
+        }
         for p in &rep.remaining {
             println!("not repaired: {p}");
         }
-    }
+        rep
+    } else {
+        if a.repair && !first.is_complete() {
+            println!(
+                "note: nothing was repaired: the meta-data could not all be read (--force repairs what was found anyway, never freeing space)"
+            );
+        }
+        first.clone()
+    };
     if !a.quiet {
         println!(
             "{}: {} inodes ({} directories, {} files, {} symlinks), {} bytes in files, {} of {} blocks in use",
@@ -82,6 +123,14 @@ pub fn run(a: &FsckArgs) -> CliResult {
             rep.used_blocks,
             rep.total_blocks
         );
+        if rep.meta_blocks > 0 {
+            println!(
+                "{}: meta-data: {} blocks, {} block reads verified over every copy",
+                a.pool.display(),
+                rep.meta_blocks,
+                first.meta_checked
+            );
+        }
     }
     let damaged = data.as_ref().map_or(0, |d| d.damaged.len());
     if let Some(d) = &data {
@@ -102,10 +151,21 @@ pub fn run(a: &FsckArgs) -> CliResult {
             println!("{}: data of {} files read, {} blocks verified", a.pool.display(), d.files, d.blocks);
         }
     }
+    if !rep.is_complete() {
+        return Err(Fail::code(
+            EXIT_INCOMPLETE,
+            format!(
+                "{}: the meta-data could not all be read ({} meta-file blocks held by no copy, {} items unreadable): not consistent; `hurricane recover` copies out what can be read",
+                a.pool.display(),
+                rep.meta_lost.len(),
+                rep.incomplete.len()
+            ),
+        ));
+    }
     if damaged > 0 && rep.is_clean() {
         return Err(Fail::code(EXIT_PROBLEMS, format!("{}: {damaged} files with damaged data", a.pool.display())));
     }
-    match (rep.problems.is_empty(), rep.is_clean()) {
+    match (first.problems.is_empty(), rep.is_clean()) {
         (true, true) => {
             if !a.quiet {
                 println!("{}: consistent", a.pool.display());
@@ -114,7 +174,7 @@ pub fn run(a: &FsckArgs) -> CliResult {
         }
         (false, true) => Err(Fail::code(
             EXIT_REPAIRED,
-            format!("{}: {} problems found and repaired", a.pool.display(), rep.problems.len()),
+            format!("{}: {} problems found and repaired", a.pool.display(), first.problems.len()),
         )),
         _ if a.repair => Err(Fail::code(
             EXIT_PROBLEMS,

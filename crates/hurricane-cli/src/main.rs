@@ -19,6 +19,7 @@ mod logging;
 mod maint;
 mod mkfs;
 mod mount;
+mod recover;
 mod status;
 mod util;
 
@@ -46,6 +47,8 @@ enum Cmd {
     Mkfs(mkfs::MkfsArgs),
     /// Check a pool's consistency (exit 0 when consistent); --repair fixes it.
     Fsck(fsck_cmd::FsckArgs),
+    /// Copy every file still reachable from a damaged pool into DEST (read-only), listing what could not be saved.
+    Recover(recover::RecoverArgs),
     /// Mount a pool with FUSE.
     Mount(mount::MountArgs),
     /// Unmount a mounted pool.
@@ -143,6 +146,7 @@ fn run(cmd: &Cmd) -> CliResult {
     match cmd {
         Cmd::Mkfs(a) => mkfs::run(a),
         Cmd::Fsck(a) => fsck_cmd::run(a),
+        Cmd::Recover(a) => recover::run(a),
         Cmd::Mount(a) => Ok(mount::mount(a)?),
         Cmd::Umount(a) => Ok(mount::umount(a)?),
         Cmd::Stats(a) => Ok(mount::stats(a)?),

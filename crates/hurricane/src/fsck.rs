@@ -16,6 +16,19 @@
 //! `repair` regroups them ([`Fs::regroup`]), each into the group of the
 //! directory it was found in.
 //!
+//! The check first reads every block of the meta-file from each of its
+//! copies and verifies it against the file's checksum pages: a block no
+//! copy holds intact is damage no repair undoes, and a block one copy got
+//! wrong is repaired by copying the file whole from the good blocks. What
+//! the walk of the inodes and directories cannot read (the inode table's
+//! listing, an inode, a directory's entries) makes the check incomplete:
+//! it is reported as such, the findings that rest on the absence of
+//! something (unreachable inodes, link counts, parents, space owned by
+//! nothing) are not made from it, `repair` writes nothing unless forced,
+//! and space is never freed while the meta-data is incomplete. The pool
+//! is consistent only when every meta-data block has a verified copy, the
+//! walk read everything, and nothing was found.
+//!
 //! Repairs that have a journal op use it (`Link`, `SetSize`, `SetDirLayout`);
 //! the others (link counts, entries naming missing inodes) change the
 //! in-memory state under the inode locks and become durable with the
@@ -30,9 +43,10 @@ use crate::fs::Fs;
 use crate::journal::{Ino, Op};
 use crate::layout;
 use crate::namespace::inode::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use crate::namespace::store::CopyCheck;
 use crate::namespace::{Body, Creds, ROOT};
 use crate::pool::{Superblock, RESERVED_BLOCKS};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 
 const BS: u64 = BLOCK_SIZE as u64;
@@ -52,6 +66,27 @@ pub struct FsckReport {
     pub remaining: Vec<String>,
     /// Things worth knowing that are not inconsistencies.
     pub notes: Vec<String>,
+    /// Meta-data the check could not read (the inode table's listing,
+    /// inodes, directories' entries): the check is incomplete, and the
+    /// pool is not called consistent.
+    pub incomplete: Vec<String>,
+    /// Meta-file blocks within its length (0 when the pool keeps no
+    /// meta-file checksums, so none were verified).
+    pub meta_blocks: u64,
+    /// Meta-file block reads verified, every copy counted.
+    pub meta_checked: u64,
+    /// Meta-file blocks a copy got wrong while another copy holds them.
+    pub meta_damaged: u64,
+    /// Meta-file blocks no copy holds intact that the committed state
+    /// uses (checksum pages at `2^36 + page`).
+    pub meta_lost: Vec<u64>,
+    /// Meta-file blocks no copy holds intact that nothing the store
+    /// reaches uses (what a crash leaves of a checkpoint that never
+    /// committed: later checkpoints write over them).
+    pub meta_unused: Vec<u64>,
+    /// Device blocks the first pass found allocated but owned by nothing:
+    /// what `repair` returns to the free maps.
+    pub would_free: u64,
     pub inodes: u64,
     pub dirs: u64,
     pub files: u64,
@@ -72,10 +107,26 @@ pub struct FsckReport {
 }
 
 impl FsckReport {
-    /// True when the pool is consistent now.
+    /// True when the pool is consistent now: nothing found, and every
+    /// meta-data block read and verified.
     pub fn is_clean(&self) -> bool {
-        self.remaining.is_empty()
+        self.remaining.is_empty() && self.is_complete()
     }
+
+    /// True when the check read all the meta-data it needs.
+    pub fn is_complete(&self) -> bool {
+        self.incomplete.is_empty() && self.meta_lost.is_empty()
+    }
+}
+
+/// How [`check_with`] runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsckOptions {
+    /// Fix what can be fixed without guessing at data.
+    pub repair: bool,
+    /// Repair even when the meta-data could not all be read (space is
+    /// still never freed then).
+    pub force: bool,
 }
 
 /// Progress of a check: (phase, done, total), called every few thousand items.
@@ -287,6 +338,14 @@ struct Scan {
     file_blocks: u64,
     used_blocks: u64,
     total_blocks: u64,
+    /// What could not be read: the inode concerned (if one is) and why.
+    unread: Vec<(Option<Ino>, String)>,
+    /// Inodes whose records could not be read (entries naming them are
+    /// not dangling: their targets may well exist).
+    unreadable: BTreeSet<Ino>,
+    /// Device blocks allocated and owned by nothing that could be read,
+    /// left alone because the meta-data is incomplete.
+    unowned: u64,
 }
 
 impl Scan {
@@ -321,10 +380,77 @@ impl Scan {
     fn shown(&self) -> Vec<String> {
         self.findings.iter().map(|f| Shown(f, self).to_string()).collect()
     }
+
+    fn shown_unread(&self) -> Vec<String> {
+        self.unread
+            .iter()
+            .map(|(ino, why)| match ino {
+                Some(i) => format!("{}: {why}", self.path(*i)),
+                None => why.clone(),
+            })
+            .collect()
+    }
+
+    fn complete(&self) -> bool {
+        self.unread.is_empty()
+    }
 }
 
-/// Checks the pool; with `repair`, fixes what it can and checks again.
+/// What the meta-file block check found, as problems.
+fn meta_problems(c: &CopyCheck) -> Vec<String> {
+    let mut v = Vec::new();
+    if !c.lost.is_empty() {
+        let mut shown: Vec<String> = c.lost.iter().take(8).map(|b| b.to_string()).collect();
+        if c.lost.len() > 8 {
+            shown.push(format!("and {} more", c.lost.len() - 8));
+        }
+        v.push(format!(
+            "meta-file: {} blocks have no copy that agrees with its checksum (blocks {}): the meta-data store is damaged; `hurricane recover` copies out what can still be read",
+            c.lost.len(),
+            shown.join(", ")
+        ));
+    }
+    v
+}
+
+/// Blocks a copy got wrong while another holds them: redundancy lost,
+/// nothing else (a note; `repair` writes them again).
+fn meta_note(c: &CopyCheck) -> Option<String> {
+    (c.damaged > 0).then(|| {
+        format!(
+            "meta-file: {} blocks were wrong on a copy (another copy holds them intact; --repair writes them again)",
+            c.damaged
+        )
+    })
+}
+
+/// Checks the pool; with `repair`, fixes what it can and checks again
+/// (unless the meta-data could not all be read: see [`check_with`]).
 pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
+    check_with(fs, FsckOptions { repair, force: false }, progress)
+}
+
+/// Reads every record of the committed store through a store opened
+/// afresh over the meta-file, read-only.
+fn read_committed(fs: &Fs) -> Result<u64> {
+    use crate::namespace::store::{MetaFile, MetaStore};
+    let (tree, len) = fs.state().store().file().describe();
+    let layout = Layout::decode(&mut Decoder::new(&tree, "meta-file layout"))?;
+    let file = MetaFile::new(fs.inner.storage.clone(), layout, len, true);
+    MetaStore::open(file, 16 << 20, 0, 1)?.read_all()
+}
+
+/// Every meta-file block from each copy ([`Fs::check_meta_copies`]).
+fn check_meta(fs: &Fs, progress: Progress) -> Result<Option<CopyCheck>> {
+    fs.check_meta_copies(&mut |done, total| progress("meta-data blocks", done, total))
+}
+
+/// Checks the pool; with `opts.repair`, fixes what it can and checks
+/// again. When the meta-data could not all be read (a meta-file block no
+/// copy holds, an inode or directory that fails to read) nothing is
+/// repaired unless `opts.force`, and space is never freed.
+pub fn check_with(fs: &Fs, opts: FsckOptions, progress: Progress) -> Result<FsckReport> {
+    let repair = opts.repair;
     let mut rep = FsckReport::default();
     let open = fs.report();
     if !open.was_clean {
@@ -351,10 +477,69 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
             rolled.applied, rolled.found, rolled.blocks
         ));
     }
+    if open.journal_copy == crate::journal::JournalCopy::Mirror {
+        rep.notes.push(
+            "the journal was replayed from its mirror: the primary copy ended sooner or could not be read".into(),
+        );
+    }
     // Frees wait for their journal batch: commit them so the free maps are final.
     fs.sync()?;
-    let first = scan(fs, progress)?;
-    rep.problems = first.shown();
+    let mut meta = check_meta(fs, progress)?;
+    match &meta {
+        Some(c) => {
+            rep.meta_blocks = fs.state().store().file().blocks();
+            rep.meta_checked = c.checked;
+            rep.meta_damaged = c.damaged;
+            rep.meta_lost = c.lost.clone();
+            // Blocks no copy holds may be ones nothing uses: every record
+            // of every table read through a store opened afresh (no page
+            // cache to hide them) says whether the committed state needs
+            // any of them.
+            if !c.lost.is_empty() {
+                match read_committed(fs) {
+                    Ok(records) => {
+                        rep.notes.push(format!(
+                            "meta-file: {} blocks no copy holds intact are used by none of the store's {records} records (a checkpoint a crash cut short left them; later checkpoints write over them)",
+                            c.lost.len()
+                        ));
+                        rep.meta_unused = std::mem::take(&mut rep.meta_lost);
+                        if let Some(m) = meta.as_mut() {
+                            m.lost.clear();
+                        }
+                    }
+                    Err(e) => tracing::error!("fsck: the store's records could not all be read: {e}"),
+                }
+            }
+        }
+        None => rep.notes.push("the meta-file keeps no block checksums: its blocks were not verified".into()),
+    }
+    let meta_whole = rep.meta_lost.is_empty();
+    let first = scan(fs, meta_whole, progress)?;
+    rep.problems = meta.as_ref().map(meta_problems).unwrap_or_default();
+    rep.notes.extend(meta.as_ref().and_then(meta_note));
+    rep.problems.extend(first.shown());
+    rep.incomplete = first.shown_unread();
+    rep.would_free = first.findings.iter().map(|f| if let Finding::Leak { len, .. } = f { *len } else { 0 }).sum();
+    if first.unowned > 0 {
+        rep.notes.push(format!(
+            "{} device blocks are allocated but owned by nothing that could be read: they are not freed while the meta-data is incomplete",
+            first.unowned
+        ));
+    }
+    if !first.complete() {
+        rep.notes.push(
+            "the meta-data could not all be read: unreachable inodes, link counts, parents and unowned space were not judged"
+                .into(),
+        );
+    }
+    let complete = rep.is_complete();
+    let repair = repair && (complete || opts.force);
+    if opts.repair && !repair {
+        rep.notes.push(
+            "nothing was repaired: the meta-data could not all be read (--force repairs what was found anyway, never freeing space)"
+                .into(),
+        );
+    }
     let pending =
         first.nodes.iter().filter(|(i, n)| **i != ROOT && n.nlink == 0 && !first.names.contains_key(i)).count();
     if pending > 0 {
@@ -373,10 +558,29 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
             } else {
                 break;
             }
-            last = scan(fs, progress)?;
+            last = scan(fs, meta_whole, progress)?;
         }
         fs.checkpoint()?;
-        last = scan(fs, progress)?;
+        last = scan(fs, meta_whole, progress)?;
+    }
+    // Blocks a copy of the meta-file got wrong: a checkpoint copies the
+    // file whole to a fresh tree from the good blocks, then they are read
+    // again from every copy.
+    if repair && rep.meta_damaged > 0 && meta_whole && !rep.meta_unused.is_empty() {
+        rep.notes.push(
+            "meta-file: the copies are not rewritten while blocks no copy holds remain (the copy reads every block)"
+                .into(),
+        );
+    } else if repair && rep.meta_damaged > 0 && meta_whole {
+        fs.checkpoint()?;
+        meta = check_meta(fs, progress)?;
+        match meta.as_ref() {
+            Some(c) if c.damaged == 0 && c.lost.is_empty() => rep.repaired.push(format!(
+                "meta-file: {} blocks wrong on a copy written again from the good copy ({} block reads verified)",
+                rep.meta_damaged, c.checked
+            )),
+            _ => rep.notes.extend(meta.as_ref().and_then(meta_note).map(|n| format!("after the repair, {n}"))),
+        }
     }
     let scattered: Vec<Ino> = last.nodes.iter().filter(|(_, n)| n.scattered).map(|(&i, _)| i).collect();
     rep.scattered = scattered.len() as u64;
@@ -394,7 +598,7 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
             }
         }
         fs.checkpoint()?;
-        last = scan(fs, progress)?;
+        last = scan(fs, meta_whole, progress)?;
         let left = last.nodes.values().filter(|n| n.scattered).count() as u64;
         rep.regrouped = rep.scattered.saturating_sub(left);
         rep.notes.push(format!(
@@ -407,7 +611,9 @@ pub fn check(fs: &Fs, repair: bool, progress: Progress) -> Result<FsckReport> {
             rep.scattered
         ));
     }
-    rep.remaining = last.shown();
+    rep.remaining = meta.as_ref().map(meta_problems).unwrap_or_default();
+    rep.remaining.extend(last.shown());
+    rep.incomplete = last.shown_unread();
     for n in last.nodes.values() {
         rep.inodes += 1;
         match n.kind {
@@ -458,7 +664,7 @@ pub fn check_data(fs: &Fs, progress: Progress) -> Result<DataReport> {
     use crate::blocks::{IoCtx, Leftovers, Scrub, ScrubTally};
     /// File blocks scrubbed per call (progress granularity).
     const STEP: u64 = 16 * 1024; // 64 MiB
-    let s = scan(fs, &mut |_, _, _| {})?;
+    let s = scan(fs, false, &mut |_, _, _| {})?;
     let files: Vec<(Ino, u64)> =
         s.nodes.iter().filter(|(_, n)| n.kind == S_IFREG).map(|(&i, n)| (i, n.size.div_ceil(BS))).collect();
     let total: u64 = files.iter().map(|f| f.1).sum();
@@ -563,52 +769,129 @@ fn read_superblock(fs: &Fs) -> Result<Superblock> {
     best.ok_or_else(|| Error::corrupt("superblock", "no valid copy on any device"))
 }
 
-fn scan(fs: &Fs, progress: Progress) -> Result<Scan> {
-    let all = fs.state().all();
-    let total = all.len() as u64;
-    let mut nodes = BTreeMap::new();
-    for (i, n) in all.iter().enumerate() {
-        if i % 4096 == 0 {
-            progress("inodes", i as u64, total);
-        }
-        let d = n.data.read();
-        let mut node = Node {
-            kind: d.kind(),
-            nlink: d.nlink,
-            size: d.size,
-            parent: 0,
-            entries: Vec::new(),
-            dir_layout: String::new(),
-            symlink_len: None,
-            extents: Vec::new(),
-            capacity: u64::MAX,
-            scattered: false,
-        };
-        match &d.body {
-            Body::File(l) => {
-                let l = l.get().map_err(|e| Error::corrupt("inode", format!("inode {}: {e}", n.ino)))?;
+/// What the scan copies out of inode `ino`, and what of it could not be
+/// read (a directory's entries read before a failure are kept).
+fn read_node(fs: &Fs, ino: Ino) -> (Option<Node>, Option<String>) {
+    let n = match fs.state().try_get(ino) {
+        Ok(Some(n)) => n,
+        Ok(None) => return (None, None),
+        Err(e) => return (None, Some(format!("inode {ino} could not be read: {e}"))),
+    };
+    let d = n.data.read();
+    let mut node = Node {
+        kind: d.kind(),
+        nlink: d.nlink,
+        size: d.size,
+        parent: 0,
+        entries: Vec::new(),
+        dir_layout: String::new(),
+        symlink_len: None,
+        extents: Vec::new(),
+        capacity: u64::MAX,
+        scattered: false,
+    };
+    let mut err = None;
+    match &d.body {
+        Body::File(l) => match l.get() {
+            Ok(l) => {
                 l.extents(&mut |dev, s, len| node.extents.push((dev, s, len)));
                 node.capacity = l.root().capacity();
                 node.scattered = l.nodes().iter().any(|b| !b.scattered().is_empty());
             }
-            Body::Dir(dir) => {
-                node.parent = dir.parent;
-                node.dir_layout = dir.layout.clone();
-                node.entries = dir.entries()?.into_iter().map(|(k, e)| (k, e.ino, e.kind)).collect();
-                node.entries.sort();
+            Err(e) => err = Some(format!("layout could not be read: {e}")),
+        },
+        Body::Dir(dir) => {
+            node.parent = dir.parent;
+            node.dir_layout = dir.layout.clone();
+            let r = dir.for_each_from(0, &mut |_, name, e| {
+                node.entries.push((name.to_vec(), e.ino, e.kind));
+                true
+            });
+            if let Err(e) = r {
+                err = Some(format!("entries could not all be read ({} read): {e}", node.entries.len()));
             }
-            Body::Symlink(t) => node.symlink_len = Some(t.len() as u64),
-            Body::Special => {}
+            node.entries.sort();
         }
-        nodes.insert(n.ino, node);
+        Body::Symlink(t) => node.symlink_len = Some(t.len() as u64),
+        Body::Special => {}
     }
-    progress("inodes", total, total);
-    drop(all);
-    let mut s =
-        Scan { nodes, names: HashMap::new(), findings: Vec::new(), file_blocks: 0, used_blocks: 0, total_blocks: 0 };
+    (Some(node), err)
+}
+
+/// One pass over the meta-data. `meta_whole`: every meta-file block has a
+/// verified copy (space owned by nothing is reported only then).
+fn scan(fs: &Fs, meta_whole: bool, progress: Progress) -> Result<Scan> {
+    let mut nodes = BTreeMap::new();
+    let mut unread = Vec::new();
+    let mut unreadable = BTreeSet::new();
+    let mut add = |ino: Ino, nodes: &mut BTreeMap<Ino, Node>| {
+        let (node, err) = read_node(fs, ino);
+        match (node, err) {
+            (Some(n), err) => {
+                nodes.insert(ino, n);
+                if let Some(e) = err {
+                    unread.push((Some(ino), e));
+                }
+            }
+            (None, Some(e)) => {
+                unreadable.insert(ino);
+                unread.push((None, e));
+            }
+            (None, None) => {}
+        }
+    };
+    match fs.state().inos() {
+        Ok(all) => {
+            let total = all.len() as u64;
+            for (i, &ino) in all.iter().enumerate() {
+                if i % 4096 == 0 {
+                    progress("inodes", i as u64, total);
+                }
+                add(ino, &mut nodes);
+            }
+            progress("inodes", total, total);
+        }
+        Err(e) => {
+            // Without the table's listing: the inodes the directories
+            // reach, from the root.
+            let mut q = VecDeque::from([ROOT]);
+            let mut seen = HashSet::from([ROOT]);
+            while let Some(ino) = q.pop_front() {
+                if seen.len() % 4096 == 0 {
+                    progress("inodes", seen.len() as u64, 0);
+                }
+                add(ino, &mut nodes);
+                for (_, c, _) in nodes.get(&ino).map(|n| n.entries.as_slice()).unwrap_or_default() {
+                    if seen.insert(*c) {
+                        q.push_back(*c);
+                    }
+                }
+            }
+            unread.insert(
+                0,
+                (
+                    None,
+                    format!(
+                        "the inode table could not be listed ({e}): only inodes reachable from the root were checked"
+                    ),
+                ),
+            );
+        }
+    }
+    let mut s = Scan {
+        nodes,
+        names: HashMap::new(),
+        findings: Vec::new(),
+        file_blocks: 0,
+        used_blocks: 0,
+        total_blocks: 0,
+        unread,
+        unreadable,
+        unowned: 0,
+    };
     check_names(&mut s, progress);
     check_inodes(fs, &mut s);
-    check_space(fs, &mut s, progress)?;
+    check_space(fs, &mut s, meta_whole, progress)?;
     Ok(s)
 }
 
@@ -621,6 +904,8 @@ fn check_names(s: &mut Scan, progress: Progress) {
     for (&dir, n) in &s.nodes {
         for (name, ino, kind) in &n.entries {
             match s.nodes.get(ino) {
+                // Its record could not be read: it may well exist.
+                None if s.unreadable.contains(ino) => {}
                 None => f.push(Finding::Dangling { dir, name: name.clone(), target: *ino }),
                 Some(t) => {
                     if t.kind != *kind & S_IFMT {
@@ -762,6 +1047,19 @@ fn check_names(s: &mut Scan, progress: Progress) {
         }
     }
     s.names = names;
+    if !s.complete() {
+        // What is missing from an incomplete walk may be in what could not
+        // be read: nothing is judged on its absence.
+        f.retain(|x| {
+            !matches!(
+                x,
+                Finding::Orphan { .. }
+                    | Finding::Nlink { .. }
+                    | Finding::WrongParent { .. }
+                    | Finding::ExtraDirLink { .. }
+            )
+        });
+    }
     s.findings.extend(f);
 }
 
@@ -792,7 +1090,10 @@ fn check_inodes(fs: &Fs, s: &mut Scan) {
 
 /// Device extents: each inside its device, none claimed twice, and the
 /// allocators' free maps exactly the complement of what is claimed.
-fn check_space(fs: &Fs, s: &mut Scan, progress: Progress) -> Result<()> {
+fn check_space(fs: &Fs, s: &mut Scan, meta_whole: bool, progress: Progress) -> Result<()> {
+    // Space is called owned by nothing only on the evidence of all the
+    // meta-data.
+    let judge_leaks = meta_whole && s.complete();
     let storage = fs.storage();
     let ndev = storage.devs.len();
     // Per device: (start, len, owner).
@@ -893,7 +1194,11 @@ fn check_space(fs: &Fs, s: &mut Scan, progress: Progress) -> Result<()> {
             allocated.push((pos, a.total_blocks() - pos));
         }
         for (st, l) in difference(&allocated, &union) {
-            s.findings.push(Finding::Leak { dev: dev32, start: st, len: l });
+            if judge_leaks {
+                s.findings.push(Finding::Leak { dev: dev32, start: st, len: l });
+            } else {
+                s.unowned += l;
+            }
         }
         for (st, l) in difference(&union, &allocated) {
             s.findings.push(Finding::ClaimedFree { dev: dev32, start: st, len: l });

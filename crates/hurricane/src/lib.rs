@@ -62,6 +62,7 @@ pub mod numa;
 pub mod open;
 pub mod open_spec;
 pub mod pool;
+pub mod salvage;
 pub mod units;
 pub mod xattr;
 

@@ -467,6 +467,34 @@ impl Fs {
         Ok(Some(out))
     }
 
+    /// Reads every block of the meta-file within its length from each copy
+    /// and checks it against its checksum, a chunk at a time with commits
+    /// held off (`MetaFile::check_copies`); `progress` gets (blocks done,
+    /// blocks). A copy found wrong marks the file for the next checkpoint
+    /// to copy whole; nothing is written here. None when the pool keeps no
+    /// meta-file checksums to check against. For `fsck`.
+    pub(crate) fn check_meta_copies(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<CopyCheck>> {
+        let file = self.state().store().file();
+        if !file.verifies() {
+            return Ok(None);
+        }
+        let mut check = CopyCheck::default();
+        let mut b = 0;
+        while b == 0 || b < file.blocks() {
+            progress(b.min(file.blocks()), file.blocks());
+            let _commits = self.inner.meta.lock();
+            if let Err(e) = file.check_copies(b, META_CHUNK_BLOCKS, &mut check) {
+                // No copy of a checksum page they need: none of these
+                // blocks can be verified.
+                tracing::error!("meta-file blocks {b}..{}: {e}", b + META_CHUNK_BLOCKS);
+                check.lost.extend(b.max(1)..(b + META_CHUNK_BLOCKS).min(file.blocks()));
+            }
+            b += META_CHUNK_BLOCKS;
+        }
+        progress(file.blocks(), file.blocks());
+        Ok(Some(check))
+    }
+
     /// This pool's identity (the same in every superblock).
     pub fn pool_id(&self) -> [u8; 16] {
         self.inner.meta.lock().sb.pool_id
