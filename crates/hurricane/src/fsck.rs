@@ -477,10 +477,16 @@ pub fn check_with(fs: &Fs, opts: FsckOptions, progress: Progress) -> Result<Fsck
             rolled.applied, rolled.found, rolled.blocks
         ));
     }
-    if open.journal_copy == crate::journal::JournalCopy::Mirror {
-        rep.notes.push(
-            "the journal was replayed from its mirror: the primary copy ended sooner or could not be read".into(),
-        );
+    if !open.journal_repaired.is_empty() {
+        rep.notes.push(format!(
+            "journal copies on devices {:?} lacked records another copy held (torn, damaged, or away when they \
+             were written); replay took each record from a copy that held it{}",
+            open.journal_repaired,
+            if fs.is_read_only() { "" } else { ", and they were rewritten" }
+        ));
+    }
+    if !open.journal_unreadable.is_empty() {
+        rep.notes.push(format!("journal copies on devices {:?} could not be read", open.journal_unreadable));
     }
     // Frees wait for their journal batch: commit them so the free maps are final.
     fs.sync()?;

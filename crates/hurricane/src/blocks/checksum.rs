@@ -397,7 +397,7 @@ impl Checksum {
                 return Err(Error::NoSpace(format!(
                     "checksum node {}: no room on {} to copy an overwrite of {n} blocks (never written in place)",
                     self.id,
-                    self.device_names(io)
+                    Self::device_names(io, &self.devices)
                 )));
             }
             match child.punch(io, fblk, n) {
