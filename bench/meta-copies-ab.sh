@@ -9,8 +9,12 @@
 #
 #   bench/meta-copies-ab.sh RUNS COUNT FSYNCS [BIN_DIR]
 #
+# BASE=DIR adds a third system, "previous": the release binaries of another
+# version (bench/build-base.sh REV) making its default pool.
+#
 # One JSON line per system and round on stdout; the medians and the median
-# per-round ratios (three copies / two) on stderr.
+# per-round ratios against two copies (and against the previous version)
+# on stderr.
 set -euo pipefail
 runs=${1:?RUNS}
 count=${2:?COUNT}
@@ -27,18 +31,20 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$work/mnt"
 two='replicate(copies=2)[extent(max=1T)@0,extent(max=1T)@1]'
+systems="three two${BASE:+ previous}"
 for r in $(seq 1 "$runs"); do
-    for name in three two; do
+    for name in $systems; do
         rm -rf "$work/pool"
-        if [ "$name" = two ]; then
-            "$bin/hurricane" mkfs "$work/pool" --devices 3 --device-size 8G --meta-layout "$two" >/dev/null
-        else
-            "$bin/hurricane" mkfs "$work/pool" --devices 3 --device-size 8G >/dev/null
-        fi
-        "$bin/hurricane" mount "$work/pool" "$work/mnt"
+        hc=$bin/hurricane
+        case $name in
+            two) "$hc" mkfs "$work/pool" --devices 3 --device-size 8G --meta-layout "$two" >/dev/null ;;
+            previous) hc=$BASE/hurricane; "$hc" mkfs "$work/pool" --devices 3 --device-size 8G >/dev/null ;;
+            *) "$hc" mkfs "$work/pool" --devices 3 --device-size 8G >/dev/null ;;
+        esac
+        "$hc" mount "$work/pool" "$work/mnt"
         meta=$("$bench" posix-meta "$work/mnt" "$count")
         sync_=$("$bench" posix-fsync "$work/mnt" "$fsyncs")
-        "$bin/hurricane" umount "$work/mnt"
+        "$hc" umount "$work/mnt"
         echo "{\"system\":\"$name\",\"run\":$r,\"meta\":$meta,\"fsync\":$sync_}" | tee -a "$out"
     done
 done
@@ -53,7 +59,8 @@ def val(r, k):
 keys = ["create_per_s", "stat_per_s", "unlink_per_s", "fsync_per_s"]
 for n in by:
     print(n, {k: round(st.median(val(x, k) for x in by[n])) for k in keys})
-for k in keys:
-    ratios = [val(a, k) / val(b, k) for a, b in zip(by["three"], by["two"])]
-    print(f"three / two {k}: {st.median(ratios):.2f} (rounds {', '.join(f'{x:.2f}' for x in ratios)})")
+for other in [o for o in ("two", "previous") if o in by]:
+    for k in keys:
+        ratios = [val(a, k) / val(b, k) for a, b in zip(by["three"], by[other])]
+        print(f"three / {other} {k}: {st.median(ratios):.2f} (rounds {', '.join(f'{x:.2f}' for x in ratios)})")
 PY

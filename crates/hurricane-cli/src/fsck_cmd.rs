@@ -93,9 +93,17 @@ pub fn run(a: &FsckArgs) -> CliResult {
     if a.repair && first.would_free > 0 {
         println!("repair frees {} device blocks allocated but owned by nothing", first.would_free);
     }
-    let repairable = !first.problems.is_empty() || first.scattered > 0 || first.meta_damaged > 0;
-    let rep = if a.repair && repairable && (first.is_complete() || a.force) {
+    // A repair opens the pool writable even with nothing found: that open
+    // rolls forward log writes made after the last commit, frees orphans
+    // and brings the journal's copies up to date.
+    let rep = if a.repair && (first.is_complete() || a.force) {
         let (rep, _) = check(a, true, false)?;
+        // What the repair itself notes (files regrouped, copies rewritten).
+        for n in rep.notes.iter().filter(|n| !first.notes.contains(n)) {
+            if !a.quiet {
+                println!("note: {n}");
+            }
+        }
         for r in &rep.repaired {
             println!("repaired: {r}");
         }

@@ -31,7 +31,9 @@ pub struct MkfsArgs {
     /// Journal size (default: 1/32 of device 0, between 4 MiB and 256 MiB).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub journal_size: Option<u64>,
-    /// Layout of the meta-file (default: replicated on devices 0 and 1).
+    /// Layout of the meta-file, kept as given (default: a copy on each of
+    /// the first three devices, more where the default layout survives
+    /// more failures, placed anew when a device fails).
     #[arg(long, value_name = "SPEC")]
     pub meta_layout: Option<String>,
     /// Simulate a disk's timing on every device when the pool is opened

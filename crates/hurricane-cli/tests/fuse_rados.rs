@@ -1043,7 +1043,14 @@ fn a_writer_stalled_past_its_lease_is_fenced_by_the_host_that_takes_over() {
     let e = write_and_fsync(m.path("late"), data(1 << 20, 30), Duration::from_secs(60))
         .expect_err("the fenced writer wrote a new file");
     eprintln!("the fenced writer's new file: {e}");
-    let old_log = pool.log();
+    // Its renewal thread notices on its own schedule (a loaded machine
+    // may run the failed writes first).
+    let waited = Instant::now();
+    let mut old_log = pool.log();
+    while !old_log.contains("the lease could not be renewed") && waited.elapsed() < Duration::from_secs(LEASE_S * 4) {
+        std::thread::sleep(Duration::from_millis(200));
+        old_log = pool.log();
+    }
     assert!(old_log.contains("the lease could not be renewed"), "{old_log}");
     for l in old_log.lines().filter(|l| l.contains("lease") || l.contains("blocklisted")).take(6) {
         eprintln!("the fenced writer's log: {l}");

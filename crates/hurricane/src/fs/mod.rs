@@ -67,7 +67,9 @@ pub struct FormatOptions {
     pub journal_size: Option<u64>,
     /// Default layout for new files (default: stripe over every device).
     pub default_layout: Option<String>,
-    /// Layout of the meta-file (default: replicated on devices 0 and 1).
+    /// Layout of the meta-file, kept as given (default: a copy on each of
+    /// the first three devices, more where the default layout survives
+    /// more failures, placed anew when a device fails).
     pub meta_layout: Option<String>,
     /// New files get a `checksum` block above every per-device leaf of
     /// their layout (default: on).
