@@ -46,6 +46,18 @@ fn check_files(fs: &Fs, want: &BTreeMap<String, Vec<u8>>, what: &str) {
     }
 }
 
+/// What each device of an open pool holds now (None: it reads nothing).
+fn live_images(fs: &Fs) -> Vec<Option<Vec<u8>>> {
+    fs.storage()
+        .devs
+        .iter()
+        .map(|d| {
+            let mut b = vec![0u8; d.dev().size() as usize];
+            d.dev().read_at(&mut b, 0).ok().map(|_| b)
+        })
+        .collect()
+}
+
 fn state(fs: &Fs, d: usize) -> DeviceState {
     fs.storage().devs[d].state()
 }
@@ -213,19 +225,8 @@ fn meta_data_rot_in_two_of_three_copies_loses_nothing() {
         let r = fs.scrub(&hurricane::fs::ScrubOptions { repair: true, ..Default::default() }, &|_| {}).unwrap();
         assert_eq!(r.meta_lost_blocks, 0, "{r:?}");
         fs.checkpoint().unwrap();
-        let now: Vec<Option<Vec<u8>>> = fs
-            .storage()
-            .devs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                (i != 2).then(|| {
-                    let mut b = vec![0u8; d.dev().size() as usize];
-                    d.dev().read_at(&mut b, 0).unwrap();
-                    b
-                })
-            })
-            .collect();
+        let mut now = live_images(&fs);
+        now[2] = None;
         fs.close().unwrap();
         let fs = Fs::open(devs_of(&now), quiet()).unwrap();
         check_files(&fs, &want, "the repaired copies alone");
@@ -290,15 +291,7 @@ fn journal_copies_damaged_in_disjoint_ranges_replay_every_record() {
             want.insert(path, data);
         }
         fs.close().unwrap();
-        let live: Vec<Option<Vec<u8>>> = fs
-            .storage()
-            .devs
-            .iter()
-            .map(|d| {
-                let mut b = vec![0u8; d.dev().size() as usize];
-                d.dev().read_at(&mut b, 0).ok().map(|_| b)
-            })
-            .collect();
+        let live = live_images(&fs);
         for round in 0..2 {
             let fs = Fs::open(devs_of(&live), quiet()).unwrap();
             check_files(&fs, &want, &format!("seed {seed}: open {round} after the close"));
@@ -366,15 +359,7 @@ fn a_history_the_pool_abandoned_is_never_replayed() {
         assert!(has('a') && has('b') != has('c'), "seed {seed}: a mix of histories: {seen:?}");
         check_clean(&fs, "the histories merged");
         fs.close().unwrap();
-        let live: Vec<Option<Vec<u8>>> = fs
-            .storage()
-            .devs
-            .iter()
-            .map(|d| {
-                let mut v = vec![0u8; d.dev().size() as usize];
-                d.dev().read_at(&mut v, 0).ok().map(|_| v)
-            })
-            .collect();
+        let live = live_images(&fs);
         for alone in 0..2 {
             let mut one = live.clone();
             one[1 - alone] = None;
