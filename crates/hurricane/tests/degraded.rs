@@ -148,18 +148,7 @@ fn device0_missing_opens_through_the_journal_mirror() {
     assert_eq!(fs.read_file("/d/b").unwrap(), pattern(6, 40_000));
 }
 
-/// Offsets of the journal records in a device image (ordered or verified,
-/// docs/FORMAT.md): (block, seq).
-fn records(img: &[u8]) -> Vec<(usize, u64)> {
-    let mut out = Vec::new();
-    for b in 2..img.len() / BLOCK_SIZE {
-        let blk = &img[b * BLOCK_SIZE..(b + 1) * BLOCK_SIZE];
-        if &blk[..8] == b"HCJRNL02" || &blk[..8] == b"HCJRNLV2" {
-            out.push((b, u64::from_le_bytes(blk[8..16].try_into().unwrap())));
-        }
-    }
-    out
-}
+use common::journal_records as records;
 
 #[test]
 fn a_torn_record_in_one_journal_copy_is_read_from_the_other() {

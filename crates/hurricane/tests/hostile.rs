@@ -1370,16 +1370,12 @@ fn meta_image(p: &MemPool) -> Vec<u8> {
     use hurricane::blocks::{IoCtx, Layout, NodeRecord};
     use hurricane::codec::Decoder;
     use hurricane::device::DeviceHandle;
-    use hurricane::pool::{Allocator, Storage, Superblock};
+    use hurricane::pool::{Allocator, Storage};
     let storage = Storage {
         devs: p.devs.iter().enumerate().map(|(i, d)| DeviceHandle::new(i as u32, d.clone())).collect(),
         allocs: p.devs.iter().map(|d| Allocator::new(0, d.size() / BLOCK_SIZE as u64)).collect(),
     };
-    let img = p.devs[0].image();
-    let sb = (0..2)
-        .filter_map(|s| Superblock::decode(&img[s * BLOCK_SIZE..(s + 1) * BLOCK_SIZE], "d").ok().flatten())
-        .max_by_key(|s| s.generation)
-        .unwrap();
+    let sb = newest_superblock(&p.devs[0].image());
     let meta = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta")).unwrap();
     let sink = |_: NodeRecord| {};
     let io = IoCtx {

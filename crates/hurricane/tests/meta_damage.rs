@@ -66,11 +66,7 @@ fn pool() -> (MemPool, BTreeMap<String, Item>) {
 }
 
 fn superblock(p: &MemPool) -> Superblock {
-    let img = p.devs[0].image();
-    (0..2)
-        .filter_map(|s| Superblock::decode(&img[s * BLOCK_SIZE..(s + 1) * BLOCK_SIZE], "d").ok().flatten())
-        .max_by_key(|s| s.generation)
-        .unwrap()
+    newest_superblock(&p.devs[0].image())
 }
 
 /// The meta-file's blocks (its length in blocks) and its copies.

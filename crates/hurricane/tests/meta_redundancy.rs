@@ -167,10 +167,7 @@ fn two_dead_devices_leave_a_pool_of_parity_files_whole() {
 
 /// The meta-file's extents on device `dev` (from the newest superblock).
 fn meta_blocks(img: &[u8]) -> Vec<(u32, u64, u64)> {
-    let sb = (0..2)
-        .filter_map(|s| Superblock::decode(&img[s * BLOCK_SIZE..(s + 1) * BLOCK_SIZE], "d").ok().flatten())
-        .max_by_key(|s| s.generation)
-        .unwrap();
+    let sb = newest_superblock(img);
     let lay = Layout::decode(&mut Decoder::new(&sb.meta_layout, "meta")).unwrap();
     let mut v = Vec::new();
     lay.extents(&mut |d, s, l| v.push((d, s, l)));
@@ -233,17 +230,7 @@ fn meta_data_rot_in_two_of_three_copies_loses_nothing() {
     }
 }
 
-/// Offsets of the journal records in a device image: (block, seq).
-fn records(img: &[u8]) -> Vec<(usize, u64)> {
-    let mut out = Vec::new();
-    for b in 2..img.len() / BLOCK_SIZE {
-        let blk = &img[b * BLOCK_SIZE..(b + 1) * BLOCK_SIZE];
-        if &blk[..8] == b"HCJRNL02" || &blk[..8] == b"HCJRNLV2" {
-            out.push((b, u64::from_le_bytes(blk[8..16].try_into().unwrap())));
-        }
-    }
-    out
-}
+use common::journal_records as records;
 
 /// A power cut after many fsync'd creates, then the journal's copies
 /// damaged in disjoint ranges (the first copy's second half, the second's

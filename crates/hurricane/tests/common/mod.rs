@@ -1,6 +1,7 @@
 // Test helpers: a panic is how a test fails.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
-use hurricane::device::{CrashMode, Device, MemDevice};
+use hurricane::device::{CrashMode, Device, MemDevice, BLOCK_SIZE};
+use hurricane::pool::Superblock;
 use hurricane::{FormatOptions, Fs, Options};
 use std::sync::Arc;
 
@@ -90,4 +91,25 @@ pub fn check_clean(fs: &Fs, what: &str) {
     assert!(r.double_claims.is_empty(), "{what}: blocks claimed twice: {:?}", r.double_claims);
     let report = hurricane::fsck::check(fs, false, &mut |_, _, _| {}).expect("fsck runs");
     assert!(report.is_clean(), "{what}: fsck: {:?}", report.problems);
+}
+
+/// The newest valid superblock of a device image (of its two slots).
+pub fn newest_superblock(img: &[u8]) -> Superblock {
+    (0..2)
+        .filter_map(|s| Superblock::decode(&img[s * BLOCK_SIZE..(s + 1) * BLOCK_SIZE], "img").ok().flatten())
+        .max_by_key(|s| s.generation)
+        .expect("a valid superblock")
+}
+
+/// Offsets of the journal records in a device image (ordered or verified,
+/// docs/FORMAT.md): (block, seq).
+pub fn journal_records(img: &[u8]) -> Vec<(usize, u64)> {
+    let mut out = Vec::new();
+    for b in 2..img.len() / BLOCK_SIZE {
+        let blk = &img[b * BLOCK_SIZE..(b + 1) * BLOCK_SIZE];
+        if &blk[..8] == b"HCJRNL02" || &blk[..8] == b"HCJRNLV2" {
+            out.push((b, u64::from_le_bytes(blk[8..16].try_into().unwrap())));
+        }
+    }
+    out
 }
