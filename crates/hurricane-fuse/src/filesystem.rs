@@ -71,7 +71,12 @@ const OFF_THREAD_READ: u32 = 128 << 10;
 const MAX_COPY: u64 = 64 << 20;
 
 const ROOT: u64 = 1;
-const GEN: Generation = Generation(0);
+
+/// The generation a reply gives with `a` (see `Attr::generation`): with
+/// the inode number, what the kernel puts in the file handles it makes.
+fn generation(a: &Attr) -> Generation {
+    Generation(a.generation())
+}
 
 const R: u32 = 4;
 const W: u32 = 2;
@@ -522,7 +527,7 @@ impl HurricaneFuse {
     fn entry(&self, reply: ReplyEntry, op: Op, t0: Instant, dir: u64, r: Result<Attr, Errno>) {
         self.done(op, t0, &r);
         match r {
-            Ok(a) => reply.entry_with_ttls(&self.ttl, &self.name_ttl(dir), &file_attr(&a), GEN),
+            Ok(a) => reply.entry_with_ttls(&self.ttl, &self.name_ttl(dir), &file_attr(&a), generation(&a)),
             Err(e) => reply.error(e),
         }
     }
@@ -859,6 +864,10 @@ impl Filesystem for HurricaneFuse {
             // Shared mappings of handles opened without the page cache
             // (`cache=none`, transaction-protected files) go through it.
             ("direct_io_allow_mmap", InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP),
+            // File handles (name_to_handle_at, NFS) stay valid after the
+            // kernel forgets their inode and across mounts: it looks the
+            // inode up again by number ("." and ".." in `lookup`).
+            ("export_support", InitFlags::FUSE_EXPORT_SUPPORT),
         ];
         let uring = self.want_uring.then_some(("over_io_uring", InitFlags::FUSE_OVER_IO_URING));
         let writeback = self.want_writeback.then_some(("writeback_cache", InitFlags::FUSE_WRITEBACK_CACHE));
@@ -893,6 +902,22 @@ impl Filesystem for HurricaneFuse {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let t0 = Instant::now();
+        if matches!(name.as_bytes(), b"." | b"..") {
+            // Only the kernel's export operations send these (a path walk
+            // resolves them itself): "." of an inode the kernel forgot,
+            // to open a file handle, and ".." of a directory, to connect
+            // it to the root. The caller was checked by the kernel
+            // (CAP_DAC_READ_SEARCH, or the NFS server), and the inode may
+            // be of any kind. An inode that is gone answers ENOENT, which
+            // the kernel turns into ESTALE.
+            let r = if name.as_bytes() == b"." {
+                self.fs.getattr(parent.0).map_err(errno)
+            } else {
+                self.fs.lookup(&Creds::root(), parent.0, b"..").map_err(errno)
+            };
+            self.entry(reply, Op::Lookup, t0, parent.0, r);
+            return;
+        }
         let r = self.as_user(req, |c| self.fs.lookup(c, parent.0, name.as_bytes()));
         if r == Err(Errno::ENOENT) {
             // A negative entry: the kernel remembers the name is absent
@@ -914,7 +939,7 @@ impl Filesystem for HurricaneFuse {
                 blksize: 4096,
             });
             a.ino = INodeNo(0);
-            reply.entry_with_ttls(&self.ttl, &self.name_ttl(parent.0), &a, GEN);
+            reply.entry_with_ttls(&self.ttl, &self.name_ttl(parent.0), &a, Generation(0));
             return;
         }
         self.entry(reply, Op::Lookup, t0, parent.0, r);
@@ -1283,7 +1308,14 @@ impl Filesystem for HurricaneFuse {
                 for it in items {
                     // An entry removed since the listing is skipped.
                     let Ok(a) = self.fs.getattr(it.ino) else { continue };
-                    if reply.add(INodeNo(it.ino), it.next, OsStr::from_bytes(&it.name), &names, &file_attr(&a), GEN) {
+                    if reply.add(
+                        INodeNo(it.ino),
+                        it.next,
+                        OsStr::from_bytes(&it.name),
+                        &names,
+                        &file_attr(&a),
+                        generation(&a),
+                    ) {
                         break;
                     }
                 }
@@ -1482,7 +1514,7 @@ impl Filesystem for HurricaneFuse {
         match r {
             // One timeout for the name and the attributes: in a directory
             // whose names are not kept, the attributes are not either.
-            Ok((a, fh, open)) => reply.created(&self.name_ttl(parent.0), &file_attr(&a), GEN, fh, open),
+            Ok((a, fh, open)) => reply.created(&self.name_ttl(parent.0), &file_attr(&a), generation(&a), fh, open),
             Err(e) => reply.error(e),
         }
     }

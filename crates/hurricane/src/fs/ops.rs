@@ -125,6 +125,29 @@ pub struct StatFs {
     pub namelen: u32,
 }
 
+impl Attr {
+    /// The inode's generation, as file handles carry it beside the inode
+    /// number: derived from the birth time, which is set once when the
+    /// inode is made and kept in its record. Inode numbers are never given
+    /// twice in a pool's committed history, but a number handed out after
+    /// the last commit is given again after a crash (the file it named was
+    /// never durable); the new file's birth time differs, so a handle of
+    /// the lost file no longer reaches the new one. The kernel keeps 32
+    /// bits of it; the root's is 0, the generation the kernel gives the
+    /// root of a FUSE mount.
+    pub fn generation(&self) -> u64 {
+        if self.ino == ROOT {
+            return 0;
+        }
+        // splitmix64's finaliser: nearby times give unrelated values.
+        let mut x = self.btime as u64;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 31;
+        (x ^ (x >> 32)) & 0xffff_ffff
+    }
+}
+
 pub(crate) fn attr_of(ino: Ino, d: &InodeData) -> Attr {
     let blocks = match &d.body {
         // Advisory: a tree that cannot be read back shows as 0 blocks here,
