@@ -1106,14 +1106,16 @@ impl Filesystem for HurricaneFuse {
         reply: ReplyEmpty,
     ) {
         let t0 = Instant::now();
-        let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
+        // RENAME_WHITEOUT: overlay file systems' upper layers (the kernel
+        // asked the caller for CAP_MKNOD).
+        let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT;
         let r = if !known.contains(flags) {
-            // RENAME_WHITEOUT is for overlay file systems.
             Err(Errno::EINVAL)
         } else {
             let f = hurricane::RenameFlags {
                 noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
                 exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+                whiteout: flags.contains(RenameFlags::RENAME_WHITEOUT),
             };
             self.as_user(req, |c| self.fs.rename(c, parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), f))
         };

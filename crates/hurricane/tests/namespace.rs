@@ -73,9 +73,9 @@ fn rename_cases() {
     let (d1, d2) = (fs.resolve("/d1").unwrap(), fs.resolve("/d2").unwrap());
     fs.write_file("/d1/x", b"X", None).unwrap();
     fs.write_file("/d2/y", b"Y", None).unwrap();
-    let nr = RenameFlags { noreplace: true, exchange: false };
+    let nr = RenameFlags { noreplace: true, exchange: false, ..Default::default() };
     assert_eq!(errno(fs.rename(&root, d1, b"x", d2, b"y", nr)), libc::EEXIST);
-    let ex = RenameFlags { noreplace: false, exchange: true };
+    let ex = RenameFlags { noreplace: false, exchange: true, ..Default::default() };
     fs.rename(&root, d1, b"x", d2, b"y", ex).unwrap();
     assert_eq!(fs.read_file("/d1/x").unwrap(), b"Y");
     assert_eq!(fs.read_file("/d2/y").unwrap(), b"X");
@@ -312,4 +312,51 @@ fn unplaced_layouts_follow_free_space() {
     // Every device was chosen at some point.
     let used: std::collections::BTreeSet<String> = (0..6).map(|r| fs.layout_of(&format!("/f{r}")).unwrap()).collect();
     assert_eq!(used.len(), 3, "{used:?}");
+}
+
+/// RENAME_WHITEOUT (overlay file systems' upper layers): the source's name
+/// is left holding a whiteout, a character device 0:0 owned by the caller,
+/// made in the same atomic group as the move; with EXCHANGE it is refused.
+#[test]
+fn rename_with_whiteout_leaves_a_whiteout_in_the_source_place() {
+    let p = MemPool::new(1, 32 * MB);
+    let fs = p.open().unwrap();
+    let root = Creds::root();
+    fs.mkdir_all("/a/sub", 0o755).unwrap();
+    fs.mkdir_all("/b", 0o755).unwrap();
+    fs.write_file("/a/f", b"F", None).unwrap();
+    fs.write_file("/b/old", b"O", None).unwrap();
+    let (a, b) = (fs.resolve("/a").unwrap(), fs.resolve("/b").unwrap());
+    let f = fs.stat("/a/f").unwrap();
+    let wo = RenameFlags { whiteout: true, ..Default::default() };
+    let ex = RenameFlags { exchange: true, whiteout: true, ..Default::default() };
+    assert_eq!(errno(fs.rename(&root, a, b"f", b, b"old", ex)), libc::EINVAL);
+    // Over an existing file, across directories.
+    fs.rename(&root, a, b"f", b, b"old", wo).unwrap();
+    assert_eq!(fs.read_file("/b/old").unwrap(), b"F");
+    assert_eq!(fs.stat("/b/old").unwrap().ino, f.ino);
+    let is_whiteout = |path: &str| {
+        let w = fs.lstat(path).unwrap();
+        assert_eq!(w.mode, libc::S_IFCHR, "{path}: mode {:o}", w.mode);
+        assert_eq!((w.rdev, w.nlink, w.uid), (0, 1, 0), "{path}");
+        w.ino
+    };
+    let w1 = is_whiteout("/a/f");
+    assert_ne!(w1, f.ino);
+    // A directory, within its parent, with NOREPLACE.
+    let nr = RenameFlags { noreplace: true, whiteout: true, ..Default::default() };
+    fs.rename(&root, a, b"sub", a, b"moved", nr).unwrap();
+    is_whiteout("/a/sub");
+    assert!(fs.lstat("/a/moved").unwrap().is_dir());
+    assert_eq!(fs.stat("/a").unwrap().nlink, 3);
+    assert_eq!(errno(fs.rename(&root, a, b"moved", a, b"f", nr)), libc::EEXIST);
+    // A whiteout is removed like any node, and the group survives a crash.
+    fs.sync().unwrap();
+    let c = p.crash(hurricane::device::CrashMode::DropAll);
+    let fs = c.open().unwrap();
+    assert_eq!(fs.lstat("/a/f").unwrap().ino, w1);
+    fs.remove("/a/f").unwrap();
+    fs.remove("/a/sub").unwrap();
+    let names: Vec<_> = fs.read_dir("/a").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec![b"moved".to_vec()]);
 }

@@ -141,8 +141,8 @@ impl Run {
     fn rename(&mut self) {
         let (sd, sn, dd, dn) = (self.pick_dir(), self.pick_name(), self.pick_dir(), self.pick_name());
         let flags = match self.rng.below(4) {
-            0 => RenameFlags { noreplace: true, exchange: false },
-            1 => RenameFlags { noreplace: false, exchange: true },
+            0 => RenameFlags { noreplace: true, exchange: false, ..Default::default() },
+            1 => RenameFlags { noreplace: false, exchange: true, ..Default::default() },
             _ => RenameFlags::default(),
         };
         self.note(format!(

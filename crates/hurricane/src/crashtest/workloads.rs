@@ -513,7 +513,7 @@ impl<'a> Driver<'a> {
                 na.as_bytes(),
                 ib,
                 nb.as_bytes(),
-                RenameFlags { exchange: true, noreplace: false },
+                RenameFlags { exchange: true, noreplace: false, ..Default::default() },
             )?;
             d.m.exchange(a, b);
             Ok(())

@@ -102,6 +102,10 @@ pub struct SetAttr {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// Leaves a whiteout (a character device 0:0, as overlay file systems
+    /// mark a name deleted) in the source's place, in the same atomic group
+    /// as the move.
+    pub whiteout: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -656,8 +660,8 @@ impl Fs {
         if sname.len() > NAME_MAX {
             return Err(Error::NameTooLong(show(&sname[..32])));
         }
-        if flags.exchange && flags.noreplace {
-            return Err(Error::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE".into()));
+        if flags.exchange && (flags.noreplace || flags.whiteout) {
+            return Err(Error::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE or RENAME_WHITEOUT".into()));
         }
         // Moves of directories between parents are serialised and checked
         // for loops before any inode lock is taken.
@@ -754,6 +758,9 @@ impl Fs {
             if let (Some((d, _)), false) = (dst, flags.exchange) {
                 self.reap(&g, &mut l, d, &mut ops)?;
             }
+            if flags.whiteout {
+                self.whiteout(cred, &mut l, sdir, sname, &mut ops)?;
+            }
             self.log(&g, &ops);
             drop(l);
             self.note_parent(src, ddir);
@@ -762,6 +769,34 @@ impl Fs {
             }
             return Ok(());
         }
+    }
+
+    /// Makes a whiteout called `name` in `dir` (locked, the name just moved
+    /// away), adding the ops to `ops`: owned by the caller, mode 0, as
+    /// Linux file systems make them.
+    fn whiteout(&self, cred: &Creds, l: &mut Locked, dir: Ino, name: &[u8], ops: &mut Vec<Op>) -> Result<()> {
+        let ino = self.state().alloc_ino();
+        let time = now();
+        let p = l.get(dir)?;
+        let gid = if p.mode & libc::S_ISGID != 0 { p.gid } else { cred.gid };
+        let create = Op::Create(NewInode {
+            ino,
+            mode: libc::S_IFCHR,
+            uid: cred.uid,
+            gid,
+            rdev: 0,
+            time,
+            layout: Vec::new(),
+            target: Vec::new(),
+            parent: dir,
+        });
+        self.state().apply(&create, l)?;
+        let mut l2 = self.state().lock(&[ino]);
+        l.absorb(&mut l2);
+        let link = Op::Link { dir, name: name.to_vec(), ino, time };
+        self.state().apply(&link, l)?;
+        ops.extend([create, link]);
+        Ok(())
     }
 
     pub fn setattr(&self, cred: &Creds, ino: Ino, s: &SetAttr) -> Result<Attr> {
