@@ -10,6 +10,8 @@
 //! /proc/fs/nfsd, no modules). The server decodes handles through the
 //! same export operations as open_by_handle_at.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod fuse_util;
 
 use fuse_util::*;

@@ -2,6 +2,8 @@
 //! overlay file system (which makes whiteouts, keeps trusted.overlay.*
 //! attributes and reads d_type).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod fuse_util;
 
 use fuse_util::*;

@@ -1132,7 +1132,9 @@ impl Filesystem for HurricaneFuse {
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let t0 = Instant::now();
-        let r = self.as_user(req, |c| self.fs.link(c, ino.0, newparent.0, newname.as_bytes()));
+        // A file with no links reaches here only as the kernel allows it:
+        // an unnamed file (O_TMPFILE, not O_EXCL), linked once.
+        let r = self.as_user(req, |c| self.fs.link_unnamed(c, ino.0, newparent.0, newname.as_bytes()));
         self.entry(reply, Op::Link, t0, newparent.0, r);
     }
 
@@ -1517,6 +1519,28 @@ impl Filesystem for HurricaneFuse {
             // One timeout for the name and the attributes: in a directory
             // whose names are not kept, the attributes are not either.
             Ok((a, fh, open)) => reply.created(&self.name_ttl(parent.0), &file_attr(&a), generation(&a), fh, open),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// `open(2)` with O_TMPFILE: an unnamed file, open once for the
+    /// caller's handle, freed at its last close unless linked first.
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+        let t0 = Instant::now();
+        let flags = flags & !libc::O_TMPFILE;
+        let r = waiting_at_most(NO_WAIT, || {
+            let mk = |c: &Creds| self.fs.tmpfile(c, parent.0, mode, None);
+            let a = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) }?;
+            let write_only = flags & libc::O_ACCMODE == libc::O_WRONLY && self.write_only_direct();
+            let open = match self.fs.open_policy_for(a.ino).cache {
+                PageCache::Page if !write_only => FopenFlags::FOPEN_NOFLUSH,
+                _ => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
+            };
+            Ok((a, self.handles.insert(a.ino, flags, None), open))
+        });
+        self.done(Op::Create, t0, &r);
+        match r {
+            Ok((a, fh, open)) => reply.created(&self.ttl, &file_attr(&a), generation(&a), fh, open),
             Err(e) => reply.error(e),
         }
     }

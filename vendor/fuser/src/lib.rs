@@ -857,6 +857,28 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Create and open an unnamed file in directory `parent` (`open(2)`
+    /// with `O_TMPFILE`): a file with no links, freed at its last close
+    /// unless `link` names it first. The reply is a create's (attributes
+    /// and an open handle). Without it (ENOSYS) the kernel answers
+    /// `O_TMPFILE` with EOPNOTSUPP.
+    #[cfg(target_os = "linux")]
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, \
+            umask: {umask:#x?}, flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,

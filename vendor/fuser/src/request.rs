@@ -385,6 +385,17 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            #[cfg(target_os = "linux")]
+            ll::Operation::Tmpfile(x) => {
+                filesystem.tmpfile(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.mode(),
+                    x.umask(),
+                    x.flags(),
+                    self.reply(),
+                );
+            }
             ll::Operation::GetLk(x) => {
                 filesystem.getlk(
                     self.request_header(),

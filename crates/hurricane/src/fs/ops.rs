@@ -180,6 +180,18 @@ pub(crate) fn attr_of(ino: Ino, d: &InodeData) -> Attr {
     }
 }
 
+/// A name `d` does not hold, for an unnamed file's moment in it (inside
+/// one atomic group, under the directory's lock: nothing else sees it).
+fn unused_name(d: &crate::namespace::inode::Dir) -> Result<Vec<u8>> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    loop {
+        let n = format!(".hurricane-unnamed-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into_bytes();
+        if d.get(&n)?.is_none() {
+            return Ok(n);
+        }
+    }
+}
+
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     let shown = || String::from_utf8_lossy(name).into_owned();
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
@@ -386,8 +398,33 @@ impl Fs {
         target: Option<&[u8]>,
         layout: Option<&str>,
     ) -> Result<Attr> {
-        self.check_writable()?;
         check_name(name)?;
+        self.make_node(cred, parent, Some(name), mode, rdev, target, layout)
+    }
+
+    /// Creates an unnamed regular file in `dir` (`open(2)` with
+    /// `O_TMPFILE`), counted open once: the caller's handle, whose
+    /// `release_inode` frees it unless [`Fs::link_unnamed`] gave it a name
+    /// first. It is made, given a placeholder name and unlinked in one
+    /// atomic group, so the journal and checkpoints know it as an orphan
+    /// (an unlinked open file): the next open frees it if the process
+    /// holding it dies.
+    pub fn tmpfile(&self, cred: &Creds, dir: Ino, mode: u32, layout: Option<&str>) -> Result<Attr> {
+        self.make_node(cred, dir, None, S_IFREG | (mode & 0o7777), 0, None, layout)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make_node(
+        &self,
+        cred: &Creds,
+        parent: Ino,
+        name: Option<&[u8]>,
+        mode: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+        layout: Option<&str>,
+    ) -> Result<Attr> {
+        self.check_writable()?;
         let kind = mode & S_IFMT;
         let kind = if kind == 0 { S_IFREG } else { kind };
         if let Some(t) = target {
@@ -399,17 +436,22 @@ impl Fs {
         self.throttle()?;
         let g = self.inner.gate.enter();
         let mut l = self.state().lock(&[parent]);
-        let (gid, mode, dir_layout) = {
+        let (gid, mode, dir_layout, unnamed, name) = {
             let p = l.get(parent)?;
             let d = p.dir().ok_or_else(|| Error::NotDir(format!("inode {parent}")))?;
             if p.nlink == 0 {
                 return Err(Error::NotFound("directory was removed".into()));
             }
+            let unnamed = name.is_none();
+            let name = match name {
+                Some(n) => n.to_vec(),
+                None => unused_name(d)?,
+            };
             if !cred.allowed(p, W | X) {
-                return Err(Error::Access(show(name)));
+                return Err(Error::Access(show(&name)));
             }
-            if d.get(name)?.is_some() {
-                return Err(Error::Exists(show(name)));
+            if d.get(&name)?.is_some() {
+                return Err(Error::Exists(show(&name)));
             }
             if kind == S_IFDIR && p.nlink >= LINK_MAX {
                 return Err(Error::TooManyLinks(format!("inode {parent}")));
@@ -427,12 +469,12 @@ impl Fs {
             if kind != S_IFDIR && perm & libc::S_ISGID != 0 && !cred.is_root() && !cred.in_group(gid) {
                 perm &= !libc::S_ISGID;
             }
-            (gid, kind | perm, d.layout.clone())
+            (gid, kind | perm, d.layout.clone(), unnamed, name)
         };
         // Found absent above, and the directory stays locked until the
         // link below is applied.
         if let Some(d) = l.get(parent)?.dir_mut() {
-            d.note_absent(name);
+            d.note_absent(&name);
         }
         let ino = self.state().alloc_ino();
         let t = now();
@@ -447,8 +489,13 @@ impl Fs {
             target: target.map(|t| t.to_vec()).unwrap_or_default(),
             parent,
         });
-        let link = Op::Link { dir: parent, name: name.to_vec(), ino, time: t };
+        let link = Op::Link { dir: parent, name: name.clone(), ino, time: t };
         let mut ops = vec![create, link];
+        if unnamed {
+            // Opened before the directory's lock is let go: nothing can
+            // free it between its unlinking and the caller's handle.
+            ops.push(Op::Unlink { dir: parent, name, time: t });
+        }
         // New directories inherit their parent's default layout.
         if kind == S_IFDIR && !dir_layout.is_empty() {
             ops.push(Op::SetDirLayout { ino, spec: dir_layout });
@@ -458,6 +505,9 @@ impl Fs {
         l.absorb(&mut l2);
         for op in &ops[1..] {
             self.state().apply(op, &mut l)?;
+        }
+        if unnamed {
+            self.state().inode(ino)?.opens.fetch_add(1, Ordering::AcqRel);
         }
         self.log(&g, &ops);
         let a = attr_of(ino, l.get(ino)?);
@@ -591,6 +641,18 @@ impl Fs {
     }
 
     pub fn link(&self, cred: &Creds, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        self.link_as(cred, ino, newparent, newname, false)
+    }
+
+    /// A link that may also name a file with no links that is open (an
+    /// unnamed file from [`Fs::tmpfile`]; the kernel lets `linkat` name
+    /// only those, once, and none opened with O_EXCL). The file stops being
+    /// an orphan.
+    pub fn link_unnamed(&self, cred: &Creds, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<Attr> {
+        self.link_as(cred, ino, newparent, newname, true)
+    }
+
+    fn link_as(&self, cred: &Creds, ino: Ino, newparent: Ino, newname: &[u8], unnamed: bool) -> Result<Attr> {
         self.check_writable()?;
         self.throttle()?;
         check_name(newname)?;
@@ -611,7 +673,8 @@ impl Fs {
             if c.is_dir() {
                 return Err(Error::Perm("hard link to a directory".into()));
             }
-            if c.nlink == 0 {
+            let open = || self.state().get(ino).is_some_and(|n| n.opens.load(Ordering::Acquire) > 0);
+            if c.nlink == 0 && !(unnamed && c.is_file() && open()) {
                 return Err(Error::NotFound(format!("inode {ino} was removed")));
             }
             if c.nlink >= LINK_MAX {

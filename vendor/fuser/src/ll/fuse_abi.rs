@@ -161,6 +161,9 @@ pub(crate) enum fuse_opcode {
     FUSE_RENAME2 = 45,
     FUSE_LSEEK = 46,
     FUSE_COPY_FILE_RANGE = 47,
+    // Hurricane: an unnamed file (open(2) with O_TMPFILE), ABI 7.37.
+    #[cfg(target_os = "linux")]
+    FUSE_TMPFILE = 51,
 
     #[cfg(target_os = "macos")]
     FUSE_SETVOLNAME = 61,

@@ -1257,6 +1257,30 @@ mod op {
         }
     }
 
+    /// Create and open an unnamed file (`open(2)` with `O_TMPFILE`): the
+    /// request has the layout of [`Create`], its name the kernel's
+    /// placeholder "/". The reply is a create's.
+    #[derive(Debug)]
+    pub(crate) struct Tmpfile<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_create_in,
+        #[expect(dead_code)]
+        name: &'a Path,
+    }
+    impl Tmpfile<'_> {
+        pub(crate) fn mode(&self) -> u32 {
+            self.arg.mode
+        }
+        /// Flags as passed to `open(2)`
+        pub(crate) fn flags(&self) -> i32 {
+            self.arg.flags
+        }
+        pub(crate) fn umask(&self) -> u32 {
+            self.arg.umask
+        }
+    }
+
     /// If a process issuing a FUSE filesystem request is interrupted, the
     /// following will happen:
     ///
@@ -1799,6 +1823,12 @@ mod op {
                 arg: data.fetch()?,
                 name: data.fetch_str()?.as_ref(),
             }),
+            #[cfg(target_os = "linux")]
+            fuse_opcode::FUSE_TMPFILE => Operation::Tmpfile(Tmpfile {
+                header,
+                arg: data.fetch()?,
+                name: data.fetch_str()?.as_ref(),
+            }),
             fuse_opcode::FUSE_INTERRUPT => Operation::Interrupt(Interrupt {
                 header,
                 arg: data.fetch()?,
@@ -1914,6 +1944,8 @@ pub(crate) enum Operation<'a> {
     SetLk(SetLk<'a>),
     Access(Access<'a>),
     Create(Create<'a>),
+    #[cfg(target_os = "linux")]
+    Tmpfile(Tmpfile<'a>),
     Interrupt(Interrupt<'a>),
     BMap(BMap<'a>),
     Destroy(Destroy<'a>),
@@ -2062,6 +2094,13 @@ impl fmt::Display for Operation<'_> {
                 f,
                 "CREATE name {:?}, mode {:#05o}, flags {:#x}",
                 x.name(),
+                x.mode(),
+                x.flags()
+            ),
+            #[cfg(target_os = "linux")]
+            Operation::Tmpfile(x) => write!(
+                f,
+                "TMPFILE mode {:#05o}, flags {:#x}",
                 x.mode(),
                 x.flags()
             ),
