@@ -48,9 +48,10 @@ pub struct Entry {
     pub id: u32,
 }
 
-/// A valid ACL: one owner, owning group and other entry, named users and
-/// groups in increasing id order, and a mask where it names anyone, all in
-/// the kernel's order of tags.
+/// A valid ACL: one owner, owning group and other entry, and a mask where
+/// it names anyone, in the kernel's order of tags (`posix_acl_valid`, which
+/// leaves the order of named entries among themselves alone; the first
+/// entry naming a caller is the one that counts).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acl {
     entries: Vec<Entry>,
@@ -114,13 +115,15 @@ impl Acl {
             }
             if let Some(p) = prev {
                 let pr = rank(p.tag).unwrap_or(0);
-                let in_order = pr < r || (pr == r && matches!(e.tag, USER | GROUP) && p.id < e.id);
+                let in_order = pr < r || (pr == r && matches!(e.tag, USER | GROUP));
                 if !in_order {
                     return Err(bad("entries out of order or repeated"));
                 }
             }
             seen[r] += 1;
             match e.tag {
+                // (-1 is no user or group: the kernel cannot map it.)
+                USER | GROUP if e.id == UNDEFINED_ID => return Err(bad("a named entry without an id")),
                 USER | GROUP => named = true,
                 MASK => mask = true,
                 _ => e.id = UNDEFINED_ID,
@@ -324,7 +327,7 @@ mod tests {
         for c in &cases {
             assert!(matches!(Acl::decode(c), Err(Error::Invalid(_))), "{c:?}");
         }
-        // Named entries out of order or repeated; named entries without a mask.
+        // A named entry naming nobody; named entries without a mask.
         let mk = |v: Vec<Entry>| Acl::new(v);
         let base = |named: Vec<Entry>, mask: bool| {
             let mut v = vec![e(USER_OBJ, 7, 0)];
@@ -336,9 +339,10 @@ mod tests {
             v.push(e(OTHER, 0, 0));
             v
         };
-        assert!(mk(base(vec![e(USER, 7, 9), e(USER, 7, 3)], true)).is_err());
-        assert!(mk(base(vec![e(USER, 7, 3), e(USER, 7, 3)], true)).is_err());
+        assert!(mk(base(vec![e(USER, 7, UNDEFINED_ID)], true)).is_err());
         assert!(mk(base(vec![e(USER, 7, 3)], false)).is_err());
+        // As the kernel does, named entries may come in any order.
+        assert!(mk(base(vec![e(USER, 7, 9), e(USER, 7, 3)], true)).is_ok());
         assert!(mk(base(vec![e(USER, 7, 3), e(USER, 7, 4)], true)).is_ok());
         // Too many entries for a page.
         let mut big = 2u32.to_le_bytes().to_vec();
