@@ -36,7 +36,30 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("log_summary", log_summary),
     ("pool_description", pool_description),
     ("pool_conf", pool_conf),
+    ("posix_acl", posix_acl),
 ];
+
+/// A POSIX ACL attribute value, as any caller may set it through setxattr:
+/// decoded and checked; an accepted ACL encodes back to the same bytes
+/// (less the ids of entries that name nobody) and goes through the access
+/// check, chmod and creation without panicking.
+pub fn posix_acl(data: &[u8]) {
+    use hurricane::namespace::acl::Acl;
+    let Ok(Some(a)) = Acl::decode(data) else { return };
+    let v = a.encode();
+    assert_eq!(v.len(), data.len(), "an accepted ACL keeps its entries");
+    assert_eq!(Acl::decode(&v).expect("a re-encoded ACL decodes").as_ref(), Some(&a), "ACL round trip");
+    for want in 0..8 {
+        let _ = a.permits(1000, |g| g == 100, 100, want);
+    }
+    let mode = a.mode_of(libc::S_IFREG | 0o7777);
+    let mut b = a.clone();
+    b.chmod(mode);
+    assert_eq!(b.mode_of(mode), mode, "chmod keeps the ACL and the mode in step");
+    let (m, acl) = a.create(libc::S_IFREG | 0o666);
+    assert_eq!(m & !0o777, libc::S_IFREG);
+    assert_eq!(acl.is_none(), a.is_minimal());
+}
 
 /// A pool directory's `pool.conf`, which its owner (perhaps not the user
 /// who opens the pool) may write anything into: its lines are checked

@@ -11,6 +11,8 @@ command -v sqlite3 >/dev/null || need+=(sqlite3)
 command -v rsync >/dev/null || need+=(rsync)
 command -v git >/dev/null || need+=(git)
 command -v setfattr >/dev/null || need+=(attr)
+# POSIX ACLs through the mount are tested with setfacl/getfacl.
+command -v setfacl >/dev/null || need+=(acl)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 # btrfs RAID profiles are the peers of the redundancy benchmarks.
 command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)

@@ -186,6 +186,12 @@ pub struct Shared {
     want_uring: bool,
     /// Ask the kernel for its writeback cache at init (`-o writeback_cache`).
     want_writeback: bool,
+    /// The kernel checks permissions (`default_permissions`): it is asked
+    /// to evaluate POSIX ACLs too (FUSE_POSIX_ACL), which it does only
+    /// under that option.
+    want_posix_acl: bool,
+    /// The kernel passes creation modes without the umask (FUSE_DONT_MASK).
+    engine_umask: std::sync::atomic::AtomicBool,
     /// The kernel's background request limit (`MountOptions::max_background`).
     max_background: u16,
     /// The io_uring queues serve every request but FORGET and INTERRUPT.
@@ -259,6 +265,8 @@ impl HurricaneFuse {
             negotiated: Mutex::new(Vec::new()),
             want_uring,
             want_writeback: o.writeback_cache,
+            want_posix_acl: o.kernel_permissions,
+            engine_umask: std::sync::atomic::AtomicBool::new(false),
             max_background: o.max_background,
             rings_ready: std::sync::atomic::AtomicBool::new(false),
             direct_writes: std::sync::atomic::AtomicBool::new(false),
@@ -292,11 +300,70 @@ impl HurricaneFuse {
 
     /// How long the kernel may keep a name in directory `dir`.
     fn name_ttl(&self, dir: u64) -> Duration {
-        self.names.ttl(self.ttl, || self.fs.getattr(dir).ok().map(|a| a.mode))
+        self.names.ttl(self.ttl, || self.search_mode(dir))
+    }
+
+    /// A directory's mode as the name rule sees it: one with an access ACL
+    /// counts as not searchable by every user (its named entries may
+    /// refuse some), so its names are not kept.
+    fn search_mode(&self, dir: u64) -> Option<u32> {
+        let a = self.fs.getattr(dir).ok()?;
+        Some(if self.fs.has_access_acl(dir) { a.mode & !0o111 } else { a.mode })
+    }
+
+    /// The umask a creation request carries, where the kernel left it to
+    /// us (FUSE_DONT_MASK); 0 where the kernel applied it already.
+    fn umask(&self, umask: u32) -> u32 {
+        if self.engine_umask.load(std::sync::atomic::Ordering::Relaxed) {
+            umask & 0o777
+        } else {
+            0
+        }
     }
 
     fn expire_names(&self) {
         self.names.expire();
+    }
+
+    /// The inode flag ioctls (`lsattr`/`chattr`), which the kernel sends
+    /// for FS_IOC_GETFLAGS and FS_IOC_SETFLAGS (a 4-byte int) and for
+    /// FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR (`struct fsxattr`, 28
+    /// bytes; a SETFLAGS reads the old flags this way first). `None`: not
+    /// one of them.
+    fn flags_ioctl(&self, req: &Request, ino: u64, cmd: u32, input: &[u8]) -> Option<Result<Vec<u8>, Errno>> {
+        use hurricane::namespace::flags;
+        const GETFLAGS: [u32; 2] = [0x8008_6601, 0x8004_6601];
+        const SETFLAGS: [u32; 2] = [0x4008_6602, 0x4004_6602];
+        const FSGETXATTR: u32 = 0x801c_581f;
+        const FSSETXATTR: u32 = 0x401c_5820;
+        let word = |b: &[u8]| b.first_chunk::<4>().map(|w| u32::from_ne_bytes(*w)).ok_or(Errno::EINVAL);
+        let t0 = Instant::now();
+        let r = match cmd {
+            c if GETFLAGS.contains(&c) => self.fs.inode_flags(ino).map_err(errno).map(|f| f.to_ne_bytes().to_vec()),
+            c if SETFLAGS.contains(&c) => {
+                word(input).and_then(|f| self.as_user(req, |c| self.fs.set_inode_flags(c, ino, f))).map(|()| Vec::new())
+            }
+            FSGETXATTR => self.fs.inode_flags(ino).map_err(errno).map(|f| {
+                let mut x = vec![0u8; 28];
+                x[..4].copy_from_slice(&flags::to_xflags(f).to_ne_bytes());
+                x
+            }),
+            FSSETXATTR => word(input)
+                .and_then(|x| flags::from_xflags(x).map_err(|_| Errno::EOPNOTSUPP))
+                .and_then(|f| self.as_user(req, |c| self.fs.set_inode_flags(c, ino, f)))
+                .map(|()| Vec::new()),
+            _ => return None,
+        };
+        self.done(Op::Ioctl, t0, &r);
+        Some(r)
+    }
+
+    /// After a directory's ACL changed: names the kernel keeps in it may
+    /// now let through someone its entries refuse.
+    fn acl_changed(&self, ino: u64, r: &Result<(), Errno>) {
+        if r.is_ok() && self.names() == NameCache::Searchable && self.fs.getattr(ino).is_ok_and(|a| a.is_dir()) {
+            self.expire_names();
+        }
     }
 
     /// Once the rings serve every request, /dev/fuse carries only FORGETs
@@ -871,8 +938,18 @@ impl Filesystem for HurricaneFuse {
         ];
         let uring = self.want_uring.then_some(("over_io_uring", InitFlags::FUSE_OVER_IO_URING));
         let writeback = self.want_writeback.then_some(("writeback_cache", InitFlags::FUSE_WRITEBACK_CACHE));
+        // POSIX ACLs: the umask is the engine's to apply (only where the
+        // directory has no default ACL), so the kernel passes modes
+        // unmasked (FUSE_DONT_MASK). Where the kernel checks permissions it
+        // also evaluates ACLs (FUSE_POSIX_ACL, which would turn its checks
+        // on for every mount); otherwise the engine does, and the kernel
+        // passes the ACL attributes through as any other.
+        let acls = [
+            Some(("dont_mask", InitFlags::FUSE_DONT_MASK)),
+            self.want_posix_acl.then_some(("posix_acl", InitFlags::FUSE_POSIX_ACL)),
+        ];
         let mut negotiated = self.negotiated.lock();
-        for (name, f) in wanted.into_iter().chain(uring).chain(writeback) {
+        for (name, f) in wanted.into_iter().chain(uring).chain(writeback).chain(acls.into_iter().flatten()) {
             match cfg.add_capabilities(f) {
                 Ok(()) => negotiated.push(name.to_string()),
                 Err(_) => tracing::info!("kernel lacks FUSE capability {name}"),
@@ -884,6 +961,8 @@ impl Filesystem for HurricaneFuse {
         // mapping would be written back over the direct write.
         let allow_mmap = negotiated.iter().any(|n| n == "direct_io_allow_mmap");
         self.direct_writes.store(allow_mmap && !self.want_writeback, std::sync::atomic::Ordering::Relaxed);
+        let dont_mask = negotiated.iter().any(|n| n == "dont_mask");
+        self.engine_umask.store(dont_mask, std::sync::atomic::Ordering::Relaxed);
         let writeback = negotiated.iter().any(|n| n == "writeback_cache");
         self.kernel_writeback.store(writeback, std::sync::atomic::Ordering::Relaxed);
         Ok(())
@@ -990,7 +1069,7 @@ impl Filesystem for HurricaneFuse {
         let t0 = Instant::now();
         let ino = ino.0;
         // The mode before a chmod, where kept names may depend on it.
-        let before = mode.filter(|_| self.names() == NameCache::Searchable).and_then(|_| self.fs.getattr(ino).ok());
+        let before = mode.filter(|_| self.names() == NameCache::Searchable).and_then(|_| self.search_mode(ino));
         // With the writeback cache the kernel sends times it keeps itself
         // as explicit times, under the credentials of whoever flushes or
         // asks: the mtime of the writes it flushes, through a descriptor
@@ -1012,7 +1091,7 @@ impl Filesystem for HurricaneFuse {
         let fh = fh.map(|f| f.0);
         let finish = move |me: &HurricaneFuse, r: &Result<Attr, Errno>| {
             if let (Some(b), Ok(a)) = (&before, &r) {
-                if a.is_dir() && searchable(b.mode) && !searchable(a.mode) {
+                if a.is_dir() && searchable(*b) && !searchable(a.mode) {
                     me.expire_names();
                 }
             }
@@ -1054,25 +1133,18 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let t0 = Instant::now();
-        let f = |c: &Creds| self.fs.mknod(c, parent.0, name.as_bytes(), mode, rdev, None, None);
+        let umask = self.umask(umask);
+        let f = |c: &Creds| self.fs.mknod_umask(c, parent.0, name.as_bytes(), mode, umask, rdev, None, None);
         let r = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, f) } else { self.as_user(req, f) };
         self.entry(reply, Op::Mknod, t0, parent.0, r);
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let t0 = Instant::now();
-        let r = self.as_user(req, |c| self.fs.mkdir(c, parent.0, name.as_bytes(), mode));
+        let (umask, mode) = (self.umask(umask), libc::S_IFDIR | (mode & 0o7777));
+        let r = self.as_user(req, |c| self.fs.mknod_umask(c, parent.0, name.as_bytes(), mode, umask, 0, None, None));
         self.entry(reply, Op::Mkdir, t0, parent.0, r);
     }
 
@@ -1122,7 +1194,7 @@ impl Filesystem for HurricaneFuse {
         // A name kept in a directory everyone may search, moved into one
         // not everyone may: the kernel keeps it under its new parent.
         if r.is_ok() && parent != newparent && self.names() == NameCache::Searchable {
-            let open = |d: INodeNo| self.fs.getattr(d.0).is_ok_and(|a| searchable(a.mode));
+            let open = |d: INodeNo| self.search_mode(d.0).is_some_and(searchable);
             if open(parent) != open(newparent) {
                 self.expire_names();
             }
@@ -1384,6 +1456,11 @@ impl Filesystem for HurricaneFuse {
                     Errno::EBUSY
                 })
             }
+        } else if hurricane::namespace::acl::is_acl_name(n) {
+            // Whether set-group-id stays depends on the caller's groups.
+            let r = self.as_user_with_groups(req, |c| self.fs.setxattr(c, ino.0, n, value, flags));
+            self.acl_changed(ino.0, &r);
+            r
         } else {
             self.as_user(req, |c| self.fs.setxattr(c, ino.0, n, value, flags))
         };
@@ -1460,6 +1537,9 @@ impl Filesystem for HurricaneFuse {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let t0 = Instant::now();
         let r = self.as_user(req, |c| self.fs.removexattr(c, ino.0, name.as_bytes()));
+        if hurricane::namespace::acl::is_acl_name(name.as_bytes()) {
+            self.acl_changed(ino.0, &r);
+        }
         self.empty(reply, Op::Removexattr, t0, r);
     }
 
@@ -1475,14 +1555,15 @@ impl Filesystem for HurricaneFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         let t0 = Instant::now();
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
+        let umask = self.umask(umask);
         let r = waiting_at_most(NO_WAIT, || {
-            let mk = |c: &Creds| self.fs.mknod(c, parent.0, name.as_bytes(), mode, 0, None, None);
+            let mk = |c: &Creds| self.fs.mknod_umask(c, parent.0, name.as_bytes(), mode, umask, 0, None, None);
             let made =
                 if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) };
             let a = match made {
@@ -1525,11 +1606,11 @@ impl Filesystem for HurricaneFuse {
 
     /// `open(2)` with O_TMPFILE: an unnamed file, open once for the
     /// caller's handle, freed at its last close unless linked first.
-    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+    fn tmpfile(&self, req: &Request, parent: INodeNo, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let t0 = Instant::now();
         let flags = flags & !libc::O_TMPFILE;
         let r = waiting_at_most(NO_WAIT, || {
-            let mk = |c: &Creds| self.fs.tmpfile(c, parent.0, mode, None);
+            let mk = |c: &Creds| self.fs.tmpfile(c, parent.0, mode, umask, None);
             let a = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) }?;
             let write_only = flags & libc::O_ACCMODE == libc::O_WRONLY && self.write_only_direct();
             let open = match self.fs.open_policy_for(a.ino).cache {
@@ -1548,15 +1629,21 @@ impl Filesystem for HurricaneFuse {
     fn ioctl(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         _out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
         use crate::txn::{TXN_ABORT, TXN_BEGIN, TXN_COMMIT};
+        if let Some(r) = self.flags_ioctl(req, ino.0, cmd, in_data) {
+            return match r {
+                Ok(out) => reply.ioctl(0, &out),
+                Err(e) => reply.error(e),
+            };
+        }
         if ![TXN_BEGIN, TXN_COMMIT, TXN_ABORT].contains(&cmd) {
             // Programs probe files with terminal ioctls (isatty); none apply.
             return reply.error(Errno::ENOTTY);

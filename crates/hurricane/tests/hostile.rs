@@ -317,9 +317,16 @@ fn xattr_names_and_values_at_and_past_the_limits() {
     assert_eq!(errno(fs.setxattr(&root, ino, &name(256), b"v", 0)), libc::ERANGE);
     assert_eq!(errno(fs.setxattr(&root, ino, &name(1 << 20), b"v", 0)), libc::ERANGE);
     assert_eq!(errno(fs.setxattr(&root, ino, b"", b"v", 0)), libc::EINVAL);
-    // Unknown namespaces and POSIX ACL names are not supported.
+    // Unknown namespaces and system names other than the POSIX ACLs are
+    // not supported; an ACL value that does not decode is refused.
     assert_eq!(errno(fs.setxattr(&root, ino, b"bogus.name", b"v", 0)), libc::EOPNOTSUPP);
-    assert_eq!(errno(fs.setxattr(&root, ino, b"system.posix_acl_access", b"v", 0)), libc::EOPNOTSUPP);
+    assert_eq!(errno(fs.setxattr(&root, ino, b"system.bogus", b"v", 0)), libc::EOPNOTSUPP);
+    assert_eq!(errno(fs.setxattr(&root, ino, b"system.hurricane.flags", b"\x10\0\0\0", 0)), libc::EOPNOTSUPP);
+    assert_eq!(errno(fs.setxattr(&root, ino, b"system.posix_acl_access", b"v", 0)), libc::EINVAL);
+    let mut many = 2u32.to_le_bytes().to_vec();
+    many.resize(65_532, 0);
+    assert_eq!(errno(fs.setxattr(&root, ino, b"system.posix_acl_access", &many, 0)), libc::EINVAL);
+    assert_eq!(errno(fs.getxattr(&root, ino, b"system.posix_acl_access")), libc::ENODATA);
     // Binary bytes in a name are stored as given (the kernel never sends NUL).
     fs.setxattr(&root, ino, b"user.\xff\x01", b"bin", 0).unwrap();
     // Values: 64 KiB is the most; one byte more is refused (the engine says

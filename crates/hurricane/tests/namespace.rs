@@ -373,7 +373,7 @@ fn unnamed_files_are_orphans_until_linked() {
     let root = Creds::root();
     fs.mkdir_all("/d", 0o755).unwrap();
     let d = fs.resolve("/d").unwrap();
-    let a = fs.tmpfile(&root, d, 0o640, None).unwrap();
+    let a = fs.tmpfile(&root, d, 0o640, 0, None).unwrap();
     assert_eq!((a.nlink, a.mode), (0, libc::S_IFREG | 0o640));
     assert!(fs.read_dir("/d").unwrap().is_empty());
     fs.write(a.ino, 0, b"unnamed").unwrap();
@@ -382,22 +382,22 @@ fn unnamed_files_are_orphans_until_linked() {
     fs.release_inode(a.ino).unwrap();
     assert_eq!(fs.read_file("/d/named").unwrap(), b"unnamed");
     // Closed unnamed: freed.
-    let b = fs.tmpfile(&root, d, 0o600, None).unwrap();
+    let b = fs.tmpfile(&root, d, 0o600, 0, None).unwrap();
     fs.write(b.ino, 0, &[7u8; 100_000]).unwrap();
     fs.release_inode(b.ino).unwrap();
     assert!(fs.getattr(b.ino).is_err());
     assert!(fs.link_unnamed(&root, b.ino, d, b"late").is_err());
     // Permissions are a create's.
     let bob = Creds { uid: 1000, gid: 1000, groups: vec![] };
-    assert_eq!(errno(fs.tmpfile(&bob, d, 0o600, None)), libc::EACCES);
+    assert_eq!(errno(fs.tmpfile(&bob, d, 0o600, 0, None)), libc::EACCES);
     // Left open by crashes: once only in the journal, once in a checkpoint.
-    let c = fs.tmpfile(&root, d, 0o600, None).unwrap();
+    let c = fs.tmpfile(&root, d, 0o600, 0, None).unwrap();
     fs.sync().unwrap();
     let p2 = p.crash(hurricane::device::CrashMode::DropAll);
     let fs = p2.open().unwrap();
     assert_eq!(fs.report().orphans_freed, 1);
     assert!(fs.getattr(c.ino).is_err());
-    let e = fs.tmpfile(&root, d, 0o600, None).unwrap();
+    let e = fs.tmpfile(&root, d, 0o600, 0, None).unwrap();
     fs.checkpoint().unwrap();
     let p3 = p2.crash(hurricane::device::CrashMode::DropAll);
     let fs = p3.open().unwrap();

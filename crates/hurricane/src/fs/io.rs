@@ -11,6 +11,7 @@ use crate::cache::{BlockCache, Claim, Lookup};
 use crate::codec::Encoder;
 use crate::error::{Error, Result};
 use crate::journal::{Ino, Op};
+use crate::namespace::flags;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -338,6 +339,9 @@ impl Fs {
                 drop(guard);
                 guard = IoGuard::Excl(node.io.write());
             }
+            // Immutable and append-only files (checked under the inode's
+            // I/O lock, against the size appends serialise on).
+            flags::check_data_write(&node.data.read(), ino, off)?;
             let lay = node.data.read().layout()?.cloned().ok_or_else(|| Error::Stale(format!("inode {ino}")))?;
             let g = self.inner.gate.enter();
             let changes = Mutex::new(Vec::new());
@@ -503,6 +507,7 @@ impl Fs {
         }
         self.ensure_capacity(ino, size)?;
         let (node, _, mut from) = self.file_layout(ino)?;
+        flags::check_change(&node.data.read(), ino, "truncate")?;
         // A file protected for transactions: the bytes from the smaller of
         // the old and new sizes on change (cut off, or come to read as
         // zeros), and are locked against them. Once the lock is held, the
@@ -593,6 +598,15 @@ impl Fs {
             .ok_or_else(|| Error::TooBig(format!("inode {ino}")))?;
         if len == 0 {
             return Err(Error::Invalid(format!("inode {ino}: fallocate of 0 bytes")));
+        }
+        // Immutable: nothing; append-only: only space beyond what it holds.
+        if let Ok(node) = self.state().inode(ino) {
+            let d = node.data.read();
+            if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+                flags::check_change(&d, ino, "fallocate")?;
+            } else {
+                flags::check_write(&d, ino, "fallocate")?;
+            }
         }
         // A file protected for transactions: locked against them throughout.
         let _txn = match self.state().inode(ino) {

@@ -8,6 +8,8 @@ use crate::codec::Encoder;
 use crate::error::{Error, Result};
 use crate::journal::{Entered, Ino, NewInode, Op};
 use crate::layout;
+use crate::namespace::acl::{self, Acl};
+use crate::namespace::flags;
 use crate::namespace::inode::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 use crate::namespace::perm::{R, W, X};
 use crate::namespace::{Body, Creds, InodeData, Locked, ROOT};
@@ -386,7 +388,9 @@ impl Fs {
     }
 
     /// Creates a node (file, directory, symlink, device, FIFO, socket) and
-    /// links it into `parent` as one atomic group.
+    /// links it into `parent` as one atomic group. The mode is taken as
+    /// given (no umask), masked by the directory's default ACL if it has
+    /// one, which the node inherits (see [`Fs::mknod_umask`]).
     #[allow(clippy::too_many_arguments)]
     pub fn mknod(
         &self,
@@ -398,8 +402,27 @@ impl Fs {
         target: Option<&[u8]>,
         layout: Option<&str>,
     ) -> Result<Attr> {
+        self.mknod_umask(cred, parent, name, mode, 0, rdev, target, layout)
+    }
+
+    /// [`Fs::mknod`] for a caller with a umask: as Linux does, the umask
+    /// applies only where the directory has no default ACL; where it has
+    /// one, the new node's access ACL is that default ACL masked by the
+    /// mode (a directory also inherits it as its own default ACL).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod_umask(
+        &self,
+        cred: &Creds,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+        layout: Option<&str>,
+    ) -> Result<Attr> {
         check_name(name)?;
-        self.make_node(cred, parent, Some(name), mode, rdev, target, layout)
+        self.make_node(cred, parent, Some(name), mode, umask, rdev, target, layout)
     }
 
     /// Creates an unnamed regular file in `dir` (`open(2)` with
@@ -409,8 +432,8 @@ impl Fs {
     /// atomic group, so the journal and checkpoints know it as an orphan
     /// (an unlinked open file): the next open frees it if the process
     /// holding it dies.
-    pub fn tmpfile(&self, cred: &Creds, dir: Ino, mode: u32, layout: Option<&str>) -> Result<Attr> {
-        self.make_node(cred, dir, None, S_IFREG | (mode & 0o7777), 0, None, layout)
+    pub fn tmpfile(&self, cred: &Creds, dir: Ino, mode: u32, umask: u32, layout: Option<&str>) -> Result<Attr> {
+        self.make_node(cred, dir, None, S_IFREG | (mode & 0o7777), umask, 0, None, layout)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -420,6 +443,7 @@ impl Fs {
         parent: Ino,
         name: Option<&[u8]>,
         mode: u32,
+        umask: u32,
         rdev: u32,
         target: Option<&[u8]>,
         layout: Option<&str>,
@@ -436,7 +460,7 @@ impl Fs {
         self.throttle()?;
         let g = self.inner.gate.enter();
         let mut l = self.state().lock(&[parent]);
-        let (gid, mode, dir_layout, unnamed, name) = {
+        let (gid, mode, dir_layout, unnamed, name, acls) = {
             let p = l.get(parent)?;
             let d = p.dir().ok_or_else(|| Error::NotDir(format!("inode {parent}")))?;
             if p.nlink == 0 {
@@ -450,6 +474,7 @@ impl Fs {
             if !cred.allowed(p, W | X) {
                 return Err(Error::Access(show(&name)));
             }
+            flags::check_write(p, parent, "creation in directory")?;
             if d.get(&name)?.is_some() {
                 return Err(Error::Exists(show(&name)));
             }
@@ -469,7 +494,8 @@ impl Fs {
             if kind != S_IFDIR && perm & libc::S_ISGID != 0 && !cred.is_root() && !cred.in_group(gid) {
                 perm &= !libc::S_ISGID;
             }
-            (gid, kind | perm, d.layout.clone(), unnamed, name)
+            let (mode, acls) = inherit_acl(p, kind, kind | perm, umask)?;
+            (gid, mode, d.layout.clone(), unnamed, name, acls)
         };
         // Found absent above, and the directory stays locked until the
         // link below is applied.
@@ -491,6 +517,9 @@ impl Fs {
         });
         let link = Op::Link { dir: parent, name: name.clone(), ino, time: t };
         let mut ops = vec![create, link];
+        for (acl_name, value) in acls {
+            ops.push(Op::SetXattr { ino, name: acl_name.as_bytes().to_vec(), value, time: t });
+        }
         if unnamed {
             // Opened before the directory's lock is let go: nothing can
             // free it between its unlinking and the caller's handle.
@@ -568,6 +597,7 @@ impl Fs {
         let (mut l, child) = self.lock_entry(parent, name, &[])?;
         {
             let c = l.get(child)?.clone_meta();
+            let cflags = flags::of(l.get(child)?);
             let p = l.get(parent)?;
             if !cred.allowed(p, W | X) {
                 return Err(Error::Access(show(name)));
@@ -576,6 +606,7 @@ impl Fs {
             if !cred.may_delete(p, &c) {
                 return Err(Error::Perm(show(name)));
             }
+            flags::check_delete(p, parent, cflags, child)?;
             match (dir, c.is_dir()) {
                 (true, false) => return Err(Error::NotDir(show(name))),
                 (false, true) => return Err(Error::IsDir(show(name))),
@@ -666,10 +697,12 @@ impl Fs {
             if !cred.allowed(p, W | X) {
                 return Err(Error::Access(show(newname)));
             }
+            flags::check_write(p, newparent, "link into directory")?;
             if d.get(newname)?.is_some() {
                 return Err(Error::Exists(show(newname)));
             }
             let c = l.get(ino)?;
+            flags::check_change(c, ino, "link")?;
             if c.is_dir() {
                 return Err(Error::Perm("hard link to a directory".into()));
             }
@@ -770,6 +803,7 @@ impl Fs {
                 continue;
             }
             let sdata = l.get(src)?.clone_meta();
+            let sflags = flags::of(l.get(src)?);
             for (d, victim) in [(sdir, Some(&sdata)), (ddir, None)] {
                 let p = l.get(d)?;
                 if !cred.allowed(p, W | X) {
@@ -779,6 +813,9 @@ impl Fs {
                     if !cred.may_delete(p, v) {
                         return Err(Error::Perm(show(sname)));
                     }
+                    flags::check_delete(p, sdir, sflags, src)?;
+                } else {
+                    flags::check_write(p, ddir, "rename into directory")?;
                 }
             }
             if let Some((d, dkind)) = dst {
@@ -791,6 +828,8 @@ impl Fs {
                 if !cred.may_delete(l.get(ddir)?, &ddata) {
                     return Err(Error::Perm(show(dname)));
                 }
+                let dflags = flags::of(l.get(d)?);
+                flags::check_delete(l.get(ddir)?, ddir, dflags, d)?;
                 if !flags.exchange {
                     match (skind == S_IFDIR, dkind == S_IFDIR) {
                         (true, false) => return Err(Error::NotDir(show(dname))),
@@ -878,6 +917,7 @@ impl Fs {
                 if !cred.allowed(&d, W) {
                     return Err(Error::Access(format!("inode {ino}")));
                 }
+                flags::check_change(&d, ino, "truncate")?;
             }
             self.truncate(ino, size)?;
         }
@@ -885,6 +925,15 @@ impl Fs {
         let mut l = self.state().lock(&[ino]);
         let d = l.get(ino)?;
         let owner = cred.is_root() || cred.uid == d.uid;
+        // Immutable: no change at all; append-only: times to now only.
+        let explicit = s.mode.is_some() || s.uid.is_some() || s.gid.is_some();
+        let explicit = explicit || matches!(s.atime, Some(Some(_))) || matches!(s.mtime, Some(Some(_)));
+        if explicit || s.atime.is_some() || s.mtime.is_some() {
+            let f = flags::of(d);
+            if f & flags::IMMUTABLE != 0 || (explicit && f & flags::APPEND != 0) {
+                return Err(Error::Perm(format!("attributes of inode {ino}, which is immutable or append-only")));
+            }
+        }
         let mut mode = s.mode.map(|m| m & 0o7777);
         let mut uid = None;
         let mut gid = None;
@@ -940,10 +989,21 @@ impl Fs {
         };
         let atime = times(s.atime)?;
         let mtime = times(s.mtime)?;
+        // chmod changes the access ACL's owner, mask and other entries too.
+        let acl_op = match (s.mode, d.xattrs.get(acl::ACCESS.as_bytes())) {
+            (Some(_), Some(v)) => Acl::decode(v)?.map(|mut a| {
+                a.chmod(mode.unwrap_or(d.mode));
+                Op::SetXattr { ino, name: acl::ACCESS.as_bytes().to_vec(), value: a.encode(), time: t }
+            }),
+            _ => None,
+        };
         if mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some() {
-            let op = Op::SetAttr { ino, mode, uid, gid, atime, mtime, ctime: t };
-            self.state().apply(&op, &mut l)?;
-            self.log(&g, &[op]);
+            let mut ops = vec![Op::SetAttr { ino, mode, uid, gid, atime, mtime, ctime: t }];
+            ops.extend(acl_op);
+            for op in &ops {
+                self.state().apply(op, &mut l)?;
+            }
+            self.log(&g, &ops);
         }
         Ok(attr_of(ino, l.get(ino)?))
     }
@@ -972,7 +1032,124 @@ impl Fs {
     pub fn listxattr(&self, cred: &Creds, ino: Ino) -> Result<Vec<Vec<u8>>> {
         let n = self.state().inode(ino)?;
         let d = n.data.read();
-        Ok(d.xattrs.keys().filter(|k| !k.starts_with(b"trusted.") || cred.is_root()).cloned().collect())
+        let shown =
+            |k: &&Vec<u8>| (!k.starts_with(b"trusted.") || cred.is_root()) && k.as_slice() != flags::XATTR.as_bytes();
+        Ok(d.xattrs.keys().filter(shown).cloned().collect())
+    }
+
+    /// Whether an inode has an access ACL (named users or groups beyond its mode).
+    pub fn has_access_acl(&self, ino: Ino) -> bool {
+        self.state().inode(ino).is_ok_and(|n| n.data.read().xattrs.contains_key(acl::ACCESS.as_bytes()))
+    }
+
+    /// An inode's flags (`chattr`): the `FS_*_FL` bits of `namespace::flags`.
+    pub fn inode_flags(&self, ino: Ino) -> Result<u32> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        Ok(flags::of(&d))
+    }
+
+    /// Sets an inode's flags: its owner or root, and only root sets or
+    /// clears immutable and append-only (Linux's CAP_LINUX_IMMUTABLE).
+    /// Flags other than `flags::ALL` are refused with EOPNOTSUPP.
+    pub fn set_inode_flags(&self, cred: &Creds, ino: Ino, new: u32) -> Result<()> {
+        self.check_writable()?;
+        if new & !flags::ALL != 0 {
+            return Err(Error::NotSupported(format!("inode flags {:#x}", new & !flags::ALL)));
+        }
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let d = l.get(ino)?;
+        if !(cred.is_root() || cred.uid == d.uid) {
+            return Err(Error::Perm(format!("flags of inode {ino}")));
+        }
+        let old = flags::of(d);
+        if (old ^ new) & flags::PRIVILEGED != 0 && !cred.is_root() {
+            return Err(Error::Perm(format!("immutable or append-only flag of inode {ino}")));
+        }
+        let name = flags::XATTR.as_bytes().to_vec();
+        let op = match (new, d.xattrs.contains_key(&name)) {
+            _ if new == old && (new != 0 || !d.xattrs.contains_key(&name)) => return Ok(()),
+            (0, true) => Op::RemoveXattr { ino, name, time: now() },
+            _ => Op::SetXattr { ino, name, value: flags::encode(new), time: now() },
+        };
+        self.state().apply(&op, &mut l)?;
+        self.log(&g, &[op]);
+        Ok(())
+    }
+
+    /// Sets (or, with an empty ACL, removes) a POSIX ACL attribute, as
+    /// Linux's `set_posix_acl` and `posix_acl_update_mode` do: the owner or
+    /// root only; a default ACL on directories only; an access ACL sets the
+    /// mode's permission bits (an ACL the mode says all of is not kept),
+    /// and drops set-group-id where the caller is not in the file's group.
+    fn set_acl(&self, cred: &Creds, ino: Ino, name: &[u8], value: Option<&[u8]>, xflags: i32) -> Result<()> {
+        let new = match value {
+            Some(v) => Acl::decode(v)?,
+            None => None,
+        };
+        let g = self.inner.gate.enter();
+        let mut l = self.state().lock(&[ino]);
+        let d = l.get(ino)?;
+        if d.kind() == S_IFLNK {
+            return Err(Error::NotSupported(format!("POSIX ACL on symbolic link inode {ino}")));
+        }
+        let default = name == acl::DEFAULT.as_bytes();
+        if default && !d.is_dir() && new.is_some() {
+            return Err(Error::Access(format!("default ACL on non-directory inode {ino}")));
+        }
+        if !(cred.is_root() || cred.uid == d.uid) {
+            return Err(Error::Perm(format!("ACL of inode {ino}")));
+        }
+        flags::check_change(d, ino, "ACL change")?;
+        let exists = d.xattrs.contains_key(name);
+        if xflags & 1 != 0 && exists {
+            return Err(Error::Exists(show(name)));
+        }
+        if xflags & 2 != 0 && !exists {
+            return Err(Error::NoAttr(show(name)));
+        }
+        if value.is_none() && !exists {
+            return Err(Error::NoAttr(show(name)));
+        }
+        let t = now();
+        let mut ops = Vec::new();
+        let mut keep = new;
+        if !default {
+            if let Some(a) = &keep {
+                let mut mode = a.mode_of(d.mode) & 0o7777;
+                if !cred.is_root() && !cred.in_group(d.gid) {
+                    mode &= !libc::S_ISGID;
+                }
+                if mode != d.mode & 0o7777 {
+                    ops.push(Op::SetAttr {
+                        ino,
+                        mode: Some(mode),
+                        uid: None,
+                        gid: None,
+                        atime: None,
+                        mtime: None,
+                        ctime: t,
+                    });
+                }
+                if a.is_minimal() {
+                    keep = None;
+                }
+            }
+        }
+        match keep {
+            Some(a) => ops.push(Op::SetXattr { ino, name: name.to_vec(), value: a.encode(), time: t }),
+            None if exists => ops.push(Op::RemoveXattr { ino, name: name.to_vec(), time: t }),
+            None => {}
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        for op in &ops {
+            self.state().apply(op, &mut l)?;
+        }
+        self.log(&g, &ops);
+        Ok(())
     }
 
     /// flags: XATTR_CREATE (1) / XATTR_REPLACE (2).
@@ -1000,10 +1177,14 @@ impl Fs {
         if value.len() > XATTR_SIZE_MAX {
             return Err(Error::TooBig(format!("attribute value of {} bytes (limit {XATTR_SIZE_MAX})", value.len())));
         }
+        if acl::is_acl_name(name) {
+            return self.set_acl(cred, ino, name, Some(value), flags);
+        }
         let g = self.inner.gate.enter();
         let mut l = self.state().lock(&[ino]);
         let d = l.get(ino)?;
         xattr_perm(cred, d, name, W)?;
+        flags::check_change(d, ino, "attribute change")?;
         let exists = d.xattrs.contains_key(name);
         if flags & 1 != 0 && exists {
             return Err(Error::Exists(show(name)));
@@ -1027,6 +1208,9 @@ impl Fs {
         if name == DIR_LAYOUT_XATTR.as_bytes() {
             return self.dir_layout_set(cred, ino, "");
         }
+        if acl::is_acl_name(name) {
+            return self.set_acl(cred, ino, name, None, 0);
+        }
         let g = self.inner.gate.enter();
         let mut l = self.state().lock(&[ino]);
         let d = l.get(ino)?;
@@ -1037,6 +1221,7 @@ impl Fs {
         if !writer_drops_caps {
             xattr_perm(cred, d, name, W)?;
         }
+        flags::check_change(d, ino, "attribute removal")?;
         if !d.xattrs.contains_key(name) {
             return Err(Error::NoAttr(show(name)));
         }
@@ -1164,6 +1349,7 @@ impl Fs {
         }
         let need = if flags & O_EXEC_OPEN != 0 && a.is_file() { X } else { open_mask(flags) };
         self.access(cred, ino, need)?;
+        flags::check_open(&self.state().inode(ino)?.data.read(), ino, flags)?;
         if flags & libc::O_NOATIME != 0 && !cred.is_root() && cred.uid != a.uid {
             return Err(Error::Perm(format!("O_NOATIME on inode {ino}")));
         }
@@ -1266,8 +1452,39 @@ fn xattr_perm(cred: &Creds, d: &InodeData, name: &[u8], mask: u32) -> Result<()>
             return Err(Error::Perm(show(name)));
         }
         Ok(())
+    } else if acl::is_acl_name(name) {
+        // Anyone may read an ACL; changes are `Fs::set_acl`'s to check.
+        Ok(())
     } else {
-        // system.* (POSIX ACLs) and unknown namespaces are not supported.
+        // Other system.* names and unknown namespaces are not supported.
         Err(Error::NotSupported(show(name)))
     }
+}
+
+/// ACL attributes a new inode gets: (name, value).
+type InheritedAcls = Vec<(&'static str, Vec<u8>)>;
+
+/// A new node's mode and ACL attributes in directory `p`: with a default
+/// ACL there, the mode masked by it and the inherited ACLs (no umask);
+/// without one, the mode less the umask. Symbolic links take neither.
+fn inherit_acl(p: &InodeData, kind: u32, mode: u32, umask: u32) -> Result<(u32, InheritedAcls)> {
+    if kind == S_IFLNK {
+        return Ok((mode, Vec::new()));
+    }
+    let default = match p.xattrs.get(acl::DEFAULT.as_bytes()) {
+        Some(v) => Acl::decode(v)?,
+        None => None,
+    };
+    let Some(default) = default else {
+        return Ok((mode & !(umask & 0o777), Vec::new()));
+    };
+    let (mode, access) = default.create(mode);
+    let mut out = Vec::new();
+    if let Some(a) = access {
+        out.push((acl::ACCESS, a.encode()));
+    }
+    if kind == S_IFDIR {
+        out.push((acl::DEFAULT, default.encode()));
+    }
+    Ok((mode, out))
 }

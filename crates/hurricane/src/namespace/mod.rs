@@ -5,7 +5,9 @@
 //! them, and [`State::apply`], the one place a journal [`Op`] changes the
 //! state.
 
+pub mod acl;
 pub mod entry_cache;
+pub mod flags;
 pub mod inode;
 pub mod perm;
 pub mod store;

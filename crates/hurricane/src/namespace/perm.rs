@@ -1,5 +1,6 @@
-//! POSIX permission checks (owner, group with supplementary groups, other;
-//! root bypasses everything but execute on files with no x bit).
+//! POSIX permission checks (owner, group with supplementary groups, other,
+//! and a POSIX ACL's named users and groups where the inode has one: see
+//! `acl.rs`; root bypasses everything but execute on files with no x bit).
 
 use super::InodeData;
 
@@ -39,13 +40,22 @@ impl Creds {
             // Root may execute only if someone may, or it is a directory.
             return mask & X == 0 || n.is_dir() || n.mode & 0o111 != 0;
         }
-        let bits = if self.uid == n.uid {
-            (n.mode >> 6) & 7
-        } else if self.in_group(n.gid) {
-            (n.mode >> 3) & 7
-        } else {
-            n.mode & 7
-        };
+        if self.uid == n.uid {
+            return (n.mode >> 6) & 7 & mask == mask;
+        }
+        // As Linux does (acl_permission_check): the ACL is consulted only
+        // while the mode's group class (its mask) grants something.
+        if n.mode & 0o070 != 0 && !n.xattrs.is_empty() {
+            if let Some(v) = n.xattrs.get(super::acl::ACCESS.as_bytes()) {
+                // A value that does not decode grants nothing beyond the owner.
+                return match super::acl::Acl::decode(v) {
+                    Ok(Some(acl)) => acl.permits(self.uid, |g| self.in_group(g), n.gid, mask),
+                    Ok(None) => false,
+                    Err(_) => false,
+                };
+            }
+        }
+        let bits = if self.in_group(n.gid) { (n.mode >> 3) & 7 } else { n.mode & 7 };
         bits & mask == mask
     }
 
