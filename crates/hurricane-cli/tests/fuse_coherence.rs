@@ -485,3 +485,35 @@ fn device_nodes_and_set_uid_programs_need_dev_and_suid() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), NOBODY.to_string(), "nosuid");
     m.unmount();
 }
+
+/// Item 1, times: a transaction's commit sets the times of the files it
+/// wrote; the kernel shows them at once, not the ones it fetched after
+/// the transaction's writes.
+#[test]
+fn a_committed_transaction_shows_its_times_at_once() {
+    require_fuse!();
+    let pool = Pool::new(2, "128M");
+    let m = pool.mount(&[]);
+    let f = m.path("protected");
+    std::fs::write(&f, b"").unwrap();
+    for (k, v) in [("user.hurricane.layout", &b"extent@0"[..]), ("user.hurricane.txn", b"1")] {
+        rustix::fs::setxattr(&f, k, v, rustix::fs::XattrFlags::empty()).unwrap();
+    }
+    let script = r#"
+import fcntl, os, sys, time
+p = sys.argv[1]
+fd = os.open(p, os.O_RDWR)
+fcntl.ioctl(fd, 0x6801)
+os.pwrite(fd, b"in a transaction", 0)
+before = os.stat(p).st_mtime_ns
+time.sleep(0.05)
+fcntl.ioctl(fd, 0x6802)
+print(before, os.stat(p).st_mtime_ns)
+"#;
+    let (ok, out) = python(script, &[s(&f)], None);
+    assert!(ok, "{out}");
+    let t: Vec<i128> = out.split_whitespace().map(|w| w.parse().unwrap()).collect();
+    assert!(t[1] > t[0], "the commit's modification time does not show: {out}");
+    assert_eq!(std::fs::read(&f).unwrap(), b"in a transaction");
+    m.unmount();
+}

@@ -1632,7 +1632,14 @@ impl Filesystem for HurricaneFuse {
             _ => {
                 // A commit waits for its files' I/O and the journal: off the
                 // serving thread, like fsync.
-                let job = move |me: &HurricaneFuse| me.txns.commit(who).map_err(errno);
+                // The files' times (and sizes) are the commit's: the
+                // kernel asks for them again (from this helper thread, no
+                // request of theirs in flight).
+                let job = move |me: &HurricaneFuse| {
+                    let written = me.txns.commit(who).map_err(errno)?;
+                    written.into_iter().for_each(|ino| me.coherence.attrs_changed(ino));
+                    Ok(())
+                };
                 return self.wait_off_thread(req.uid(), Op::Ioctl, t0, job, move |r| match r {
                     Ok(()) => reply.ioctl(0, &[]),
                     Err(e) => reply.error(e),
