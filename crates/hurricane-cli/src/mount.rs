@@ -34,7 +34,10 @@ pub struct MountArgs {
     #[arg(short = 'f', long)]
     pub foreground: bool,
     /// Mount options, comma-separated, repeatable: allow_other, allow_root,
-    /// ro, rw, nodev, nosuid, noexec, noatime, sync, dirsync, auto_unmount,
+    /// ro, rw, dev and suid (device nodes and set-user-id programs work; a
+    /// mount by root only; FUSE's default is nodev,nosuid), noexec,
+    /// relatime (the default), noatime, strictatime, nodiratime (when reads
+    /// update access times), sync, dirsync, auto_unmount,
     /// fsname=NAME, subtype=NAME, threads=N, attr_timeout=SECS,
     /// commit_interval=SECS, lease=SECS (the writer's lease of a pool with
     /// devices in a Ceph cluster), cache=SIZE (data blocks), inode_cache=N (inodes

@@ -217,6 +217,12 @@ pub struct Shared {
     waiters: Waiters,
     /// The pool's status, served as `user.hurricane.status` (`status`).
     status: crate::status::StatusCache,
+    /// What makes the kernel see the engine's own changes (`coherence`).
+    coherence: crate::coherence::Coherence,
+    /// The kernel checks permissions too (`default_permissions`).
+    kernel_permissions: bool,
+    /// When reads update access times, and whether directories' too.
+    atime: (crate::options::Atime, bool),
 }
 
 impl std::ops::Deref for HurricaneFuse {
@@ -278,6 +284,9 @@ impl HurricaneFuse {
             lock_wait,
             waiters: Waiters::default(),
             status: Default::default(),
+            coherence: crate::coherence::Coherence::new(n),
+            kernel_permissions: o.kernel_permissions,
+            atime: (o.atime, o.nodiratime),
         };
         HurricaneFuse { shared: Arc::new(shared), primary: true }
     }
@@ -296,6 +305,12 @@ impl HurricaneFuse {
     /// `Names::start`).
     pub fn start_notifications(&self, dev: std::os::fd::OwnedFd) {
         self.names.start(dev);
+    }
+
+    /// Takes the session's notifier, through which the kernel learns of
+    /// the engine's own changes (`coherence`).
+    pub fn start_coherence(&self, n: fuser::Notifier) {
+        self.coherence.start(n);
     }
 
     /// How long the kernel may keep a name in directory `dir`.
@@ -479,6 +494,7 @@ impl HurricaneFuse {
         if !w.writeback {
             self.fs.drop_caps(ino)?;
         }
+        let mode = self.fs.getattr(ino)?.mode;
         let n = if let Some(t) = self.txn_of(&w.who) {
             // An append goes after what the transaction wrote already.
             let at = if w.append { t.size(ino)? } else { w.offset };
@@ -499,7 +515,7 @@ impl HurricaneFuse {
         } else {
             self.fs.write(ino, w.offset, data)?
         };
-        self.written_by(w.unprivileged, ino);
+        self.written_by(w.unprivileged, ino, mode, w.writeback);
         Ok(n)
     }
 
@@ -548,22 +564,30 @@ impl HurricaneFuse {
     /// The work of an open request: the handle, and whether it bypasses
     /// the page cache.
     fn serve_open(&self, who: &Caller, ino: u64, f: i32) -> Result<(u64, bool), Errno> {
-        if f & libc::O_TRUNC != 0 {
+        // The mode before an O_TRUNC that may clear set-id bits.
+        let before = if f & libc::O_TRUNC != 0 {
             self.refuse_own_txn(who, ino)?;
-        }
+            self.fs.getattr(ino).ok().map(|a| a.mode)
+        } else {
+            None
+        };
         // Permission for the access mode (execute for an execve open),
         // O_NOATIME, O_TRUNC and set-id clearing: the engine's rules.
         let a = self.as_caller(who, |c| self.fs.open_as(c, ino, f))?;
+        if before.is_some_and(|m| m != a.mode) {
+            // (The kernel drops only the size and times it caches.)
+            self.coherence.attrs_changed(ino);
+        }
         if a.is_file() && self.fs.txn_protected(ino) {
             // Reads and writes of a protected file come here as their
             // callers make them (no page cache), so a transaction's
             // see its own writes and others see only committed data.
             self.fs.open_inode(ino).map_err(errno)?;
-            return Ok((self.handles.insert(ino, f, None).0, true));
+            return Ok((self.new_handle(ino, f, None), true));
         }
         if !a.is_file() {
             self.fs.open_inode(ino).map_err(errno)?;
-            return Ok((self.handles.insert(ino, f, None).0, false));
+            return Ok((self.new_handle(ino, f, None), false));
         }
         // The file's open policy: whether the page cache stands in
         // front of this handle, and how its reads prefetch.
@@ -571,10 +595,21 @@ impl HurricaneFuse {
         let direct = spec.cache == PageCache::None;
         if f & libc::O_ACCMODE != libc::O_WRONLY {
             let of = hurricane::open::OpenFile::from_ino(&self.fs, ino, true, false, spec).map_err(errno)?;
-            return Ok((self.handles.insert(ino, f, Some(of)).0, direct));
+            return Ok((self.new_handle(ino, f, Some(of)), direct));
         }
         self.fs.open_inode(ino).map_err(errno)?;
-        Ok((self.handles.insert(ino, f, None).0, direct || self.write_only_direct()))
+        Ok((self.new_handle(ino, f, None), direct || self.write_only_direct()))
+    }
+
+    /// Records an open in the handle table; an open that may read is
+    /// counted as one through which the kernel may cache pages (`release`
+    /// uncounts it).
+    fn new_handle(&self, ino: u64, f: i32, file: Option<hurricane::open::OpenFile>) -> u64 {
+        let fh = self.handles.insert(ino, f, file);
+        if handles::readable(fh) {
+            self.coherence.reader_opened(ino);
+        }
+        fh.0
     }
 
     /// A change outside the caller's transaction (truncate, fallocate) to a
@@ -719,21 +754,71 @@ impl HurricaneFuse {
         self.direct_writes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// After data was written to `ino`: the engine cleared the set-id bits
-    /// of a group-executable file; an unprivileged writer (or one the
-    /// kernel says lacks CAP_FSETID) also clears a plain set-user-id bit.
-    fn written_by(&self, unprivileged: bool, ino: u64) {
-        if unprivileged && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
-            self.kill_setid(true, ino);
+    /// After data was written to `ino` (with its set-id bits as they were
+    /// before, `mode`): the engine cleared the set-id bits of a
+    /// group-executable file; an unprivileged writer (or one the kernel
+    /// says lacks CAP_FSETID) also clears a plain set-user-id bit. Either
+    /// way the kernel learns of the new mode before the reply (not for a
+    /// writeback of its cache: see `coherence`).
+    fn written_by(&self, unprivileged: bool, ino: u64, mode: u32, writeback: bool) {
+        if mode & (libc::S_ISUID | libc::S_ISGID) == 0 {
+            return;
         }
-    }
-
-    fn kill_setid(&self, unprivileged: bool, ino: u64) {
-        if unprivileged {
+        if unprivileged && self.fs.getattr(ino).is_ok_and(|a| a.mode & libc::S_ISUID != 0) {
             if let Err(e) = self.fs.clear_setid(ino) {
                 tracing::warn!("inode {ino}: clearing set-id bits: {e}");
             }
         }
+        if self.fs.getattr(ino).is_ok_and(|a| a.mode != mode) {
+            if writeback {
+                let me = self.secondary();
+                hurricane::helpers::detach(move || me.coherence.attrs_changed(ino));
+            } else {
+                self.coherence.attrs_changed(ino);
+            }
+        }
+    }
+
+    /// Clears the set-id bits of `ino` after a change by an unprivileged
+    /// caller (`Fs::clear_setid`); the kernel learns of the new mode.
+    fn kill_setid(&self, unprivileged: bool, ino: u64) {
+        if unprivileged {
+            match self.fs.clear_setid(ino) {
+                Ok(_) => self.coherence.attrs_changed(ino),
+                Err(e) => tracing::warn!("inode {ino}: clearing set-id bits: {e}"),
+            }
+        }
+    }
+
+    /// A read of `ino` (a listing when `dir`) reached the mount: its access
+    /// time follows the mount's rule (`noatime`, `relatime`, `strictatime`,
+    /// `nodiratime`). The kernel keeps no access times for FUSE files (its
+    /// inodes are `S_NOATIME`) and asks for them again after each read or
+    /// listing it sends; reads it serves from its page cache do not reach
+    /// the mount and leave the time as it is.
+    fn accessed(&self, ino: u64, dir: bool) {
+        use crate::options::Atime;
+        let (rule, nodiratime) = self.atime;
+        if rule == Atime::Never || (dir && nodiratime) {
+            return;
+        }
+        if let Err(e) = self.fs.touch_atime(ino, rule == Atime::Strict) {
+            tracing::debug!("inode {ino}: access time: {e}");
+        }
+    }
+
+    /// Whether a removal of the extended attribute `name` is the kernel's
+    /// own, made for its caller, and already checked. The kernel lets only
+    /// a caller with CAP_SETFCAP remove `security.capability`, and removes
+    /// it itself, with its caller's credentials, before that caller's
+    /// write, fallocate or truncate through a descriptor open for writing
+    /// (which the file's mode may no longer allow: ext4 goes on), or
+    /// truncate or chown by path, once its own permission checks passed
+    /// (`default_permissions`). Without them the kernel checks nothing
+    /// before a truncate or chown by path, and the engine's rule holds: a
+    /// caller who may write the file.
+    fn killpriv(&self, name: &[u8]) -> bool {
+        self.kernel_permissions && name == hurricane::xattr::CAPS.as_bytes()
     }
 
     /// The pool's status served as `user.hurricane.status`: the devices,
@@ -1237,11 +1322,14 @@ impl Filesystem for HurricaneFuse {
         fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         let who = Caller::of(_req);
+        if flags.0 & libc::O_NOATIME == 0 {
+            self.accessed(ino.0, false);
+        }
         if size >= OFF_THREAD_READ {
             let me = self.clone();
             self.readers.run(move || me.serve_read(ino, fh, offset, size, who, reply));
@@ -1272,6 +1360,9 @@ impl Filesystem for HurricaneFuse {
         // (Set-id bits after the write: `written_by`.)
         let unprivileged = req.uid() != 0 || write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let w = PlainWrite { ino, offset, writeback, append, unprivileged, who: Caller::of(req) };
+        // A direct write (O_DIRECT): pages a reader cached meanwhile go
+        // (`coherence`).
+        let direct = (!writeback && flags.0 & libc::O_DIRECT != 0).then(|| self.coherence.before_write(ino));
         let r = waiting_at_most(NO_WAIT, || self.serve_write(&w, data));
         if let Err(Error::LockWait(_)) = r {
             // Bytes a transaction locked: written where the wait may be made.
@@ -1285,6 +1376,17 @@ impl Filesystem for HurricaneFuse {
         let r = r.map_err(errno);
         self.done(Op::Write, t0, &r);
         match r {
+            Ok(n) if n > 0 && direct.is_some_and(|d| self.coherence.may_cache(ino, d)) => {
+                // Dropping pages waits for those under I/O: off the
+                // serving thread, which may be the one to serve that I/O.
+                let me = self.secondary();
+                hurricane::helpers::detach(move || {
+                    // (An append wrote at the end, wherever that was.)
+                    let (at, len) = if w.append { (0, u64::MAX) } else { (offset, n as u64) };
+                    me.coherence.drop_pages(ino, at, len);
+                    reply.written(n.min(u32::MAX as usize) as u32);
+                });
+            }
             Ok(n) => reply.written(n.min(u32::MAX as usize) as u32),
             Err(e) => reply.error(e),
         }
@@ -1308,7 +1410,12 @@ impl Filesystem for HurricaneFuse {
     ) {
         let t0 = Instant::now();
         // Dropping an instance releases its hold on the inode.
-        let r = self.handles.remove(fh, ino.0).and_then(|open| match open.file {
+        let r = self.handles.remove(fh, ino.0).inspect(|_| {
+            if handles::readable(fh) {
+                self.coherence.reader_closed(ino.0);
+            }
+        });
+        let r = r.and_then(|open| match open.file {
             Some(of) => {
                 drop(of);
                 Ok(())
@@ -1332,6 +1439,10 @@ impl Filesystem for HurricaneFuse {
             }
             // Reading the entries is checked here, once, like open(2).
             self.as_user(req, |c| self.fs.access(c, ino.0, R))?;
+            // Counted like a file's open: removed (or renamed over) while
+            // open, the directory lives on, with no links, until its last
+            // release (fstat of the descriptor, listing it: empty).
+            self.fs.open_inode(ino.0).map_err(errno)?;
             Ok(handles::plain(flags.0))
         })();
         self.done(Op::Opendir, t0, &r);
@@ -1343,6 +1454,7 @@ impl Filesystem for HurricaneFuse {
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let t0 = Instant::now();
+        self.accessed(ino.0, true);
         // Entries are collected first and sent after the directory's lock
         // is released; the reply buffer takes what fits.
         let mut items = Vec::new();
@@ -1369,6 +1481,7 @@ impl Filesystem for HurricaneFuse {
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let t0 = Instant::now();
+        self.accessed(ino.0, true);
         let mut items = Vec::new();
         let r = self
             .fs
@@ -1401,8 +1514,10 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.empty(reply, Op::Releasedir, Instant::now(), Ok(()));
+    fn releasedir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let t0 = Instant::now();
+        let r = self.fs.release_inode(ino.0).map_err(errno);
+        self.empty(reply, Op::Releasedir, t0, r);
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
@@ -1536,7 +1651,11 @@ impl Filesystem for HurricaneFuse {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let t0 = Instant::now();
-        let r = self.as_user(req, |c| self.fs.removexattr(c, ino.0, name.as_bytes()));
+        let r = if self.killpriv(name.as_bytes()) {
+            self.fs.removexattr(&Creds::root(), ino.0, name.as_bytes()).map_err(errno)
+        } else {
+            self.as_user(req, |c| self.fs.removexattr(c, ino.0, name.as_bytes()))
+        };
         if hurricane::namespace::acl::is_acl_name(name.as_bytes()) {
             self.acl_changed(ino.0, &r);
         }
@@ -1593,7 +1712,7 @@ impl Filesystem for HurricaneFuse {
                 PageCache::Page if !write_only => FopenFlags::FOPEN_NOFLUSH,
                 _ => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
             };
-            Ok((a, self.handles.insert(a.ino, flags, None), open))
+            Ok((a, FileHandle(self.new_handle(a.ino, flags, None)), open))
         });
         self.done(Op::Create, t0, &r);
         match r {
@@ -1658,7 +1777,14 @@ impl Filesystem for HurricaneFuse {
             _ => {
                 // A commit waits for its files' I/O and the journal: off the
                 // serving thread, like fsync.
-                let job = move |me: &HurricaneFuse| me.txns.commit(who).map_err(errno);
+                // The files' times (and sizes) are the commit's: the
+                // kernel asks for them again (from this helper thread, no
+                // request of theirs in flight).
+                let job = move |me: &HurricaneFuse| {
+                    let written = me.txns.commit(who).map_err(errno)?;
+                    written.into_iter().for_each(|ino| me.coherence.attrs_changed(ino));
+                    Ok(())
+                };
                 return self.wait_off_thread(req.uid(), Op::Ioctl, t0, job, move |r| match r {
                     Ok(()) => reply.ioctl(0, &[]),
                     Err(e) => reply.error(e),
@@ -1802,6 +1928,7 @@ impl HurricaneFuse {
     ) -> Result<u64, Errno> {
         // As for a write, the target's capabilities go first.
         self.fs.drop_caps(ino_out).map_err(errno)?;
+        let mode = self.fs.getattr(ino_out).map_err(errno)?.mode;
         let txn = self.txn_of(who);
         let lock = txn.is_some() && self.as_caller(who, |c| self.fs.access(c, ino_in, W)).is_ok();
         let len = len.min(MAX_COPY);
@@ -1833,7 +1960,7 @@ impl HurricaneFuse {
             done += n as u64;
         }
         if done > 0 {
-            self.written_by(who.uid != 0, ino_out);
+            self.written_by(who.uid != 0, ino_out, mode, false);
         }
         // A partial copy reports what was copied; an error only if nothing was.
         match res {

@@ -71,6 +71,11 @@ pub(crate) fn writable(fh: FileHandle) -> bool {
     fh.0 & MARK_BIT != 0 && (fh.0 & 3) as i32 != libc::O_RDONLY
 }
 
+/// Whether a handle was opened for reading (or read-write).
+pub(crate) fn readable(fh: FileHandle) -> bool {
+    fh.0 & MARK_BIT != 0 && (fh.0 & 3) as i32 != libc::O_WRONLY
+}
+
 /// Whether a handle was opened read-write.
 fn read_write(fh: FileHandle) -> bool {
     fh.0 & MARK_BIT != 0 && (fh.0 & 3) as i32 == libc::O_RDWR
@@ -184,6 +189,8 @@ mod tests {
         assert!(writable(plain(libc::O_RDWR | libc::O_APPEND)));
         assert!(writable(plain(libc::O_WRONLY)));
         assert!(!writable(plain(libc::O_RDONLY)));
+        assert!(readable(plain(libc::O_RDONLY)) && readable(plain(libc::O_RDWR)));
+        assert!(!readable(plain(libc::O_WRONLY)) && !readable(FileHandle(0)));
         assert!(!writable(FileHandle(libc::O_WRONLY as u64)), "not one of ours");
         let t = Handles::new(4);
         let fh = t.insert(7, libc::O_WRONLY | libc::O_APPEND, None);

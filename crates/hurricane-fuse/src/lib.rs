@@ -12,6 +12,7 @@
 //! directory; on the root, `user.hurricane.stats` gives the statistics and
 //! `user.hurricane.status` the devices and every file's health.
 
+mod coherence;
 pub mod control;
 mod convert;
 mod filesystem;

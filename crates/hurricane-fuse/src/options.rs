@@ -19,6 +19,19 @@ pub const REMOTE_THREADS: usize = 32;
 pub const LOCAL_BACKGROUND: u16 = 64;
 pub const REMOTE_BACKGROUND: u16 = 256;
 
+/// When a read updates an access time (the kernel leaves a FUSE file's
+/// atime to the mount).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Atime {
+    /// `noatime`: never.
+    Never,
+    /// `relatime` (the default): when the access time is not later than
+    /// the last modification or change, or is a day old.
+    Relative,
+    /// `strictatime`: on every read that reaches the mount.
+    Strict,
+}
+
 /// What the `-o` options ask for.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
@@ -34,6 +47,11 @@ pub struct MountOptions {
     pub kernel_permissions: bool,
     pub read_only: bool,
     pub auto_unmount: bool,
+    /// When reads update access times (`noatime`, `relatime`,
+    /// `strictatime`), and whether directories' are left alone
+    /// (`nodiratime`).
+    pub atime: Atime,
+    pub nodiratime: bool,
     /// Kernel mount flags passed through (nodev, noexec, noatime, ...).
     pub flags: Vec<MountOption>,
     pub fsname: Option<String>,
@@ -86,6 +104,8 @@ impl Default for MountOptions {
             kernel_permissions: false,
             read_only: false,
             auto_unmount: false,
+            atime: Atime::Relative,
+            nodiratime: false,
             flags: Vec::new(),
             fsname: None,
             subtype: "hurricane".into(),
@@ -124,9 +144,6 @@ fn ignored(key: &str) -> bool {
             | "group"
             | "nofail"
             | "_netdev"
-            | "relatime"
-            | "strictatime"
-            | "nodiratime"
             | "lazytime"
             | "nolazytime"
             | "comment"
@@ -188,8 +205,22 @@ impl MountOptions {
                     "nosuid" => o.flags.push(flag(MountOption::NoSuid)?),
                     "exec" => o.flags.push(flag(MountOption::Exec)?),
                     "noexec" => o.flags.push(flag(MountOption::NoExec)?),
-                    "atime" => o.flags.push(flag(MountOption::Atime)?),
-                    "noatime" => o.flags.push(flag(MountOption::NoAtime)?),
+                    // (The kernel's flag shows in /proc/mounts; the mount
+                    // keeps the times.)
+                    "atime" | "relatime" => {
+                        o.flags.push(flag(MountOption::Atime)?);
+                        o.atime = Atime::Relative;
+                    }
+                    "noatime" => {
+                        o.flags.push(flag(MountOption::NoAtime)?);
+                        o.atime = Atime::Never;
+                    }
+                    "strictatime" => {
+                        o.flags.push(flag(MountOption::Atime)?);
+                        o.atime = Atime::Strict;
+                    }
+                    "nodiratime" if val.is_none() => o.nodiratime = true,
+                    "diratime" if val.is_none() => o.nodiratime = false,
                     "sync" => o.flags.push(flag(MountOption::Sync)?),
                     "async" => o.flags.push(flag(MountOption::Async)?),
                     "dirsync" => o.flags.push(flag(MountOption::DirSync)?),
@@ -448,6 +479,14 @@ mod tests {
             assert!(MountOptions::parse(&[bad]).is_err(), "{bad}");
         }
         assert!(MountOptions::parse(&["cache=lots"]).is_err());
+        // Access times: relatime unless told, the last word wins.
+        assert_eq!(MountOptions::parse::<&str>(&[]).unwrap().atime, Atime::Relative);
+        let o = MountOptions::parse(&["noatime,nodiratime"]).unwrap();
+        assert!(o.atime == Atime::Never && o.nodiratime && o.flags == vec![MountOption::NoAtime]);
+        let o = MountOptions::parse(&["noatime", "strictatime"]).unwrap();
+        assert!(o.atime == Atime::Strict && !o.nodiratime && o.flags == vec![MountOption::Atime]);
+        assert_eq!(MountOptions::parse(&["strictatime,relatime"]).unwrap().atime, Atime::Relative);
+        assert!(MountOptions::parse(&["strictatime=1"]).is_err());
         assert!(MountOptions::parse::<&str>(&[]).unwrap().uring);
         assert!(!MountOptions::parse(&["nouring"]).unwrap().uring);
         assert!(!MountOptions::parse::<&str>(&[]).unwrap().writeback_cache);

@@ -168,6 +168,7 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         }
     };
     tracing::info!("mounted {} on {} ({} threads)", pool.display(), mnt.display(), o.thread_count());
+    handlers.start_coherence(session.notifier());
     match session.device_fd() {
         Ok(dev) => handlers.start_notifications(dev),
         Err(e) => tracing::warn!("no notification channel ({e}); names are not cached"),

@@ -239,12 +239,16 @@ impl Txns {
     }
 
     /// Commits the transaction of `who` (durable when it returns): run off
-    /// the serving threads, as it waits for the devices.
-    pub fn commit(&self, who: Caller) -> Result<()> {
+    /// the serving threads, as it waits for the devices. Returns the files
+    /// it wrote to, whose times (and sizes) the commit set.
+    pub fn commit(&self, who: Caller) -> Result<Vec<u64>> {
         let slot = self.take(who)?;
         let t = slot.lock().take();
         match t {
-            Some(t) => t.commit(),
+            Some(t) => {
+                let written = t.written();
+                t.commit().map(|()| written)
+            }
             None => Err(Error::Invalid("the transaction has ended".into())),
         }
     }

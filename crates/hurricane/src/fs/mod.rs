@@ -6,6 +6,7 @@
 //! link the engine in-process.
 
 mod add;
+mod atime;
 mod clean;
 mod errors;
 mod evacuate;

@@ -469,6 +469,12 @@ impl Transaction {
         self.st.lock().files.contains_key(&ino) || self.fs.inner.txn_locks.holds(self.owner, ino)
     }
 
+    /// The files the transaction has written to (its commit changes their
+    /// times, and sizes).
+    pub fn written(&self) -> Vec<Ino> {
+        self.st.lock().files.keys().copied().collect()
+    }
+
     /// This transaction's id (the owner named in deadlock errors).
     pub fn id(&self) -> u64 {
         self.owner
