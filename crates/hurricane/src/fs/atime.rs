@@ -12,6 +12,7 @@
 use super::{now, Fs};
 use crate::error::Result;
 use crate::journal::{Ino, Op};
+use crate::namespace::flags;
 
 /// How old an access time `relatime` lets stand (a day, in nanoseconds).
 const RELATIME_AGE: i64 = 24 * 3600 * 1_000_000_000;
@@ -26,7 +27,8 @@ impl Fs {
     /// Records a read of `ino` in its access time: on every read when
     /// `strict`, else by the `relatime` rule. Lazy like a write's times:
     /// applied now, journalled by the next commit. Returns whether it
-    /// changed; a read-only pool keeps its times.
+    /// changed; a read-only pool keeps its times, and a file marked
+    /// `noatime` (`chattr +A`) its access time.
     pub fn touch_atime(&self, ino: Ino, strict: bool) -> Result<bool> {
         if self.check_writable().is_err() {
             return Ok(false);
@@ -37,7 +39,7 @@ impl Fs {
             // A look without the locks first: most reads change nothing.
             let n = self.state().inode(ino)?;
             let d = n.data.read();
-            if !due(d.atime, d.mtime, d.ctime) {
+            if !due(d.atime, d.mtime, d.ctime) || flags::of(&d) & flags::NOATIME != 0 {
                 return Ok(false);
             }
         }
@@ -102,6 +104,14 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         assert!(fs.touch_atime(ino, true).unwrap());
         assert!(fs.getattr(ino).unwrap().atime > a1.atime);
+        // A file marked noatime (chattr +A) keeps its access time.
+        let root = crate::namespace::perm::Creds::root();
+        fs.set_inode_flags(&root, ino, flags::NOATIME).unwrap();
+        let kept = fs.getattr(ino).unwrap().atime;
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(!fs.touch_atime(ino, true).unwrap());
+        assert_eq!(fs.getattr(ino).unwrap().atime, kept);
+        fs.set_inode_flags(&root, ino, 0).unwrap();
         // The times persist across a commit and a reopen.
         assert!(fs.touch_atime(ino, true).unwrap());
         let a3 = fs.getattr(ino).unwrap();
