@@ -14,6 +14,7 @@
 
 pub mod control;
 mod convert;
+mod dirs;
 mod filesystem;
 mod handles;
 pub mod mountinfo;
