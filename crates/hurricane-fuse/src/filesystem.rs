@@ -174,6 +174,8 @@ pub struct Shared {
     ttl: Duration,
     /// Which names the kernel may keep.
     names: Names,
+    /// Open directories: where their listings end (`dirs`).
+    dirs: crate::dirs::Streams,
     stats: Arc<Stats>,
     /// Serialises O_APPEND writes per inode (striped), so two appenders
     /// cannot both write at the same end of file.
@@ -264,6 +266,7 @@ impl HurricaneFuse {
             handles: Handles::starting_at(n, first_handle()),
             ttl,
             names: Names::new(names),
+            dirs: crate::dirs::Streams::new(n),
             stats: Arc::new(Stats::new()),
             append: (0..n).map(|_| CachePadded::new(Mutex::new(()))).collect(),
             info,
@@ -304,6 +307,10 @@ impl HurricaneFuse {
     /// Takes the mount's /dev/fuse descriptor for notifications (see
     /// `Names::start`).
     pub fn start_notifications(&self, dev: std::os::fd::OwnedFd) {
+        match dev.try_clone() {
+            Ok(d) => self.dirs.start(d),
+            Err(e) => tracing::warn!("no notification channel for directory listings: {e}"),
+        }
         self.names.start(dev);
     }
 
@@ -1394,8 +1401,14 @@ impl Filesystem for HurricaneFuse {
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // Opens are NOFLUSH and writes reach the engine as they are made,
-        // so a flush (from kernels that ignore NOFLUSH) has nothing to do.
-        self.empty(reply, Op::Flush, Instant::now(), Ok(()));
+        // so a flush has nothing to do. It still comes under `-o
+        // writeback_cache`, where the kernel ignores NOFLUSH: at every
+        // close, after writing the file's cached pages back. ENOSYS tells
+        // the kernel to send none from then on (locks are the kernel's,
+        // and write-back errors come back from its own write-back, before
+        // the request): one round trip less per close.
+        self.stats.record(Op::Flush, Instant::now(), false);
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -1437,32 +1450,39 @@ impl Filesystem for HurricaneFuse {
             if !a.is_dir() {
                 return Err(Errno::ENOTDIR);
             }
-            // Reading the entries is checked here, once, like open(2).
+            // Reading the entries is checked here, once, like open(2)
+            // (and for every open: the kernel sends each one, listing
+            // cached or not).
             self.as_user(req, |c| self.fs.access(c, ino.0, R))?;
             // Counted like a file's open: removed (or renamed over) while
             // open, the directory lives on, with no links, until its last
             // release (fstat of the descriptor, listing it: empty).
             self.fs.open_inode(ino.0).map_err(errno)?;
-            Ok(handles::plain(flags.0))
+            Ok(self.dirs.open(handles::plain(flags.0)))
         })();
         self.done(Op::Opendir, t0, &r);
         match r {
-            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            // The kernel keeps the listing for later opens (`dirs`).
+            Ok(fh) => reply.opened(fh, FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         let t0 = Instant::now();
         self.accessed(ino.0, true);
         // Entries are collected first and sent after the directory's lock
-        // is released; the reply buffer takes what fits.
+        // is released; the reply buffer takes what fits. The listing ends
+        // where it did when it began (`dirs`).
         let mut items = Vec::new();
         let r = self
-            .fs
-            .readdir(&Creds::root(), ino.0, offset, |it| {
-                items.push(it);
-                items.len() < 512
+            .dirs
+            .end(&self.fs, ino.0, fh, offset)
+            .and_then(|end| {
+                self.fs.readdir_to(&Creds::root(), ino.0, offset, end, |it| {
+                    items.push(it);
+                    items.len() < 512
+                })
             })
             .map_err(errno);
         self.done(Op::Readdir, t0, &r);
@@ -1479,15 +1499,18 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let t0 = Instant::now();
         self.accessed(ino.0, true);
         let mut items = Vec::new();
         let r = self
-            .fs
-            .readdir(&Creds::root(), ino.0, offset, |it| {
-                items.push(it);
-                items.len() < 256
+            .dirs
+            .end(&self.fs, ino.0, fh, offset)
+            .and_then(|end| {
+                self.fs.readdir_to(&Creds::root(), ino.0, offset, end, |it| {
+                    items.push(it);
+                    items.len() < 256
+                })
             })
             .map_err(errno);
         self.done(Op::Readdirplus, t0, &r);
@@ -1514,8 +1537,9 @@ impl Filesystem for HurricaneFuse {
         }
     }
 
-    fn releasedir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         let t0 = Instant::now();
+        self.dirs.close(fh);
         let r = self.fs.release_inode(ino.0).map_err(errno);
         self.empty(reply, Op::Releasedir, t0, r);
     }
@@ -1681,12 +1705,17 @@ impl Filesystem for HurricaneFuse {
         let t0 = Instant::now();
         let mode = if mode & libc::S_IFMT == 0 { mode | libc::S_IFREG } else { mode };
         let umask = self.umask(umask);
+        // Whether the name was made here, whatever happens after.
+        let named = std::cell::Cell::new(false);
         let r = waiting_at_most(NO_WAIT, || {
             let mk = |c: &Creds| self.fs.mknod_umask(c, parent.0, name.as_bytes(), mode, umask, 0, None, None);
             let made =
                 if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) };
             let a = match made {
-                Ok(a) => a,
+                Ok(a) => {
+                    named.set(true);
+                    a
+                }
                 // Lost a race with another creator: open what is there,
                 // unless the caller asked for exclusive creation.
                 // (Here a file that is there is opened without waiting: a
@@ -1719,7 +1748,14 @@ impl Filesystem for HurricaneFuse {
             // One timeout for the name and the attributes: in a directory
             // whose names are not kept, the attributes are not either.
             Ok((a, fh, open)) => reply.created(&self.name_ttl(parent.0), &file_attr(&a), generation(&a), fh, open),
-            Err(e) => reply.error(e),
+            Err(e) => {
+                reply.error(e);
+                // A failed CREATE leaves the kernel's listing as it was,
+                // and the name is there: the kernel is told.
+                if named.get() {
+                    self.dirs.changed(parent.0);
+                }
+            }
         }
     }
 
@@ -1736,7 +1772,7 @@ impl Filesystem for HurricaneFuse {
                 PageCache::Page if !write_only => FopenFlags::FOPEN_NOFLUSH,
                 _ => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
             };
-            Ok((a, self.handles.insert(a.ino, flags, None), open))
+            Ok((a, FileHandle(self.new_handle(a.ino, flags, None)), open))
         });
         self.done(Op::Create, t0, &r);
         match r {

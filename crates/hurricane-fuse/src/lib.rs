@@ -15,6 +15,7 @@
 mod coherence;
 pub mod control;
 mod convert;
+mod dirs;
 mod filesystem;
 mod handles;
 pub mod mountinfo;

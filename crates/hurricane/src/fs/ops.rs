@@ -297,9 +297,42 @@ impl Fs {
         }
     }
 
+    /// Where a listing of directory `ino` begun now ends (opendir(3) and
+    /// rewinddir(3) take it): the offset every entry made after this,
+    /// new or renamed or linked in, is listed at or past. A listing read
+    /// a page at a time with [`Fs::readdir_to`] up to it ends however
+    /// fast names come and go.
+    pub fn readdir_end(&self, ino: Ino) -> Result<u64> {
+        let n = self.state().inode(ino)?;
+        let d = n.data.read();
+        let dir = d.dir().ok_or_else(|| Error::NotDir(format!("inode {ino}")))?;
+        Ok(dir.next_cookie)
+    }
+
     /// Entries of a directory from `offset` (0 = start; "." and ".." come
-    /// first). `f` returns false to stop (buffer full).
-    pub fn readdir(&self, cred: &Creds, ino: Ino, offset: u64, mut f: impl FnMut(DirItem) -> bool) -> Result<()> {
+    /// first). `f` returns false to stop (buffer full). A listing in one
+    /// call sees the directory at one moment; one read a page at a time
+    /// while the directory changes should stop at [`Fs::readdir_end`]
+    /// ([`Fs::readdir_to`]).
+    pub fn readdir(&self, cred: &Creds, ino: Ino, offset: u64, f: impl FnMut(DirItem) -> bool) -> Result<()> {
+        self.readdir_to(cred, ino, offset, u64::MAX, f)
+    }
+
+    /// [`Fs::readdir`] of the entries listed before `end` (what
+    /// [`Fs::readdir_end`] gave when the listing began). An entry's offset
+    /// is its own, kept while it exists: a name replaced by a rename over
+    /// it, or renamed within the directory, keeps its place, so an entry
+    /// there from a listing's start to its end is listed exactly once, and
+    /// an offset taken from a listing (telldir) resumes it after any
+    /// change.
+    pub fn readdir_to(
+        &self,
+        cred: &Creds,
+        ino: Ino,
+        offset: u64,
+        end: u64,
+        mut f: impl FnMut(DirItem) -> bool,
+    ) -> Result<()> {
         let n = self.state().inode(ino)?;
         let d = n.data.read();
         let dir = d.dir().ok_or_else(|| Error::NotDir(format!("inode {ino}")))?;
@@ -314,7 +347,7 @@ impl Fs {
         }
         let from = offset.max(2) + 1;
         dir.for_each_from(from, &mut |cookie, name, e| {
-            f(DirItem { name: name.to_vec(), ino: e.ino, kind: e.kind, next: cookie })
+            cookie < end && f(DirItem { name: name.to_vec(), ino: e.ino, kind: e.kind, next: cookie })
         })
     }
 

@@ -111,16 +111,30 @@ impl Dir {
         self.absent = Some(name.into());
     }
 
-    /// Adds (or replaces) the entry `name`.
+    /// Adds (or replaces) the entry `name`. A new name takes the next
+    /// cookie; a name replaced keeps its own (a rename over it, an
+    /// exchange), so a listing that passed it does not meet it again.
     pub fn insert(&mut self, name: Vec<u8>, ino: Ino, kind: u32) -> Result<()> {
+        self.insert_at(name, ino, kind, None)
+    }
+
+    /// [`Dir::insert`] of a name that takes over the place of an entry
+    /// just removed from this directory (`cookie`, a rename within it),
+    /// unless the name is there already.
+    pub fn insert_at(&mut self, name: Vec<u8>, ino: Ino, kind: u32, cookie: Option<u64>) -> Result<()> {
         let known_absent = self.absent.take().is_some_and(|a| *a == *name);
         let old = if known_absent { None } else { self.get(&name)? };
-        if let Some(old) = old {
-            self.cookies.insert(old.cookie, None);
-            self.count = self.count.saturating_sub(1);
-        }
-        let cookie = self.next_cookie;
-        self.next_cookie += 1;
+        let cookie = match (old, cookie) {
+            (Some(old), _) => {
+                self.count = self.count.saturating_sub(1);
+                old.cookie
+            }
+            (None, Some(c)) if c < self.next_cookie && matches!(self.cookies.get(&c), Some(None)) => c,
+            _ => {
+                self.next_cookie += 1;
+                self.next_cookie - 1
+            }
+        };
         let name: Name = name.into();
         self.cookies.insert(cookie, Some(name.clone()));
         self.names.insert(name, Some(DirEntry { ino, kind, cookie }));

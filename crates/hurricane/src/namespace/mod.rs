@@ -495,7 +495,8 @@ impl State {
                             // Renaming a link onto another link of the same inode: POSIX says do nothing.
                             return Ok(());
                         }
-                        dir_of(l, *ddir)?.remove(dname)?;
+                        // (The name stays, and keeps its readdir place:
+                        // the insert below replaces its entry.)
                         let victim = l.get(t.ino)?;
                         if t.kind == S_IFDIR {
                             victim.nlink = 0;
@@ -509,8 +510,12 @@ impl State {
                         }
                         l.get(t.ino)?.ctime = *time;
                     }
-                    dir_of(l, *sdir)?.remove(sname)?;
-                    dir_of(l, *ddir)?.insert(dname.clone(), src.ino, src.kind)?;
+                    // Within one directory the entry keeps its readdir
+                    // place under its new name (unless it replaced one,
+                    // whose place it takes).
+                    let gone = dir_of(l, *sdir)?.remove(sname)?;
+                    let place = gone.filter(|_| sdir == ddir).map(|e| e.cookie);
+                    dir_of(l, *ddir)?.insert_at(dname.clone(), src.ino, src.kind, place)?;
                     if sdir != ddir {
                         relink_dir(l, src, *sdir, *ddir)?;
                     }
