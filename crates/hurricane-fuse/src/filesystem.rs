@@ -819,6 +819,8 @@ impl HurricaneFuse {
                 }
             },
             status_walks: self.status.walks(),
+            writable: self.fs.is_writable(),
+            opened_read_only: self.fs.is_read_only(),
         }
     }
 }
