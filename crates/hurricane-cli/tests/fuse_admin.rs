@@ -1,7 +1,7 @@
 //! The mount as an administrator uses it: its type in the mount table,
 //! /etc/fstab lines and `mount -t fuse.hurricane` through mount(8)'s
-//! helpers, remounts read-only and back, and unmounts after which the pool
-//! is free for the next mount or command.
+//! helpers, remounts read-only and back, unmounts that leave the pool free
+//! at once, and free space that `fallocate` can take whole.
 
 // A test crate: a panic is how a test fails, so unwrap and expect are fine.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -212,4 +212,53 @@ fn mount_right_after_a_plain_umount_waits_for_the_pool() {
     let (code, _, err) = run(&["mount", s(&pool.dir), s(&other)]);
     assert!(code != 0 && err.contains(&format!("mounted on {}", s(&m.mnt))), "{err}");
     m.unmount();
+}
+
+/// statvfs of `p`: (blocks available, blocks free, block size).
+fn statvfs(p: &Path) -> (u64, u64, u64) {
+    // SAFETY: plain data, filled by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid path and a struct to fill.
+    check(unsafe { libc::statvfs(cpath(p).as_ptr(), &mut st) }).unwrap();
+    (st.f_bavail, st.f_bfree, st.f_frsize)
+}
+
+/// What statfs offers as available a file can take: `fallocate` of all of
+/// it but 512 KiB succeeds on the default layout (a stripe over every
+/// device with checksums; the journal and the meta-data on three of the
+/// four devices), on a replicated and on a parity pool; and `df`
+/// shows the space of a removed file again right after `rm; sync`.
+#[test]
+fn fallocate_takes_the_space_statfs_offers() {
+    require_fuse!();
+    // Layouts over every device of their pool: one file can take it all.
+    for (devices, layout) in [("4", None), ("2", Some("replicate(copies=2)")), ("3", Some("parity(data=2,parity=1)"))] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pool");
+        let mnt = tmp.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        let mut args = vec!["mkfs", s(&dir), "--devices", devices, "--device-size", "256M"];
+        if let Some(l) = layout {
+            args.extend(["--layout", l]);
+        }
+        hurricane(&args);
+        let m = Mounted::new(&dir, &mnt, &[]);
+        let (avail, free, bsize) = statvfs(&mnt);
+        assert!(avail <= free && avail * bsize > 64 << 20, "{layout:?}: {avail} of {free}");
+        let want = avail * bsize - (512 << 10);
+        let f = fs::File::create(m.path("big")).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a descriptor of an open file.
+        let r = check(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, want as i64) });
+        assert!(r.is_ok(), "{layout:?}: fallocate of {want} bytes ({avail} blocks offered): {r:?}");
+        drop(f);
+        let (full, _, _) = statvfs(&mnt);
+        assert!(full * bsize < 64 << 20, "{layout:?}: {full} blocks still offered after the fallocate");
+        fs::remove_file(m.path("big")).unwrap();
+        // SAFETY: no preconditions.
+        unsafe { libc::sync() };
+        let (back, _, _) = statvfs(&mnt);
+        assert!(back * bsize + (4 << 20) >= avail * bsize, "{layout:?}: {back} blocks free after rm, {avail} before");
+        m.unmount();
+    }
 }

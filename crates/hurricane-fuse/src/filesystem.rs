@@ -1309,7 +1309,16 @@ impl Filesystem for HurricaneFuse {
         let s = self.fs.statfs();
         self.stats.record(Op::Statfs, t0, false);
         // The engine counts inodes in use; statfs wants the total.
-        reply.statfs(s.blocks, s.bfree, s.bfree, s.files.saturating_add(s.ffree), s.ffree, s.bsize, s.namelen, s.bsize);
+        reply.statfs(
+            s.blocks,
+            s.bfree,
+            s.bavail,
+            s.files.saturating_add(s.ffree),
+            s.ffree,
+            s.bsize,
+            s.namelen,
+            s.bsize,
+        );
     }
 
     fn setxattr(
