@@ -252,8 +252,8 @@ pub fn unmount_and_wait(mnt: &Path, timeout: Duration) -> Result<(), String> {
 /// Takes `op` (an exclusive or a shared lock) on the pool directory open
 /// as `f`. A lock held by the server of a mount that is gone is waited
 /// for, up to `wait`: umount(8) unmounts a FUSE mount itself and returns
-/// while the server still closes the pool (a checkpoint). Any other
-/// holder (a mount, a command) is refused at once.
+/// while the server still closes the pool (a checkpoint) and exits. Any
+/// other holder (a mount, a command) is refused at once.
 pub fn lock_pool_dir(
     f: &std::fs::File,
     pool: &Path,
@@ -271,7 +271,7 @@ pub fn lock_pool_dir(
                 }
                 // (No holder listed: it let go meanwhile; try again.)
                 let holders = lock_holders(f);
-                if let Some(p) = holders.first().filter(|_| !holders.iter().any(|&pid| is_mount_server(pid))) {
+                if let Some(p) = holders.first().filter(|_| !holders.iter().any(|&pid| may_be_closing_server(pid))) {
                     return Err(format!("the pool is in use by another process (pid {p})"));
                 }
                 if Instant::now() > deadline {
@@ -312,12 +312,15 @@ fn parse_lock_holders(text: &str, major: u32, minor: u32, ino: u64) -> Vec<u32> 
         .collect()
 }
 
-/// Whether process `pid` serves a mount: `hurricane mount -f` (the
-/// background server of `hurricane mount`), by its command line.
-fn is_mount_server(pid: u32) -> bool {
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+/// Whether process `pid` may be a server closing its pool: `hurricane
+/// mount -f` (the background server of `hurricane mount`) by its command
+/// line, or a process that is exiting (its memory, and with it its
+/// command line, is gone before its files are closed).
+fn may_be_closing_server(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return true };
     let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-    args.get(1) == Some(&&b"mount"[..]) && args.iter().any(|a| *a == b"-f" || *a == b"--foreground")
+    cmdline.is_empty()
+        || (args.get(1) == Some(&&b"mount"[..]) && args.iter().any(|a| *a == b"-f" || *a == b"--foreground"))
 }
 
 #[cfg(test)]
