@@ -104,7 +104,15 @@ pub fn run(a: &DfArgs) -> CliResult {
         let sf = fs.statfs();
         let default = fs.default_layout();
         let canon = hurricane::layout::parse(&default).map(|s| hurricane::layout::canonical(s).to_string());
-        writeln!(o, "inodes: {}   default layout: {}", sf.files, canon.as_deref().unwrap_or(&default))?;
+        // What statfs offers as available (`df` on a mount): what a file
+        // of the default layout can take, the meta-data's reserve left out.
+        writeln!(
+            o,
+            "inodes: {}   default layout: {}   available to it: {}",
+            sf.files,
+            canon.as_deref().unwrap_or(&default),
+            size(sf.bavail * u64::from(sf.bsize))
+        )?;
         Ok(())
     })
 }

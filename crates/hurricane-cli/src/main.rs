@@ -3,7 +3,8 @@
 //! Every command that works on a pool takes the pool directory first, opens
 //! the pool, does its work and closes it cleanly. Failures print one line,
 //! `hurricane: <message>`, and exit 1 (2 for usage errors).
-//! Invoked as `mount.fuse.hurricane`, the binary is mount(8)'s helper.
+//! Invoked as `mount.fuse.hurricane`, the binary is mount(8)'s helper
+//! (`hurricane install-helpers` links it).
 
 // Every FUSE request allocates and frees its buffers; mimalloc keeps that
 // off the serving threads' critical path (about 5% of a create).
@@ -55,6 +56,8 @@ enum Cmd {
     Umount(mount::UmountArgs),
     /// Statistics of a mounted pool.
     Stats(mount::StatsArgs),
+    /// Link mount(8)'s helper, mount.fuse.hurricane, to this program (mount -t fuse.hurricane, fstab, remount).
+    InstallHelpers(mount::InstallHelpersArgs),
     /// Device states and file health of a pool or mount (exit 1 unless healthy).
     Status(status::StatusArgs),
     /// List a directory of a pool.
@@ -150,6 +153,7 @@ fn run(cmd: &Cmd) -> CliResult {
         Cmd::Mount(a) => Ok(mount::mount(a)?),
         Cmd::Umount(a) => Ok(mount::umount(a)?),
         Cmd::Stats(a) => Ok(mount::stats(a)?),
+        Cmd::InstallHelpers(a) => Ok(mount::install_helpers(a)?),
         Cmd::Status(a) => status::run(a),
         Cmd::Clean(a) => maint::clean(a),
         Cmd::Regroup(a) => maint::regroup(a),
@@ -211,7 +215,7 @@ fn main() -> ExitCode {
     init_logging();
     let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     let argv0 = args.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
-    if argv0 == "mount.fuse.hurricane" {
+    if argv0 == mount::MOUNT_HELPER {
         return finish(mount::mount_helper_main(args.get(1..).unwrap_or(&[])).map_err(Fail::new));
     }
     let cli = Cli::parse();

@@ -397,43 +397,241 @@ pub fn stats(args: &StatsArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// mount(8) runs `mount.fuse.hurricane POOL MOUNTPOINT [-sfnv] [-N NS]
-/// [-o OPTIONS] [-t TYPE]`; mounts in the background like `hurricane mount`.
-pub fn mount_helper_main(args: &[String]) -> Result<(), String> {
-    let mut pos = Vec::new();
-    let mut options = Vec::new();
-    let mut fake = false;
+/// How long a remount waits for the server to follow the new flags (a
+/// read-only remount writes a checkpoint first).
+const REMOUNT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The helper name mount(8) looks for (`/sbin/mount.TYPE`); the binary
+/// acts as the helper when called by that name.
+pub const MOUNT_HELPER: &str = "mount.fuse.hurricane";
+
+/// Options of a mount(8) helper's command line.
+#[derive(Debug, Default, PartialEq)]
+struct HelperArgs {
+    operands: Vec<String>,
+    options: Vec<String>,
+    /// -f: do everything but mount.
+    fake: bool,
+    /// -s: drop the options this file system does not know.
+    sloppy: bool,
+}
+
+/// Parses `OPERANDS [-sfnv] [-o OPTIONS] [-t TYPE]` in any order.
+fn helper_args(args: &[String]) -> Result<HelperArgs, String> {
+    let mut h = HelperArgs::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "-o" => options.push(it.next().ok_or("-o needs a value")?.clone()),
-            "-t" | "-N" => {
-                it.next().ok_or_else(|| format!("{a} needs a value"))?;
+            "-o" => h.options.push(it.next().ok_or("-o needs a value")?.clone()),
+            "-t" => {
+                it.next().ok_or("-t needs a value")?;
             }
-            s if s.starts_with("-o") && s.len() > 2 => options.push(s[2..].to_string()),
+            // Each helper would have to enter the namespace to mount or
+            // unmount there, and the server to live in it.
+            "-N" => return Err("-N (another mount namespace) is not supported".into()),
+            s if s.starts_with("-o") && s.len() > 2 => h.options.push(s[2..].to_string()),
             s if s.starts_with('-') && s.len() > 1 => {
-                // -f (fake: do everything but mount), -s (sloppy), -n (no mtab), -v (verbose).
-                fake |= s.contains('f');
+                // -n (no mtab) and -v (verbose) are accepted.
+                for c in s[1..].chars() {
+                    match c {
+                        'f' => h.fake = true,
+                        's' => h.sloppy = true,
+                        'n' | 'v' => {}
+                        _ => return Err(format!("unknown flag -{c}")),
+                    }
+                }
             }
-            _ => pos.push(a.clone()),
+            _ => h.operands.push(a.clone()),
         }
     }
-    let [pool, mountpoint] = <[String; 2]>::try_from(pos).map_err(|p| {
-        format!("usage: mount.fuse.hurricane POOL_DIR MOUNTPOINT [-o OPTIONS] (got {} operands)", p.len())
-    })?;
+    Ok(h)
+}
+
+/// The option lists without the options this file system does not know
+/// (`-s`, sloppy), each named on stderr.
+fn drop_unknown(lists: &[String]) -> Vec<String> {
+    let mut kept = Vec::new();
+    for item in lists.iter().flat_map(|l| l.split(',')).filter(|i| !i.is_empty()) {
+        match MountOptions::parse(&[item]) {
+            Err(e) if e.starts_with("unknown mount option") => eprintln!("hurricane: ignored: {e}"),
+            _ => kept.push(item.to_string()),
+        }
+    }
+    vec![kept.join(",")]
+}
+
+/// mount(8) runs `mount.fuse.hurricane POOL MOUNTPOINT [-sfnv] [-o
+/// OPTIONS] [-t TYPE]`; mounts in the background like `hurricane mount`,
+/// and returns once the mount answers. With `remount` among the options
+/// it changes the flags of the mount at MOUNTPOINT instead ([`remount`]).
+pub fn mount_helper_main(args: &[String]) -> Result<(), String> {
+    let h = helper_args(args)?;
+    let options = if h.sloppy { drop_unknown(&h.options) } else { h.options };
+    let n = h.operands.len();
+    let remounting = options.iter().flat_map(|l| l.split(',')).any(|i| i.trim() == "remount");
+    if remounting {
+        // `mount -o remount MOUNTPOINT` may name the mount point alone.
+        let mnt = h.operands.last().ok_or("usage: mount.fuse.hurricane [POOL] MOUNTPOINT -o remount,...")?;
+        // mount(8) passes the mount's options from /proc/self/mountinfo
+        // again, the kernel's own FUSE options among them.
+        let kernel = ["user_id=", "group_id=", "rootmode=", "max_read=", "blksize=", "fd="];
+        let rest: Vec<&str> = options
+            .iter()
+            .flat_map(|l| l.split(','))
+            .map(str::trim)
+            .filter(|i| *i != "remount" && !kernel.iter().any(|k| i.starts_with(k)))
+            .collect();
+        MountOptions::parse(&rest)?;
+        return if h.fake { Ok(()) } else { remount(Path::new(mnt), &options) };
+    }
+    let [pool, mountpoint] = <[String; 2]>::try_from(h.operands)
+        .map_err(|_| format!("usage: mount.fuse.hurricane POOL_DIR MOUNTPOINT [-o OPTIONS] (got {n} operands)"))?;
     // Options mount(8) adds for its own bookkeeping are dropped by the parser.
     MountOptions::parse(&options)?;
-    if fake {
+    if h.fake {
         return Ok(());
     }
     let pool = crate::util::pool_arg(&pool)?;
     mount(&MountArgs { pool, mountpoint: PathBuf::from(mountpoint), foreground: false, options })
 }
 
+/// The per-mount flags of a remount: those the mount has (its options in
+/// /proc/self/mountinfo), then the options given, later ones winning.
+/// Options that cannot change on a live mount (allow_other, threads=, ...:
+/// mount(8) passes an fstab line's options again) are left out.
+fn remount_flags<'a>(current: &'a str, given: impl Iterator<Item = &'a str>) -> rustix::mount::MountFlags {
+    use rustix::mount::MountFlags as F;
+    let atime = F::NOATIME | F::RELATIME | F::STRICTATIME;
+    let mut f = F::empty();
+    for o in current.split(',').chain(given) {
+        match o.trim() {
+            "ro" => f |= F::RDONLY,
+            "rw" => f -= F::RDONLY,
+            "nosuid" => f |= F::NOSUID,
+            "suid" => f -= F::NOSUID,
+            "nodev" => f |= F::NODEV,
+            "dev" => f -= F::NODEV,
+            "noexec" => f |= F::NOEXEC,
+            "exec" => f -= F::NOEXEC,
+            "sync" => f |= F::SYNCHRONOUS,
+            "async" => f -= F::SYNCHRONOUS,
+            "dirsync" => f |= F::DIRSYNC,
+            "nodiratime" => f |= F::NODIRATIME,
+            "diratime" => f -= F::NODIRATIME,
+            "lazytime" => f |= F::LAZYTIME,
+            "nolazytime" => f -= F::LAZYTIME,
+            "noatime" => f = (f - atime) | F::NOATIME,
+            "relatime" => f = (f - atime) | F::RELATIME,
+            "strictatime" => f = (f - atime) | F::STRICTATIME,
+            "atime" => f -= atime,
+            "bind" => f |= F::BIND,
+            _ => {}
+        }
+    }
+    f
+}
+
+/// `mount -o remount,OPTIONS MOUNTPOINT`: changes the flags of a live
+/// mount (read-only or read-write, and the per-mount flags the kernel lets
+/// a remount change), then waits until the server follows: read-only, it
+/// writes a checkpoint and then refuses every change; read-write, it takes
+/// changes again. A pool mounted with `-o ro` was opened for reading only
+/// and cannot be remounted read-write.
+pub fn remount(mountpoint: &Path, options: &[String]) -> Result<(), String> {
+    let mnt = absolute(mountpoint);
+    let Some(m) = hurricane_fuse::mountinfo::fuse_mounts_at(&mnt).pop() else {
+        return Err(format!("{}: no Hurricane mount there to remount", mnt.display()));
+    };
+    let stats = read_stats(&mnt)?;
+    let flags = remount_flags(&m.options, options.iter().flat_map(|l| l.split(',')));
+    let ro = flags.contains(rustix::mount::MountFlags::RDONLY);
+    if !ro && stats.opened_read_only {
+        return Err(format!(
+            "{}: mounted with -o ro, the pool is open for reading only; unmount it and mount it read-write",
+            mnt.display()
+        ));
+    }
+    rustix::mount::mount_remount(&mnt, flags, "").map_err(|e| format!("{}: remount: {e}", mnt.display()))?;
+    if flags.contains(rustix::mount::MountFlags::BIND) {
+        // Only this mount's flags changed, not the file system's.
+        return Ok(());
+    }
+    let deadline = Instant::now() + REMOUNT_TIMEOUT;
+    loop {
+        match read_stats(&mnt) {
+            Ok(s) if s.writable != ro => return Ok(()),
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(_) => {
+                return Err(format!(
+                    "{}: remounted, but the server did not turn {} within {REMOUNT_TIMEOUT:?} (see its log)",
+                    mnt.display(),
+                    if ro { "read-only" } else { "read-write" }
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct InstallHelpersArgs {
+    /// Where mount(8) looks for helpers.
+    #[arg(long, default_value = "/sbin")]
+    pub dir: PathBuf,
+}
+
+/// `hurricane install-helpers`: links `mount.fuse.hurricane` in DIR to this
+/// program, so that `mount -t fuse.hurricane`, /etc/fstab lines, systemd
+/// mount units and `mount -o remount` use it.
+pub fn install_helpers(args: &InstallHelpersArgs) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let link = args.dir.join(MOUNT_HELPER);
+    match std::fs::symlink_metadata(&link) {
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::remove_file(&link).map_err(|e| format!("{}: {e}", link.display()))?
+        }
+        Ok(_) => return Err(format!("{}: exists and is not a link; remove it first", link.display())),
+        Err(_) => {}
+    }
+    std::os::unix::fs::symlink(&exe, &link).map_err(|e| format!("{}: {e}", link.display()))?;
+    println!("{} -> {}", link.display(), exe.display());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn helper_command_lines() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let h =
+            helper_args(&v(&["/p", "/m", "-s", "-n", "-v", "-o", "rw,allow_other", "-t", "fuse.hurricane"])).unwrap();
+        assert_eq!(h.operands, v(&["/p", "/m"]));
+        assert_eq!(h.options, v(&["rw,allow_other"]));
+        assert!(h.sloppy && !h.fake);
+        assert!(helper_args(&v(&["-fo", "ro", "/p", "/m"])).is_err());
+        let h = helper_args(&v(&["-f", "-oro", "/p", "/m"])).unwrap();
+        assert!(h.fake && h.options == v(&["ro"]));
+        assert!(helper_args(&v(&["/p", "/m", "-N", "/proc/1/ns/mnt"])).unwrap_err().contains("-N"));
+        assert!(helper_args(&v(&["/p", "/m", "-o"])).is_err());
+        assert_eq!(drop_unknown(&v(&["ro,bogus", "threads=2"])), v(&["ro,threads=2"]));
+    }
+
+    #[test]
+    fn remount_flags_keep_the_mounts_and_apply_the_given() {
+        use rustix::mount::MountFlags as F;
+        let given = "ro,remount,user_id=0,allow_other,noexec".split(',');
+        assert_eq!(
+            remount_flags("rw,nosuid,nodev,relatime", given),
+            F::RDONLY | F::NOSUID | F::NODEV | F::NOEXEC | F::RELATIME
+        );
+        let f = remount_flags("ro,nosuid,nodev,relatime", "rw,suid,noatime".split(','));
+        assert_eq!(f, F::NODEV | F::NOATIME);
+        assert_eq!(remount_flags("rw,noatime", "strictatime".split(',')), F::STRICTATIME);
+        assert_eq!(remount_flags("rw,noatime", "atime".split(',')), F::empty());
+    }
 
     /// The pool directory may be another user's: a log name she linked to
     /// a file of root's, or hard-linked to one, is not written to; the

@@ -265,6 +265,10 @@ pub fn pool_arg(s: &str) -> Result<std::path::PathBuf, String> {
     hurricane::pool::published::locate(s, &root).map_err(|e| e.to_string())
 }
 
+/// How long a command waits for a pool's lock held with no mount of the
+/// pool left (a server closing it after an unmount, another command).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// An advisory lock on a pool directory, held while a command uses it:
 /// several readers, or one writer. Mounts take it too, so a command refuses
 /// a mounted pool instead of racing the mount.
@@ -280,13 +284,11 @@ impl PoolLock {
         hurricane::pool::device_paths(dir)?;
         let file = std::fs::File::open(dir).map_err(|e| Fail::new(format!("{}: {e}", dir.display())))?;
         use rustix::fs::FlockOperation::{NonBlockingLockExclusive, NonBlockingLockShared};
-        match rustix::fs::flock(&file, if exclusive { NonBlockingLockExclusive } else { NonBlockingLockShared }) {
-            Ok(()) => Ok(PoolLock { _file: file }),
-            Err(rustix::io::Errno::WOULDBLOCK) => {
-                Err(Fail::new(format!("{}: pool is in use by another process (mounted?)", dir.display())))
-            }
-            Err(e) => Err(Fail::new(format!("{}: cannot lock the pool: {e}", dir.display()))),
-        }
+        let op = if exclusive { NonBlockingLockExclusive } else { NonBlockingLockShared };
+        // A server that was just unmounted is waited for while it closes the pool.
+        hurricane_fuse::mountinfo::lock_pool_dir(&file, dir, op, LOCK_WAIT)
+            .map_err(|e| Fail::new(format!("{}: {e}", dir.display())))?;
+        Ok(PoolLock { _file: file })
     }
 }
 

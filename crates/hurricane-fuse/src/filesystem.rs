@@ -983,6 +983,8 @@ impl HurricaneFuse {
                 }
             },
             status_walks: self.status.walks(),
+            writable: self.fs.is_writable(),
+            opened_read_only: self.fs.is_read_only(),
         }
     }
 }
@@ -1554,7 +1556,16 @@ impl Filesystem for HurricaneFuse {
         let s = self.fs.statfs();
         self.stats.record(Op::Statfs, t0, false);
         // The engine counts inodes in use; statfs wants the total.
-        reply.statfs(s.blocks, s.bfree, s.bfree, s.files.saturating_add(s.ffree), s.ffree, s.bsize, s.namelen, s.bsize);
+        reply.statfs(
+            s.blocks,
+            s.bfree,
+            s.bavail,
+            s.files.saturating_add(s.ffree),
+            s.ffree,
+            s.bsize,
+            s.namelen,
+            s.bsize,
+        );
     }
 
     fn setxattr(

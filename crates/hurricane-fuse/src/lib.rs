@@ -21,6 +21,7 @@ mod handles;
 pub mod mountinfo;
 mod names;
 mod options;
+pub mod remount;
 pub mod report;
 mod serve;
 pub mod stats;

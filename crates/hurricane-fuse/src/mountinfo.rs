@@ -16,11 +16,21 @@ pub struct MountEntry {
     pub mount_point: PathBuf,
     pub fstype: String,
     pub source: String,
+    /// The mount's own options (`ro`/`rw`, `nosuid`, `noatime`, ...).
+    pub options: String,
+    /// The file system's options: the first, `ro` or `rw`, is the
+    /// superblock's, which a remount changes for every mount of it.
+    pub super_options: String,
 }
 
 impl MountEntry {
     pub fn is_fuse(&self) -> bool {
         self.fstype == "fuse" || self.fstype.starts_with("fuse.")
+    }
+
+    /// Whether the file system is read-only (the superblock's flag).
+    pub fn is_read_only(&self) -> bool {
+        self.super_options.split(',').next() == Some("ro")
     }
 }
 
@@ -61,6 +71,8 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             mount_point: PathBuf::from(unescape(f[4])),
             fstype: f[sep + 1].to_string(),
             source: unescape(f[sep + 2]).to_string_lossy().into_owned(),
+            options: f[5].to_string(),
+            super_options: f.get(sep + 3).copied().unwrap_or("").to_string(),
         });
     }
     out
@@ -237,6 +249,80 @@ pub fn unmount_and_wait(mnt: &Path, timeout: Duration) -> Result<(), String> {
     }
 }
 
+/// Takes `op` (an exclusive or a shared lock) on the pool directory open
+/// as `f`. A lock held by the server of a mount that is gone is waited
+/// for, up to `wait`: umount(8) unmounts a FUSE mount itself and returns
+/// while the server still closes the pool (a checkpoint) and exits. Any
+/// other holder (a mount, a command) is refused at once.
+pub fn lock_pool_dir(
+    f: &std::fs::File,
+    pool: &Path,
+    op: rustix::fs::FlockOperation,
+    wait: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + wait;
+    let name = pool.canonicalize().unwrap_or_else(|_| pool.to_path_buf());
+    loop {
+        match rustix::fs::flock(f, op) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                if let Some(m) = mounts().into_iter().find(|m| m.is_fuse() && Path::new(&m.source) == name) {
+                    return Err(format!("the pool is in use: mounted on {}", m.mount_point.display()));
+                }
+                // (No holder listed: it let go meanwhile; try again.)
+                let holders = lock_holders(f);
+                if let Some(p) = holders.first().filter(|_| !holders.iter().any(|&pid| may_be_closing_server(pid))) {
+                    return Err(format!("the pool is in use by another process (pid {p})"));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "the pool is in use: its last mount's server is still closing it after {wait:?}"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(format!("cannot lock the pool: {e}")),
+        }
+    }
+}
+
+/// The processes /proc/locks names as holding flock locks on the file
+/// open as `f`.
+fn lock_holders(f: &std::fs::File) -> Vec<u32> {
+    let Ok(st) = rustix::fs::fstat(f) else { return Vec::new() };
+    let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+    let Ok(text) = std::fs::read_to_string("/proc/locks") else { return Vec::new() };
+    parse_lock_holders(&text, major, minor, st.st_ino)
+}
+
+/// The pids of FLOCK lines of /proc/locks for the file (device
+/// `major`:`minor`, inode `ino`; the device in hex): `1: FLOCK ADVISORY
+/// WRITE 1234 00:2a:5678 0 EOF`.
+fn parse_lock_holders(text: &str, major: u32, minor: u32, ino: u64) -> Vec<u32> {
+    let want = format!("{major:02x}:{minor:02x}:{ino}");
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // "->" marks a waiter, which holds nothing.
+            if f.get(1) == Some(&"->") {
+                return None;
+            }
+            (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str())).then(|| f.get(4)?.parse().ok())?
+        })
+        .collect()
+}
+
+/// Whether process `pid` may be a server closing its pool: `hurricane
+/// mount -f` (the background server of `hurricane mount`) by its command
+/// line, or a process that is exiting (its memory, and with it its
+/// command line, is gone before its files are closed).
+fn may_be_closing_server(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return true };
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    cmdline.is_empty()
+        || (args.get(1) == Some(&&b"mount"[..]) && args.iter().any(|a| *a == b"-f" || *a == b"--foreground"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +339,22 @@ mod tests {
         assert_eq!(m[1].source, "/pool x");
         assert_eq!((m[1].major, m[1].minor), (0, 52));
         assert!(m[1].is_fuse() && m[2].is_fuse() && !m[0].is_fuse());
+        assert_eq!(m[1].options, "rw,nosuid,nodev,relatime");
+        assert_eq!(m[1].super_options, "rw,user_id=0,group_id=0");
+        assert!(!m[1].is_read_only());
+        let ro = parse_mountinfo("97 22 0:54 / /m ro,nosuid - fuse.hurricane /p ro,user_id=0\n");
+        assert!(ro[0].is_read_only() && ro[0].options == "ro,nosuid");
+    }
+
+    #[test]
+    fn finds_the_holders_of_a_lock() {
+        let text = "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF\n\
+                    1: -> FLOCK  ADVISORY  WRITE 99 00:2a:5678 0 EOF\n\
+                    2: POSIX  ADVISORY  WRITE 77 00:2a:5678 0 EOF\n\
+                    3: FLOCK  ADVISORY  READ 4321 103:02:5678 0 EOF\n";
+        assert_eq!(parse_lock_holders(text, 0, 0x2a, 5678), vec![1234]);
+        assert_eq!(parse_lock_holders(text, 0x103, 2, 5678), vec![4321]);
+        assert!(parse_lock_holders(text, 0, 0x2a, 5679).is_empty());
     }
 
     #[test]

@@ -40,6 +40,14 @@ pub struct StatsReport {
     /// Walks of the whole pool made to serve `user.hurricane.status`.
     #[serde(default)]
     pub status_walks: u64,
+    /// Whether the pool takes changes now (not mounted or remounted
+    /// read-only).
+    #[serde(default)]
+    pub writable: bool,
+    /// Whether the pool was opened read-only (`-o ro`): a remount
+    /// read-write cannot make it writable.
+    #[serde(default)]
+    pub opened_read_only: bool,
 }
 
 /// Open transactions and what they buffer, against the mount's bounds

@@ -7,6 +7,9 @@ use crate::mountinfo::{fuse_mounts_at, unmount};
 use crate::options::MountOptions;
 use hurricane::{Fs, Options};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// What to do about a mount point whose server has died.
 pub const DEAD_MOUNT_HINT: &str = "a mount whose server died is still there; `hurricane umount` it first";
@@ -41,17 +44,17 @@ fn wait_signal() -> Signal {
     signal_set().wait().unwrap_or(Signal::SIGTERM)
 }
 
+/// How long a mount waits for the pool's lock when no mount of the pool
+/// is left (`mountinfo::lock_pool_dir`).
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
 /// Takes an exclusive lock on the pool directory for as long as the
 /// returned file lives: two servers on one pool would corrupt it.
 fn lock_pool(pool: &Path) -> Result<std::fs::File, String> {
     let f = std::fs::File::open(pool).map_err(|e| format!("{}: {e}", pool.display()))?;
-    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(f),
-        Err(rustix::io::Errno::WOULDBLOCK) => {
-            Err(format!("{}: the pool is in use by another Hurricane process", pool.display()))
-        }
-        Err(e) => Err(format!("{}: cannot lock the pool: {e}", pool.display())),
-    }
+    let op = rustix::fs::FlockOperation::NonBlockingLockExclusive;
+    crate::mountinfo::lock_pool_dir(&f, pool, op, LOCK_WAIT).map_err(|e| format!("{}: {e}", pool.display()))?;
+    Ok(f)
 }
 
 /// Readahead window of a mount, in KiB. The kernel cuts readahead into
@@ -174,6 +177,14 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
         Err(e) => tracing::warn!("no notification channel ({e}); names are not cached"),
     }
     raise_readahead(&mnt);
+    // Remounts (read-only, read-write) are followed from the mount table.
+    let remount_stop = Arc::new(AtomicBool::new(false));
+    let remount_watch = match fuse_mounts_at(&mnt).pop() {
+        Some(m) => crate::remount::watch(fs.clone(), m.minor, remount_stop.clone())
+            .map_err(|e| tracing::warn!("cannot watch for remounts: {e}"))
+            .ok(),
+        None => None,
+    };
     // Once the kernel agreed to io_uring it holds every request until the
     // rings are registered (or their registration fails): start them now.
     let rings = if handlers.uring_negotiated() {
@@ -236,6 +247,10 @@ pub fn serve(pool_dir: &Path, mountpoint: &Path, o: &MountOptions) -> Result<(),
     let run = session.run();
     if let Some(r) = rings {
         r.join(std::time::Duration::from_secs(10));
+    }
+    remount_stop.store(true, Ordering::Release);
+    if let Some(w) = remount_watch {
+        let _ = w.join();
     }
     // The watcher holds the pool and this mount point: in a process that
     // goes on after this mount (one that mounts again, an embedding

@@ -227,6 +227,13 @@ pub(crate) struct Inner {
     /// The committer was woken early: enough inodes changed for a checkpoint.
     kicked: AtomicBool,
     closed: AtomicBool,
+    /// Writing is stopped for now (`set_writable(false)`: the mount was
+    /// remounted read-only); every change is refused until it resumes.
+    held: AtomicBool,
+    /// Set once the checkpoint that stopping writes is written (cleared on
+    /// resuming); `set_writable` calls take turns.
+    stopped: AtomicBool,
+    holding: Mutex<()>,
     /// The lease of a pool with devices in a Ceph cluster (taken by
     /// `open_dir`, released by `close`), and the flag set if it is lost.
     lease: Mutex<Option<crate::device::PoolLease>>,
@@ -753,6 +760,9 @@ impl Fs {
             shutdown_cv: Condvar::new(),
             kicked: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            held: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            holding: Mutex::new(()),
             lease: Mutex::new(None),
             lease_lost: std::sync::OnceLock::new(),
             rados: Mutex::new(crate::device::RadosConnections::default()),
@@ -989,6 +999,50 @@ impl Fs {
         self.inner.read_only
     }
 
+    /// Whether the pool takes changes: opened read-write, not closed, and
+    /// writing not stopped by [`Fs::set_writable`] (false once the
+    /// checkpoint that stops it is written).
+    pub fn is_writable(&self) -> bool {
+        !self.inner.read_only
+            && !self.inner.closed.load(Ordering::Acquire)
+            && !self.inner.stopped.load(Ordering::Acquire)
+    }
+
+    /// Stops writing the pool (`false`: its mount was remounted read-only)
+    /// or resumes (`true`). Stopping refuses every later change with
+    /// [`Error::ReadOnly`] (EROFS) and then writes a checkpoint: the
+    /// devices hold the whole state and the journal is empty, so the
+    /// committer and the cleaner find nothing to write, nor does a sync,
+    /// until writing resumes. A pool opened read-only cannot resume: its
+    /// devices are open for reading only.
+    pub fn set_writable(&self, writable: bool) -> Result<()> {
+        let inner = &*self.inner;
+        if inner.read_only || inner.closed.load(Ordering::Acquire) {
+            return if writable { Err(Error::ReadOnly("pool (opened read-only)".into())) } else { Ok(()) };
+        }
+        let _turn = inner.holding.lock();
+        if writable {
+            inner.stopped.store(false, Ordering::Release);
+            inner.held.store(false, Ordering::Release);
+            return Ok(());
+        }
+        if inner.stopped.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        inner.held.store(true, Ordering::Release);
+        let target = inner.gate.current_epoch();
+        match self.commit(target, true) {
+            Ok(()) => {
+                inner.stopped.store(true, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                inner.held.store(false, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
     pub fn storage(&self) -> &Storage {
         &self.inner.storage
     }
@@ -1091,6 +1145,9 @@ impl Fs {
         if self.inner.read_only || self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::ReadOnly("pool".into()));
         }
+        if self.inner.held.load(Ordering::Acquire) {
+            return Err(Error::ReadOnly("pool (remounted read-only)".into()));
+        }
         self.check_lease()
     }
 
@@ -1123,7 +1180,7 @@ impl Fs {
 
     /// Makes everything done so far durable, reporting no earlier loss.
     pub(crate) fn commit_all(&self) -> Result<()> {
-        if self.inner.read_only {
+        if self.inner.read_only || self.inner.held.load(Ordering::Acquire) {
             return Ok(());
         }
         let target = self.inner.gate.current_epoch();
@@ -1554,6 +1611,11 @@ impl Fs {
             }
             let fs = Fs { inner };
             let target = fs.inner.gate.current_epoch();
+            // Writing is stopped (a read-only remount): nothing to commit.
+            if fs.inner.held.load(Ordering::Acquire) {
+                due = Instant::now() + every;
+                continue;
+            }
             // The tick makes the journal durable; a wake-up asks for a
             // checkpoint, which a writer may have written meanwhile.
             let r = if timed { fs.commit(target, false) } else { fs.checkpoint_if_due(target) };

@@ -124,7 +124,12 @@ pub struct DirItem {
 /// devices new data may be placed on (online or resilvering).
 pub struct StatFs {
     pub blocks: u64,
+    /// Free blocks, those of deletions the next commit returns included.
     pub bfree: u64,
+    /// What a new file of the pool's default layout can take (statfs's
+    /// `f_bavail`): the meta-data's reserve left out, and the layout's own
+    /// cost counted (copies, parity, a stripe's fullest device).
+    pub bavail: u64,
     pub files: u64,
     pub ffree: u64,
     pub bsize: u32,
@@ -363,13 +368,27 @@ impl Fs {
             .sum();
         // Only devices new data may go to have free space to offer: a
         // missing, faulted, removed or evacuating device's free blocks
-        // cannot be used.
-        let bfree =
-            s.allocs.iter().zip(&s.devs).filter(|(_, d)| d.state().placeable()).map(|(a, _)| a.free_blocks()).sum();
+        // cannot be used. Blocks of deleted files are free once the next
+        // commit is durable, and a request short of space commits first
+        // (`with_room`): they count as free now.
+        let placeable = || s.allocs.iter().zip(&s.devs).filter(|(_, d)| d.state().placeable()).map(|(a, _)| a);
+        let bfree = placeable().map(|a| a.free_blocks().saturating_add(a.pending_frees())).sum();
+        let for_data: Vec<u64> = s
+            .allocs
+            .iter()
+            .zip(&s.devs)
+            .map(|(a, d)| if d.state().placeable() { a.free_for_data().saturating_add(a.pending_frees()) } else { 0 })
+            .collect();
+        // A layout that no longer resolves (every device full) has no room.
+        let bavail = self
+            .file_spec_in(&self.default_layout(), &self.pool_info())
+            .map_or(0, |spec| layout::room(&spec, &for_data))
+            .min(bfree);
         let files = self.state().count() as u64;
         StatFs {
             blocks,
             bfree,
+            bavail,
             files,
             ffree: u32::MAX as u64 - files.min(u32::MAX as u64),
             bsize: 4096,

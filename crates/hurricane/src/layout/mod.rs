@@ -7,7 +7,9 @@
 //! param := key "=" value        (sizes take K, M, G suffixes)
 //! ```
 
+mod room;
 mod spec;
 
 pub use crate::blocks::{canonical, Spec, Value};
+pub use room::{demand, room};
 pub use spec::{parse, relocate, resolve, with_checksums, PoolInfo};

@@ -477,11 +477,19 @@ fn fuse_mount_sys(
         source = name;
     }
 
+    // The subtype goes in the type, `fuse.SUBTYPE`, as libfuse and
+    // fusermount3 mount it: /proc/mounts shows it, and mount(8) finds the
+    // file system's helper (`mount.fuse.SUBTYPE`) by it for a remount.
+    #[cfg(target_os = "linux")]
+    let fstype = match options.iter().find(|x| matches!(**x, MountOption::Subtype(_))) {
+        Some(MountOption::Subtype(subtype)) if !subtype.is_empty() => format!("fuse.{subtype}"),
+        _ => "fuse".to_string(),
+    };
     #[cfg(target_os = "linux")]
     let result = nix::mount::mount(
         Some(source),
         mountpoint,
-        Some("fuse"),
+        Some(fstype.as_str()),
         flags,
         Some(mount_options.as_str()),
     );
