@@ -374,22 +374,34 @@ fn fio_verifies_through_a_device_deleted_mid_run_and_a_replacement() {
     m.unmount();
 }
 
-/// `df --output=avail` of a path, in bytes.
-fn df_avail(p: &Path) -> u64 {
-    let o = Command::new("df").args(["-B1", "--output=avail"]).arg(p).output().unwrap();
+/// `df --output=size,used,avail` of a path, in bytes: the pool's size,
+/// what is not free (`f_blocks - f_bfree`) and what a new file of the
+/// default layout can take (`f_bavail`).
+fn df_fields(p: &Path) -> (u64, u64, u64) {
+    let o = Command::new("df").args(["-B1", "--output=size,used,avail"]).arg(p).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    text.lines().nth(1).and_then(|l| l.trim().parse().ok()).unwrap_or_else(|| panic!("{text}"))
+    let v: Vec<u64> =
+        text.lines().nth(1).map(|l| l.split_whitespace().filter_map(|f| f.parse().ok()).collect()).unwrap_or_default();
+    assert_eq!(v.len(), 3, "{text}");
+    (v[0], v[1], v[2])
 }
 
-/// The free column of `hurricane df`'s "all" row, in bytes.
-fn hurricane_df_free(pool: &Path) -> (u64, String) {
+/// The free column of `hurricane df`'s "all" row and the space it says a
+/// new file of the default layout can take ("available to it"), in bytes.
+fn hurricane_df_free(pool: &Path) -> (u64, u64, String) {
     let (code, out, e) = hc(&["df", s(pool)]);
     assert_eq!(code, 0, "{e}");
     let all = out.lines().find(|l| l.trim_start().starts_with("all ")).unwrap_or_else(|| panic!("{out}"));
     // all, "N devices", size, used, free, ...
     let free = all.split_whitespace().nth(5).and_then(|f| f.parse().ok()).unwrap_or_else(|| panic!("{out}"));
-    (free, out)
+    let avail = out
+        .split("available to it: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    (free, avail, out)
 }
 
 #[test]
@@ -399,19 +411,25 @@ fn df_on_a_mount_leaves_out_a_missing_devices_space() {
     let (_, _, before) = status(&pool.dir);
     let free2 = before.devices[2].size - before.devices[2].used;
     let m = pool.mount(&["cache=0"]);
-    let healthy = df_avail(&m.mnt);
+    let (size, used, healthy) = df_fields(&m.mnt);
+    let healthy_free = size - used;
     std::fs::remove_file(pool.dir.join("dev2.img")).unwrap();
     // Status asks every device whether it is still there.
     let (_, text, rep) = status(&m.mnt);
     assert_eq!(rep.devices[2].state, "missing", "{text}");
-    let degraded = df_avail(&m.mnt);
+    let (size, used, degraded) = df_fields(&m.mnt);
+    let degraded_free = size - used;
     assert!(degraded < healthy, "{degraded} >= {healthy}");
-    // What goes is about the missing device's free space (its size less
-    // what is used, less the superblock area the allocator never offers).
-    assert!(healthy - degraded > free2 / 2, "{healthy} - {degraded} vs {free2}");
+    // What goes of the free space is about the missing device's (its size
+    // less what is used, less the superblock area the allocator never
+    // offers); a new file, striped over every device, device 2 among them,
+    // can take still less.
+    assert!(healthy_free - degraded_free > free2 / 2, "{healthy_free} - {degraded_free} vs {free2}");
+    assert!(degraded <= degraded_free, "{degraded} > {degraded_free}");
     m.unmount();
     // Offline, `hurricane df` counts the same and says why.
-    let (free, out) = hurricane_df_free(&pool.dir);
-    assert_eq!(free, degraded, "{out}");
+    let (free, avail, out) = hurricane_df_free(&pool.dir);
+    assert_eq!(free, degraded_free, "{out}");
+    assert_eq!(avail, degraded, "{out}");
     assert!(out.contains("free counts only devices that take new data: not device 2 (missing)"), "{out}");
 }
