@@ -619,6 +619,19 @@ impl HurricaneFuse {
         fh.0
     }
 
+    /// How a handle of a file just made (CREATE, TMPFILE) is opened. A
+    /// handle of a `cache=none` file (its directory's policy, for a new
+    /// one) writes past the page cache from the first write, and so does a
+    /// write-only one (`write_only_direct`). (Its reads, if any, go
+    /// unprefetched: a new file is written first.)
+    fn new_file_open(&self, ino: u64, flags: i32) -> FopenFlags {
+        let write_only = flags & libc::O_ACCMODE == libc::O_WRONLY && self.write_only_direct();
+        match self.fs.open_policy_for(ino).cache {
+            PageCache::Page if !write_only => FopenFlags::FOPEN_NOFLUSH,
+            _ => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
+        }
+    }
+
     /// A change outside the caller's transaction (truncate, fallocate) to a
     /// file the transaction has read or written would wait for the
     /// transaction's own locks: refused with EDEADLK.
@@ -1743,16 +1756,7 @@ impl Filesystem for HurricaneFuse {
                 Err(e) => return Err(e),
             };
             self.fs.open_inode(a.ino).map_err(errno)?;
-            // A handle of a `cache=none` file (its directory's policy, for
-            // a new one) writes past the page cache from the first write,
-            // and so does a write-only one (`write_only_direct`).
-            // (Its reads, if any, go unprefetched: a new file is written first.)
-            let write_only = flags & libc::O_ACCMODE == libc::O_WRONLY && self.write_only_direct();
-            let open = match self.fs.open_policy_for(a.ino).cache {
-                PageCache::Page if !write_only => FopenFlags::FOPEN_NOFLUSH,
-                _ => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
-            };
-            Ok((a, FileHandle(self.new_handle(a.ino, flags, None)), open))
+            Ok((a, FileHandle(self.new_handle(a.ino, flags, None)), self.new_file_open(a.ino, flags)))
         });
         self.done(Op::Create, t0, &r);
         match r {
@@ -1778,12 +1782,7 @@ impl Filesystem for HurricaneFuse {
         let r = waiting_at_most(NO_WAIT, || {
             let mk = |c: &Creds| self.fs.tmpfile(c, parent.0, mode, umask, None);
             let a = if mode & libc::S_ISGID != 0 { self.as_user_with_groups(req, mk) } else { self.as_user(req, mk) }?;
-            let write_only = flags & libc::O_ACCMODE == libc::O_WRONLY && self.write_only_direct();
-            let open = match self.fs.open_policy_for(a.ino).cache {
-                PageCache::Page if !write_only => FopenFlags::FOPEN_NOFLUSH,
-                _ => FopenFlags::FOPEN_NOFLUSH | FopenFlags::FOPEN_DIRECT_IO,
-            };
-            Ok((a, FileHandle(self.new_handle(a.ino, flags, None)), open))
+            Ok((a, FileHandle(self.new_handle(a.ino, flags, None)), self.new_file_open(a.ino, flags)))
         });
         self.done(Op::Create, t0, &r);
         match r {
