@@ -187,6 +187,18 @@ pub(crate) fn attr_of(ino: Ino, d: &InodeData) -> Attr {
     }
 }
 
+/// setxattr(2)'s `XATTR_CREATE` (the name must be new) and `XATTR_REPLACE`
+/// (it must exist), for a name that `exists` or not.
+fn check_xattr_flags(flags: i32, exists: bool, name: &[u8]) -> Result<()> {
+    if flags & libc::XATTR_CREATE != 0 && exists {
+        return Err(Error::Exists(show(name)));
+    }
+    if flags & libc::XATTR_REPLACE != 0 && !exists {
+        return Err(Error::NoAttr(show(name)));
+    }
+    Ok(())
+}
+
 /// A name `d` does not hold, for an unnamed file's moment in it (inside
 /// one atomic group, under the directory's lock: nothing else sees it).
 fn unused_name(d: &crate::namespace::inode::Dir) -> Result<Vec<u8>> {
@@ -1155,12 +1167,7 @@ impl Fs {
         }
         flags::check_change(d, ino, "ACL change")?;
         let exists = d.xattrs.contains_key(name);
-        if xflags & 1 != 0 && exists {
-            return Err(Error::Exists(show(name)));
-        }
-        if xflags & 2 != 0 && !exists {
-            return Err(Error::NoAttr(show(name)));
-        }
+        check_xattr_flags(xflags, exists, name)?;
         if value.is_none() && !exists {
             return Err(Error::NoAttr(show(name)));
         }
@@ -1238,12 +1245,7 @@ impl Fs {
         xattr_perm(cred, d, name, W)?;
         flags::check_change(d, ino, "attribute change")?;
         let exists = d.xattrs.contains_key(name);
-        if flags & 1 != 0 && exists {
-            return Err(Error::Exists(show(name)));
-        }
-        if flags & 2 != 0 && !exists {
-            return Err(Error::NoAttr(show(name)));
-        }
+        check_xattr_flags(flags, exists, name)?;
         let total: usize = d.xattrs.iter().filter(|(k, _)| k.as_slice() != name).map(|(k, v)| k.len() + v.len()).sum();
         if total + name.len() + value.len() > XATTR_TOTAL_MAX {
             return Err(Error::NoSpace(format!("extended attributes of inode {ino} (limit {XATTR_TOTAL_MAX} bytes)")));
